@@ -1,0 +1,26 @@
+"""Shared pytest configuration: markers, the shared corpus, quiet TF logs."""
+
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: multi-process or training runs (still run in CI)")
+
+
+@pytest.fixture
+def shared_data():
+    """The shared review corpora folder; skips the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(
+            f"shared review corpora not found at {SHARED_DATA} (only "
+            "present beside a development checkout)"
+        )
+    return SHARED_DATA

@@ -1,0 +1,153 @@
+"""The language model: sequence gradient, carried state, resets, inference."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.layers import MLSTMCell
+from tf_mlstm.models import featurize
+from tf_mlstm.models import sampling
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.models.language_model import bits_per_char_from_logits
+
+
+def _model(hidden=16, embedding=8, seed=0):
+    keras.utils.set_random_seed(seed)
+    model = MLSTMLanguageModel(hidden_size=hidden, embedding_size=embedding)
+    model.build()
+    return model
+
+
+def _ids(rng, batch, steps):
+    # Printable bytes only: no DOC_START resets unless a test places one.
+    return rng.randint(32, 127, size=(batch, steps)).astype("int32")
+
+
+def test_sequence_gradient_matches_autodiff_through_keras_rnn():
+    model = _model()
+    rng = np.random.RandomState(0)
+    ids = _ids(rng, 3, 12)
+    targets = _ids(rng, 3, 12)
+    h0 = tf.constant(rng.randn(3, 16).astype("float32") * 0.3)
+    c0 = tf.constant(rng.randn(3, 16).astype("float32") * 0.3)
+    rnn = keras.layers.RNN(model.mlstm.cell, return_sequences=True, return_state=True)
+
+    def reference_loss():
+        x = model.embedding(ids)
+        seq, h, c = rnn(x, initial_state=[h0, c0])
+        logits = model.head(seq)
+        bits, _ = bits_per_char_from_logits(logits, targets)
+        return bits + tf.reduce_sum(h * c)
+
+    def fast_loss():
+        logits, (h, c) = model(ids, initial_state=[h0, c0], training=True)
+        bits, _ = bits_per_char_from_logits(logits, targets)
+        return bits + tf.reduce_sum(h * c)
+
+    variables = model.trainable_variables
+    grads = []
+    for fn in (reference_loss, fast_loss):
+        with tf.GradientTape() as tape:
+            tape.watch([h0, c0])
+            value = fn()
+        grads.append(tape.gradient(value, variables + [h0, c0]))
+    for var, ref, got in zip(variables + [h0, c0], *grads):
+        np.testing.assert_allclose(
+            tf.convert_to_tensor(got),
+            tf.convert_to_tensor(ref),
+            atol=2e-5,
+            rtol=1e-4,
+            err_msg=getattr(var, "name", ""),
+        )
+
+
+def test_carried_state_equals_one_pass():
+    model = _model()
+    rng = np.random.RandomState(1)
+    ids = _ids(rng, 2, 40)
+    ids[0, 17] = DOC_START
+    targets = _ids(rng, 2, 40)
+    logits, _ = model(ids)
+    whole, chars = bits_per_char_from_logits(logits, targets)
+    state, pieces = None, 0.0
+    for start in range(0, 40, 8):
+        logits, state = model(ids[:, start : start + 8], initial_state=state, training=True)
+        bits, _ = bits_per_char_from_logits(logits, targets[:, start : start + 8])
+        pieces += float(bits)
+    np.testing.assert_allclose(pieces, float(whole), rtol=1e-5)
+    assert float(chars) == 80
+
+
+def test_doc_start_resets_state():
+    model = _model()
+    doc = np.frombuffer(b"\ngreat blender", np.uint8).astype("int32")[None]
+    before = np.frombuffer(b"\nterrible, broke after a week ", np.uint8)
+    stream = np.concatenate([before.astype("int32")[None], doc], axis=1)
+    alone, _ = model(doc)
+    after, _ = model(stream)
+    np.testing.assert_allclose(after[:, -doc.shape[1] :], alone, atol=1e-5)
+
+
+def test_features_do_not_depend_on_the_batch():
+    model = _model()
+    texts = [
+        "Loved it.",
+        "Arrived broken and the seller never answered. "
+        "Avoid this one at all costs, seriously." * 3,
+        "ok",
+    ]
+    ids, valid, _ = featurize.texts_to_ids(tf.constant(texts), 16)
+    batched = featurize.featurize_ids(model, ids, valid, window=16)
+    for index, text in enumerate(texts):
+        ids1, valid1, _ = featurize.texts_to_ids(tf.constant([text]), 16)
+        alone = featurize.featurize_ids(model, ids1, valid1, window=16)
+        for kind in featurize.FEATURE_KINDS:
+            np.testing.assert_allclose(
+                batched[kind][index], alone[kind][0], atol=1e-5, err_msg=kind
+            )
+
+
+def test_final_cell_feature_equals_model_state():
+    model = _model()
+    text = "Works as advertised, five stars."
+    ids, valid, _ = featurize.texts_to_ids(tf.constant([text]), 8)
+    features = featurize.featurize_ids(model, ids, valid, window=8)
+    raw = np.frombuffer(b"\n" + text.encode(), np.uint8).astype("int32")[None]
+    _, (h, c) = model(raw)
+    np.testing.assert_allclose(features["cell"], c, atol=1e-5)
+    np.testing.assert_allclose(features["hidden"], h, atol=1e-5)
+
+
+def test_score_matches_the_training_loss():
+    model = _model()
+    text = "The handle snapped off on day two."
+    ids, valid, _ = featurize.texts_to_ids(tf.constant([text, "short"]), 8)
+    bits, chars = featurize.score_ids(model, ids, valid, window=8)
+    raw = np.frombuffer(b"\n" + text.encode(), np.uint8).astype("int32")[None]
+    logits, _ = model(raw[:, :-1])
+    want, count = bits_per_char_from_logits(logits, raw[:, 1:])
+    np.testing.assert_allclose(bits[0], want, rtol=1e-5)
+    assert chars.numpy().tolist() == [float(count), 5.0]
+
+
+def test_sampling_is_seeded_and_clamping_holds_the_unit():
+    model = _model()
+    prompt = tf.constant([[DOC_START, ord("I")]], tf.int32)
+    first = sampling.sample_ids(model, prompt, 20, seed=3)
+    again = sampling.sample_ids(model, prompt, 20, seed=3)
+    other = sampling.sample_ids(model, prompt, 20, seed=4)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    # Clamped: re-run the generated text and check the held unit's value.
+    held = sampling.sample_ids(model, prompt, 10, seed=3, neuron=5, neuron_value=0.75)
+    assert held.shape == (1, 10)
+    text = sampling.sample_text(model, "Great", 5, temperature=0.5, seed=1)
+    assert isinstance(text, str)
+
+
+def test_model_config_round_trip():
+    model = _model(hidden=12, embedding=4)
+    clone = MLSTMLanguageModel.from_config(model.get_config())
+    assert clone.hidden_size == 12 and clone.embedding_size == 4
+    assert isinstance(model.mlstm.cell, MLSTMCell)

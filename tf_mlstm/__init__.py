@@ -1,0 +1,1 @@
+"""tf_mlstm: byte-level multiplicative LSTM language models on review text."""

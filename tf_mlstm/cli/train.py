@@ -1,0 +1,216 @@
+"""tf-mlstm-train: train a byte-level mLSTM language model.
+
+With no flags it trains a small model on the embedded demo corpus (the
+`flags/demo.flags` recipe), then prints validation bits/char and exports a
+SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
+
+  tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
+      --hidden_size=4096 --batch_size=256 --precision=mixed_float16
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.train import config as config_lib
+
+FLAGS = flags.FLAGS
+_DEFAULTS = config_lib.TrainConfig()
+
+
+def _default(name):
+    return getattr(_DEFAULTS, name)
+
+
+def define_data_flags():
+    flags.DEFINE_string(
+        "train_data",
+        _default("train_data"),
+        "TFRecord folder (its train-* shards are read) or a glob of shards, "
+        "from tf-mlstm-make-tfrecords. Empty: the embedded demo corpus.",
+    )
+    flags.DEFINE_string(
+        "validation_data",
+        _default("validation_data"),
+        "Validation shards (folder or glob). Empty: the validation-* shards "
+        "beside --train_data.",
+    )
+    flags.DEFINE_string(
+        "model_dir",
+        _default("model_dir"),
+        "Checkpoints, TensorBoard events, config, results and "
+        "the SavedModel go here; a rerun resumes from it.",
+    )
+    flags.DEFINE_integer(
+        "shuffle_buffer",
+        _default("shuffle_buffer"),
+        "Documents in the training shuffle buffer (0 = off).",
+    )
+
+
+def define_model_flags():
+    flags.DEFINE_integer("hidden_size", _default("hidden_size"), "mLSTM units (the paper: 4096).")
+    flags.DEFINE_integer(
+        "embedding_size", _default("embedding_size"), "Byte embedding width (the paper: 64)."
+    )
+    flags.DEFINE_boolean("weight_norm", _default("weight_norm"), "Weight-normalized mLSTM kernels.")
+
+
+def define_optimization_flags():
+    flags.DEFINE_integer(
+        "seq_length", _default("seq_length"), "Truncated BPTT length in bytes (the paper: 256)."
+    )
+    flags.DEFINE_integer(
+        "batch_size", _default("batch_size"), "Global batch (rows); split evenly over replicas."
+    )
+    flags.DEFINE_float("lr", _default("lr"), "Base Adam learning rate, tuned at --lr_base_batch.")
+    flags.DEFINE_enum(
+        "lr_scaling",
+        _default("lr_scaling"),
+        list(config_lib.schedules.SCALINGS),
+        "Scale --lr by global batch / --lr_base_batch.",
+    )
+    flags.DEFINE_integer(
+        "lr_base_batch", _default("lr_base_batch"), "The batch at which --lr was tuned."
+    )
+    flags.DEFINE_float("max_lr", _default("max_lr"), "Cap on the scaled rate (0 = none).")
+    flags.DEFINE_integer("warmup_steps", _default("warmup_steps"), "Linear warmup steps.")
+    flags.DEFINE_enum(
+        "lr_decay",
+        _default("lr_decay"),
+        list(config_lib.schedules.DECAYS),
+        "Decay after warmup, reaching its end at --total_steps.",
+    )
+    flags.DEFINE_integer(
+        "total_steps", _default("total_steps"), "Schedule length in steps (0 = --max_steps)."
+    )
+    flags.DEFINE_float(
+        "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
+    )
+    flags.DEFINE_enum(
+        "precision",
+        _default("precision"),
+        list(config_lib.PRECISIONS),
+        "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+    )
+    flags.DEFINE_enum(
+        "allreduce_dtype",
+        _default("allreduce_dtype"),
+        ["float32", "float16"],
+        "Gradient all-reduce dtype (float16 halves traffic; " "needs mixed_float16).",
+    )
+    flags.DEFINE_enum(
+        "jit_compile",
+        _default("jit_compile"),
+        list(config_lib.JIT_CHOICES),
+        "XLA-compile the per-replica step; auto = on for GPUs "
+        "and TPUs, off on CPU where it measured slower.",
+    )
+    flags.DEFINE_integer("seed", _default("seed"), "Random seed.")
+
+
+def define_budget_flags():
+    flags.DEFINE_integer("max_steps", _default("max_steps"), "Stop after this many steps.")
+    flags.DEFINE_float(
+        "max_minutes",
+        _default("max_minutes"),
+        "Stop cleanly after this wall-clock budget (0 = none), "
+        "then evaluate and export as at a normal end.",
+    )
+    flags.DEFINE_integer(
+        "checkpoint_every_steps", _default("checkpoint_every_steps"), "Checkpoint interval."
+    )
+    flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
+    flags.DEFINE_integer(
+        "log_every_steps", _default("log_every_steps"), "Progress line and TensorBoard interval."
+    )
+    flags.DEFINE_integer(
+        "eval_every_steps",
+        _default("eval_every_steps"),
+        "Validation interval (0 = only at the end).",
+    )
+    flags.DEFINE_integer(
+        "eval_batches",
+        _default("eval_batches"),
+        "Batches per periodic validation (the final one " "scores the whole validation split).",
+    )
+    flags.DEFINE_integer(
+        "sample_every_steps",
+        _default("sample_every_steps"),
+        "Generated-text sample interval (0 = off).",
+    )
+    flags.DEFINE_integer("sample_length", _default("sample_length"), "Bytes per generated sample.")
+
+
+def define_distribution_flags():
+    flags.DEFINE_enum(
+        "distribution_strategy",
+        _default("distribution_strategy"),
+        list(config_lib.STRATEGIES),
+        "default | one_device | mirrored (one machine, all "
+        "GPUs) | multi_worker (cluster from TF_CONFIG or Slurm).",
+    )
+    flags.DEFINE_enum(
+        "all_reduce",
+        _default("all_reduce"),
+        list(config_lib.ALL_REDUCE),
+        "Collective implementation for gradient all-reduce.",
+    )
+    flags.DEFINE_enum(
+        "cluster_resolver",
+        _default("cluster_resolver"),
+        ["tf_config", "slurm"],
+        "Where multi_worker reads the cluster from.",
+    )
+    flags.DEFINE_integer("num_gpus", _default("num_gpus"), "GPUs per worker (-1 = all visible).")
+
+
+def define_train_flags():
+    """Defines every tf-mlstm-train flag."""
+    define_data_flags()
+    define_model_flags()
+    define_optimization_flags()
+    define_budget_flags()
+    define_distribution_flags()
+
+
+def config_from_flags():
+    """One frozen, validated `TrainConfig` from FLAGS.
+
+    Raises:
+      app.UsageError: a flag value or combination is invalid.
+    """
+    values = {f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.TrainConfig)}
+    try:
+        return config_lib.TrainConfig(**values).validate()
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags()
+    # Imported after flag parsing: TensorFlow start-up is slow and noisy.
+    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+
+    try:
+        results = _run.train_and_export(config)
+    except (FileNotFoundError, ValueError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    print(json.dumps(results, sort_keys=True))
+
+
+def run():
+    define_train_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

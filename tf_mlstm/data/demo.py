@@ -1,0 +1,36 @@
+"""The embedded demo corpus: a few hundred short reviews shipped with the package.
+
+It lets `tf-mlstm-train` run with no flags and no download: the corpus is
+converted once into TFRecord shards like any user corpus.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tf_mlstm.data import convert
+
+DEMO_CORPUS = os.path.join(os.path.dirname(__file__), "demo_corpus.txt")
+# Proportions that leave the small corpus a validation and a test split.
+DEMO_SPLIT = (16, 1, 1)
+DEMO_SHARDS = 4
+
+
+def build_demo_tfrecords(output_dir):
+    """Converts the demo corpus into `output_dir` unless already there.
+
+    Args:
+        output_dir: destination folder for the shards and stats.json.
+
+    Returns:
+        output_dir.
+    """
+    config = convert.ConvertConfig(
+        inputs=DEMO_CORPUS,
+        output_dir=output_dir,
+        num_shards=DEMO_SHARDS,
+        split_weights=DEMO_SPLIT,
+    )
+    if not tf.io.gfile.exists(config.stats_path):
+        convert.convert(config)
+    return output_dir

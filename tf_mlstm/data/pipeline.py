@@ -1,0 +1,214 @@
+"""tf.data pipelines from documents to batches of contiguous byte windows.
+
+Each batch row is a stream of whole documents (each framed by `DOC_START`),
+so row j of batch k+1 continues row j of batch k and the model carries its
+state across batches. Documents go to the row whose pending buffer is
+shortest, which keeps all rows within one document's length of each other:
+memory is bounded by rows x (longest document + window), whatever the
+corpus size. A window holds `seq_length + 1` bytes; consecutive windows of a
+row overlap by one byte, so inputs are `window[:-1]` and targets
+`window[1:]` and no target is skipped or counted twice.
+
+When the document stream is finite (evaluation), the rows are flushed at the
+end with padding, and `weights` marks the real targets, so every byte of
+every document is scored exactly once.
+
+Order (as in tensorflow/models input pipelines): list shard files -> split
+them by input pipeline -> (shuffle files) -> interleave readers -> parse ->
+(shuffle documents) -> frame -> window -> batch rows -> prefetch.
+"""
+
+import tensorflow as tf
+
+from tf_mlstm.data import readers
+from tf_mlstm.data import tfrecord
+from tf_mlstm.data.text import DOC_START
+
+
+def document_dataset(
+    files, input_context=None, shuffle=False, seed=0, shuffle_buffer=0, repeat=False, cycle_length=4
+):
+    """Normalized document texts (tf.string scalars) from TFRecord shards.
+
+    Args:
+      files: shard file paths (all gzip or all uncompressed).
+      input_context: a `tf.distribute.InputContext`; this pipeline reads the
+        shards `files[pipeline_id::num_pipelines]`.
+      shuffle: shuffle shard order each epoch (seeded).
+      seed: shuffle seed.
+      shuffle_buffer: documents in the shuffle buffer (0 = no shuffling).
+      repeat: cycle through the shards forever.
+      cycle_length: shards read in parallel.
+
+    Returns:
+      A dataset of document texts.
+
+    Raises:
+      ValueError: no files, mixed compression, or fewer shards than pipelines.
+    """
+    files = sorted(files)
+    if not files:
+        raise ValueError("document_dataset: no TFRecord files given.")
+    compression = tfrecord.compression_type(files)
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
+        if len(files) < n:
+            raise ValueError(
+                f"{len(files)} shard files cannot feed {n} input pipelines (one "
+                "per worker): convert the corpus with --num_shards >= the number "
+                "of workers."
+            )
+        files = files[i::n]
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.interleave(
+        lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
+        cycle_length=min(cycle_length, len(files)),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    ds = ds.map(
+        lambda record: tfrecord.parse_example(record)["text"],
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return ds
+
+
+def corpus_documents(paths, text_keys, text_mode="line"):
+    """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
+
+    Reads with `tf_mlstm.data.readers`, so bad records are counted and
+    reported exactly as in conversion.
+
+    Args:
+        paths: corpus files.
+        text_keys: keys/columns tried in order for the text.
+        text_mode: plain-text files: "line" or "file".
+
+    Returns:
+        A dataset of tf.string document texts.
+    """
+    paths = list(paths)
+    readers.read_documents(paths, text_keys, text_mode=text_mode)  # Fail fast.
+
+    def generate():
+        for doc in readers.read_documents(paths, text_keys, text_mode=text_mode):
+            yield doc.text.encode("utf-8")
+
+    return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((), tf.string))
+
+
+def window_dataset(documents, rows, seq_length, finite=False):
+    """Turns document texts into [rows, seq_length + 1] byte windows.
+
+    Args:
+      documents: dataset of normalized texts (tf.string scalars, unframed).
+      rows: batch rows (streams).
+      seq_length: window length in characters (targets per row).
+      finite: flush and pad the rows when the documents end (evaluation).
+
+    Returns:
+      A dataset of dicts: `inputs` and `targets` [rows, seq_length] uint8,
+      `weights` [rows, seq_length] float32 (1 for real targets).
+    """
+    width = seq_length + 1
+    framed = documents.map(lambda t: (tf.strings.join([chr(DOC_START), t]), False))
+    if finite:
+        # One sentinel element tells the scan to flush the buffers.
+        framed = framed.concatenate(tf.data.Dataset.from_tensors((tf.constant(""), True)))
+
+    def scan(buffers, element):
+        doc, flush = element
+        lengths = tf.strings.length(buffers)
+        row = tf.argmin(lengths, output_type=tf.int32)
+        buffers = tf.tensor_scatter_nd_update(
+            buffers, [[row]], [tf.strings.join([buffers[row], doc])]
+        )
+        lengths = tf.strings.length(buffers)
+        shortest = tf.reduce_min(lengths)
+        full = tf.maximum(shortest - 1, 0) // seq_length
+        longest = tf.reduce_max(lengths)
+        flushed = tf.maximum(longest - 1 + seq_length - 1, 0) // seq_length
+        count = tf.where(flush, flushed, full)
+        starts = tf.range(count) * seq_length
+        # Clamped: at a flush, short rows have no bytes left (weights are 0).
+        positions = tf.minimum(starts[:, None], lengths[None, :])
+        windows = tf.strings.substr(
+            tf.broadcast_to(buffers[None, :], (count, rows)),
+            positions,
+            tf.fill((count, rows), width),
+        )
+        # Real targets in each window: bytes after its first, up to the end.
+        valid = tf.clip_by_value(lengths[None, :] - 1 - starts[:, None], 0, seq_length)
+        consumed = count * seq_length
+        buffers = tf.strings.substr(
+            buffers, tf.minimum(consumed, lengths), tf.maximum(lengths - consumed, 0)
+        )
+        return buffers, (windows, valid)
+
+    initial = tf.fill((rows,), "")
+    ds = framed.scan(initial, scan)
+    ds = ds.flat_map(lambda w, v: tf.data.Dataset.from_tensor_slices((w, v)))
+
+    def to_arrays(windows, valid):
+        ids = tf.io.decode_raw(windows, tf.uint8, fixed_length=width)
+        ids = tf.reshape(ids, (rows, width))
+        weights = tf.cast(tf.range(seq_length)[None, :] < valid[:, None], tf.float32)
+        return {"inputs": ids[:, :-1], "targets": ids[:, 1:], "weights": weights}
+
+    return ds.map(to_arrays, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def lm_dataset(
+    files,
+    batch_size,
+    seq_length,
+    input_context=None,
+    training=True,
+    seed=0,
+    shuffle_buffer=1024,
+    replicas=1,
+):
+    """Training or evaluation batches for one input pipeline.
+
+    Under a strategy, each local replica receives consecutive elements in
+    turn, so this pipeline builds `batch_size * replicas` streams and emits
+    each batch as `replicas` consecutive slices: replica r always gets the
+    same rows, and its carried state stays aligned with its streams.
+
+    Args:
+      files: TFRecord shard paths.
+      batch_size: rows per replica.
+      seq_length: characters per row per batch.
+      input_context: the `tf.distribute.InputContext`, if distributed.
+      training: repeat forever and shuffle (else one finite padded pass).
+      seed: shuffle seed.
+      shuffle_buffer: documents in the shuffle buffer when training.
+      replicas: local replicas fed by this pipeline.
+
+    Returns:
+      A dataset of per-replica batches (dicts, see `window_dataset`).
+    """
+    docs = document_dataset(
+        files,
+        input_context,
+        shuffle=training,
+        seed=seed,
+        shuffle_buffer=shuffle_buffer if training else 0,
+        repeat=training,
+    )
+    ds = window_dataset(docs, batch_size * replicas, seq_length, finite=not training)
+    if replicas > 1:
+        ds = ds.flat_map(
+            lambda b: tf.data.Dataset.from_tensor_slices(
+                {k: tf.reshape(v, (replicas, batch_size, seq_length)) for k, v in b.items()}
+            )
+        )
+    return ds.prefetch(tf.data.AUTOTUNE)

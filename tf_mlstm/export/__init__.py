@@ -1,0 +1,1 @@
+"""SavedModel export with string-in serving signatures."""

@@ -1,0 +1,167 @@
+"""The mLSTM over a sequence: the fast recurrence behind a Keras layer.
+
+`MLSTM` owns an `MLSTMCell` (the weights and their documented math) and runs
+it over [batch, time, features] with `tf_mlstm.layers.recurrence`: the input
+side of every gate is computed for all steps in one product outside the
+loop, weight normalization once per call, the loop carries only the
+recurrent products, and training uses the hand-written sequence gradient.
+This layer is TensorFlow-specific (custom gradient, while loops); the cell
+itself is backend-agnostic and runs in `keras.layers.RNN`.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_mlstm.layers import recurrence
+from tf_mlstm.layers.mlstm_cell import MLSTMCell
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class MLSTM(keras.layers.Layer):
+    """A multiplicative LSTM layer over whole sequences.
+
+    Call signature: `layer(inputs, initial_state=None, keep=None, valid=None,
+    training=None)` with `inputs` [B, T, D]; returns `(outputs, [h, c])` with
+    `outputs` [B, T, H] (or None when `return_sequences=False`).
+
+    `keep` ([B, T], 1/0) zeroes the state before a step (a document start);
+    `valid` ([B, T], 1/0) leaves the state unchanged at a step (padding; only
+    for inference).
+
+    Args:
+      units: hidden size H.
+      weight_norm: weight-normalized kernels (default True).
+      return_sequences: return the hidden state of every step.
+      **kwargs: `MLSTMCell` initializer arguments and base layer arguments.
+    """
+
+    def __init__(
+        self,
+        units,
+        weight_norm=True,
+        return_sequences=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        **kwargs
+    ):
+        super().__init__(**kwargs)
+        self.units = units
+        self.return_sequences = return_sequences
+        self.cell = MLSTMCell(
+            units,
+            weight_norm=weight_norm,
+            kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer,
+            bias_initializer=bias_initializer,
+            dtype=self.dtype_policy,
+            name="cell",
+        )
+
+    # === Layers ===
+    def build(self, input_shape):
+        self.cell.build(input_shape)
+
+    def project_inputs(self, inputs, kernels=None):
+        """Input side of the gates for any batch of vectors.
+
+        Applied to an embedding table it gives per-byte tables, so a byte model
+        gathers rows instead of multiplying per step.
+
+        Args:
+          inputs: [..., D] input vectors.
+          kernels: the cell's `kernels()`, if already computed.
+
+        Returns:
+          (xz [..., 4H] = x Wx + b, xm [..., H] = x Wmx).
+        """
+        w_x, w_mx, _, _, b = kernels or self.cell.kernels()
+        return (keras.ops.matmul(inputs, w_x) + b, keras.ops.matmul(inputs, w_mx))
+
+    def run_projected(
+        self,
+        xz,
+        xm,
+        initial_state=None,
+        keep=None,
+        valid=None,
+        training=None,
+        kernels=None,
+        return_sequences=None,
+    ):
+        """Runs the recurrence on already projected inputs.
+
+        Args:
+          xz: [B, T, 4H] gate input contribution.
+          xm: [B, T, H] multiplicative input contribution.
+          initial_state: optional [h, c], each [B, H].
+          keep: optional [B, T] reset mask (0 = reset before the step).
+          valid: optional [B, T] mask (0 = state unchanged), inference only.
+          training: if true, the trainable path with the sequence gradient.
+          kernels: the cell's `kernels()`, if already computed.
+          return_sequences: overrides the layer's setting.
+
+        Returns:
+          (outputs [B, T, H] or None, [h, c]).
+        """
+        if return_sequences is None:
+            return_sequences = self.return_sequences
+        _, _, w_mh, w_h, _ = kernels or self.cell.kernels()
+        dtype = xz.dtype
+        batch = tf.shape(xz)[0]
+        if initial_state is None:
+            zeros = tf.zeros((batch, self.units), dtype)
+            initial_state = [zeros, zeros]
+        h0, c0 = (tf.cast(s, dtype) for s in initial_state)
+        time_major = lambda x: tf.transpose(x, (1, 0, 2))
+        if keep is None:
+            keep = tf.ones(tf.shape(xz)[:2], dtype)
+        keep = time_major(tf.cast(keep, dtype)[..., None])
+        xz, xm = time_major(xz), time_major(xm)
+        if training:
+            if valid is not None:
+                raise ValueError(
+                    "MLSTM: `valid` masks are for inference only; "
+                    "training streams have no padding."
+                )
+            outputs, h, c = recurrence.mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h)
+        else:
+            if valid is not None:
+                valid = time_major(tf.cast(valid, dtype)[..., None])
+            outputs, h, c = recurrence.mlstm_forward(
+                xz, xm, h0, c0, keep, w_mh, w_h, valid=valid, return_sequences=return_sequences
+            )
+        if return_sequences:
+            outputs = time_major(outputs)
+        else:
+            outputs = None
+        return outputs, [h, c]
+
+    def call(self, inputs, initial_state=None, keep=None, valid=None, training=None):
+        kernels = self.cell.kernels()
+        xz, xm = self.project_inputs(inputs, kernels)
+        return self.run_projected(xz, xm, initial_state, keep, valid, training, kernels)
+
+    def compute_output_spec(self, inputs, initial_state=None, keep=None, valid=None, training=None):
+        batch, steps = inputs.shape[0], inputs.shape[1]
+        state = keras.KerasTensor((batch, self.units), dtype=self.compute_dtype)
+        outputs = None
+        if self.return_sequences:
+            outputs = keras.KerasTensor((batch, steps, self.units), dtype=self.compute_dtype)
+        return outputs, [state, state]
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        cell = self.cell.get_config()
+        config.update(
+            {
+                "units": self.units,
+                "return_sequences": self.return_sequences,
+                "weight_norm": cell["weight_norm"],
+                "kernel_initializer": cell["kernel_initializer"],
+                "recurrent_initializer": cell["recurrent_initializer"],
+                "bias_initializer": cell["bias_initializer"],
+            }
+        )
+        return config

@@ -1,0 +1,139 @@
+"""Multiplicative LSTM cell (Krause et al. 2016), as used by Radford et al. 2017.
+
+Per step, with input x, hidden state h and cell state c:
+
+    m  = (x Wmx) * (h Wmh)
+    z  = x Wx + m Wh + b                 z has 4 * units columns
+    i, f, o, u = split(z, 4)             gate order: input, forget, output,
+                                         candidate ("u"), in that order
+    c' = sigmoid(f) * c + sigmoid(i) * tanh(u)
+    h' = sigmoid(o) * tanh(c')
+
+With `weight_norm=True` (the default, as in the paper) each of Wx, Wmx, Wmh
+and Wh is used as `g * W / ||W||`, the norm taken per output column and `g`
+a learned per-column gain initialized to the initial column norm, so the
+initial function equals the un-normalized one.
+"""
+
+import keras
+from keras import ops
+
+# The four kernels, their (rows, columns) in units of (input_dim|units, units).
+_KERNELS = ("kernel_x", "kernel_mx", "kernel_mh", "kernel_h")
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class MLSTMCell(keras.layers.Layer):
+    """A multiplicative LSTM cell for `keras.layers.RNN`.
+
+    Mirrors `keras.layers.LSTMCell`: `state_size = [units, units]` (h, c),
+    `call(inputs, states, training)` returns `h, [h, c]`. Variables are float32
+    under any mixed-precision policy; the computation and the state are in the
+    layer's compute dtype.
+
+    Args:
+      units: hidden size H.
+      weight_norm: use weight-normalized kernels (default True).
+      kernel_initializer: initializer of the input kernels Wx and Wmx.
+      recurrent_initializer: initializer of the recurrent kernels Wmh and Wh.
+      bias_initializer: initializer of the gate bias b.
+      **kwargs: base layer arguments (name, dtype, ...).
+    """
+
+    def __init__(
+        self,
+        units,
+        weight_norm=True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if units <= 0:
+            raise ValueError(f"MLSTMCell units must be positive, got {units}.")
+        self.units = int(units)
+        self.weight_norm = bool(weight_norm)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.recurrent_initializer = keras.initializers.get(recurrent_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.state_size = [self.units, self.units]
+        self.output_size = self.units
+
+    # === Layers ===
+    def build(self, input_shape):
+        input_dim = input_shape[-1]
+        h = self.units
+        shapes = {
+            "kernel_x": ((input_dim, 4 * h), self.kernel_initializer),
+            "kernel_mx": ((input_dim, h), self.kernel_initializer),
+            "kernel_mh": ((h, h), self.recurrent_initializer),
+            "kernel_h": ((h, 4 * h), self.recurrent_initializer),
+        }
+        for name, (shape, init) in shapes.items():
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=init))
+        self.bias = self.add_weight(name="bias", shape=(4 * h,), initializer=self.bias_initializer)
+        if self.weight_norm:
+            for name in _KERNELS:
+                kernel = getattr(self, name)
+                gain_name = name.replace("kernel", "gain")
+                # The initial column norms, so weight norm starts at the identity.
+                init = _ColumnNormInitializer(kernel)
+                setattr(
+                    self,
+                    gain_name,
+                    self.add_weight(name=gain_name, shape=(kernel.shape[1],), initializer=init),
+                )
+
+    def kernels(self):
+        """Returns (Wx, Wmx, Wmh, Wh, b), weight-normalized, in compute dtype."""
+        out = []
+        # Normalize in the variable dtype (float32 under mixed policies): the
+        # column norm of 4096 squares in float16 loses precision and can overflow.
+        dtype = self.variable_dtype
+        for name in _KERNELS:
+            kernel = ops.cast(getattr(self, name), dtype)
+            if self.weight_norm:
+                gain = ops.cast(getattr(self, name.replace("kernel", "gain")), dtype)
+                kernel = kernel * (gain / ops.sqrt(ops.sum(ops.square(kernel), axis=0) + 1e-12))
+            out.append(ops.cast(kernel, self.compute_dtype))
+        out.append(ops.cast(self.bias, self.compute_dtype))
+        return tuple(out)
+
+    def call(self, inputs, states, training=None):
+        h, c = states
+        w_x, w_mx, w_mh, w_h, b = self.kernels()
+        m = ops.matmul(inputs, w_mx) * ops.matmul(h, w_mh)
+        z = ops.matmul(inputs, w_x) + ops.matmul(m, w_h) + b
+        zi, zf, zo, zu = ops.split(z, 4, axis=-1)
+        c = ops.sigmoid(zf) * c + ops.sigmoid(zi) * ops.tanh(zu)
+        h = ops.sigmoid(zo) * ops.tanh(c)
+        return h, [h, c]
+
+    def get_initial_state(self, batch_size=None):
+        return [ops.zeros((batch_size, self.units), dtype=self.compute_dtype) for _ in range(2)]
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "weight_norm": self.weight_norm,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "recurrent_initializer": keras.initializers.serialize(self.recurrent_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config
+
+
+class _ColumnNormInitializer(keras.initializers.Initializer):
+    """Initializes a weight-norm gain to its kernel's initial column norms."""
+
+    def __init__(self, kernel):
+        self._kernel = kernel
+
+    def __call__(self, shape, dtype=None):
+        norm = ops.sqrt(ops.sum(ops.square(ops.convert_to_tensor(self._kernel)), axis=0))
+        return ops.cast(ops.reshape(norm, shape), dtype or "float32")

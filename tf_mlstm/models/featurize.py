@@ -1,0 +1,132 @@
+"""Inference over whole texts: byte encoding, windowed featurization, scoring.
+
+Texts of any length run through the model in windows of `window` bytes with
+the state carried, so memory depends on the window and not on the longest
+text. Padding is masked: a padded position leaves the state unchanged and
+adds nothing to pooled features or scores, so a text's features never depend
+on the batch it came in (the tests check this).
+
+All functions here are graph-friendly and back both the SavedModel
+signatures and the transfer tools.
+"""
+
+import tensorflow as tf
+
+from tf_mlstm.data.text import DOC_START
+
+FEATURE_KINDS = ("cell", "hidden", "mean", "max")
+
+
+def texts_to_ids(texts, pad_to_multiple=1):
+    """Frames normalized texts and turns them into padded byte ids.
+
+    Args:
+      texts: [N] tf.string of normalized texts (no framing byte).
+      pad_to_multiple: pad the time axis to a multiple of this.
+
+    Returns:
+      (ids [N, T] int32, valid [N, T] float32, lengths [N] int32); every row
+      starts with `DOC_START`.
+    """
+    framed = tf.strings.join([chr(DOC_START), texts])
+    chars = tf.strings.bytes_split(framed)
+    codes = tf.io.decode_raw(chars.flat_values, tf.uint8)
+    ragged = chars.with_flat_values(tf.cast(tf.reshape(codes, [-1]), tf.int32))
+    lengths = tf.cast(ragged.row_lengths(), tf.int32)
+    longest = tf.reduce_max(lengths)
+    multiple = tf.constant(pad_to_multiple, tf.int32)
+    padded = (longest + multiple - 1) // multiple * multiple
+    ids = ragged.to_tensor(default_value=0)
+    ids = tf.pad(ids, [[0, 0], [0, padded - tf.shape(ids)[1]]])
+    valid = tf.sequence_mask(lengths, padded, dtype=tf.float32)
+    return ids, valid, lengths
+
+
+def _windows(model, ids, valid, window, body, initial):
+    """Runs `body(window_outputs, ids_w, valid_w, acc)` over time windows."""
+    batch = tf.shape(ids)[0]
+    steps = tf.shape(ids)[1] // window
+    state = model.initial_state(batch)
+
+    def loop(k, h, c, acc):
+        start = k * window
+        ids_w = ids[:, start : start + window]
+        valid_w = valid[:, start : start + window]
+        outputs, (h, c) = model.encode(ids_w, [h, c], valid=valid_w, training=False)
+        return k + 1, h, c, body(outputs, ids_w, valid_w, acc)
+
+    _, h, c, acc = tf.while_loop(
+        lambda k, *_: k < steps, loop, (tf.constant(0), state[0], state[1], initial)
+    )
+    return h, c, acc
+
+
+def featurize_ids(model, ids, valid, window=256):
+    """Features of each row: final cell and hidden state, mean/max hidden.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      ids: [N, T] byte ids, T a multiple of `window`.
+      valid: [N, T] 1/0 mask of real bytes.
+      window: bytes per model call.
+
+    Returns:
+      dict of float32 [N, H] tensors keyed by `FEATURE_KINDS`.
+    """
+    hidden = model.hidden_size
+    batch = tf.shape(ids)[0]
+
+    def pool(outputs, ids_w, valid_w, acc):
+        total, peak = acc
+        outputs = tf.cast(outputs, tf.float32)
+        mask = valid_w[..., None]
+        total += tf.reduce_sum(outputs * mask, axis=1)
+        masked = tf.where(mask > 0, outputs, tf.fill(tf.shape(outputs), -2.0))
+        return total, tf.maximum(peak, tf.reduce_max(masked, axis=1))
+
+    initial = (tf.zeros((batch, hidden)), tf.fill((batch, hidden), -2.0))
+    h, c, (total, peak) = _windows(model, ids, valid, window, pool, initial)
+    count = tf.maximum(tf.reduce_sum(valid, axis=1, keepdims=True), 1.0)
+    return {
+        "cell": tf.cast(c, tf.float32),
+        "hidden": tf.cast(h, tf.float32),
+        "mean": total / count,
+        "max": peak,
+    }
+
+
+def score_ids(model, ids, valid, window=256):
+    """Bits per character of each row under the model.
+
+    The first byte (the framing `DOC_START`) is given; every later byte is
+    predicted from the ones before it.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      ids: [N, T] byte ids, T a multiple of `window`.
+      valid: [N, T] 1/0 mask.
+      window: bytes per model call.
+
+    Returns:
+      (bits [N] float32 summed, chars [N] float32 scored).
+    """
+    batch = tf.shape(ids)[0]
+    # Targets are the next byte; the last position of each window predicts the
+    # first byte of the next window.
+    targets = tf.concat([ids[:, 1:], tf.zeros((batch, 1), ids.dtype)], axis=1)
+    target_valid = tf.concat([valid[:, 1:], tf.zeros((batch, 1))], axis=1)
+
+    def accumulate(outputs, ids_w, valid_w, acc):
+        bits, k = acc
+        start = k * window
+        logits = tf.cast(model.head(outputs), tf.float32)
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=targets[:, start : start + window], logits=logits
+        )
+        weights = target_valid[:, start : start + window]
+        return bits + tf.reduce_sum(ce * weights, axis=1) / tf.math.log(2.0), k + 1
+
+    _, _, (bits, _) = _windows(
+        model, ids, valid, window, accumulate, (tf.zeros((batch,)), tf.constant(0))
+    )
+    return bits, tf.reduce_sum(target_valid, axis=1)

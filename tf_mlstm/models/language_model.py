@@ -1,0 +1,152 @@
+"""The byte-level language model: embed -> mLSTM -> logits over 256 bytes.
+
+Inputs are byte ids [B, T] (uint8 or int32). The state is reset wherever the
+input byte is `DOC_START` (every document in a stream begins with it), so a
+document's features never depend on the text before it. The model takes and
+returns the recurrent state so training can carry it across batches
+(truncated backpropagation through time).
+
+The embedding is a 256-row table, so the input side of every gate is a
+gather from `table @ Wx` (256 x 4H) and `table @ Wmx` (256 x H), computed
+once per call instead of a product per character.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.layers import MLSTM
+
+VOCAB_SIZE = 256
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class MLSTMLanguageModel(keras.Model):
+    """Byte-level mLSTM language model.
+
+    Call: `model(ids, initial_state=None, training=None)` ->
+    `(logits [B, T, 256] float32, [h, c])`.
+
+    Args:
+      hidden_size: mLSTM units (4096 in the paper).
+      embedding_size: byte embedding width (64 in the paper).
+      weight_norm: weight-normalized mLSTM kernels.
+      **kwargs: base model arguments (name, dtype policy, ...).
+    """
+
+    def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = int(hidden_size)
+        self.embedding_size = int(embedding_size)
+        self.weight_norm = bool(weight_norm)
+        self.embedding = keras.layers.Embedding(
+            VOCAB_SIZE, self.embedding_size, dtype=self.dtype_policy, name="embedding"
+        )
+        self.mlstm = MLSTM(
+            self.hidden_size, weight_norm=self.weight_norm, dtype=self.dtype_policy, name="mlstm"
+        )
+        self.head = keras.layers.Dense(VOCAB_SIZE, dtype=self.dtype_policy, name="head")
+
+    # === Layers ===
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        self.mlstm.build((None, None, self.embedding_size))
+        self.head.build((None, None, self.hidden_size))
+        self.built = True
+
+    def _projected(self, ids):
+        ids = tf.cast(ids, tf.int32)
+        kernels = self.mlstm.cell.kernels()
+        table = tf.cast(self.embedding.embeddings, self.compute_dtype)
+        xz_table, xm_table = self.mlstm.project_inputs(table, kernels)
+        keep = tf.cast(tf.not_equal(ids, DOC_START), self.compute_dtype)
+        return (tf.gather(xz_table, ids), tf.gather(xm_table, ids), keep, kernels)
+
+    def encode(self, ids, initial_state=None, valid=None, training=None, return_sequences=True):
+        """Runs the mLSTM over byte ids.
+
+        Args:
+          ids: [B, T] byte ids.
+          initial_state: optional [h, c], each [B, H].
+          valid: optional [B, T] 1/0 mask; the state stays put where 0.
+          training: selects the trainable path.
+          return_sequences: return every step's hidden state.
+
+        Returns:
+          (hidden states [B, T, H] or None, [h, c]).
+        """
+        xz, xm, keep, kernels = self._projected(ids)
+        return self.mlstm.run_projected(
+            xz,
+            xm,
+            initial_state,
+            keep=keep,
+            valid=valid,
+            training=training,
+            kernels=kernels,
+            return_sequences=return_sequences,
+        )
+
+    def call(self, ids, initial_state=None, training=None):
+        outputs, state = self.encode(ids, initial_state, training=training)
+        logits = tf.cast(self.head(outputs), tf.float32)
+        return logits, state
+
+    @classmethod
+    def from_train_config(cls, config, precision=None):
+        """Builds the model a `TrainConfig` describes, in its precision policy.
+
+        Args:
+          config: an object with `hidden_size`, `embedding_size`, `weight_norm`
+            and `precision` attributes.
+          precision: overrides `config.precision` (e.g. float32 for serving).
+
+        Returns:
+          A built `MLSTMLanguageModel`.
+        """
+        model = cls(
+            hidden_size=config.hidden_size,
+            embedding_size=config.embedding_size,
+            weight_norm=config.weight_norm,
+            dtype=precision or config.precision,
+            name="mlstm_lm",
+        )
+        model.build()
+        return model
+
+    def initial_state(self, batch_size):
+        """Zero [h, c] for `batch_size` rows in the compute dtype."""
+        zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
+        return [zeros, zeros]
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_size": self.hidden_size,
+                "embedding_size": self.embedding_size,
+                "weight_norm": self.weight_norm,
+            }
+        )
+        return config
+
+
+def bits_per_char_from_logits(logits, targets, weights=None):
+    """Summed cross-entropy in bits and the number of characters scored.
+
+    Args:
+      logits: [B, T, 256] float32.
+      targets: [B, T] byte ids.
+      weights: optional [B, T] 1/0 weights.
+
+    Returns:
+      (total bits float32 scalar, character count float32 scalar).
+    """
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(targets, tf.int32), logits=tf.cast(logits, tf.float32)
+    )
+    if weights is None:
+        weights = tf.ones_like(ce)
+    weights = tf.cast(weights, tf.float32)
+    return (tf.reduce_sum(ce * weights) / tf.math.log(2.0), tf.reduce_sum(weights))

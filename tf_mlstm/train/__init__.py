@@ -1,0 +1,1 @@
+"""Training: strategies, schedules, the loop, checkpoints, evaluation."""

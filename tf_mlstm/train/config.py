@@ -1,0 +1,128 @@
+"""The frozen training configuration: one object built once from flags.
+
+Everything below `tf_mlstm.cli` receives a `TrainConfig`; nothing reads
+absl FLAGS. `validate()` turns bad combinations into one clear message.
+"""
+
+import dataclasses
+import json
+
+from tf_mlstm.train import schedules
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+ALL_REDUCE = ("auto", "ring", "nccl")
+JIT_CHOICES = ("auto", "true", "false")
+
+# Files and folders of a run's --model_dir.
+CONFIG_FILE = "config.json"
+RESULTS_FILE = "results.json"
+CHECKPOINT_SUBDIR = "checkpoints"
+EXPORT_SUBDIR = "export"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Training settings. Field names match the `tf-mlstm-train` flags."""
+
+    # Data.
+    train_data: str = ""  # TFRecord folder or glob; "" = embedded demo corpus.
+    validation_data: str = ""  # "" = the validation split beside train_data.
+    model_dir: str = "tf_mlstm_demo"
+    shuffle_buffer: int = 1024
+    # Model.
+    hidden_size: int = 256
+    embedding_size: int = 64
+    weight_norm: bool = True
+    # Optimization.
+    seq_length: int = 128
+    batch_size: int = 32  # global
+    lr: float = 2e-3
+    lr_scaling: str = "none"
+    lr_base_batch: int = 128
+    max_lr: float = 0.0
+    warmup_steps: int = 0
+    lr_decay: str = "linear"
+    total_steps: int = 0  # 0 = max_steps
+    clip_norm: float = 1.0
+    precision: str = "float32"
+    allreduce_dtype: str = "float32"
+    jit_compile: str = "auto"
+    seed: int = 0
+    # Budget and bookkeeping.
+    max_steps: int = 600
+    max_minutes: float = 0.0
+    checkpoint_every_steps: int = 200
+    keep_checkpoints: int = 3
+    log_every_steps: int = 25
+    eval_every_steps: int = 200
+    eval_batches: int = 20
+    sample_every_steps: int = 200
+    sample_length: int = 200
+    # Distribution.
+    distribution_strategy: str = "default"
+    all_reduce: str = "auto"
+    cluster_resolver: str = "tf_config"
+    num_gpus: int = -1  # -1 = all visible
+
+    def validate(self):
+        """Raises ValueError with one clear line for an inconsistent config."""
+        positive = (
+            "hidden_size",
+            "embedding_size",
+            "seq_length",
+            "batch_size",
+            "max_steps",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+            "log_every_steps",
+            "lr_base_batch",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got " f"{getattr(self, name)}.")
+        choices = {
+            "precision": PRECISIONS,
+            "distribution_strategy": STRATEGIES,
+            "all_reduce": ALL_REDUCE,
+            "jit_compile": JIT_CHOICES,
+            "lr_scaling": schedules.SCALINGS,
+            "lr_decay": schedules.DECAYS,
+            "allreduce_dtype": ("float32", "float16"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"--{name} must be one of {', '.join(allowed)}; got "
+                    f"{getattr(self, name)!r}."
+                )
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be positive, got {self.lr}.")
+        if self.clip_norm < 0 or self.max_minutes < 0 or self.max_lr < 0:
+            raise ValueError("--clip_norm, --max_minutes and --max_lr must be >= 0.")
+        if self.warmup_steps < 0 or self.warmup_steps > self.schedule_steps:
+            raise ValueError(
+                f"--warmup_steps must be in [0, {self.schedule_steps}] "
+                f"(the schedule length), got {self.warmup_steps}."
+            )
+        if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
+            raise ValueError(
+                "--allreduce_dtype=float16 needs "
+                "--precision=mixed_float16 (its loss scaling keeps "
+                "float16 gradient sums finite)."
+            )
+        return self
+
+    @property
+    def schedule_steps(self):
+        return self.total_steps or self.max_steps
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        """Builds a config from `to_json` output, ignoring unknown keys."""
+        values = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
