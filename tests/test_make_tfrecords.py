@@ -1,0 +1,349 @@
+"""Tests for the TFRecord schema and writer, the converter and its binary."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+import pytest
+import tensorflow as tf
+
+from tf_mlstm.cli import make_tfrecords
+from tf_mlstm.data import convert
+from tf_mlstm.data import readers
+from tf_mlstm.data import tfrecord
+from tf_mlstm.data.readers import Document
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _read_records(files):
+    """Returns the parsed records of TFRecord files as Python tuples, in file order."""
+    dataset = tf.data.TFRecordDataset(files, compression_type=tfrecord.compression_type(files))
+    return [
+        (r["text"].numpy().decode("utf-8"), int(r["label"]), float(r["rating"]))
+        for r in dataset.map(tfrecord.parse_example)
+    ]
+
+
+def _docs(n):
+    return [Document(f"doc {i}", label=i % 2, rating=float(i)) for i in range(n)]
+
+
+def test_make_example_round_trip_with_unknowns():
+    serialized = [
+        tfrecord.make_example(Document("caf\u00e9 \U0001f600", label=1, rating=4.5)),
+        tfrecord.make_example(Document("no label")),
+    ]
+    single = [tfrecord.parse_example(tf.constant(s)) for s in serialized]
+    assert single[0]["text"].numpy().decode() == "caf\u00e9 \U0001f600"
+    assert int(single[0]["label"]) == 1 and float(single[0]["rating"]) == 4.5
+    assert int(single[1]["label"]) == tfrecord.UNKNOWN_LABEL == -1
+    assert math.isnan(float(single[1]["rating"]))
+    batch = tfrecord.parse_examples(tf.constant(serialized))
+    assert batch["text"].numpy().tolist() == ["caf\u00e9 \U0001f600".encode(), b"no label"]
+    assert batch["label"].numpy().tolist() == [1, -1]
+
+
+def test_parse_defaults_for_records_without_label_or_rating():
+    example = tf.train.Example()
+    example.features.feature["text"].bytes_list.value.append(b"bare")
+    parsed = tfrecord.parse_example(example.SerializeToString())
+    assert int(parsed["label"]) == -1 and math.isnan(float(parsed["rating"]))
+
+
+def test_shard_names_and_counts():
+    assert tfrecord.shard_name("train", 3, 100) == "train-00003-of-00100.tfrecord"
+    assert tfrecord.shard_name("test", 0, 1, "GZIP") == "test-00000-of-00001.tfrecord.gz"
+    assert tfrecord.split_shard_counts(100, (1000, 1, 1)) == {
+        "train": 100,
+        "validation": 1,
+        "test": 1,
+    }
+    assert tfrecord.split_shard_counts(100, (90, 5, 5)) == {
+        "train": 100,
+        "validation": 6,
+        "test": 6,
+    }
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_writer_round_trip(tmp_path, compression):
+    docs = _docs(60)
+    with tfrecord.ShardedWriter(str(tmp_path), 3, (4, 1, 1), compression) as writer:
+        for doc in docs:
+            writer.write(doc)
+    suffix = ".tfrecord.gz" if compression else ".tfrecord"
+    assert sorted(os.listdir(tmp_path)) == [
+        f"test-00000-of-00001{suffix}",
+        f"train-00000-of-00003{suffix}",
+        f"train-00001-of-00003{suffix}",
+        f"train-00002-of-00003{suffix}",
+        f"validation-00000-of-00001{suffix}",
+    ]
+    records = []
+    for split in tfrecord.SPLITS:
+        records += _read_records(tfrecord.split_files(str(tmp_path), split))
+    assert sorted(records) == sorted((d.text, d.label, d.rating) for d in docs)
+    stats = writer.split_stats()
+    assert {s: v["records"] for s, v in stats.items()} == {
+        "train": 40,
+        "validation": 10,
+        "test": 10,
+    }
+    assert sum(v["bytes"] for v in stats.values()) == sum(len(d.text) for d in docs)
+
+
+def test_split_pattern_and_shard_round_robin(tmp_path):
+    with tfrecord.ShardedWriter(str(tmp_path), 2, (2, 1, 1)) as writer:
+        splits = [writer.write(doc) for doc in _docs(8)]
+    # Smooth weighted round robin over (2, 1, 1): train, validation, test, train.
+    assert splits == ["train", "validation", "test", "train"] * 2
+    paths = writer.paths
+    assert [t for t, _, _ in _read_records(paths["train"][:1])] == ["doc 0", "doc 4"]
+    assert [t for t, _, _ in _read_records(paths["train"][1:])] == ["doc 3", "doc 7"]
+    assert [t for t, _, _ in _read_records(paths["validation"])] == ["doc 1", "doc 5"]
+    assert [t for t, _, _ in _read_records(paths["test"])] == ["doc 2", "doc 6"]
+
+
+def test_paper_split_interleaves_validation_and_test(tmp_path):
+    writer = tfrecord.ShardedWriter(str(tmp_path), 4)
+    with writer:
+        splits = [writer.write(Document("x")) for _ in range(2004)]
+    assert splits.index("validation") == 334 and splits.index("test") == 668
+    assert splits.count("validation") == splits.count("test") == 2
+    stats = writer.split_stats()
+    assert stats["train"] == {"records": 2000, "bytes": 2000, "shards": 4}
+    assert stats["validation"]["shards"] == stats["test"]["shards"] == 1
+    # Round robin: the 2000 train documents spread evenly over the 4 shards.
+    counts = [sum(1 for _ in tf.data.TFRecordDataset(p)) for p in writer.paths["train"]]
+    assert counts == [500, 500, 500, 500]
+
+
+def test_empty_splits_still_get_a_file(tmp_path):
+    with tfrecord.ShardedWriter(str(tmp_path), 2) as writer:
+        writer.write(Document("only one"))
+    assert writer.split_stats()["validation"]["records"] == 0
+    assert _read_records(tfrecord.split_files(str(tmp_path), "validation")) == []
+
+
+def test_writer_refuses_stale_shards_but_overwrites_its_own(tmp_path):
+    for _ in range(2):  # Same layout twice: overwritten, fine.
+        with tfrecord.ShardedWriter(str(tmp_path), 2) as writer:
+            writer.write(Document("a"))
+    with pytest.raises(FileExistsError, match=r"already holds 2 other shard files"):
+        tfrecord.ShardedWriter(str(tmp_path), 3).open()
+
+
+def test_writer_argument_errors(tmp_path):
+    with pytest.raises(ValueError, match="num_train_shards must be >= 1"):
+        tfrecord.ShardedWriter(str(tmp_path), 0)
+    with pytest.raises(ValueError, match="split_weights must be 3 positive integers"):
+        tfrecord.ShardedWriter(str(tmp_path), 1, (10, 0, 1))
+    with pytest.raises(ValueError, match="compression must be None or 'GZIP'"):
+        tfrecord.ShardedWriter(str(tmp_path), 1, compression="ZLIB")
+    with pytest.raises(RuntimeError, match="before open"):
+        tfrecord.ShardedWriter(str(tmp_path), 1).write(Document("x"))
+
+
+def test_split_files_and_compression_type(tmp_path):
+    with tfrecord.ShardedWriter(str(tmp_path), 3) as writer:
+        writer.write(Document("x"))
+    train = tfrecord.split_files(str(tmp_path), "train")
+    assert [os.path.basename(f) for f in train] == [
+        f"train-0000{i}-of-00003.tfrecord" for i in range(3)
+    ]
+    assert tfrecord.split_files(f"{tmp_path}/train-0000[12]*", "train") == train[1:]
+    assert tfrecord.compression_type(train) == ""
+    assert tfrecord.compression_type(["a.tfrecord.gz"]) == "GZIP"
+    with pytest.raises(ValueError, match="mixed gzip and uncompressed"):
+        tfrecord.compression_type(["a.tfrecord.gz", "b.tfrecord"])
+    with pytest.raises(FileNotFoundError, match=r"no train TFRecord files match .*nothing"):
+        tfrecord.split_files(f"{tmp_path}/nothing*", "train")
+    with pytest.raises(ValueError, match="split must be one of"):
+        tfrecord.split_files(str(tmp_path), "dev")
+
+
+# === Flags and config ===
+
+
+def _flag_values(*args):
+    flag_values = flags.FlagValues()
+    make_tfrecords.define_flags(flag_values)
+    flag_values(["make_tfrecords", *args])
+    return flag_values
+
+
+def test_config_from_flags(tmp_path):
+    config = make_tfrecords.config_from_flags(
+        _flag_values(
+            "--input=a.jsonl,b.csv",
+            f"--output_dir={tmp_path}",
+            "--text_key=reviewText, text",
+            "--split=98,1,1",
+            "--gzip",
+        )
+    )
+    assert config.text_keys == ("reviewText", "text")
+    assert config.split_weights == (98, 1, 1)
+    assert config.gzip and config.num_shards == 100 and config.max_documents == 0
+    assert config.stats_path == os.path.join(str(tmp_path), "stats.json")
+    with pytest.raises(AttributeError):
+        config.num_shards = 3  # Frozen.
+
+
+def test_cli_text_modes_match_the_readers():
+    assert make_tfrecords._TEXT_MODES == readers.TEXT_MODES  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("split", ["1000,1", "1000,0,1", "a,b,c", "10,-1,1", "1,\u00b2,1", ""])
+def test_bad_split_flag_is_a_usage_error(split):
+    flag_values = _flag_values("--input=a.jsonl", "--output_dir=out", f"--split={split}")
+    with pytest.raises(app.UsageError, match="--split must be three positive integers"):
+        make_tfrecords.config_from_flags(flag_values)
+
+
+def test_bad_text_key_flag_is_a_usage_error():
+    flag_values = _flag_values("--input=a.jsonl", "--output_dir=out", "--text_key= , ")
+    with pytest.raises(app.UsageError, match="--text_key must name at least one key"):
+        make_tfrecords.config_from_flags(flag_values)
+
+
+def test_convert_max_documents(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"line {i}\n" for i in range(50)), encoding="utf-8")
+    stats = convert.convert(
+        convert.ConvertConfig(
+            inputs=str(corpus), output_dir=str(tmp_path / "out"), num_shards=2, max_documents=7
+        )
+    )
+    assert stats["records"] == 7
+    assert stats["warnings"] == [
+        "the validation split received no documents (7 in all, split weights (1000, 1, 1))",
+        "the test split received no documents (7 in all, split weights (1000, 1, 1))",
+    ]
+
+
+# === The binary, end to end ===
+
+
+def _run_binary(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.make_tfrecords", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _error_lines(stderr):
+    """The binary's absl error lines ("E1231 12:00:00.000 ... make_tfrecords.py:12] ...").
+
+    TensorFlow's own start-up lines (such as a failed CUDA probe) are left out.
+    """
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith("E") and " make_tfrecords.py:" in line
+    ]
+
+
+def test_binary_end_to_end(tmp_path):
+    jsonl = tmp_path / "reviews.jsonl"
+    jsonl.write_bytes(
+        b"".join(
+            json.dumps({"reviewText": f"Review {i}<br />nice", "overall": 5.0}).encode() + b"\n"
+            for i in range(20)
+        )
+        + b'{"reviewText": "broken\n'
+        + b'{"summary": "no text"}\n'
+    )
+    csv_path = tmp_path / "sst.csv"
+    csv_path.write_text('label,sentence\n1,"Sentence, one"\n0,two\n', encoding="utf-8")
+    out = tmp_path / "out"
+    result = _run_binary(
+        f"--input={jsonl},{tmp_path}/*.csv",
+        f"--output_dir={out}",
+        "--num_shards=2",
+        "--split=4,1,1",
+        "--gzip",
+    )
+    assert result.returncode == 0, result.stderr
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records"] == 22
+    assert stats["inputs"] == [str(jsonl), str(csv_path)]
+    assert stats["input_bytes"] == jsonl.stat().st_size + csv_path.stat().st_size
+    assert stats["splits"]["train"]["shards"] == 2
+    assert {s: v["records"] for s, v in stats["splits"].items()} == {
+        "train": 15,
+        "validation": 4,
+        "test": 3,
+    }
+    assert stats["bytes"] == sum(v["bytes"] for v in stats["splits"].values())
+    assert stats["skipped"]["total"] == 2
+    assert stats["skipped"]["by_reason"] == {"malformed_json": 1, "missing_text_key": 1}
+    assert stats["skipped"]["examples"]["missing_text_key"][0].startswith(f"{jsonl}:22: ")
+    assert stats["compression"] == "GZIP" and stats["warnings"] == []
+    assert stats["seconds"] >= 0
+    # The skip summary is logged with file:line examples.
+    assert f"{jsonl}:21: malformed JSON" in result.stderr
+    texts = []
+    for split in tfrecord.SPLITS:
+        texts += [t for t, _, _ in _read_records(tfrecord.split_files(str(out), split))]
+    assert sorted(texts) == sorted(
+        [f"Review {i} nice" for i in range(20)] + ["Sentence, one", "two"]
+    )
+
+
+def test_binary_missing_input_is_one_error_line(tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    result = _run_binary(f"--input={missing}", f"--output_dir={tmp_path / 'out'}")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = _error_lines(result.stderr)
+    assert len(errors) == 1 and errors[0].endswith(f"input file not found: {missing}")
+
+
+def test_binary_all_bad_input_fails_with_stats(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"text": \n{"other": 1}\n\xff\xfe\n')
+    out = tmp_path / "out"
+    result = _run_binary(f"--input={bad}", f"--output_dir={out}")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = _error_lines(result.stderr)
+    assert len(errors) == 1 and "no documents written from 1 input files: 3 records" in errors[0]
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records"] == 0
+    assert stats["skipped"]["by_reason"] == {
+        "invalid_utf8": 1,
+        "malformed_json": 1,
+        "missing_text_key": 1,
+    }
+
+
+def test_shared_amazon_electronics(tmp_path, shared_data):
+    corpus = shared_data / "amazon" / "electronics.jsonl"
+    config = make_tfrecords.config_from_flags(
+        _flag_values(
+            f"--input={corpus}",
+            f"--output_dir={tmp_path}",
+            "--text_key=reviewText,text",
+            "--num_shards=4",
+        )
+    )
+    stats = convert.convert(config)
+    assert stats["records"] == 2000
+    assert stats["skipped"]["total"] == 0
+    assert stats["splits"]["validation"]["records"] == stats["splits"]["test"]["records"] == 2
+    written = json.loads((tmp_path / "stats.json").read_text())
+    assert written["records"] == 2000
+    ratings = [r for _, _, r in _read_records(tfrecord.split_files(str(tmp_path), "train"))]
+    assert len(ratings) == 1996 and set(ratings) <= {1.0, 2.0, 4.0, 5.0}

@@ -1,0 +1,187 @@
+"""Converts a review corpus into sharded train/validation/test TFRecords.
+
+Reads JSON lines (the Amazon dump, IMDB), CSV/TSV with a header, or plain
+text, each optionally gzip-compressed, normalizes the text and writes
+`{split}-NNNNN-of-NNNNN.tfrecord` shards plus a `stats.json` that counts
+records per split and every skipped record by reason.
+
+    tf-mlstm-make-tfrecords \\
+        --input='reviews/*.json.gz' --output_dir=data/amazon --num_shards=1000
+
+    python -m tf_mlstm.cli.make_tfrecords \\
+        --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
+"""
+
+import sys
+from typing import TYPE_CHECKING
+
+from absl import app
+from absl import flags
+from absl import logging
+
+if TYPE_CHECKING:
+    from tf_mlstm.data.convert import ConvertConfig
+
+# TensorFlow (through tf_mlstm.data) is imported only once the flags have
+# passed the checks here, so --help and usage errors answer at once rather
+# than after seconds of TensorFlow start-up.
+
+_REQUIRED_FLAGS = ("input", "output_dir")
+# Also checked by ConvertConfig against readers.TEXT_MODES.
+_TEXT_MODES = ("line", "file")
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines this binary's flags; all optional here, `run` marks the required ones.
+
+    Args:
+        flag_values: Where to define them (tests pass a fresh `FlagValues`).
+    """
+    fv = flag_values
+    flags.DEFINE_string(
+        "input",
+        None,
+        "Comma-separated input files and globs: .jsonl/.json (JSON lines), .csv, .tsv, "
+        "anything else plain text; each may end in .gz.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string("output_dir", None, "Directory for the TFRecord shards.", flag_values=fv)
+    flags.DEFINE_string(
+        "text_key",
+        "reviewText,text,sentence",
+        "Comma-separated JSON keys / CSV columns of the text; the first present one wins.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "label_key",
+        None,
+        "JSON key / CSV column of an integer label (0/1, pos/neg); records without a valid "
+        "label are then skipped. Default: no labels.",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "rating_key",
+        None,
+        "JSON key / CSV column of a numeric rating. Default: 'overall' or 'rating' if present.",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "text_mode",
+        "line",
+        list(_TEXT_MODES),
+        "Plain-text inputs: one document per line, or per file.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "num_shards", 100, "Number of train shards.", lower_bound=1, flag_values=fv
+    )
+    flags.DEFINE_string(
+        "split",
+        "1000,1,1",
+        "Relative sizes of the train,validation,test splits: three positive integers.",
+        flag_values=fv,
+    )
+    flags.DEFINE_bool(
+        "gzip", False, "Write GZIP-compressed shards (*.tfrecord.gz).", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "max_documents",
+        0,
+        "Stop after this many documents; 0 converts all.",
+        lower_bound=0,
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "stats_file",
+        None,
+        "JSON stats file. Default: <output_dir>/stats.json.",
+        flag_values=fv,
+    )
+
+
+def parse_split(value: str) -> tuple[int, int, int]:
+    """Parses `--split`.
+
+    Args:
+        value: For example "1000,1,1".
+
+    Returns:
+        The (train, validation, test) weights.
+
+    Raises:
+        app.UsageError: If `value` is not three positive integers.
+    """
+    pieces = [piece.strip() for piece in value.split(",")]
+    if len(pieces) != 3 or not all(piece.isdecimal() and int(piece) > 0 for piece in pieces):
+        raise app.UsageError(
+            f"--split must be three positive integers train,validation,test "
+            f"(e.g. 1000,1,1), got {value!r}"
+        )
+    return tuple(int(piece) for piece in pieces)
+
+
+def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
+    """Validates the parsed flags into the conversion config.
+
+    Args:
+        flag_values: Parsed flags, as defined by `define_flags`.
+
+    Returns:
+        The frozen config.
+
+    Raises:
+        app.UsageError: If a flag value is invalid.
+    """
+    text_keys = tuple(key.strip() for key in flag_values.text_key.split(",") if key.strip())
+    if not text_keys:
+        raise app.UsageError("--text_key must name at least one key")
+    split_weights = parse_split(flag_values.split)
+    from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
+
+    try:
+        return convert.ConvertConfig(
+            inputs=flag_values.input,
+            output_dir=flag_values.output_dir,
+            text_keys=text_keys,
+            label_key=flag_values.label_key or None,
+            rating_key=flag_values.rating_key or None,
+            text_mode=flag_values.text_mode,
+            num_shards=flag_values.num_shards,
+            split_weights=split_weights,
+            gzip=flag_values.gzip,
+            max_documents=flag_values.max_documents,
+            stats_file=flag_values.stats_file or None,
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+
+
+def main(argv: list[str]) -> None:
+    """Converts the corpus; exits 1 with one error line on bad input."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(flags.FLAGS)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
+
+    try:
+        convert.convert(config)
+    except (OSError, tf.errors.OpError, readers.InputError) as e:
+        # Input and output problems are the user's to fix: one line naming
+        # the file, not a stack trace. TensorFlow is used here only for file
+        # I/O, so its errors are file errors (permission denied, ...).
+        logging.error("%s", e)
+        sys.exit(1)
+
+
+def run() -> None:
+    """Entry point of `tf-mlstm-make-tfrecords`."""
+    define_flags()
+    flags.mark_flags_as_required(_REQUIRED_FLAGS)
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

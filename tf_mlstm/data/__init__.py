@@ -1,0 +1,1 @@
+"""Text normalization, corpus readers, TFRecord schema and tf.data input pipelines."""

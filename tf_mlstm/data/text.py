@@ -1,0 +1,185 @@
+"""Text normalization and byte encoding for review corpora.
+
+Every document the model sees goes through `normalize_text` (or its in-graph
+twin `normalize_text_tf`, used by serving signatures that take raw strings),
+so training data, evaluation data and served requests agree byte for byte.
+
+Framing: in a training stream every document is framed as
+
+    b"\\n" + normalize_text(text).encode("utf-8")
+
+that is `DOC_START` (the byte 10, a newline) followed by the normalized UTF-8
+bytes. Normalized text never contains a newline (all whitespace collapses to
+single spaces), so a newline byte in the stream occurs exactly at document
+starts: the model resets its recurrent state wherever the input byte is
+`DOC_START`, and a sampler can stop at the next one. TFRecord files store the
+normalized text without the framing byte; the input pipeline adds it.
+"""
+
+import functools
+import html
+import re
+import sys
+import unicodedata
+
+import tensorflow as tf
+
+DOC_START = 10
+"""The byte that starts every document in a training stream (b"\\n")."""
+
+DOC_START_BYTE = bytes([DOC_START])
+
+# One pattern serves Python's `re` and RE2 (tf.strings.regex_replace): both
+# accept a leading (?i) and the same literal classes. The class is spelled out
+# rather than `\s` because `\s` means Unicode whitespace in Python and ASCII
+# whitespace in RE2.
+_BREAK_TAG_PATTERN = r"(?i)<br[ \t\n\r\f]*/?>|</?p>"
+_BREAK_TAG_RE = re.compile(_BREAK_TAG_PATTERN)
+
+# Whitespace is what `str.isspace()` accepts (and `str.split()` splits on):
+# Unicode Zs/Zl/Zp plus the bidi separators \t \n \v \f \r \x1c-\x1f \x85.
+# The RE2 class is the same set, so both normalizers collapse the same
+# characters. _SPACE_RUN_RE serves text whose only whitespace is " ".
+_SPACE_RUN_RE = re.compile("  +")
+_WHITESPACE_RE2 = r"[\t\n\v\f\r\x{1c}-\x{1f}\x{85}\p{Z}]+"
+
+# Cc minus the Cc characters that are whitespace (those collapse to a space
+# instead of vanishing), plus all of Cf (none of which is whitespace).
+_CONTROL_RE2 = r"[\x{0}-\x{8}\x{e}-\x{1b}\x{7f}-\x{84}\x{86}-\x{9f}\p{Cf}]"
+
+# A Python str can hold lone surrogates (json.loads accepts "\ud800"); they
+# cannot be encoded as UTF-8, so they become U+FFFD, which is also what the
+# graph version produces for invalid UTF-8.
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+# html.unescape knows every HTML5 entity; the graph version handles the ones
+# that occur in review dumps. `&amp;` comes last so that "&amp;lt;" decodes
+# once, to "&lt;", as html.unescape does.
+_GRAPH_ENTITIES = (
+    ("&lt;", "<"),
+    ("&gt;", ">"),
+    ("&quot;", '"'),
+    ("&#0*39;|&#[xX]0*27;", "'"),
+    ("&apos;", "'"),
+    ("&nbsp;", "\u00a0"),
+    ("&amp;", "&"),
+)
+
+
+@functools.cache
+def _control_re() -> re.Pattern:
+    """Compiles the class of Cc/Cf characters that are not whitespace.
+
+    Built from `unicodedata` on first use (about 0.1 s) rather than at import,
+    because `re` has no Unicode-category classes.
+
+    Returns:
+        A compiled pattern matching one such character.
+    """
+    ranges = []
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if unicodedata.category(char) in ("Cc", "Cf") and not char.isspace():
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    body = "".join(
+        re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}"
+        for lo, hi in ranges
+    )
+    return re.compile(f"[{body}]")
+
+
+def normalize_text(text: str) -> str:
+    """Normalizes review text into the single form the model is trained on.
+
+    Steps, in order: `html.unescape`; HTML line-break and paragraph tags
+    (`<br>`, `<br/>`, `<br />`, `<p>`, `</p>`, any case) become a space;
+    Unicode NFKC; control and format characters (categories Cc and Cf) are
+    removed, except whitespace; every run of whitespace (newlines, tabs,
+    no-break spaces, ...) becomes one space; leading and trailing spaces are
+    stripped. Lone surrogates become U+FFFD.
+
+    Args:
+        text: Raw text, for example a review as stored in a JSON dump.
+
+    Returns:
+        The normalized text; "" when nothing but whitespace and control
+        characters remains. It never contains a newline.
+
+    Raises:
+        TypeError: If `text` is not a `str`.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"normalize_text expects str, got {type(text).__name__}")
+    text = html.unescape(text)
+    text = _BREAK_TAG_RE.sub(" ", text)
+    if not text.isascii():
+        # ASCII is already NFKC and holds no surrogates; skipping these two
+        # passes is most of the converter's per-document time on English text.
+        text = _SURROGATE_RE.sub("\ufffd", text)
+        text = unicodedata.normalize("NFKC", text)
+    if text.isprintable():
+        # No Cc/Cf character and no whitespace but " " (isprintable rejects
+        # every Unicode "Other" and "Separator" except the ASCII space), so
+        # only runs of spaces remain to collapse. This fast path is about 4x
+        # cheaper than the general one and covers nearly all reviews.
+        return _SPACE_RUN_RE.sub(" ", text).strip(" ")
+    text = _control_re().sub("", text)
+    # str.split() splits on exactly the characters Python's `\s` matches
+    # (`str.isspace`), drops empty pieces, and so also strips.
+    return " ".join(text.split())
+
+
+def encode_document(text: str) -> bytes:
+    """Encodes one document as it appears in a training stream.
+
+    Args:
+        text: Raw document text.
+
+    Returns:
+        `DOC_START` followed by the UTF-8 bytes of `normalize_text(text)`.
+
+    Raises:
+        TypeError: If `text` is not a `str`.
+    """
+    return DOC_START_BYTE + normalize_text(text).encode("utf-8")
+
+
+def normalize_text_tf(texts: tf.Tensor) -> tf.Tensor:
+    """Normalizes a string tensor in the graph, matching `normalize_text`.
+
+    For serving signatures that receive raw strings. Invalid UTF-8 is first
+    replaced by U+FFFD. Of the HTML entities, the common named ones (`&amp;`,
+    `&lt;`, `&gt;`, `&quot;`, `&apos;`, `&nbsp;`) and `&#39;` are decoded;
+    `normalize_text` decodes every entity, so the two differ only on text with
+    rarer entities. Unicode NFKC uses ICU through `tensorflow_text`, whose
+    Unicode version can differ slightly from Python's `unicodedata`.
+
+    Args:
+        texts: A `tf.string` tensor of any shape.
+
+    Returns:
+        A `tf.string` tensor of the same shape with normalized UTF-8 text.
+
+    Raises:
+        TypeError: If `texts` is not a string tensor.
+    """
+    # Imported here so that the pure-Python path (readers, the converter)
+    # does not load tensorflow_text's custom-op library.
+    import tensorflow_text  # pylint: disable=import-outside-toplevel
+
+    texts = tf.convert_to_tensor(texts)
+    if texts.dtype != tf.string:
+        raise TypeError(f"normalize_text_tf expects a tf.string tensor, got {texts.dtype}")
+    texts = tf.strings.unicode_transcode(
+        texts, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace"
+    )
+    for pattern, replacement in _GRAPH_ENTITIES:
+        texts = tf.strings.regex_replace(texts, pattern, replacement)
+    texts = tf.strings.regex_replace(texts, _BREAK_TAG_PATTERN, " ")
+    texts = tensorflow_text.normalize_utf8(texts, "NFKC")
+    texts = tf.strings.regex_replace(texts, _CONTROL_RE2, "")
+    texts = tf.strings.regex_replace(texts, _WHITESPACE_RE2, " ")
+    return tf.strings.strip(texts)
