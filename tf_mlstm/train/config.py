@@ -37,7 +37,7 @@ class TrainConfig:
     # Optimization.
     seq_length: int = 128
     batch_size: int = 32  # global
-    lr: float = 2e-3
+    lr: float = 5e-3
     lr_scaling: str = "none"
     lr_base_batch: int = 128
     max_lr: float = 0.0

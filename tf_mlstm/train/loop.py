@@ -298,8 +298,6 @@ class Trainer:
                 self._log_progress(
                     writer,
                     step,
-                    start_step,
-                    begin,
                     deadline,
                     window_start,
                     window_bits,
@@ -352,8 +350,6 @@ class Trainer:
         self,
         writer,
         step,
-        start_step,
-        begin,
         deadline,
         window_start,
         bits,
@@ -397,7 +393,6 @@ class Trainer:
             tf.summary.scalar("skipped_steps", int(self.skipped.numpy()))
             if scale is not None:
                 tf.summary.scalar("loss_scale", float(scale.numpy()))
-        del start_step, begin
 
     def _log_validation(self, writer, step, max_batches):
         result = self.validate(max_batches)
@@ -419,7 +414,8 @@ class Trainer:
             text = sample_text(
                 self.model, SAMPLE_PROMPT, self.config.sample_length, temperature=0.8, seed=step
             )
-        logging.info("step %d  sample: %s%s", step, SAMPLE_PROMPT, text)
+        # The sampler may start new documents: show their framing newlines.
+        logging.info("step %d  sample: %r", step, SAMPLE_PROMPT + text)
         with writer.as_default(step=step):
             tf.summary.text("sample", SAMPLE_PROMPT + text)
 
