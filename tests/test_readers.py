@@ -310,3 +310,19 @@ def test_skip_log_keeps_five_examples_and_counts_all():
         },
     }
     log.log_summary()  # Must not raise; writes to absl logging.
+
+
+def test_interleave_spreads_files_by_size(tmp_path):
+    big = tmp_path / "big.txt"
+    small = tmp_path / "small.txt"
+    big.write_text("".join(f"big {i}\n" for i in range(90)))
+    small.write_text("".join(f"small {i}\n" for i in range(10)))
+    docs = list(readers.read_documents([str(big), str(small)], ["text"], interleave=True))
+    assert len(docs) == 100
+    order = [d.text.split()[0] for d in docs]
+    # Small-file documents are spread out, not all at the end or the start.
+    positions = [i for i, name in enumerate(order) if name == "small"]
+    assert positions[0] < 15 and positions[-1] > 70
+    assert [d.text for d in docs if d.text.startswith("big")] == [f"big {i}" for i in range(90)]
+    sequential = list(readers.read_documents([str(big), str(small)], ["text"]))
+    assert [d.text for d in sequential][:90] == [f"big {i}" for i in range(90)]

@@ -84,6 +84,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_bool(
         "gzip", False, "Write GZIP-compressed shards (*.tfrecord.gz).", flag_values=fv
     )
+    flags.DEFINE_bool(
+        "interleave_inputs",
+        True,
+        "Spread every input file over the whole output (files are often one per "
+        "category); false reads them one after another.",
+        flag_values=fv,
+    )
     flags.DEFINE_integer(
         "max_documents",
         0,
@@ -150,6 +157,7 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
             split_weights=split_weights,
             gzip=flag_values.gzip,
             max_documents=flag_values.max_documents,
+            interleave=flag_values.interleave_inputs,
             stats_file=flag_values.stats_file or None,
         )
     except ValueError as e:

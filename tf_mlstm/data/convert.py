@@ -44,6 +44,8 @@ class ConvertConfig:
         split_weights: Positive weights (train, validation, test).
         gzip: Write GZIP-compressed shards.
         max_documents: Stop after this many documents; 0 for all.
+        interleave: Spread every input file over the whole output (see
+            `readers.read_documents`) rather than one file after another.
         stats_file: Where to write the JSON stats; None for
             `<output_dir>/stats.json`.
 
@@ -61,6 +63,7 @@ class ConvertConfig:
     split_weights: tuple[int, int, int] = (1000, 1, 1)
     gzip: bool = False
     max_documents: int = 0
+    interleave: bool = True
     stats_file: str | None = None
 
     def __post_init__(self):
@@ -152,6 +155,7 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         text_mode=config.text_mode,
         skip_log=skip_log,
         read_stats=read_stats,
+        interleave=config.interleave,
     )
     records = 0
     try:

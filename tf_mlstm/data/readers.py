@@ -25,6 +25,7 @@ import contextlib
 import csv
 import dataclasses
 import gzip
+import heapq
 import json
 import math
 import zlib
@@ -57,6 +58,8 @@ AUTO_RATING_KEYS = ("overall", "rating")
 _JSON_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 _GLOB_CHARS = frozenset("*?[")
 _CHUNK_BYTES = 1 << 20
+# Files read at once when interleaving inputs.
+_MAX_OPEN_FILES = 64
 _UTF8_BOM = b"\xef\xbb\xbf"
 _LABEL_NAMES = {"pos": 1, "positive": 1, "neg": 0, "negative": 0, "true": 1, "false": 0}
 
@@ -262,6 +265,7 @@ def read_documents(
     text_mode: str = "line",
     skip_log: SkipLog | None = None,
     read_stats: ReadStats | None = None,
+    interleave: bool = False,
 ) -> Iterator[Document]:
     """Streams normalized documents from corpus files.
 
@@ -281,6 +285,9 @@ def read_documents(
         skip_log: Where skipped records are counted. None: a private log
             whose summary is logged when the stream ends.
         read_stats: Optional running totals (bytes read) to update.
+        interleave: Spread every file over the whole stream (documents drawn
+            from the file least far through, by size) instead of reading the
+            files one after another.
 
     Returns:
         An iterator of `Document`s; their text is normalized and never empty.
@@ -312,7 +319,7 @@ def read_documents(
     fields = _RecordFields(text_keys, label_key, rating_key, skip_log)
     # A separate generator, so that bad arguments and missing files fail at
     # the call rather than at the first next(), possibly much later.
-    return _stream_documents(paths, fields, text_mode, read_stats, log_at_end)
+    return _stream_documents(paths, fields, text_mode, read_stats, log_at_end, interleave)
 
 
 def _stream_documents(
@@ -321,27 +328,64 @@ def _stream_documents(
     text_mode: str,
     read_stats: ReadStats,
     log_at_end: bool,
+    interleave: bool = False,
 ) -> Iterator[Document]:
-    skip_log = fields.skip_log
-    for path in paths:
-        kind = _file_kind(path)
-        read_stats.files_read += 1
-        with contextlib.ExitStack() as stack:
-            gzipped = path.lower().endswith(".gz")
-            stream: BinaryIO = stack.enter_context(tf.io.gfile.GFile(path, "rb"))
-            if gzipped:
-                stream = stack.enter_context(gzip.open(stream, "rb"))
-            lines = _iter_lines(stream, path, read_stats, gzipped)
-            if kind == "json":
-                yield from _read_json_lines(lines, path, fields)
-            elif kind in ("csv", "tsv"):
-                yield from _read_delimited(lines, path, "\t" if kind == "tsv" else ",", fields)
-            elif text_mode == "line":
-                yield from _read_text_lines(lines, path, skip_log)
-            else:
-                yield from _read_text_file(lines, path, skip_log)
+    files = [_file_documents(p, fields, text_mode, read_stats) for p in paths]
+    if interleave and len(files) > 1:
+        sizes = [max(tf.io.gfile.stat(p).length, 1) for p in paths]
+        yield from _interleave_by_size(files, sizes)
+    else:
+        for documents in files:
+            yield from documents
     if log_at_end:
-        skip_log.log_summary()
+        fields.skip_log.log_summary()
+
+
+def _interleave_by_size(generators: list[Iterator[Document]], sizes: list[int]):
+    """Merges document streams so each file is spread over the whole output.
+
+    Corpora often come as one file per category (the Amazon dump has one per
+    product type); read one after another, a training stream would see one
+    category for hours. The next document is taken from the stream that is
+    least far through its file, measured as documents read per byte of file
+    size, so all files finish at about the same time. At most
+    `_MAX_OPEN_FILES` files are open at once; beyond that, groups of files are
+    interleaved one group after another.
+    """
+    for start in range(0, len(generators), _MAX_OPEN_FILES):
+        group = list(range(start, min(start + _MAX_OPEN_FILES, len(generators))))
+        heap = [(0.0, i) for i in group]
+        counts = dict.fromkeys(group, 0)
+        while heap:
+            _, i = heapq.heappop(heap)
+            doc = next(generators[i], None)
+            if doc is None:
+                continue
+            yield doc
+            counts[i] += 1
+            heapq.heappush(heap, (counts[i] / sizes[i], i))
+
+
+def _file_documents(
+    path: str, fields: "_RecordFields", text_mode: str, read_stats: ReadStats
+) -> Iterator[Document]:
+    """The documents of one file; opens it at the first `next`."""
+    kind = _file_kind(path)
+    read_stats.files_read += 1
+    with contextlib.ExitStack() as stack:
+        gzipped = path.lower().endswith(".gz")
+        stream: BinaryIO = stack.enter_context(tf.io.gfile.GFile(path, "rb"))
+        if gzipped:
+            stream = stack.enter_context(gzip.open(stream, "rb"))
+        lines = _iter_lines(stream, path, read_stats, gzipped)
+        if kind == "json":
+            yield from _read_json_lines(lines, path, fields)
+        elif kind in ("csv", "tsv"):
+            yield from _read_delimited(lines, path, "\t" if kind == "tsv" else ",", fields)
+        elif text_mode == "line":
+            yield from _read_text_lines(lines, path, fields.skip_log)
+        else:
+            yield from _read_text_file(lines, path, fields.skip_log)
 
 
 def _file_kind(path: str) -> str:
