@@ -1,0 +1,252 @@
+"""Tests for the strategy factory, TF_CONFIG checks and multi-worker helpers.
+
+Multi-worker strategies can be built once per process and never torn down,
+so every test that builds one runs it in a subprocess with a hard timeout.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+import tensorflow as tf
+
+from tf_mlstm.train import local_cluster
+from tf_mlstm.train import strategy as strategy_lib
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _tf_config(addresses, task_type="worker", index=0):
+    return json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": task_type, "index": index}}
+    )
+
+
+def _fake_strategy(cluster, task_type, task_id):
+    """Stands in for a multi-worker strategy: the helpers read only its resolver."""
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type=task_type, task_id=task_id
+    )
+    return types.SimpleNamespace(cluster_resolver=resolver)
+
+
+# === TF_CONFIG validation ===
+
+
+def test_parse_tf_config_accepts_a_valid_cluster():
+    config = strategy_lib.parse_tf_config(
+        _tf_config(["127.0.0.1:2222", "[::1]:2223", "host-b.example:80"], index=2)
+    )
+    assert config["task"] == {"type": "worker", "index": 2}
+    assert len(config["cluster"]["worker"]) == 3
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ('{"cluster": {"worker": ["a:1"]', "TF_CONFIG is not valid JSON"),
+        ('["a:1"]', "TF_CONFIG must be a JSON object"),
+        ('{"task": {"type": "worker", "index": 0}}', 'TF_CONFIG has no "cluster"'),
+        ('{"cluster": {"worker": ["a:1"]}}', 'TF_CONFIG has no "task"'),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker"}}', 'no "task"'),
+        (_tf_config(["a:1"], task_type="chief"), "task type 'chief' is not a job of the cluster"),
+        (_tf_config(["a:1", "b:2"], index=2), "task index 2 is out of range for job 'worker'"),
+        (_tf_config(["a:1"], index=-1), "task index -1 is out of range"),
+        (_tf_config(["a:1"], index="0"), "task index must be an integer"),
+        (
+            _tf_config(["a:1", "localhost"], index=0),
+            "address 'localhost' of worker 1 is not host:port",
+        ),
+        (_tf_config(["a:http"]), "address 'a:http' of worker 0 is not host:port"),
+        (_tf_config(["a:70000"]), "is not host:port"),
+        (_tf_config([":2222"]), "is not host:port"),
+        (_tf_config([]), "job 'worker' must be a non-empty list"),
+    ],
+)
+def test_parse_tf_config_rejects_with_one_clear_line(value, match):
+    with pytest.raises(ValueError, match=match) as info:
+        strategy_lib.parse_tf_config(value)
+    assert "\n" not in str(info.value)
+
+
+def test_multi_worker_checks_tf_config_before_tensorflow_sees_it(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", _tf_config(["127.0.0.1:1", "127.0.0.1"], index=1))
+    with pytest.raises(ValueError, match="'127.0.0.1' of worker 1 is not host:port"):
+        strategy_lib.get_distribution_strategy("multi_worker")
+
+
+def test_slurm_outside_a_job_step_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    with pytest.raises(ValueError, match="slurm cluster resolver: SLURM_PROCID not found"):
+        strategy_lib.get_distribution_strategy("multi_worker", num_gpus=0, cluster_resolver="slurm")
+
+
+# === Factory ===
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"strategy": "tpu"}, "unknown strategy 'tpu'; choose one of default"),
+        ({"all_reduce": "tree"}, "unknown all_reduce 'tree'"),
+        ({"cluster_resolver": "k8s"}, "unknown cluster_resolver 'k8s'"),
+        ({"strategy": "mirrored", "num_gpus": -2}, "num_gpus must be >= 0"),
+        ({"strategy": "mirrored", "num_gpus": 64}, "num_gpus=64 but only"),
+        (
+            {"strategy": "multi_worker", "timeout_s": 0},
+            "timeout_s and heartbeat_timeout_s must be > 0",
+        ),
+    ],
+)
+def test_factory_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        strategy_lib.get_distribution_strategy(**kwargs)
+
+
+@pytest.mark.skipif(
+    bool(tf.config.list_physical_devices("GPU")), reason="needs a machine without GPUs"
+)
+@pytest.mark.parametrize("strategy", ["mirrored", "one_device"])
+def test_nccl_without_gpus_is_a_clear_error(strategy):
+    with pytest.raises(ValueError, match="all_reduce='nccl' needs GPUs"):
+        strategy_lib.get_distribution_strategy(strategy, all_reduce="nccl")
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("default", type(tf.distribute.get_strategy())),
+        ("one_device", tf.distribute.OneDeviceStrategy),
+        ("mirrored", tf.distribute.MirroredStrategy),
+    ],
+)
+def test_local_strategies(name, kind):
+    strategy = strategy_lib.get_distribution_strategy(name, num_gpus=0, all_reduce="ring")
+    assert isinstance(strategy, kind)
+    assert strategy_lib.is_chief(strategy)
+    assert strategy_lib.worker_info(strategy) == (None, 0, 1)
+    assert strategy_lib.write_dirpath("some/dir", strategy) == "some/dir"
+    strategy_lib.finalize(strategy)  # a no-op without a cluster
+
+
+# === Chief, worker ids and temporary folders ===
+
+
+@pytest.mark.parametrize(
+    "cluster, task_type, task_id, chief, info",
+    [
+        ({"worker": ["a:1", "b:1"]}, "worker", 0, True, ("worker", 0, 2)),
+        ({"worker": ["a:1", "b:1"]}, "worker", 1, False, ("worker", 1, 2)),
+        ({"chief": ["c:1"], "worker": ["a:1", "b:1"]}, "chief", 0, True, ("chief", 0, 3)),
+        ({"chief": ["c:1"], "worker": ["a:1", "b:1"]}, "worker", 0, False, ("worker", 1, 3)),
+        ({"chief": ["c:1"], "worker": ["a:1", "b:1"]}, "worker", 1, False, ("worker", 2, 3)),
+    ],
+)
+def test_chief_and_worker_info(cluster, task_type, task_id, chief, info):
+    strategy = _fake_strategy(cluster, task_type, task_id)
+    assert strategy_lib.is_chief(strategy) is chief
+    assert strategy_lib.worker_info(strategy) == info
+
+
+def test_non_chief_writes_to_a_temporary_folder(tmp_path):
+    chief = _fake_strategy({"worker": ["a:1", "b:1"]}, "worker", 0)
+    other = _fake_strategy({"worker": ["a:1", "b:1"]}, "worker", 1)
+    ckpt, summaries = str(tmp_path / "ckpt"), str(tmp_path / "summaries")
+
+    assert strategy_lib.write_dirpath(ckpt, chief) == ckpt
+    temp_ckpt = strategy_lib.write_dirpath(ckpt, other)
+    temp_summaries = strategy_lib.write_dirpath(summaries, other)
+    assert os.path.isdir(temp_ckpt) and not temp_ckpt.startswith(str(tmp_path))
+    assert "worker_1" in temp_ckpt
+    assert strategy_lib.write_dirpath(ckpt, other) == temp_ckpt  # stable
+    assert temp_summaries != temp_ckpt
+
+    pathlib.Path(temp_ckpt, "ckpt-1.index").write_text("x")
+    strategy_lib.remove_temp_dirpath(ckpt, other)  # by the chief's path
+    strategy_lib.remove_temp_dirpath(temp_summaries, other)  # by the returned path
+    assert not os.path.exists(temp_ckpt) and not os.path.exists(temp_summaries)
+    os.makedirs(ckpt)
+    strategy_lib.remove_temp_dirpath(ckpt, chief)  # never touches the chief's folder
+    assert os.path.isdir(ckpt)
+
+
+# === Real multi-worker startup, in subprocesses ===
+
+_STARTUP_SCRIPT = """
+import sys, time
+from tf_mlstm.train import local_cluster
+from tf_mlstm.train import strategy as strategy_lib
+start = time.monotonic()
+try:
+    strategy_lib.get_distribution_strategy("multi_worker", timeout_s=float(sys.argv[1]))
+except (TimeoutError, RuntimeError) as e:
+    print(f"ERROR {type(e).__name__}: {e}", flush=True)
+    print(f"FAILED_AFTER {time.monotonic() - start:.1f}", flush=True)
+    sys.exit(2)
+print("STARTED", flush=True)
+"""
+
+
+def _start_worker(tf_config, timeout_s):
+    env = dict(os.environ, TF_CONFIG=tf_config, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen(
+        [sys.executable, "-c", _STARTUP_SCRIPT, str(timeout_s)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_unreachable_peer_fails_fast_with_a_clear_error():
+    timeout_s = 3
+    # Nobody ever listens on `dead`.
+    alone_leader, alone_follower, busy, dead = local_cluster.pick_ports(4)
+    with socket.socket() as occupier:
+        occupier.bind(("127.0.0.1", busy))
+        occupier.listen()
+        cases = {
+            # The leader waits for a follower that never registers.
+            "leader": _start_worker(
+                _tf_config([f"127.0.0.1:{alone_leader}", f"127.0.0.1:{dead}"], index=0), timeout_s
+            ),
+            # A follower cannot reach the leader.
+            "follower": _start_worker(
+                _tf_config([f"127.0.0.1:{dead}", f"127.0.0.1:{alone_follower}"], index=1), timeout_s
+            ),
+            # This worker's own port is taken.
+            "port": _start_worker(
+                _tf_config([f"127.0.0.1:{busy}", f"127.0.0.1:{dead}"], index=0), timeout_s
+            ),
+        }
+        outputs = {}
+        deadline = time.monotonic() + 90
+        for name, proc in cases.items():
+            try:
+                outputs[name] = proc.communicate(timeout=max(1, deadline - time.monotonic()))[0]
+            except subprocess.TimeoutExpired:
+                for other in cases.values():
+                    other.kill()
+                pytest.fail(f"multi-worker startup ({name}) hung past the hard timeout")
+
+    for name in ("leader", "follower"):
+        assert cases[name].returncode == 2, outputs[name][-3000:]
+        assert (
+            f"TimeoutError: multi_worker: not every worker registered within {timeout_s}s"
+            in outputs[name]
+        )
+        elapsed = float(outputs[name].split("FAILED_AFTER ")[1].split()[0])
+        # TensorFlow adds a fixed few seconds to the registration deadline.
+        assert elapsed < timeout_s + 10, outputs[name][-3000:]
+    assert cases["port"].returncode == 2, outputs["port"][-3000:]
+    assert (
+        f"RuntimeError: multi_worker: worker 0 at 127.0.0.1:{busy} could not start its server"
+        in outputs["port"]
+    )

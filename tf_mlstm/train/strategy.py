@@ -1,0 +1,493 @@
+"""Distribution strategy factory and the multi-worker chores around it.
+
+`get_distribution_strategy` turns a name ("default", "one_device",
+"mirrored", "multi_worker") and a few options into a `tf.distribute.Strategy`,
+in the manner of tensorflow/models `official/common/distribute_utils.py`, but
+with the failure modes of multi-worker startup made explicit:
+
+* A bad `TF_CONFIG` is rejected by `parse_tf_config` with one line naming
+  what is wrong, before TensorFlow sees it (TensorFlow's own errors for a bad
+  cluster are stack traces from deep inside, or a hang).
+* A peer that never shows up makes startup fail after `timeout_s` instead of
+  blocking forever: the coordination service is configured here, before the
+  `MultiWorkerMirroredStrategy` is built, with a registration deadline and a
+  registration barrier (without the barrier the leader happily starts alone
+  and then hangs in its first collective).
+* A peer that dies mid-run is noticed by the coordination service heartbeat:
+  the survivors' next collective fails with `tf.errors.UnavailableError`
+  naming the dead task, `heartbeat_timeout_s` after its last heartbeat
+  (TensorFlow 2.21's default is 10 s; measured on loopback, a survivor's step
+  fails 2-3 s after its peer is SIGKILLed with a 2 s heartbeat timeout, and
+  about 9 s after with the default).
+
+The helpers `is_chief`, `worker_info`, `write_dirpath`, `remove_temp_dirpath`
+and `finalize` cover what a custom training loop needs around the strategy:
+who keeps outputs, where the others write theirs (every worker must take part
+in saving a checkpoint), and a final synchronization so that a normal finish
+does not make a slower peer log "tasks have crashed".
+"""
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+# The coordination service and the context flag below have no public API in
+# TensorFlow 2.21; `MultiWorkerMirroredStrategy` itself uses the same calls.
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+from tensorflow.python.eager import context as tf_context
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+ALL_REDUCE = ("auto", "ring", "nccl")
+CLUSTER_RESOLVERS = ("tf_config", "slurm")
+
+# Jobs that run the training loop and take part in collectives.
+_TRAINING_JOBS = ("chief", "worker")
+
+_COMMUNICATION = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+_TEMP_ROOT_PREFIX = "tf_mlstm_workertemp_"
+
+
+def get_distribution_strategy(
+    strategy: str = "default",
+    num_gpus: int | None = None,
+    all_reduce: str = "auto",
+    cluster_resolver: str = "tf_config",
+    timeout_s: float = 300,
+    heartbeat_timeout_s: float = 10,
+) -> tf.distribute.Strategy:
+    """Builds a distribution strategy by name.
+
+    Call it at program start, before any TensorFlow op runs: a multi-worker
+    strategy must configure the runtime before it initializes.
+
+    Args:
+      strategy: "default" (no distribution), "one_device" (one GPU, else the
+        CPU), "mirrored" (all `num_gpus` local GPUs, else the CPU) or
+        "multi_worker" (`MultiWorkerMirroredStrategy`; the cluster comes from
+        `cluster_resolver`; without a cluster it runs as a single worker).
+      num_gpus: GPUs to use per worker; None uses all visible ones.
+      all_reduce: "auto", "ring" or "nccl". For multi_worker it selects the
+        collective implementation; for mirrored, "auto" lets TensorFlow pick,
+        "ring" uses `HierarchicalCopyAllReduce` and "nccl" `NcclAllReduce`
+        (with no GPU, mirrored reduces through one device). "nccl" needs GPUs.
+      cluster_resolver: "tf_config" (the `TF_CONFIG` environment variable) or
+        "slurm" (`SlurmClusterResolver`, from the Slurm job step).
+      timeout_s: multi_worker only: how long startup waits for every worker
+        to register before failing (TensorFlow 2.21 adds about 1 s on the
+        leader and 5 s on the other workers).
+      heartbeat_timeout_s: multi_worker only: how long a silent worker is
+        presumed alive; after it, the others' collectives fail.
+
+    Returns:
+      The strategy.
+
+    Raises:
+      ValueError: an unknown name, an impossible device request, or a bad
+        cluster description (see `parse_tf_config`).
+      TimeoutError: multi_worker: the other workers did not all register
+        within `timeout_s`.
+      RuntimeError: multi_worker: the TensorFlow runtime was already
+        initialized, or this worker's server could not start (port in use).
+    """
+    _check_choice("strategy", strategy, STRATEGIES)
+    _check_choice("all_reduce", all_reduce, ALL_REDUCE)
+    _check_choice("cluster_resolver", cluster_resolver, CLUSTER_RESOLVERS)
+    if num_gpus is not None and num_gpus < 0:
+        raise ValueError(f"num_gpus must be >= 0 or None (all visible), got {num_gpus}")
+    if timeout_s <= 0 or heartbeat_timeout_s <= 0:
+        raise ValueError(
+            f"timeout_s and heartbeat_timeout_s must be > 0, got {timeout_s} and "
+            f"{heartbeat_timeout_s}"
+        )
+
+    if strategy == "default":
+        return tf.distribute.get_strategy()
+    if strategy == "multi_worker":
+        return _multi_worker_strategy(
+            num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s
+        )
+
+    gpus = _num_local_gpus(num_gpus)
+    if all_reduce == "nccl" and not gpus:
+        raise ValueError("all_reduce='nccl' needs GPUs, but this machine uses none")
+    if strategy == "one_device":
+        if gpus > 1:
+            raise ValueError(f"strategy 'one_device' uses one device, got num_gpus={num_gpus}")
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    devices = [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
+    return tf.distribute.MirroredStrategy(
+        devices=devices, cross_device_ops=_mirrored_cross_device_ops(all_reduce, gpus)
+    )
+
+
+def parse_tf_config(env_value: str) -> dict:
+    """Parses and checks a `TF_CONFIG` value.
+
+    Args:
+      env_value: the JSON text, e.g. `{"cluster": {"worker": ["h0:2222",
+        "h1:2222"]}, "task": {"type": "worker", "index": 0}}`.
+
+    Returns:
+      The parsed dict, with "cluster" (job name -> list of "host:port") and
+      "task" ({"type": str, "index": int}).
+
+    Raises:
+      ValueError: one line naming the problem: malformed JSON, a missing or
+        malformed "cluster" or "task", a task type that is not a job of the
+        cluster, a task index out of range, or an address that is not
+        host:port.
+    """
+    try:
+        config = json.loads(env_value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"TF_CONFIG must be a JSON object, got {type(config).__name__}")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict) or not cluster:
+        raise ValueError('TF_CONFIG has no "cluster" object mapping job names to address lists')
+    task = config.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise ValueError('TF_CONFIG has no "task" object with "type" and "index"')
+    _check_cluster(cluster, task["type"], task["index"], source="TF_CONFIG")
+    return config
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this worker keeps outputs (checkpoints, summaries, exports).
+
+    The chief is the "chief" task if the cluster has one, else worker 0; a
+    run without a cluster is its own chief.
+
+    Args:
+      strategy: the run's strategy.
+
+    Returns:
+      True on the chief.
+    """
+    cluster, task_type, task_id = _cluster_view(strategy)
+    if not cluster or task_type is None:
+        return True
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def worker_info(strategy: tf.distribute.Strategy) -> tuple[str | None, int, int]:
+    """Describes this worker's place in the cluster.
+
+    Args:
+      strategy: the run's strategy.
+
+    Returns:
+      `(task_type, worker_id, num_workers)`: the task type (None without a
+      cluster), this worker's index in `[0, num_workers)` among the training
+      tasks with the chief first (equal to the task index when the cluster
+      has only workers; it is also the input pipeline id TensorFlow gives
+      this worker), and the number of training tasks (1 without a cluster).
+    """
+    cluster, task_type, task_id = _cluster_view(strategy)
+    if not cluster or task_type is None:
+        return None, 0, 1
+    num_workers = sum(len(cluster.get(job, ())) for job in _TRAINING_JOBS)
+    worker_id = task_id
+    if task_type == "worker" and "chief" in cluster:
+        worker_id += len(cluster["chief"])
+    return task_type, worker_id, num_workers
+
+
+def write_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> str:
+    """Where this worker writes what `dirpath` would receive.
+
+    Every worker must take part in saving a checkpoint (the save runs
+    collectives), but only the chief's files are kept: the others write to a
+    temporary folder on local disk, so they neither race the chief in shared
+    storage nor show up as extra runs in TensorBoard. The folder is created;
+    it is removed by `remove_temp_dirpath`, or at process exit at the latest.
+
+    Args:
+      dirpath: the folder the chief writes to (any `tf.io.gfile` path).
+      strategy: the run's strategy.
+
+    Returns:
+      `dirpath` on the chief; on other workers a local temporary folder that
+      is the same for the same `dirpath` within this process.
+    """
+    if is_chief(strategy):
+        return dirpath
+    if not os.path.isdir(_temp_root()):
+        atexit.register(shutil.rmtree, _temp_root(), True)
+    path = _temp_dirpath(dirpath, strategy)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def remove_temp_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> None:
+    """Removes a non-chief worker's temporary folder; a no-op on the chief.
+
+    Args:
+      dirpath: the chief's folder as given to `write_dirpath`, or the
+        temporary folder it returned.
+      strategy: the run's strategy.
+    """
+    if is_chief(strategy):
+        return
+    path = dirpath if _is_temp_dirpath(dirpath) else _temp_dirpath(dirpath, strategy)
+    shutil.rmtree(path, ignore_errors=True)
+    # Drop the per-task and per-process folders once the last one is gone.
+    for parent in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break
+
+
+def finalize(strategy: tf.distribute.Strategy) -> None:
+    """Synchronizes all workers once more at the end of a run.
+
+    Without it the first worker to finish exits while a slower one may still
+    be inside its last step or heartbeat, and the slower one then logs that
+    its peer has crashed. A no-op without a cluster.
+
+    Args:
+      strategy: the run's strategy.
+
+    Raises:
+      RuntimeError: a peer stopped before reaching the end of the run.
+    """
+    _, _, num_workers = worker_info(strategy)
+    if num_workers <= 1:
+        return
+
+    @tf.function
+    def _barrier():
+        return strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.ones([])
+            )
+        )
+
+    try:
+        total = strategy.experimental_local_results(_barrier())[0]
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as e:
+        first_line = (e.message or str(e)).strip().splitlines()[0]
+        raise RuntimeError(
+            f"final synchronization failed, a peer worker stopped early: {first_line}"
+        ) from e
+    if int(total.numpy()) != strategy.num_replicas_in_sync:
+        raise RuntimeError(
+            f"final synchronization counted {int(total.numpy())} replicas, expected "
+            f"{strategy.num_replicas_in_sync}"
+        )
+
+
+# === Multi-worker ===
+
+
+def _multi_worker_strategy(num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s):
+    resolver, cluster, task_type, task_id = _resolve_cluster(cluster_resolver, num_gpus)
+    if cluster_resolver == "tf_config":
+        gpus = _restrict_visible_gpus(num_gpus)
+    else:
+        # Slurm assigns GPUs to tasks itself through CUDA_VISIBLE_DEVICES.
+        gpus = resolver.num_accelerators().get("GPU", 0)
+    if all_reduce == "nccl" and not gpus:
+        raise ValueError("all_reduce='nccl' needs GPUs, but this worker uses none")
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=_COMMUNICATION[all_reduce]
+    )
+    if not cluster:
+        logging.info("multi_worker: no cluster configured, running as a single worker")
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+    if task_type not in _TRAINING_JOBS:
+        raise ValueError(
+            f"multi_worker runs on 'chief' and 'worker' tasks, this task is '{task_type}'"
+        )
+    ctx = tf_context.context()
+    if ctx._initialized:  # pylint: disable=protected-access
+        raise RuntimeError(
+            "multi_worker: the TensorFlow runtime is already initialized; create the "
+            "strategy before running any TensorFlow op"
+        )
+    leader = "/job:chief/replica:0/task:0" if "chief" in cluster else "/job:worker/replica:0/task:0"
+    ctx.configure_coordination_service(
+        service_type="standalone",
+        service_leader=leader,
+        cluster_register_timeout_in_ms=int(timeout_s * 1000),
+        heartbeat_timeout_in_ms=int(heartbeat_timeout_s * 1000),
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+            for job in _TRAINING_JOBS
+            if job in cluster
+        ],
+    )
+    # Without the barrier only the non-leaders wait for the leader; the
+    # leader starts alone and hangs in its first collective.
+    ctx.coordination_service.cluster_register_with_barrier = True
+
+    where = f"{task_type} {task_id} at {cluster[task_type][task_id]}"
+    logging.info(
+        "multi_worker: %s, waiting up to %gs for %d workers to register",
+        where,
+        timeout_s,
+        sum(len(cluster.get(job, ())) for job in _TRAINING_JOBS),
+    )
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
+        peers = ", ".join(
+            f"{job} {i} at {address}"
+            for job in _TRAINING_JOBS
+            for i, address in enumerate(cluster.get(job, ()))
+        )
+        raise TimeoutError(
+            f"multi_worker: not every worker registered within {timeout_s:g}s "
+            f"(this is {where}; cluster: {peers}); check that all workers were started "
+            f"with the same cluster and can reach each other"
+        ) from e
+    except tf.errors.UnknownError as e:
+        if "gRPC server" not in str(e):
+            raise
+        raise RuntimeError(
+            f"multi_worker: {where} could not start its server; is the port in use?"
+        ) from e
+
+
+def _resolve_cluster(name, num_gpus):
+    """Returns (resolver, cluster dict, task type, task id), checked."""
+    if name == "slurm":
+        kwargs = {}
+        if num_gpus is not None:
+            kwargs = {"gpus_per_task": num_gpus}
+            if num_gpus == 0:
+                # Otherwise the resolver asks nvidia-smi, absent on CPU nodes.
+                kwargs["gpus_per_node"] = 0
+        try:
+            resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(**kwargs)
+            cluster = resolver.cluster_spec().as_dict()
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ValueError(f"slurm cluster resolver: {e}") from None
+        _check_cluster(cluster, resolver.task_type, resolver.task_id, source="Slurm")
+        return resolver, cluster, resolver.task_type, resolver.task_id
+
+    env_value = os.environ.get("TF_CONFIG", "")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if not env_value.strip():
+        return resolver, {}, None, None
+    config = parse_tf_config(env_value)
+    return resolver, config["cluster"], config["task"]["type"], config["task"]["index"]
+
+
+def _check_cluster(cluster, task_type, task_index, source):
+    for job, addresses in cluster.items():
+        if not isinstance(addresses, list) or not addresses:
+            raise ValueError(
+                f"{source} cluster job '{job}' must be a non-empty list of host:port, "
+                f"got {addresses!r}"
+            )
+        for i, address in enumerate(addresses):
+            if not _is_host_port(address):
+                raise ValueError(f"{source} address {address!r} of {job} {i} is not host:port")
+    if not isinstance(task_type, str) or task_type not in cluster:
+        raise ValueError(
+            f"{source} task type {task_type!r} is not a job of the cluster "
+            f"(jobs: {', '.join(sorted(cluster))})"
+        )
+    if isinstance(task_index, bool) or not isinstance(task_index, int):
+        raise ValueError(f"{source} task index must be an integer, got {task_index!r}")
+    if not 0 <= task_index < len(cluster[task_type]):
+        raise ValueError(
+            f"{source} task index {task_index} is out of range for job '{task_type}' "
+            f"with {len(cluster[task_type])} tasks"
+        )
+
+
+def _is_host_port(address):
+    if not isinstance(address, str) or ":" not in address:
+        return False
+    host, port = address.rsplit(":", 1)
+    if host.startswith("["):  # IPv6 literal, "[::1]:2222"
+        host = host[1:-1] if host.endswith("]") else ""
+    if not host or any(c.isspace() for c in address):
+        return False
+    return port.isdigit() and 0 < int(port) < 65536
+
+
+def _cluster_view(strategy):
+    """(cluster dict, task type, task id) of a strategy; ({}, None, None) if local."""
+    resolver = strategy.cluster_resolver
+    if resolver is None:
+        return {}, None, None
+    cluster = resolver.cluster_spec().as_dict()
+    return cluster, resolver.task_type, resolver.task_id
+
+
+# === Devices ===
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def _num_local_gpus(num_gpus):
+    available = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus is None:
+        return available
+    if num_gpus > available:
+        raise ValueError(f"num_gpus={num_gpus} but only {available} GPUs are visible")
+    return num_gpus
+
+
+def _restrict_visible_gpus(num_gpus):
+    # MultiWorkerMirroredStrategy with TF_CONFIG takes every visible GPU;
+    # hiding the rest is the only way to use fewer.
+    gpus = tf.config.list_physical_devices("GPU")
+    count = _num_local_gpus(num_gpus)
+    if count < len(gpus):
+        tf.config.set_visible_devices(gpus[:count], "GPU")
+    return count
+
+
+def _mirrored_cross_device_ops(all_reduce, gpus):
+    if all_reduce == "nccl":
+        return tf.distribute.NcclAllReduce()
+    if not gpus:
+        return tf.distribute.ReductionToOneDevice()
+    if all_reduce == "ring":
+        return tf.distribute.HierarchicalCopyAllReduce()
+    return None  # TensorFlow's choice for the GPUs it sees.
+
+
+# === Temporary folders ===
+
+
+def _temp_root():
+    return os.path.join(tempfile.gettempdir(), f"{_TEMP_ROOT_PREFIX}{os.getpid()}")
+
+
+def _is_temp_dirpath(path):
+    return os.path.abspath(path).startswith(_temp_root() + os.sep)
+
+
+def _temp_dirpath(dirpath, strategy):
+    task_type, worker_id, _ = worker_info(strategy)
+    # The digest keeps two dirpaths with one basename apart.
+    digest = hashlib.sha1(dirpath.encode("utf-8")).hexdigest()[:10]
+    name = f"{os.path.basename(dirpath.rstrip('/')) or 'root'}_{digest}"
+    return os.path.join(_temp_root(), f"{task_type}_{worker_id}", name)
