@@ -13,9 +13,7 @@ from tf_mlstm.data.text import DOC_START
 def _docs(count, seed=0):
     rng = np.random.RandomState(seed)
     words = ["good", "bad", "blender", "noisy", "five", "stars", "returned", "it"]
-    return [
-        " ".join(rng.choice(words, rng.randint(1, 40))) + f" #{i}" for i in range(count)
-    ]
+    return [" ".join(rng.choice(words, rng.randint(1, 40))) + f" #{i}" for i in range(count)]
 
 
 def _rows(batches, key="inputs"):
@@ -59,22 +57,6 @@ def test_rows_stay_balanced_and_buffers_bounded():
     assert padding <= 8 * (500 + 32)
 
 
-def test_replica_slices_keep_rows_aligned():
-    texts = _docs(80, seed=2)
-    ds = pipeline.window_dataset(tf.data.Dataset.from_tensor_slices(texts), 4, 8)
-    whole = [b["inputs"].numpy() for b in ds.take(4)]
-    # The same stream sliced for two replicas of two rows each.
-    sliced = ds.flat_map(
-        lambda b: tf.data.Dataset.from_tensor_slices(
-            {k: tf.reshape(v, (2, 2, 8)) for k, v in b.items()}
-        )
-    )
-    parts = [b["inputs"].numpy() for b in sliced.take(8)]
-    for step in range(4):
-        np.testing.assert_array_equal(parts[2 * step], whole[step][:2])
-        np.testing.assert_array_equal(parts[2 * step + 1], whole[step][2:])
-
-
 def _write_shards(tmp_path, count=40, shards=4, compression=None):
     texts = _docs(count, seed=3)
     with tfrecord.ShardedWriter(
@@ -96,9 +78,11 @@ def test_lm_dataset_from_shards(tmp_path, compression):
     finite = pipeline.lm_dataset(files, 3, 16, training=False)
     scored = sum(float(tf.reduce_sum(b["weights"])) for b in finite)
     texts = [
-        t.numpy() for f in files for t in tf.data.TFRecordDataset(
-            f, compression_type=compression or "").map(
-                lambda r: tfrecord.parse_example(r)["text"])
+        t.numpy()
+        for f in files
+        for t in tf.data.TFRecordDataset(f, compression_type=compression or "").map(
+            lambda r: tfrecord.parse_example(r)["text"]
+        )
     ]
     assert scored == sum(len(t) + 1 for t in texts) - 3
 

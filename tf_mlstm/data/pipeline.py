@@ -174,27 +174,21 @@ def lm_dataset(
     training=True,
     seed=0,
     shuffle_buffer=1024,
-    replicas=1,
 ):
     """Training or evaluation batches for one input pipeline.
 
-    Under a strategy, each local replica receives consecutive elements in
-    turn, so this pipeline builds `batch_size * replicas` streams and emits
-    each batch as `replicas` consecutive slices: replica r always gets the
-    same rows, and its carried state stays aligned with its streams.
-
     Args:
       files: TFRecord shard paths.
-      batch_size: rows per replica.
+      batch_size: rows (streams) per batch of this pipeline.
       seq_length: characters per row per batch.
-      input_context: the `tf.distribute.InputContext`, if distributed.
+      input_context: the `tf.distribute.InputContext`, if distributed: this
+        pipeline reads its share of the shards.
       training: repeat forever and shuffle (else one finite padded pass).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer when training.
-      replicas: local replicas fed by this pipeline.
 
     Returns:
-      A dataset of per-replica batches (dicts, see `window_dataset`).
+      A dataset of batches (dicts, see `window_dataset`).
     """
     docs = document_dataset(
         files,
@@ -204,11 +198,5 @@ def lm_dataset(
         shuffle_buffer=shuffle_buffer if training else 0,
         repeat=training,
     )
-    ds = window_dataset(docs, batch_size * replicas, seq_length, finite=not training)
-    if replicas > 1:
-        ds = ds.flat_map(
-            lambda b: tf.data.Dataset.from_tensor_slices(
-                {k: tf.reshape(v, (replicas, batch_size, seq_length)) for k, v in b.items()}
-            )
-        )
+    ds = window_dataset(docs, batch_size, seq_length, finite=not training)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,8 +1,9 @@
 """The training loop: data-parallel mLSTM language-model training.
 
 Keras 3 `Model.fit` does not run under `MultiWorkerMirroredStrategy`, so
-this is a custom loop: batches from `distribute_datasets_from_function`, a
-`tf.function` that calls `strategy.run`, and inside each replica
+this is a custom loop: a `tf.function` that takes the next batch from this
+worker's input pipeline, hands each local replica its block of rows, and
+calls `strategy.run`; inside each replica
 
   1. forward and backward pass, XLA-compiled when `jit_compile` is on, with
      the loss scaled under float16;
@@ -14,7 +15,9 @@ this is a custom loop: batches from `distribute_datasets_from_function`, a
 Each replica carries its rows' recurrent state from step to step (truncated
 BPTT); the model resets it at document starts. Checkpoints hold model,
 optimizer, step and input position; the carried state is saved beside them
-(`checkpointing.py`). A run stops at `max_steps`, at the `max_minutes`
+(`checkpointing.py`). The worker owns a plain tf.data iterator rather than a
+`distribute_datasets_from_function` one because only the former can be
+checkpointed (TF 2.21), and an exact resume needs the data position. A run stops at `max_steps`, at the `max_minutes`
 budget (agreed by all workers through the all-reduce), and always ends with
 a checkpoint, so a relaunch resumes where it stopped.
 """
@@ -109,8 +112,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
-        self.dataset = self.strategy.distribute_datasets_from_function(self._dataset_fn)
-        self.iterator = iter(self.dataset)
+        self.iterator = iter(self._worker_dataset())
         self.checkpoint = tf.train.Checkpoint(
             model=self.model,
             optimizer=self.optimizer,
@@ -127,17 +129,21 @@ class Trainer:
         self._train_step = self._make_train_step()
 
     # --- data ---------------------------------------------------------------
-    def _dataset_fn(self, context):
-        replicas = context.num_replicas_in_sync // context.num_input_pipelines
+    def _worker_dataset(self):
+        """This worker's batches: `local_replicas` blocks of per-replica rows."""
+        context = tf.distribute.InputContext(
+            num_input_pipelines=self.num_workers,
+            input_pipeline_id=self.worker,
+            num_replicas_in_sync=self.strategy.num_replicas_in_sync,
+        )
         return pipeline.lm_dataset(
             self.train_files,
-            context.get_per_replica_batch_size(self.config.batch_size),
+            self.per_replica_batch * self.local_replicas,
             self.config.seq_length,
             input_context=context,
             training=True,
-            seed=self.config.seed + context.input_pipeline_id,
+            seed=self.config.seed + self.worker,
             shuffle_buffer=self.config.shuffle_buffer,
-            replicas=replicas,
         )
 
     # --- the step -----------------------------------------------------------
@@ -173,9 +179,20 @@ class Trainer:
             optimizer.apply(grads, model.trainable_variables)
             return stats, norm, finite, h, c
 
+        rows = self.per_replica_batch
+
+        def replica_rows(batch):
+            # Replica r always gets the same block of rows, so its carried
+            # state stays aligned with its streams.
+            def block(context):
+                r = context.replica_id_in_sync_group % self.local_replicas
+                return {k: v[r * rows : (r + 1) * rows] for k, v in batch.items()}
+
+            return self.strategy.experimental_distribute_values_from_function(block)
+
         @tf.function
         def train_step(iterator, h, c, stop):
-            batch = next(iterator)
+            batch = replica_rows(next(iterator))
             stats, norm, finite, h, c = self.strategy.run(replica_step, args=(batch, h, c, stop))
             first = lambda v: self.strategy.experimental_local_results(v)[0]
             finite = first(finite)
