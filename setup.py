@@ -6,6 +6,12 @@ _BINARIES = {
     "tf-mlstm-train": "tf_mlstm.cli.train:run",
     "tf-mlstm-eval": "tf_mlstm.cli.eval:run",
     "tf-mlstm-make-tfrecords": "tf_mlstm.cli.make_tfrecords:run",
+    "tf-mlstm-transfer": "tf_mlstm.cli.transfer:run",
+    "tf-mlstm-classify": "tf_mlstm.cli.classify:run",
+    "tf-mlstm-export": "tf_mlstm.cli.export:run",
+    "tf-mlstm-generate": "tf_mlstm.cli.generate:run",
+    "tf-mlstm-visualize": "tf_mlstm.cli.visualize:run",
+    "tf-mlstm-finetune": "tf_mlstm.cli.finetune:run",
 }
 
 setuptools.setup(

@@ -8,7 +8,6 @@ SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
       --hidden_size=4096 --batch_size=256 --precision=mixed_float16
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tf_mlstm.cli import _config
 from tf_mlstm.train import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -179,23 +179,10 @@ def define_train_flags():
     define_distribution_flags()
 
 
-def config_from_flags():
-    """One frozen, validated `TrainConfig` from FLAGS.
-
-    Raises:
-      app.UsageError: a flag value or combination is invalid.
-    """
-    values = {f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.TrainConfig)}
-    try:
-        return config_lib.TrainConfig(**values).validate()
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags()
+    config = _config.config_from_flags(config_lib.TrainConfig)
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
 

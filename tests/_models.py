@@ -1,0 +1,89 @@
+"""Small language models for the transfer and serving tests.
+
+`tiny_trained_model_dir` trains one tiny model with the real `tf-mlstm-train`
+binary (on the embedded demo corpus) once per test session, however many
+test modules ask for it. `write_untrained_model_dir` writes a model folder
+with random weights in a fraction of a second, and `random_model` builds one
+in memory, for tests that only need the plumbing.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import keras
+import tensorflow as tf
+
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.train.config import CHECKPOINT_SUBDIR
+from tf_mlstm.train.config import CONFIG_FILE
+from tf_mlstm.train.config import TrainConfig
+
+TINY_TRAIN_FLAGS = (
+    "--max_steps=20",
+    "--hidden_size=32",
+    "--seq_length=32",
+    "--batch_size=8",
+    "--eval_every_steps=0",
+    "--sample_every_steps=0",
+)
+
+_TRAINED = {}
+
+
+def tiny_trained_model_dir(tmp_path_factory):
+    """Trains the tiny model once per session and returns its folder.
+
+    Args:
+      tmp_path_factory: pytest's session `tmp_path_factory`.
+
+    Returns:
+      A `pathlib.Path` holding config.json and checkpoints.
+
+    Raises:
+      RuntimeError: the training binary failed (its output is in the message).
+    """
+    if "dir" not in _TRAINED:
+        model_dir = tmp_path_factory.mktemp("tiny_model") / "run"
+        command = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={model_dir}"]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        done = subprocess.run(
+            command + list(TINY_TRAIN_FLAGS), capture_output=True, text=True, env=env, timeout=600
+        )
+        if done.returncode:
+            raise RuntimeError(f"tf-mlstm-train failed:\n{done.stdout}\n{done.stderr[-4000:]}")
+        _TRAINED["dir"] = model_dir
+    return _TRAINED["dir"]
+
+
+def random_model(hidden_size=16, embedding_size=8, seed=0):
+    """A built float32 `MLSTMLanguageModel` with seeded random weights."""
+    keras.utils.set_random_seed(seed)
+    model = MLSTMLanguageModel(hidden_size=hidden_size, embedding_size=embedding_size)
+    model.build()
+    return model
+
+
+def write_untrained_model_dir(model_dir, hidden_size=16, embedding_size=8, seed=0):
+    """Writes a model folder (config + checkpoint) with random weights.
+
+    Args:
+      model_dir: destination folder (created).
+      hidden_size: mLSTM units.
+      embedding_size: byte embedding width.
+      seed: weight initialization seed.
+
+    Returns:
+      (model_dir as a `pathlib.Path`, the built float32 model).
+    """
+    model_dir = pathlib.Path(model_dir)
+    config = TrainConfig(
+        model_dir=str(model_dir), hidden_size=hidden_size, embedding_size=embedding_size
+    )
+    keras.utils.set_random_seed(seed)
+    model = MLSTMLanguageModel.from_train_config(config, precision="float32")
+    (model_dir / CHECKPOINT_SUBDIR).mkdir(parents=True, exist_ok=True)
+    (model_dir / CONFIG_FILE).write_text(config.to_json())
+    tf.train.Checkpoint(model=model).save(str(model_dir / CHECKPOINT_SUBDIR / "ckpt"))
+    return model_dir, model

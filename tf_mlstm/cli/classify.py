@@ -1,0 +1,174 @@
+"""tf-mlstm-classify: sentiment probabilities for new text with a fitted classifier.
+
+  tf-mlstm-classify --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
+      --input=reviews.jsonl --text_key=reviewText --output=scores.csv
+  printf 'Great film.\nDull and long.\n' | tf-mlstm-classify --model_dir=runs/r1 \
+      --classifier=runs/r1/sst/classifier.json --input=- --output=-
+
+`--input` is CSV / JSON lines / plain text files (read and normalized as
+training text is; records without text are skipped and counted in the log),
+or `-` for one text per line on stdin. The output CSV (`-`: stdout) has one
+row per classified text: `index` (0-based, in reading order), `line` (where
+the record starts in its file), `probability` (of the positive class) and
+`label` (the predicted class). No text is written back.
+"""
+
+import csv
+import dataclasses
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.cli._config import config_from_flags
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifyConfig:
+    """What to classify. Field names match the flags."""
+
+    model_dir: str
+    classifier: str
+    input: str
+    output: str
+    text_key: str = "text,sentence,reviewText"
+    batch_size: int = 64
+    window: int = 256
+
+    @property
+    def text_keys(self):
+        """The comma-separated `text_key` as a tuple."""
+        return tuple(key.strip() for key in self.text_key.split(",") if key.strip())
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if self.batch_size <= 0 or self.window <= 0:
+            raise ValueError("--batch_size and --window must be positive")
+        if not self.text_keys:
+            raise ValueError("--text_key must name at least one key")
+        return self
+
+
+def define_classify_flags():
+    """Defines every tf-mlstm-classify flag (all optional; `run` marks required ones)."""
+    flags.DEFINE_string("model_dir", None, "The --model_dir the classifier's features came from.")
+    flags.DEFINE_string("classifier", None, "A classifier.json written by tf-mlstm-transfer.")
+    flags.DEFINE_string(
+        "input", None, "Files/globs to classify (CSV, JSONL, text), or - for stdin."
+    )
+    flags.DEFINE_string("output", None, "The CSV to write, or - for stdout.")
+    defaults = ClassifyConfig("", "", "", "")
+    flags.DEFINE_string(
+        "text_key", defaults.text_key, "Keys/columns holding the text, tried in order."
+    )
+    flags.DEFINE_integer("batch_size", defaults.batch_size, "Texts per model call.")
+    flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
+
+
+def read_texts(spec, text_keys, stdin=None):
+    """The texts to classify and where each came from.
+
+    Args:
+      spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
+      text_keys: keys/columns holding the text.
+      stdin: the stream read for "-" (default `sys.stdin`).
+
+    Returns:
+      (texts, lines): normalized texts and the line each starts at.
+
+    Raises:
+      FileNotFoundError: a file or glob names nothing.
+      ValueError: nothing to classify.
+    """
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
+
+    texts, lines, empty = [], [], 0
+    if spec == "-":
+        for number, line in enumerate(stdin or sys.stdin, 1):
+            text = normalize_text(line)
+            if text:
+                texts.append(text)
+                lines.append(number)
+            else:
+                empty += 1
+        if empty:
+            logging.warning("Skipped %d empty stdin lines.", empty)
+    else:
+        for document in readers.read_documents(readers.expand_inputs(spec), text_keys):
+            texts.append(document.text)
+            lines.append(document.line)
+    if not texts:
+        raise ValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
+    return texts, lines
+
+
+def classify(config, stdin=None):
+    """Classifies the texts of `config.input`.
+
+    Args:
+      config: a validated `ClassifyConfig`.
+      stdin: the stream read for `--input=-` (default `sys.stdin`).
+
+    Returns:
+      (lines, probabilities, labels) for the texts in reading order.
+
+    Raises:
+      FileNotFoundError: a missing model, classifier or input.
+      ValueError: a classifier that does not fit the model, or no text.
+    """
+    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
+
+    classifier = logistic.LogisticClassifier.load(config.classifier)
+    model, _ = saved_model.load_trained_model(config.model_dir)
+    if model.hidden_size != classifier.hidden_size:
+        raise ValueError(
+            f"{config.classifier}: fitted on a {classifier.hidden_size}-unit model, but "
+            f"{config.model_dir} has {model.hidden_size} units"
+        )
+    texts, lines = read_texts(config.input, config.text_keys, stdin)
+    featurizer = features.TextFeaturizer(
+        model, config.batch_size, config.window, classifier.feature_kinds
+    )
+    x = features.concat_features(featurizer(texts), classifier.feature_kinds)
+    return lines, classifier.predict_proba(x), classifier.predict(x)
+
+
+def write_csv(stream, lines, probabilities, labels):
+    """Writes the `index,line,probability,label` CSV to `stream`."""
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(["index", "line", "probability", "label"])
+    for index, (line, probability, label) in enumerate(zip(lines, probabilities, labels)):
+        writer.writerow([index, line, f"{probability:.6f}", int(label)])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(ClassifyConfig)
+    try:
+        lines, probabilities, labels = classify(config)
+        if config.output == "-":
+            write_csv(sys.stdout, lines, probabilities, labels)
+        else:
+            with open(config.output, "w", encoding="utf-8", newline="") as f:
+                write_csv(f, lines, probabilities, labels)
+    except (OSError, ValueError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    logging.info("Classified %d texts -> %s", len(lines), config.output)
+
+
+def run():
+    define_classify_flags()
+    flags.mark_flags_as_required(["model_dir", "classifier", "input", "output"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,155 @@
+"""tf-mlstm-transfer: sentiment classification from a trained model's features.
+
+  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst \
+      --train=../shared/data/sst/train.csv --val=../shared/data/sst/val.csv \
+      --test=../shared/data/sst/test.csv --text_key=sentence --label_key=label
+  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/imdb \
+      --train=imdb/train.jsonl --test=imdb/test.jsonl --features=auto
+
+Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
+read and normalized, featurizes every text with the model (final cell state
+by default; `--features=cell,mean`, any combination, or `auto` to choose on
+validation), fits an L1-regularized logistic regression with C chosen on
+validation (`--val`, or a seeded stratified `--val_fraction` of train), and
+finds the sentiment neuron. Writes to `--output_dir`: results.json,
+classifier.json (for tf-mlstm-classify and tf-mlstm-export --classifier),
+neuron_histogram.png and accuracy_vs_labeled.png. The last line printed is
+one JSON object with `test_accuracy` and the other headline numbers.
+"""
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+
+
+def define_transfer_flags():
+    """Defines every tf-mlstm-transfer flag (all optional; `run` marks required ones)."""
+    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_string("train", None, "Labeled training files (comma-separated files/globs).")
+    flags.DEFINE_string(
+        "val", "", "Labeled validation files; empty: hold out --val_fraction of train."
+    )
+    flags.DEFINE_string("test", "", "Labeled test files; empty: no test accuracy.")
+    flags.DEFINE_string(
+        "text_key", "text,sentence,reviewText", "Keys/columns holding the text, tried in order."
+    )
+    flags.DEFINE_string("label_key", "label", "Key/column of the class label (two values).")
+    flags.DEFINE_string("output_dir", None, "Where results, classifier and plots are written.")
+    flags.DEFINE_string(
+        "features", "cell", "Comma-separated of cell, hidden, mean, max (concatenated), or auto."
+    )
+    flags.DEFINE_string(
+        "num_labeled",
+        "10,100,1000,all",
+        "Training-set sizes for the accuracy curve (balanced seeded subsamples); empty: none.",
+    )
+    flags.DEFINE_integer("batch_size", 64, "Texts per model call.")
+    flags.DEFINE_integer("window", 256, "Bytes per model call (the state carries across).")
+    flags.DEFINE_integer(
+        "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
+    )
+    flags.DEFINE_integer(
+        "max_eval_examples", 0, "Same for --val and --test each (0 = all); for quick checks."
+    )
+    flags.DEFINE_float("val_fraction", 0.1, "Share of train held out for validation without --val.")
+    flags.DEFINE_string(
+        "c_grid", "", "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
+    )
+    flags.DEFINE_enum("solver", "liblinear", ["liblinear", "saga"], "scikit-learn solver.")
+    flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
+
+
+def _floats(spec, name):
+    try:
+        return tuple(float(piece) for piece in spec.split(",") if piece.strip())
+    except ValueError:
+        raise app.UsageError(f"--{name} must be comma-separated numbers, got {spec!r}") from None
+
+
+def config_from_flags():
+    """One frozen, validated `TransferConfig` from FLAGS.
+
+    Raises:
+      app.UsageError: a flag value is invalid.
+    """
+    from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
+
+    try:
+        values = {
+            "model_dir": FLAGS.model_dir,
+            "train": FLAGS.train,
+            "output_dir": FLAGS.output_dir,
+            "val": FLAGS.val,
+            "test": FLAGS.test,
+            "text_keys": tuple(key.strip() for key in FLAGS.text_key.split(",") if key.strip()),
+            "label_key": FLAGS.label_key,
+            "features": FLAGS.features,
+            "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
+            "batch_size": FLAGS.batch_size,
+            "window": FLAGS.window,
+            "max_train_examples": FLAGS.max_train_examples,
+            "max_eval_examples": FLAGS.max_eval_examples,
+            "val_fraction": FLAGS.val_fraction,
+            "solver": FLAGS.solver,
+            "seed": FLAGS.seed,
+        }
+        if FLAGS.c_grid:
+            values["c_grid"] = _floats(FLAGS.c_grid, "c_grid")
+        config = experiment.TransferConfig(**values)
+        config.validate()
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    return config
+
+
+def headline(results):
+    """The one-line JSON summary printed last."""
+    neuron = results["neuron"]
+    return {
+        "test_accuracy": results["test_accuracy"],
+        "val_accuracy": results["val_accuracy"],
+        "train_accuracy": results["train_accuracy"],
+        "feature_kinds": results["feature_kinds"],
+        "C": results["C"],
+        "nonzero_weights": results["nonzero_weights"],
+        "neuron": {k: neuron[k] for k in ("index", "kind", "unit", "sign")},
+        "neuron_test_accuracy": neuron["test_accuracy"],
+        "output_dir": results["config"]["output_dir"],
+    }
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags()
+    from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
+
+    try:
+        results = experiment.run_transfer(config)
+    except (OSError, ValueError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    for name in ("train", "val", "test"):
+        if results.get(f"{name}_accuracy") is not None:
+            logging.info(
+                "%s accuracy %.4f (sentiment neuron alone %.4f)",
+                name,
+                results[f"{name}_accuracy"],
+                results["neuron"][f"{name}_accuracy"],
+            )
+    print(json.dumps(headline(results)))
+
+
+def run():
+    define_transfer_flags()
+    flags.mark_flags_as_required(["model_dir", "train", "output_dir"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,1 @@
+"""Transfer of the language model to classification: features, probes, fine-tuning, views."""

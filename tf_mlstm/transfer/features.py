@@ -1,0 +1,208 @@
+"""Features of labeled text from a trained language model, for transfer.
+
+`TextFeaturizer` runs a model over a list of (normalized) texts and returns
+the features `tf_mlstm.models.featurize.featurize_ids` computes: the final
+cell and hidden states and the mean and max of the hidden states, [N, H]
+each. Texts are sorted by length and batched, so a batch holds texts of
+similar length and little padding; the results come back in the input
+order. The padding is masked, so a text's features do not depend on the
+batch it ran in. The model runs in windows of 256 bytes with the state
+carried, in an inference-only compiled function (no gradient tape, no
+training-mode paths).
+
+A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
+or "auto" to choose the combination on validation data
+(`tf_mlstm.transfer.logistic.select_feature_kinds`).
+"""
+
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tf_mlstm.models import featurize
+
+FEATURE_KINDS = featurize.FEATURE_KINDS
+AUTO = "auto"
+DEFAULT_WINDOW = 256
+DEFAULT_BATCH_SIZE = 64
+
+
+def parse_feature_kinds(spec):
+    """Parses a `--features` value.
+
+    Args:
+      spec: comma-separated kinds from `FEATURE_KINDS` ("cell,mean"), or "auto".
+
+    Returns:
+      `AUTO`, or a tuple of distinct kinds in `FEATURE_KINDS` order (so
+      "mean,cell" and "cell,mean" name the same features).
+
+    Raises:
+      ValueError: an empty spec, an unknown kind, or "auto" mixed with kinds.
+    """
+    names = [name.strip().lower() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"no feature kinds in {spec!r}; choose from {list(FEATURE_KINDS)} or auto")
+    if AUTO in names:
+        if len(names) > 1:
+            raise ValueError(f"'auto' cannot be combined with other feature kinds: {spec!r}")
+        return AUTO
+    unknown = sorted(set(names) - set(FEATURE_KINDS))
+    if unknown:
+        raise ValueError(
+            f"unknown feature kinds {unknown} in {spec!r}; choose from "
+            f"{list(FEATURE_KINDS)} or auto"
+        )
+    return tuple(kind for kind in FEATURE_KINDS if kind in names)
+
+
+def concat_features(features, kinds):
+    """Concatenates the chosen kinds, in order, into one [N, H * len(kinds)] array.
+
+    Args:
+      features: dict of [N, H] arrays keyed by kind (a `TextFeaturizer` result).
+      kinds: the kinds to use.
+
+    Returns:
+      float32 [N, H * len(kinds)]; column `k * H + u` is unit u of `kinds[k]`.
+
+    Raises:
+      KeyError: a kind missing from `features`.
+    """
+    missing = [kind for kind in kinds if kind not in features]
+    if missing:
+        raise KeyError(f"features {missing} were not computed (have {sorted(features)})")
+    return np.concatenate([np.asarray(features[kind], np.float32) for kind in kinds], axis=1)
+
+
+def describe_feature(index, kinds, hidden_size):
+    """Which kind and unit column `index` of `concat_features(..., kinds)` is.
+
+    Args:
+      index: a column of the concatenated features.
+      kinds: the concatenated kinds.
+      hidden_size: the model's units.
+
+    Returns:
+      (kind, unit).
+    """
+    return kinds[index // hidden_size], index % hidden_size
+
+
+def text_lengths(texts):
+    """UTF-8 byte lengths of `texts` (what the model runs over)."""
+    return np.array([len(text.encode("utf-8")) for text in texts], np.int64)
+
+
+class TextFeaturizer:
+    """Computes the features of lists of texts with one model.
+
+    Args:
+      model: an `MLSTMLanguageModel` (float32 from `load_trained_model`).
+      batch_size: texts per model call (memory grows with batch x window x H).
+      window: bytes per model call; the state carries across windows.
+      kinds: which features to keep (all are computed together; keeping fewer
+        saves host memory on large data sets).
+
+    Raises:
+      ValueError: a non-positive batch size or window, or an unknown kind.
+    """
+
+    def __init__(
+        self, model, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW, kinds=FEATURE_KINDS
+    ):
+        if batch_size <= 0 or window <= 0:
+            raise ValueError(f"batch_size and window must be positive, got {batch_size}, {window}")
+        unknown = [kind for kind in kinds if kind not in FEATURE_KINDS]
+        if unknown:
+            raise ValueError(f"unknown feature kinds {unknown}; choose from {list(FEATURE_KINDS)}")
+        self.model = model
+        self.batch_size = int(batch_size)
+        self.window = int(window)
+        self.kinds = tuple(kinds)
+        self.hidden_size = model.hidden_size
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def features_of(texts):
+            ids, valid, _ = featurize.texts_to_ids(texts, self.window)
+            features = featurize.featurize_ids(self.model, ids, valid, self.window)
+            return {kind: features[kind] for kind in self.kinds}
+
+        self._features_of = features_of
+
+    def __call__(self, texts, progress=None):
+        """Features of `texts`, in their order.
+
+        Args:
+          texts: a sequence of normalized texts (str); "" is allowed.
+          progress: show a progress bar on stderr; None: only when stderr is a
+            terminal.
+
+        Returns:
+          dict kind -> float32 [len(texts), H].
+        """
+        texts = list(texts)
+        lengths = text_lengths(texts)
+        order = np.argsort(lengths, kind="stable")
+        out = {kind: np.zeros((len(texts), self.hidden_size), np.float32) for kind in self.kinds}
+        bar = ProgressBar(len(texts), int(lengths.sum()), enabled=progress)
+        for start in range(0, len(texts), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            batch = self._features_of(tf.constant([texts[i] for i in rows], tf.string))
+            for kind in self.kinds:
+                out[kind][rows] = batch[kind].numpy()
+            bar.update(len(rows), int(lengths[rows].sum()))
+        bar.close()
+        return out
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only on a terminal.
+
+    Args:
+      total: items to process.
+      total_chars: characters to process (the rate and the time left use them,
+        as the cost of a text grows with its length).
+      enabled: force on or off; None: on when stderr is a terminal.
+      min_interval: seconds between redraws.
+    """
+
+    def __init__(self, total, total_chars, enabled=None, min_interval=0.5):
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        self.enabled = bool(enabled) and total > 0
+        self.total = total
+        self.total_chars = max(total_chars, 1)
+        self.done = 0
+        self.chars = 0
+        self.start = time.monotonic()
+        self.last_draw = 0.0
+        self.min_interval = min_interval
+
+    def update(self, items, chars):
+        """Counts `items` texts of `chars` characters as done and redraws."""
+        self.done += items
+        self.chars += chars
+        now = time.monotonic()
+        if self.enabled and (now - self.last_draw >= self.min_interval or self.done >= self.total):
+            self.last_draw = now
+            self._draw(now - self.start)
+
+    def _draw(self, elapsed):
+        fraction = self.chars / self.total_chars
+        filled = int(30 * fraction)
+        rate = self.chars / max(elapsed, 1e-9)
+        left = (self.total_chars - self.chars) / rate if rate > 0 else 0.0
+        sys.stderr.write(
+            f"\r[{'=' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} texts "
+            f"{rate:,.0f} chars/s, {int(left) // 60}:{int(left) % 60:02d} left "
+        )
+        sys.stderr.flush()
+
+    def close(self):
+        """Ends the line."""
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

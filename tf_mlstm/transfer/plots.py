@@ -1,0 +1,82 @@
+"""PNG plots of a transfer run (matplotlib, headless Agg backend).
+
+- `neuron_histogram`: the sentiment neuron's value per class, with the
+  threshold, as in Figure 3 of Radford et al. (2017).
+- `accuracy_curve`: accuracy against the number of labeled examples, on a
+  log axis.
+"""
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+import tensorflow as tf  # pylint: disable=wrong-import-position
+
+
+def _save(figure, path):
+    """Writes `figure` as PNG through tf.io.gfile (so gs:// paths work) and closes it."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
+    return path
+
+
+def neuron_histogram(path, values, labels, classes, threshold, title=""):
+    """Draws one histogram of `values` per class.
+
+    Args:
+      path: the PNG to write.
+      values: [N] the neuron's feature values.
+      labels: [N] labels.
+      classes: (negative, positive) labels, drawn in this order.
+      threshold: drawn as a vertical line.
+      title: the plot title.
+
+    Returns:
+      path.
+    """
+    values = np.asarray(values, np.float64)
+    labels = np.asarray(labels)
+    low, high = float(min(values.min(), threshold)), float(max(values.max(), threshold))
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    bins = np.linspace(low, high, 41)
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for value, color in zip(classes, ("tab:red", "tab:blue")):
+        axes.hist(
+            values[labels == value], bins=bins, alpha=0.55, color=color, label=f"label {value}"
+        )
+    axes.axvline(threshold, color="black", linestyle="--", linewidth=1, label="threshold")
+    axes.set_xlabel("neuron value")
+    axes.set_ylabel("texts")
+    axes.set_title(title)
+    axes.legend()
+    return _save(figure, path)
+
+
+def accuracy_curve(path, counts, accuracies, ylabel="test accuracy"):
+    """Draws accuracy against the number of labeled training examples.
+
+    Args:
+      path: the PNG to write.
+      counts: labeled examples of each point.
+      accuracies: accuracy of each point.
+      ylabel: the y axis label.
+
+    Returns:
+      path.
+    """
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(counts, accuracies, marker="o")
+    axes.set_xscale("log")
+    axes.set_xlabel("labeled training examples")
+    axes.set_ylabel(ylabel)
+    axes.grid(True, which="both", alpha=0.3)
+    return _save(figure, path)
