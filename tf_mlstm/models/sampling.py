@@ -1,75 +1,275 @@
 """Sampling text from a language model, optionally with one unit held fixed.
 
 Holding a unit of the cell state at a value while sampling (the "sentiment
-neuron" experiment of Radford et al. 2017) steers the generated text.
+neuron" experiment of Radford et al. 2017) steers the generated text. The
+model runs one byte at a time, the prompt included, and the held unit is
+overwritten after every step, so every later step reads the held value (a
+`DOC_START` step reads the state the model resets there).
+
+`make_sampler` compiles the byte loop once per model; its arguments are all
+tensors, so one traced graph serves any prompt, length, seed, temperature and
+held unit. `sample_ids` and `sample_text` build one when not given one.
 """
+
+import math
 
 import tensorflow as tf
 
+from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models.featurize import texts_to_ids
 
+PAD_ID = -1
+"""Fills `sample_ids` rows after the `DOC_START` that ended them."""
 
-def sample_ids(model, prompt_ids, length, temperature=1.0, seed=0, neuron=-1, neuron_value=0.0):
-    """Continues each prompt row by `length` sampled bytes.
+
+def _held(c, neuron, neuron_value):
+    """`c` with unit `neuron` set to `neuron_value` (-1: unchanged)."""
+    # one_hot(-1) is all zeros, so "no unit" needs no branch in the graph.
+    clamp = tf.one_hot(neuron, tf.shape(c)[-1], dtype=c.dtype)
+    return c * (1 - clamp) + clamp * tf.cast(neuron_value, c.dtype)
+
+
+def _step(model, ids, h, c, neuron, neuron_value):
+    """Feeds one column of bytes [N, 1]; returns (hidden [N, H], h, c)."""
+    outputs, (h, c) = model.encode(ids, [h, c], training=False)
+    return outputs[:, -1], h, _held(c, neuron, neuron_value)
+
+
+def _unit_values(c, unit):
+    """Cell value of `unit` per row as float32 [N] (unit < 0: zeros)."""
+    values = tf.cast(tf.gather(c, tf.maximum(unit, 0), axis=1), tf.float32)
+    return tf.where(unit >= 0, values, tf.zeros_like(values))
+
+
+def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None):
+    """Runs the model over `ids` one byte at a time, as sampling does.
+
+    Graph-friendly. With `unit` set it returns the cell value of that unit
+    after every byte: the per-character activation that
+    `tf_mlstm.transfer.visualize` draws.
 
     Args:
       model: an `MLSTMLanguageModel`.
-      prompt_ids: [N, P] int32 prompt bytes (all rows the same length, framed
-        with `DOC_START`).
+      ids: [N, T] int32 byte ids (T >= 1).
+      unit: index of the cell-state unit to report per step (-1: none; the
+        trace is then zeros).
+      neuron: index of a cell-state unit held at `neuron_value` after every
+        step, or -1 for none.
+      neuron_value: the held value.
+      state: optional initial [h, c] (default zeros).
+
+    Returns:
+      (last hidden state [N, H], [h, c], trace [N, T] float32).
+    """
+    ids = tf.cast(ids, tf.int32)
+    batch = tf.shape(ids)[0]
+    h, c = state if state is not None else model.initial_state(batch)
+    columns = tf.transpose(ids)
+    steps = tf.shape(columns)[0]
+    trace = tf.TensorArray(tf.float32, size=steps)
+    last = tf.zeros((batch, model.hidden_size), model.compute_dtype)
+
+    def body(t, h, c, last, trace):
+        last, h, c = _step(model, columns[t][:, None], h, c, neuron, neuron_value)
+        return t + 1, h, c, last, trace.write(t, _unit_values(c, unit))
+
+    _, h, c, last, trace = tf.while_loop(
+        lambda t, *_: t < steps, body, (tf.constant(0), h, c, last, trace)
+    )
+    return last, [h, c], tf.reshape(tf.transpose(trace.stack()), [batch, steps])
+
+
+def make_sampler(model):
+    """A compiled sampling function for `model`, traced once and reused.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+
+    Returns:
+      `sampler(prompt_ids, length, temperature, seed, neuron, neuron_value,
+      stop_at_doc_end, trace_unit)` -> `(ids [N, length] int32, trace
+      [N, length] float32)`: int32 prompt ids, then scalars (int32, float32,
+      int64, int32, float32, bool, int32; `trace_unit` -1 for none), as
+      `sample_ids` passes them.
+    """
+
+    scalar = lambda dtype: tf.TensorSpec([], dtype)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32),
+            scalar(tf.int32),
+            scalar(tf.float32),
+            scalar(tf.int64),
+            scalar(tf.int32),
+            scalar(tf.float32),
+            scalar(tf.bool),
+            scalar(tf.int32),
+        ]
+    )
+    def sampler(
+        prompt_ids, length, temperature, seed, neuron, neuron_value, stop_at_doc_end, trace_unit
+    ):
+        last, (h, c), _ = feed_bytes(model, prompt_ids, neuron=neuron, neuron_value=neuron_value)
+        batch = tf.shape(prompt_ids)[0]
+        base_seed = tf.stack([tf.cast(seed, tf.int64), tf.constant(0, tf.int64)])
+        ids = tf.TensorArray(tf.int32, size=length)
+        trace = tf.TensorArray(tf.float32, size=length)
+        done = tf.zeros((batch,), tf.bool)
+
+        def keep_going(t, h, c, last, done, ids, trace):
+            running = tf.logical_not(tf.logical_and(stop_at_doc_end, tf.reduce_all(done)))
+            return tf.logical_and(t < length, running)
+
+        def body(t, h, c, last, done, ids, trace):
+            logits = tf.cast(model.head(last), tf.float32) / temperature
+            step_seed = tf.random.experimental.stateless_fold_in(base_seed, t)
+            byte = tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)
+            last, h, c = _step(model, byte, h, c, neuron, neuron_value)
+            value = _unit_values(c, trace_unit)
+            byte = byte[:, 0]
+            ended = tf.logical_and(stop_at_doc_end, done)
+            ids = ids.write(t, tf.where(ended, PAD_ID, byte))
+            trace = trace.write(t, tf.where(ended, math.nan, value))
+            done = tf.logical_or(done, tf.equal(byte, DOC_START))
+            return t + 1, h, c, last, done, ids, trace
+
+        t, *_, ids, trace = tf.while_loop(
+            keep_going, body, (tf.constant(0), h, c, last, done, ids, trace)
+        )
+        # Steps never run (every row had ended) are padding. An empty array
+        # cannot be stacked without a static batch size, hence the cond.
+        ran = tf.range(length)[:, None] < t
+        ids = tf.cond(length > 0, ids.stack, lambda: tf.zeros([0, batch], tf.int32))
+        trace = tf.cond(length > 0, trace.stack, lambda: tf.zeros([0, batch], tf.float32))
+        ids = tf.where(ran, ids, PAD_ID)
+        trace = tf.where(ran, trace, math.nan)
+        return tf.transpose(ids), tf.transpose(trace)
+
+    return sampler
+
+
+def _check_unit(name, index, hidden_size, allow_none):
+    low = -1 if allow_none else 0
+    if not low <= index < hidden_size:
+        raise ValueError(
+            f"{name} must be in [{low}, {hidden_size - 1}] (the model has {hidden_size} "
+            f"cell units), got {index}."
+        )
+
+
+def sample_ids(
+    model,
+    prompt_ids,
+    length,
+    temperature=1.0,
+    seed=0,
+    neuron=-1,
+    neuron_value=0.0,
+    stop_at_doc_end=False,
+    trace_unit=None,
+    sampler=None,
+):
+    """Continues each prompt row by up to `length` sampled bytes.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      prompt_ids: [N, P] int32 prompt bytes, P >= 1 (all rows the same
+        length, framed with `DOC_START`).
       length: bytes to generate.
       temperature: softmax temperature (> 0); small values approach argmax.
       seed: integer seed; the same seed gives the same text.
       neuron: index of a cell-state unit to hold at `neuron_value` after every
-        step, or -1 for none.
+        step (prompt and generated bytes), or -1 for none.
       neuron_value: the held value.
+      stop_at_doc_end: end a row at the first generated `DOC_START` (the end
+        of a review): that byte is kept, later positions are `PAD_ID`, and
+        sampling stops once every row has ended.
+      trace_unit: index of a cell-state unit whose value after every
+        generated byte is returned too (pass `neuron` to watch the held
+        unit); None for no trace.
+      sampler: a `make_sampler(model)` function to reuse (default: a new one,
+        traced on this call).
 
     Returns:
-      [N, length] int32 generated bytes.
+      [N, length] int32 generated bytes; with `trace_unit`, the tuple
+      `(ids, trace)` with trace [N, length] float32 (NaN after a row ended).
+
+    Raises:
+      ValueError: a non-positive temperature, a negative length, an empty
+        prompt, or a unit index outside the model.
     """
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a positive number, got {temperature}.")
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}.")
+    _check_unit("neuron", neuron, model.hidden_size, allow_none=True)
+    if trace_unit is not None:
+        _check_unit("trace_unit", trace_unit, model.hidden_size, allow_none=False)
     prompt_ids = tf.cast(prompt_ids, tf.int32)
-    batch = tf.shape(prompt_ids)[0]
-    hidden = model.hidden_size
-    dtype = model.compute_dtype
-    clamp = tf.one_hot(neuron, hidden, dtype=dtype) if neuron >= 0 else None
-
-    def hold(c):
-        if clamp is None:
-            return c
-        return c * (1 - clamp) + clamp * tf.cast(neuron_value, dtype)
-
-    def step(ids, h, c):
-        outputs, (h, c) = model.encode(ids, [h, c], training=False)
-        return outputs[:, -1], h, hold(c)
-
-    # Feed the prompt one byte at a time so a held unit is held throughout.
-    h, c = model.initial_state(batch)
-    for_prompt = tf.transpose(prompt_ids)
-
-    def prompt_loop(t, h, c, last):
-        out, h, c = step(for_prompt[t][:, None], h, c)
-        return t + 1, h, c, out
-
-    last = tf.zeros((batch, hidden), dtype)
-    _, h, c, last = tf.while_loop(
-        lambda t, *_: t < tf.shape(for_prompt)[0], prompt_loop, (tf.constant(0), h, c, last)
+    if prompt_ids.shape.rank != 2 or prompt_ids.shape[1] == 0:
+        raise ValueError(
+            f"prompt_ids must be [N, P] with P >= 1 (at least DOC_START), got shape "
+            f"{prompt_ids.shape}."
+        )
+    sampler = sampler or make_sampler(model)
+    ids, trace = sampler(
+        prompt_ids,
+        tf.constant(length, tf.int32),
+        tf.constant(temperature, tf.float32),
+        tf.constant(seed, tf.int64),
+        tf.constant(neuron, tf.int32),
+        tf.constant(neuron_value, tf.float32),
+        tf.constant(stop_at_doc_end),
+        tf.constant(-1 if trace_unit is None else trace_unit, tf.int32),
     )
-    seeds = tf.random.experimental.stateless_split(tf.constant([seed, 0], tf.int64), num=length)
-    generated = tf.TensorArray(tf.int32, size=length)
-
-    def gen_loop(t, h, c, last, generated):
-        logits = tf.cast(model.head(last), tf.float32) / temperature
-        byte = tf.random.stateless_categorical(logits, 1, seeds[t], dtype=tf.int32)
-        out, h, c = step(byte, h, c)
-        return t + 1, h, c, out, generated.write(t, byte[:, 0])
-
-    _, _, _, _, generated = tf.while_loop(
-        lambda t, *_: t < length, gen_loop, (tf.constant(0), h, c, last, generated)
-    )
-    return tf.transpose(generated.stack())
+    return ids if trace_unit is None else (ids, trace)
 
 
-def sample_text(model, prompt, length, temperature=1.0, seed=0, neuron=-1, neuron_value=0.0):
-    """Samples a continuation of a (normalized) prompt; returns a str."""
+def ids_to_text(ids, strip_doc_end=False):
+    """Decodes one row of sampled bytes, up to the first `PAD_ID`.
+
+    Args:
+      ids: [length] sampled byte ids (a `sample_ids` row).
+      strip_doc_end: also end the text before its first `DOC_START`.
+
+    Returns:
+      The text as str (invalid UTF-8 replaced).
+    """
+    values = [int(i) for i in ids]
+    ends = [PAD_ID, DOC_START] if strip_doc_end else [PAD_ID]
+    for end in ends:
+        if end in values:
+            values = values[: values.index(end)]
+    return bytes(values).decode("utf-8", errors="replace")
+
+
+def sample_text(
+    model,
+    prompt,
+    length,
+    temperature=1.0,
+    seed=0,
+    neuron=-1,
+    neuron_value=0.0,
+    stop_at_doc_end=False,
+    sampler=None,
+):
+    """Samples a continuation of a (normalized) prompt; returns a str.
+
+    Args and errors as in `sample_ids`; with `stop_at_doc_end` the text ends
+    before the `DOC_START` that closed it.
+    """
     ids, _, _ = texts_to_ids(tf.constant([prompt]))
-    out = sample_ids(model, ids, length, temperature, seed, neuron, neuron_value)
-    return bytes(out[0].numpy().astype("uint8").tolist()).decode("utf-8", errors="replace")
+    out = sample_ids(
+        model,
+        ids,
+        length,
+        temperature,
+        seed,
+        neuron,
+        neuron_value,
+        stop_at_doc_end=stop_at_doc_end,
+        sampler=sampler,
+    )
+    return ids_to_text(out[0], strip_doc_end=stop_at_doc_end)

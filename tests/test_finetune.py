@@ -1,0 +1,222 @@
+"""tf-mlstm-finetune: exact padding, learning a toy task, multi-label, precisions, resume."""
+
+import io
+import json
+import random
+import re
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from _models import tiny_trained_model_dir
+from tf_mlstm.export.saved_model import load_trained_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.train import local_cluster
+from tf_mlstm.transfer import finetune
+
+_WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
+
+
+def _write_task(path, count, seed):
+    """Texts ending in "good" (label 1) or "bad" (0); `long` = more than 6 words."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(count):
+            positive = rng.random() < 0.5
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 8))]
+            words.append("good" if positive else "bad")
+            record = {"text": " ".join(words), "label": int(positive), "long": int(len(words) > 6)}
+            f.write(json.dumps(record) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """The tiny trained model and the toy task's files."""
+    folder = tmp_path_factory.mktemp("finetune_task")
+    return {
+        "init": str(tiny_trained_model_dir(tmp_path_factory)),
+        "train": _write_task(folder / "train.jsonl", 320, 0),
+        "validation": _write_task(folder / "validation.jsonl", 80, 1),
+    }
+
+
+def _config(task, model_dir, **overrides):
+    values = dict(
+        init_model_dir=task["init"],
+        train_data=task["train"],
+        validation_data=task["validation"],
+        model_dir=str(model_dir),
+        batch_size=16,
+        lr=1e-2,
+        max_steps=30,
+        log_every_steps=10,
+    )
+    values.update(overrides)
+    return finetune.FinetuneConfig(**values).validate()
+
+
+def _small_encoder():
+    keras.utils.set_random_seed(0)
+    encoder = MLSTMLanguageModel(hidden_size=12, embedding_size=6)
+    encoder.build()
+    return encoder
+
+
+@pytest.mark.parametrize("feature", finetune.FEATURES)
+def test_left_padding_gives_each_text_its_own_result(feature):
+    model = finetune.SequenceClassifier(_small_encoder(), 2, feature)
+    texts = ["a much longer text than the others", "short", "mid length"]
+    ids, lengths, _ = finetune.encode_left_padded(texts, 64)
+    for training in (False, True):
+        logits, hidden = model(ids, lengths, training=training)
+        lm = finetune.lm_loss_per_text(model, hidden, ids, lengths)
+        for row, text in enumerate(texts):
+            one_ids, one_lengths, _ = finetune.encode_left_padded([text], 64)
+            one_logits, one_hidden = model(one_ids, one_lengths, training=training)
+            one_lm = finetune.lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
+            np.testing.assert_allclose(logits[row], one_logits[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(lm[row], one_lm[0], rtol=1e-5)
+
+
+def test_long_texts_are_cut_to_max_length():
+    ids, lengths, cut = finetune.encode_left_padded(["abcdef", "ab"], 4)
+    assert ids.tolist() == [[10, 97, 98, 99], [0, 10, 97, 98]]
+    assert lengths.tolist() == [4, 3] and cut == 1
+
+
+def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
+    model_dir = tmp_path / "run"
+    results = finetune.finetune(_config(task, model_dir))
+    assert results["validation"]["accuracy"] >= 0.95, results
+    assert results["validation"]["f1"] >= 0.95
+    assert results["history"][-1]["loss"] < results["history"][0]["loss"]
+    saved = json.loads((model_dir / "results.json").read_text())
+    assert saved["step"] == 30 and set(saved["thresholds"]) == {"label"}
+    # The saved classifier reproduces the validation accuracy...
+    model, config, thresholds = finetune.load_finetuned_model(str(model_dir))
+    validation = finetune.read_labeled(task["validation"], config.text_keys, config.label_keys)
+    probabilities = finetune.predict_probabilities(model, validation, config.max_length)
+    predicted = probabilities > thresholds
+    assert np.mean(predicted == validation.labels) == pytest.approx(
+        results["validation"]["accuracy"]
+    )
+    # ...and its encoder, changed by fine-tuning, loads like any trained model.
+    tuned, _ = load_trained_model(str(model_dir))
+    base, _ = load_trained_model(task["init"])
+    assert not np.allclose(tuned.mlstm.cell.weights[0], base.mlstm.cell.weights[0])
+    # A rerun with a larger budget resumes from the last checkpoint.
+    resumed = finetune.Finetuner(_config(task, model_dir, max_steps=34))
+    assert resumed.train()["step"] == 34
+    assert int(resumed.step.numpy()) == 34
+    assert sorted(p.name for p in (model_dir / "checkpoints").glob("*.index")) == [
+        "ckpt-30.index",
+        "ckpt-34.index",
+    ]
+
+
+def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
+    config = _config(
+        task,
+        tmp_path / "run",
+        label_key="label,long",
+        precision="mixed_float16",
+        lm_loss_weight=0.5,
+        max_steps=10,
+        feature="mean",
+        threshold_metric="f1",
+    )
+    tuner = finetune.Finetuner(config)
+    assert isinstance(tuner.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert tuner.model.encoder.compute_dtype == "float16"
+    results = tuner.train()
+    assert all(np.isfinite([h["loss"], h["lm_loss"]]).all() for h in results["history"])
+    assert results["history"][-1]["lm_loss"] > 0
+    assert set(results["validation"]["per_label"]) == {"label", "long"}
+    assert {"exact_match", "macro_f1", "f1", "accuracy"} <= set(results["validation"])
+    probabilities = finetune.predict_probabilities(
+        tuner.model, tuner.splits["validation"], config.max_length
+    )
+    assert probabilities.shape == (80, 2)
+
+
+def test_thresholds_and_metrics():
+    probabilities = np.array([[0.1, 0.9], [0.4, 0.2], [0.6, 0.7], [0.8, 0.3]])
+    labels = np.array([[0, 1], [1, 0], [1, 1], [1, 0]], np.float32)
+    thresholds = finetune.choose_thresholds(probabilities, labels, "accuracy")
+    np.testing.assert_allclose(thresholds, [0.25, 0.5])
+    metrics = finetune.classification_metrics(probabilities, labels, thresholds, ["a", "b"])
+    assert metrics["accuracy"] == 1.0 and metrics["exact_match"] == 1.0
+    at_half = finetune.classification_metrics(probabilities, labels, [0.5, 0.5], ["a", "b"])
+    # Label a at 0.5: tp 2, fn 1 -> F1 0.8; label b: perfect.
+    assert at_half["per_label"]["a"]["f1"] == pytest.approx(0.8)
+    assert at_half["macro_f1"] == pytest.approx(0.9)
+    assert at_half["f1"] == pytest.approx(2 * 4 / (2 * 4 + 0 + 1))
+
+
+def test_read_labeled_joins_label_keys_and_rejects_other_labels(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        '{"text": "one", "a": 1, "b": 0}\n{"text": "two", "a": 0}\n{"text": "three", "a": 0, '
+        '"b": "pos"}\n'
+    )
+    split = finetune.read_labeled(str(data), ["text"], ["a", "b"])
+    assert split.texts == ["one", "three"]
+    assert split.labels.tolist() == [[1, 0], [0, 1]]
+    data.write_text('{"text": "one", "a": 1}\n{"text": "two", "a": 2}\n')
+    with pytest.raises(ValueError, match=r"data.jsonl:2: label 'a' is 2; fine-tuning takes 0/1"):
+        finetune.read_labeled(str(data), ["text"], ["a"])
+
+
+def test_config_errors():
+    base = dict(init_model_dir="m", train_data="t", model_dir="o")
+    with pytest.raises(ValueError, match="--feature must be one of cell, mean; got 'max'"):
+        finetune.FinetuneConfig(**base, feature="max").validate()
+    with pytest.raises(ValueError, match="--label_key must name distinct keys"):
+        finetune.FinetuneConfig(**base, label_key="a,a").validate()
+    with pytest.raises(ValueError, match="--precision must be one of"):
+        finetune.FinetuneConfig(**base, precision="float16").validate()
+    with pytest.raises(ValueError, match="--init_model_dir is required"):
+        finetune.FinetuneConfig(train_data="t", model_dir="o").validate()
+
+
+@pytest.mark.slow
+def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    out, err = io.StringIO(), io.StringIO()
+    command = [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.finetune",
+        f"--init_model_dir={task['init']}",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--train_data={task['train']}",
+        "--distribution_strategy=multi_worker",
+        "--batch_size=16",
+        "--lr=1e-2",
+        "--max_steps=20",
+        "--log_every_steps=5",
+    ]
+    status = local_cluster.run_local_workers(
+        command, num_workers=2, forward_signals=False, stdout=out, stderr=err
+    )
+    assert status == 0, err.getvalue()[-3000:]
+    results = [
+        json.loads(line.split("] ", 1)[1])
+        for line in out.getvalue().splitlines()
+        if line.startswith("[worker ")
+    ]
+    assert len(results) == 2
+    for result in results:
+        result.pop("train_minutes")
+    assert results[0] == results[1]  # both workers trained the same model
+    assert results[0]["validation"]["accuracy"] >= 0.95
+    # No --validation_data: 10% of the 320 training texts were held out.
+    assert results[0]["train_examples"] == 288 and results[0]["validation"]["examples"] == 32
+    losses = re.findall(r"\[worker (\d)\].*step (\d+)/20  loss ([0-9.]+)", err.getvalue())
+    by_worker = [sorted((s, l) for w, s, l in losses if w == k) for k in "01"]
+    assert len(by_worker[0]) == 4 and by_worker[0] == by_worker[1]
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["step"] == 20

@@ -1,0 +1,152 @@
+"""tf-mlstm-finetune: fine-tune a trained mLSTM end to end as a text classifier.
+
+  tf-mlstm-finetune --init_model_dir=runs/r1 --model_dir=runs/r1_sst \
+      --train_data=sst/train.csv --validation_data=sst/val.csv \
+      --test_data=sst/test.csv --text_key=sentence --label_key=label
+  tf-mlstm-finetune ... --label_key=funny,useful,spoiler        # multi-label
+  tf-mlstm-finetune ... --distribution_strategy=multi_worker \
+      --precision=mixed_float16 --lm_loss_weight=0.5
+
+A sigmoid head on the final cell state (`--feature=cell`) or the mean hidden
+state (`--feature=mean`) trains with the encoder unfrozen, optionally with the
+language-model loss as an auxiliary term. Labels are 0/1 (or pos/neg, true/
+false); several comma-separated `--label_key`s make a multi-label task. The
+decision threshold of each label is chosen on the validation data (or a
+`--validation_fraction` share of train). Distribution and precision flags are
+those of `tf-mlstm-train`. Writes checkpoints, `finetune_config.json` and
+`results.json` to `--model_dir` (a rerun resumes); prints the results JSON.
+"""
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm.cli.train import define_distribution_flags
+from tf_mlstm.data import readers
+from tf_mlstm.train import config as train_config_lib
+from tf_mlstm.train import schedules
+from tf_mlstm.transfer import finetune as finetune_lib
+
+FLAGS = flags.FLAGS
+_DEFAULTS = finetune_lib.FinetuneConfig()
+
+
+def _default(name):
+    return getattr(_DEFAULTS, name)
+
+
+def define_finetune_flags():
+    """Defines every tf-mlstm-finetune flag (all optional; `run` marks required ones)."""
+    flags.DEFINE_string("init_model_dir", None, "The tf-mlstm-train --model_dir to start from.")
+    flags.DEFINE_string("model_dir", None, "Output: checkpoints, configs and results.json.")
+    flags.DEFINE_string(
+        "train_data", None, "Labeled corpus files/globs (JSON lines, CSV, ...; comma-separated)."
+    )
+    flags.DEFINE_string(
+        "validation_data",
+        _default("validation_data"),
+        "Labeled validation files; empty = hold out --validation_fraction of train.",
+    )
+    flags.DEFINE_string("test_data", _default("test_data"), "Labeled test files (optional).")
+    flags.DEFINE_string("text_key", _default("text_key"), "Text keys/columns, first present wins.")
+    flags.DEFINE_string(
+        "label_key",
+        _default("label_key"),
+        "Label key/column (0/1, pos/neg); several comma-separated keys = multi-label.",
+    )
+    flags.DEFINE_float(
+        "validation_fraction",
+        _default("validation_fraction"),
+        "Share of train held out when there is no --validation_data.",
+    )
+    flags.DEFINE_integer(
+        "max_length",
+        _default("max_length"),
+        "Bytes per text (document start included); longer texts are cut.",
+    )
+    flags.DEFINE_enum(
+        "feature",
+        _default("feature"),
+        list(finetune_lib.FEATURES),
+        "cell: final cell state; mean: mean hidden state over the text.",
+    )
+    flags.DEFINE_float(
+        "lm_loss_weight",
+        _default("lm_loss_weight"),
+        "Weight of the auxiliary language-model loss (0 = off).",
+    )
+    flags.DEFINE_enum(
+        "threshold_metric",
+        _default("threshold_metric"),
+        list(finetune_lib.THRESHOLD_METRICS),
+        "What each label's threshold maximizes on the validation data.",
+    )
+    flags.DEFINE_integer(
+        "batch_size", _default("batch_size"), "Global batch; split evenly over replicas."
+    )
+    flags.DEFINE_float("lr", _default("lr"), "Peak Adam learning rate.")
+    flags.DEFINE_integer("warmup_steps", _default("warmup_steps"), "Linear warmup steps.")
+    flags.DEFINE_enum(
+        "lr_decay",
+        _default("lr_decay"),
+        list(schedules.DECAYS),
+        "Decay after warmup, ending at --max_steps.",
+    )
+    flags.DEFINE_float(
+        "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
+    )
+    flags.DEFINE_integer("max_steps", _default("max_steps"), "Training steps.")
+    flags.DEFINE_enum(
+        "precision",
+        _default("precision"),
+        list(train_config_lib.PRECISIONS),
+        "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+    )
+    flags.DEFINE_enum(
+        "jit_compile",
+        _default("jit_compile"),
+        list(train_config_lib.JIT_CHOICES),
+        "XLA-compile the per-replica step; auto = on for GPUs and TPUs.",
+    )
+    flags.DEFINE_integer(
+        "seed", _default("seed"), "Random seed (initialization, shuffling, held-out split)."
+    )
+    flags.DEFINE_integer("log_every_steps", _default("log_every_steps"), "Progress line interval.")
+    flags.DEFINE_integer(
+        "eval_every_steps",
+        _default("eval_every_steps"),
+        "Validation interval (0 = only at the end).",
+    )
+    flags.DEFINE_integer(
+        "checkpoint_every_steps", _default("checkpoint_every_steps"), "Checkpoint interval."
+    )
+    flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
+    define_distribution_flags()
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(finetune_lib.FinetuneConfig)
+    try:
+        results = finetune_lib.finetune(config)
+    except (FileNotFoundError, ValueError, readers.InputError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    results.pop("history", None)
+    print(json.dumps(results, sort_keys=True))
+
+
+def run():
+    """Entry point of `tf-mlstm-finetune`."""
+    define_finetune_flags()
+    flags.mark_flags_as_required(["init_model_dir", "model_dir", "train_data"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

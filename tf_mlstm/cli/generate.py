@@ -1,0 +1,145 @@
+"""tf-mlstm-generate: sample review text from a trained model.
+
+  tf-mlstm-generate --model_dir=runs/r1 --prompt="This movie" --length=300
+  tf-mlstm-generate --model_dir=runs/r1 --neuron=2388 --neuron_value=1.0 \
+      --num_samples=3 --seed=7                    # positive reviews on demand
+
+The model reads the prompt (normalized as training text is) after the
+document-start byte and continues it one byte at a time. `--neuron` holds
+one cell-state unit at `--neuron_value` after every byte, prompt included
+(the sentiment-neuron experiment). Sampling stops at the end of the review
+(the next document-start byte) unless `--nostop_at_end`. Each sample is
+printed as the prompt followed by its continuation; with several samples a
+`=== sample K ===` line precedes each.
+"""
+
+import dataclasses
+import math
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.cli._config import config_from_flags
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateConfig:
+    """What to sample. Field names match the flags."""
+
+    model_dir: str
+    prompt: str = ""
+    length: int = 200
+    temperature: float = 1.0
+    seed: int = 0
+    neuron: int = -1
+    neuron_value: float = 0.0
+    num_samples: int = 1
+    stop_at_end: bool = True
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"--temperature must be a positive number, got {self.temperature}.")
+        if self.length <= 0 or self.num_samples <= 0:
+            raise ValueError(
+                f"--length and --num_samples must be positive, got {self.length} and "
+                f"{self.num_samples}."
+            )
+        if self.neuron < -1:
+            raise ValueError(f"--neuron must be a unit index or -1 (none), got {self.neuron}.")
+        return self
+
+
+def define_generate_flags():
+    """Defines every tf-mlstm-generate flag (all optional; `run` marks required ones)."""
+    defaults = GenerateConfig(model_dir="")
+    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_string("prompt", defaults.prompt, "Text the samples continue (may be empty).")
+    flags.DEFINE_integer("length", defaults.length, "Bytes to generate per sample (at most).")
+    flags.DEFINE_float(
+        "temperature", defaults.temperature, "Softmax temperature (> 0; small is near argmax)."
+    )
+    flags.DEFINE_integer("seed", defaults.seed, "Random seed; the same seed gives the same text.")
+    flags.DEFINE_integer(
+        "neuron", defaults.neuron, "Cell-state unit held at --neuron_value (-1 = none)."
+    )
+    flags.DEFINE_float("neuron_value", defaults.neuron_value, "The value --neuron is held at.")
+    flags.DEFINE_integer("num_samples", defaults.num_samples, "Samples drawn (in one batch).")
+    flags.DEFINE_boolean(
+        "stop_at_end",
+        defaults.stop_at_end,
+        "End a sample at the end of the review (the next document-start byte).",
+    )
+
+
+def generate_texts(config, model=None, sampler=None):
+    """Samples `config.num_samples` continuations of the prompt.
+
+    Args:
+      config: a validated `GenerateConfig`.
+      model: the language model (default: loaded from `config.model_dir`).
+      sampler: a `sampling.make_sampler(model)` to reuse across calls.
+
+    Returns:
+      A list of `num_samples` strs, each the normalized prompt and its
+      continuation.
+
+    Raises:
+      FileNotFoundError: no trained model in `config.model_dir`.
+      ValueError: `--neuron` is outside the model.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models import featurize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
+
+    if model is None:
+        model, _ = saved_model.load_trained_model(config.model_dir)
+    prompt = normalize_text(config.prompt)
+    ids, _, _ = featurize.texts_to_ids(tf.constant([prompt] * config.num_samples))
+    out = sampling.sample_ids(
+        model,
+        ids,
+        config.length,
+        temperature=config.temperature,
+        seed=config.seed,
+        neuron=config.neuron,
+        neuron_value=config.neuron_value,
+        stop_at_doc_end=config.stop_at_end,
+        sampler=sampler,
+    )
+    return [
+        prompt + sampling.ids_to_text(row, strip_doc_end=config.stop_at_end) for row in out.numpy()
+    ]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(GenerateConfig)
+    try:
+        texts = generate_texts(config)
+    except (FileNotFoundError, ValueError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    for index, text in enumerate(texts):
+        if len(texts) > 1:
+            print(f"=== sample {index + 1} ===")
+        print(text)
+
+
+def run():
+    """Entry point of `tf-mlstm-generate`."""
+    define_generate_flags()
+    flags.mark_flags_as_required(["model_dir"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,153 @@
+"""tf-mlstm-visualize: draw one cell-state unit's activation over text.
+
+  tf-mlstm-visualize --model_dir=runs/r1 --neuron=2388 \
+      --input="Terrible plot. But the acting was wonderful!" --output_dir=viz
+  tf-mlstm-visualize --model_dir=runs/r1 --neuron=2388 \
+      --input=imdb/test.jsonl --max_texts=5 --output_dir=viz
+
+`--input` is literal text, or, when every comma-separated piece of it names
+an existing file or a glob that matches files, corpus files read as
+`tf-mlstm-make-tfrecords` reads them (JSON lines, CSV, plain text; gzip or
+not). Writes `neuron_N.html` (each character colored red..green by the
+unit's cell value after it), `neuron_N.png` (the same as a heat map) and
+`neuron_N.json` (the values) into `--output_dir`, and prints their paths.
+"""
+
+import dataclasses
+import itertools
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.cli._config import config_from_flags
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class VisualizeConfig:
+    """What to draw. Field names match the flags."""
+
+    model_dir: str
+    neuron: int
+    input: str
+    output_dir: str
+    text_key: str = "reviewText,text,sentence"
+    text_mode: str = "line"
+    max_texts: int = 10
+    max_chars: int = 2000
+    width: int = 64
+    scale: float = 0.0
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if self.neuron < 0:
+            raise ValueError(f"--neuron must be a unit index >= 0, got {self.neuron}.")
+        if min(self.max_texts, self.max_chars, self.width) <= 0:
+            raise ValueError("--max_texts, --max_chars and --width must be positive.")
+        if self.scale < 0:
+            raise ValueError(f"--scale must be >= 0 (0 = automatic), got {self.scale}.")
+        if not self.input:
+            raise ValueError("--input must be text or files, got an empty string.")
+        return self
+
+
+def define_visualize_flags():
+    """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
+    defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
+    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_integer("neuron", None, "The cell-state unit to draw.")
+    flags.DEFINE_string(
+        "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
+    )
+    flags.DEFINE_string("output_dir", None, "Where the HTML, PNG and JSON files go.")
+    flags.DEFINE_string(
+        "text_key", defaults.text_key, "Corpus files: text keys/columns, first present wins."
+    )
+    flags.DEFINE_enum(
+        "text_mode",
+        defaults.text_mode,
+        ["line", "file"],
+        "Plain-text files: a text per line or per file.",
+    )
+    flags.DEFINE_integer("max_texts", defaults.max_texts, "Corpus files: texts drawn, at most.")
+    flags.DEFINE_integer(
+        "max_chars", defaults.max_chars, "Characters drawn per text; longer texts are cut."
+    )
+    flags.DEFINE_integer("width", defaults.width, "Heat-map characters per row.")
+    flags.DEFINE_float(
+        "scale", defaults.scale, "Value drawn as full red/green (0 = largest absolute value)."
+    )
+
+
+def _names_files(spec):
+    """Whether every comma-separated piece of `spec` is a file or a matching glob."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    pieces = [piece.strip() for piece in spec.split(",") if piece.strip()]
+    return bool(pieces) and all(
+        tf.io.gfile.exists(piece) or (set("*?[") & set(piece) and tf.io.gfile.glob(piece))
+        for piece in pieces
+    )
+
+
+def read_texts(config):
+    """The raw texts `--input` names, cut to `max_chars` characters.
+
+    Args:
+      config: a validated `VisualizeConfig`.
+
+    Returns:
+      A list of strs.
+
+    Raises:
+      FileNotFoundError, ValueError, readers.InputError: unreadable files.
+    """
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
+
+    if _names_files(config.input):
+        keys = [key.strip() for key in config.text_key.split(",") if key.strip()]
+        documents = readers.read_documents(
+            readers.expand_inputs(config.input), keys, text_mode=config.text_mode
+        )
+        texts = [doc.text for doc in itertools.islice(documents, config.max_texts)]
+    else:
+        texts = [config.input]
+    cut = sum(len(text) > config.max_chars for text in texts)
+    if cut:
+        logging.info("Cut %d text(s) to their first %d characters.", cut, config.max_chars)
+    return [text[: config.max_chars] for text in texts]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(VisualizeConfig)
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
+
+    try:
+        texts = read_texts(config)
+        model, _ = saved_model.load_trained_model(config.model_dir)
+        written = visualize.write_visualization(
+            model, texts, config.neuron, config.output_dir, config.width, config.scale or None
+        )
+    except (FileNotFoundError, ValueError, readers.InputError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    print(json.dumps({kind: written[kind] for kind in ("html", "png", "json")}))
+
+
+def run():
+    """Entry point of `tf-mlstm-visualize`."""
+    define_visualize_flags()
+    flags.mark_flags_as_required(["model_dir", "neuron", "input", "output_dir"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,779 @@
+"""Fine-tuning the mLSTM end to end with a classifier head (`tf-mlstm-finetune`).
+
+A `SequenceClassifier` puts a float32 dense head on features of a trained
+language model (`tf-mlstm-train` --model_dir) and trains both, the encoder
+unfrozen, on labeled text:
+
+- targets are binary (one label key) or multi-label (several keys, each a
+  0/1 label): a sigmoid per label and binary cross-entropy, averaged over
+  labels;
+- features: the final cell state (`cell`, as in Radford et al. 2017) or the
+  mean hidden state over the text (`mean`);
+- an optional auxiliary language-model loss (`lm_loss_weight` times the mean
+  next-byte cross-entropy of each text) keeps the encoder a language model;
+- after training, one threshold per label is chosen on the validation split
+  (maximizing accuracy or F1), and accuracy and F1 (with per-label F1 for
+  multi-label) are reported on validation and test.
+
+Padding: rows are padded on the left, so a row reads
+`[pad ... pad, DOC_START, text bytes]`. The model resets its state at
+`DOC_START`, so the padding cannot reach the features or the loss (the mean
+and the language-model loss are masked to the text), and the training path
+(the mLSTM's sequence gradient, which takes no padding mask) gives every text
+exactly the result it would get alone.
+
+Distribution mirrors `tf_mlstm.train.loop`: Keras `Model.fit` does not run
+under `MultiWorkerMirroredStrategy`, so this is a custom loop with
+`distribute_datasets_from_function`, `strategy.run`, one SUM all-reduce of the
+gradients, loss scaling under `mixed_float16`, and `PreReducedAdam`. The
+output folder holds `checkpoints/` (the encoder as `model`, so
+`load_trained_model` and the other tools read a fine-tuned encoder too, plus
+`classifier`, optimizer and step), the base model's `config.json`,
+`finetune_config.json` and `results.json`.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm.data import readers
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.export import saved_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.train import config as train_config_lib
+from tf_mlstm.train import optimizer as optimizer_lib
+from tf_mlstm.train import schedules
+from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.train.config import CHECKPOINT_SUBDIR
+from tf_mlstm.train.config import CONFIG_FILE
+from tf_mlstm.train.config import RESULTS_FILE
+from tf_mlstm.train.loop import resolve_jit
+
+FEATURES = ("cell", "mean")
+THRESHOLD_METRICS = ("accuracy", "f1")
+FINETUNE_CONFIG_FILE = "finetune_config.json"
+_PAD = 0  # Never in normalized text (a control character); the reset hides it anyway.
+
+
+# === Config ===
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags."""
+
+    # Data.
+    init_model_dir: str = ""
+    train_data: str = ""
+    validation_data: str = ""  # "" = a held-out share of train_data
+    test_data: str = ""
+    model_dir: str = ""
+    text_key: str = "text,sentence,reviewText"
+    label_key: str = "label"  # several, comma-separated = multi-label
+    validation_fraction: float = 0.1
+    max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
+    # Model and loss.
+    feature: str = "cell"
+    lm_loss_weight: float = 0.0
+    threshold_metric: str = "accuracy"
+    # Optimization.
+    batch_size: int = 32  # global
+    lr: float = 1e-4
+    warmup_steps: int = 0
+    lr_decay: str = "linear"
+    clip_norm: float = 1.0
+    max_steps: int = 1000
+    precision: str = "float32"
+    jit_compile: str = "auto"
+    seed: int = 0
+    # Bookkeeping.
+    log_every_steps: int = 25
+    eval_every_steps: int = 0  # 0 = only at the end
+    checkpoint_every_steps: int = 500
+    keep_checkpoints: int = 2
+    # Distribution.
+    distribution_strategy: str = "default"
+    all_reduce: str = "auto"
+    cluster_resolver: str = "tf_config"
+    num_gpus: int = -1
+
+    @property
+    def label_keys(self):
+        """The label keys, in order (one: binary; more: multi-label)."""
+        return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
+
+    @property
+    def text_keys(self):
+        """The text keys, tried in order."""
+        return tuple(key.strip() for key in self.text_key.split(",") if key.strip())
+
+    def validate(self):
+        """Raises ValueError with one clear line for an inconsistent config; returns self."""
+        for name in ("init_model_dir", "train_data", "model_dir"):
+            if not getattr(self, name):
+                raise ValueError(f"--{name} is required.")
+        if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
+            raise ValueError(f"--label_key must name distinct keys, got {self.label_key!r}.")
+        if not self.text_keys:
+            raise ValueError("--text_key must name at least one key.")
+        positive = (
+            "batch_size",
+            "max_steps",
+            "log_every_steps",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
+        if self.max_length < 2:
+            raise ValueError(f"--max_length must be >= 2 bytes, got {self.max_length}.")
+        choices = {
+            "feature": FEATURES,
+            "threshold_metric": THRESHOLD_METRICS,
+            "lr_decay": schedules.DECAYS,
+            "precision": train_config_lib.PRECISIONS,
+            "jit_compile": train_config_lib.JIT_CHOICES,
+            "distribution_strategy": train_config_lib.STRATEGIES,
+            "all_reduce": train_config_lib.ALL_REDUCE,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
+                )
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be positive, got {self.lr}.")
+        if self.lm_loss_weight < 0 or self.clip_norm < 0 or self.eval_every_steps < 0:
+            raise ValueError("--lm_loss_weight, --clip_norm and --eval_every_steps must be >= 0.")
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(
+                f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
+            )
+        if not 0 <= self.warmup_steps <= self.max_steps:
+            raise ValueError(
+                f"--warmup_steps must be in [0, --max_steps={self.max_steps}], got "
+                f"{self.warmup_steps}."
+            )
+        return self
+
+    def to_json(self):
+        """The config as sorted, indented JSON."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        """Builds a config from `to_json` output, ignoring unknown keys."""
+        values = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+# === Data ===
+
+
+@dataclasses.dataclass(frozen=True)
+class LabeledSplit:
+    """Normalized texts with 0/1 targets for every label key.
+
+    Attributes:
+      texts: normalized texts.
+      labels: [N, K] float32 targets in {0, 1}.
+    """
+
+    texts: list
+    labels: np.ndarray
+
+    def subset(self, rows):
+        """The rows `rows` (indices) as a new `LabeledSplit`."""
+        return LabeledSplit([self.texts[i] for i in rows], self.labels[rows])
+
+
+def read_labeled(spec, text_keys, label_keys):
+    """Reads texts and one 0/1 target per label key from corpus files.
+
+    A record is used when it has a text and a valid label under every key;
+    the others are counted in the log, per key and reason.
+
+    Args:
+      spec: comma-separated files or globs (see `readers.expand_inputs`).
+      text_keys: keys/columns of the text, first present wins.
+      label_keys: keys/columns of the labels (one: binary; more: multi-label).
+
+    Returns:
+      A `LabeledSplit`.
+
+    Raises:
+      FileNotFoundError: a file or glob names nothing.
+      ValueError: a label other than 0/1 (the message names file and line),
+        or no usable record.
+    """
+    paths = readers.expand_inputs(spec)
+    by_key = []
+    for key in label_keys:
+        skip_log = readers.SkipLog(max_examples=1)
+        found = {}
+        for doc in readers.read_documents(paths, text_keys, label_key=key, skip_log=skip_log):
+            if doc.label not in (0, 1):
+                raise ValueError(
+                    f"{doc.source}:{doc.line}: label {key!r} is {doc.label}; fine-tuning takes "
+                    "0/1 labels (binary, or one key per label for multi-label)."
+                )
+            found[(doc.source, doc.line)] = (doc.text, doc.label)
+        if skip_log.total:
+            logging.warning("%s, label %r: skipped %s", spec, key, skip_log.counts)
+        by_key.append(found)
+    common = [place for place in by_key[0] if all(place in found for found in by_key[1:])]
+    partial = len(set().union(*by_key)) - len(common)
+    if partial:
+        logging.warning("%s: skipped %d records without every label %s", spec, partial, label_keys)
+    if not common:
+        raise ValueError(
+            f"{spec}: no record with a text ({', '.join(text_keys)}) and every label "
+            f"({', '.join(label_keys)})."
+        )
+    texts = [by_key[0][place][0] for place in common]
+    labels = np.array([[found[place][1] for found in by_key] for place in common], np.float32)
+    logging.info("Read %d labeled texts from %s", len(texts), spec)
+    return LabeledSplit(texts, labels)
+
+
+def holdout_split(split, fraction, seed):
+    """Splits off a seeded share of rows, stratified by label combination.
+
+    Args:
+      split: the `LabeledSplit` to divide.
+      fraction: share of each label combination held out (at least one row of
+        a combination with two or more rows).
+      seed: the shuffle seed.
+
+    Returns:
+      (kept `LabeledSplit`, held-out `LabeledSplit`).
+    """
+    combination = split.labels.astype(np.int64) @ (2 ** np.arange(split.labels.shape[1]))
+    rng = np.random.default_rng(seed)
+    held = []
+    for value in np.unique(combination):
+        rows = rng.permutation(np.flatnonzero(combination == value))
+        count = min(max(int(round(len(rows) * fraction)), 1), len(rows) - 1)
+        held.extend(rows[:count])
+    held = np.sort(np.asarray(held, np.int64))
+    kept = np.setdiff1d(np.arange(len(split.texts)), held)
+    return split.subset(kept), split.subset(held)
+
+
+def encode_left_padded(texts, max_length):
+    """Frames texts with `DOC_START` and pads them on the left.
+
+    Args:
+      texts: normalized texts.
+      max_length: bytes per row at most (DOC_START included); longer texts
+        keep their first `max_length - 1` bytes.
+
+    Returns:
+      (ids [N, T] uint8, lengths [N] int32, number of texts cut), with T the
+      longest framed text, at most `max_length`.
+    """
+    encoded = [bytes([DOC_START]) + text.encode("utf-8") for text in texts]
+    width = min(max_length, max(len(e) for e in encoded))
+    ids = np.full((len(encoded), width), _PAD, np.uint8)
+    lengths = np.zeros(len(encoded), np.int32)
+    for row, data in enumerate(encoded):
+        data = data[:width]
+        ids[row, width - len(data) :] = np.frombuffer(data, np.uint8)
+        lengths[row] = len(data)
+    return ids, lengths, sum(len(e) > width for e in encoded)
+
+
+def _valid_mask(ids, lengths, dtype=tf.float32):
+    """[B, T] 1 on the framed text (the last `lengths` positions), 0 on padding."""
+    width = tf.shape(ids)[1]
+    return tf.cast(tf.range(width)[None, :] >= width - lengths[:, None], dtype)
+
+
+# === Model ===
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class SequenceClassifier(keras.Model):
+    """A dense head on features of an `MLSTMLanguageModel`, trained together.
+
+    Call: `model(ids, lengths, training=None)` -> `(logits [B, K] float32,
+    hidden [B, T, H])` for left-padded ids (see the module doc).
+
+    Args:
+      encoder: the language model.
+      num_labels: sigmoid outputs.
+      feature: "cell" (final cell state) or "mean" (mean hidden state).
+      **kwargs: base model arguments.
+    """
+
+    def __init__(self, encoder, num_labels, feature="cell", **kwargs):
+        super().__init__(**kwargs)
+        if feature not in FEATURES:
+            raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}.")
+        self.encoder = encoder
+        self.num_labels = int(num_labels)
+        self.feature = feature
+        # float32 under every policy: logits and loss stay in float32.
+        self.classifier = keras.layers.Dense(self.num_labels, dtype="float32", name="classifier")
+        self.classifier.build((None, encoder.hidden_size))
+
+    def features(self, hidden, c, valid):
+        """The [B, H] float32 features from `encode` outputs and the text mask."""
+        if self.feature == "cell":
+            return tf.cast(c, tf.float32)
+        mask = valid[..., None]
+        total = tf.reduce_sum(tf.cast(hidden, tf.float32) * mask, axis=1)
+        return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+
+    def call(self, ids, lengths, training=None):
+        ids = tf.cast(ids, tf.int32)
+        valid = _valid_mask(ids, lengths)
+        hidden, (_, c) = self.encoder.encode(ids, training=training)
+        return self.classifier(self.features(hidden, c, valid)), hidden
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "num_labels": self.num_labels,
+                "feature": self.feature,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+def lm_loss_per_text(model, hidden, ids, lengths):
+    """Mean next-byte cross-entropy (nats) over each text's own bytes: [B]."""
+    ids = tf.cast(ids, tf.int32)
+    valid = _valid_mask(ids, lengths)
+    logits = tf.cast(model.encoder.head(hidden[:, :-1]), tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids[:, 1:], logits=logits)
+    # Both the input and the predicted byte must be text (not padding).
+    weights = valid[:, 1:] * valid[:, :-1]
+    return tf.reduce_sum(ce * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
+
+
+# === Metrics and thresholds ===
+
+
+def _counts(predicted, labels):
+    """Per-label true positives, false positives, false negatives, correct."""
+    predicted = predicted.astype(bool)
+    labels = labels.astype(bool)
+    tp = np.sum(predicted & labels, axis=0)
+    fp = np.sum(predicted & ~labels, axis=0)
+    fn = np.sum(~predicted & labels, axis=0)
+    return tp, fp, fn, np.sum(predicted == labels, axis=0)
+
+
+def _f1(tp, fp, fn):
+    denominator = 2 * tp + fp + fn
+    return np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 1.0)
+
+
+def choose_thresholds(probabilities, labels, metric="accuracy"):
+    """One threshold per label that maximizes `metric` on these rows.
+
+    Candidates are 0.5 and the midpoints between neighboring distinct
+    probabilities (plus just below and above all of them); ties go to the
+    candidate closest to 0.5.
+
+    Args:
+      probabilities: [N, K] predicted probabilities.
+      labels: [N, K] 0/1 targets.
+      metric: "accuracy" or "f1".
+
+    Returns:
+      [K] float thresholds (predict positive where probability > threshold).
+    """
+    if metric not in THRESHOLD_METRICS:
+        raise ValueError(f"metric must be one of {THRESHOLD_METRICS}, got {metric!r}.")
+    thresholds = []
+    for k in range(labels.shape[1]):
+        values = np.unique(probabilities[:, k])
+        candidates = np.concatenate(
+            [[0.5, values[0] - 1e-6, values[-1]], (values[1:] + values[:-1]) / 2]
+        )
+        predicted = probabilities[:, k][:, None] > candidates[None, :]
+        tp, fp, fn, correct = _counts(predicted, labels[:, k][:, None].astype(bool))
+        score = correct / len(labels) if metric == "accuracy" else _f1(tp, fp, fn)
+        best = np.flatnonzero(score >= score.max() - 1e-12)
+        thresholds.append(float(candidates[best[np.argmin(np.abs(candidates[best] - 0.5))]]))
+    return np.array(thresholds)
+
+
+def classification_metrics(probabilities, labels, thresholds, label_names):
+    """Accuracy and F1 of thresholded probabilities.
+
+    Args:
+      probabilities: [N, K] predicted probabilities.
+      labels: [N, K] 0/1 targets.
+      thresholds: [K] thresholds.
+      label_names: the K label keys.
+
+    Returns:
+      dict with `examples`, `accuracy` (mean over labels and rows) and `f1`
+      (binary: of the positive class; multi-label: micro-averaged); for
+      multi-label also `exact_match`, `macro_f1` and `per_label` (f1,
+      accuracy, threshold per key).
+    """
+    predicted = probabilities > np.asarray(thresholds)[None, :]
+    tp, fp, fn, correct = _counts(predicted, labels)
+    per_label_f1 = _f1(tp, fp, fn)
+    metrics = {
+        "examples": int(len(labels)),
+        "accuracy": float(np.mean(correct / len(labels))),
+        "f1": float(_f1(tp.sum(), fp.sum(), fn.sum())),
+    }
+    if len(label_names) > 1:
+        metrics["exact_match"] = float(np.mean(np.all(predicted == labels.astype(bool), axis=1)))
+        metrics["macro_f1"] = float(np.mean(per_label_f1))
+        metrics["per_label"] = {
+            name: {
+                "f1": float(per_label_f1[k]),
+                "accuracy": float(correct[k] / len(labels)),
+                "threshold": float(thresholds[k]),
+            }
+            for k, name in enumerate(label_names)
+        }
+    return metrics
+
+
+def predict_probabilities(model, split, max_length, batch_size=64):
+    """Sigmoid outputs of `model` for every text of `split`: [N, K] float32."""
+    ids, lengths, _ = encode_left_padded(split.texts, max_length)
+    predict = tf.function(
+        lambda i, n: tf.sigmoid(model(i, n, training=False)[0]), reduce_retracing=True
+    )
+    outputs = [
+        predict(tf.constant(ids[start : start + batch_size]), lengths[start : start + batch_size])
+        for start in range(0, len(ids), batch_size)
+    ]
+    return np.concatenate([o.numpy() for o in outputs], axis=0)
+
+
+# === Training ===
+
+
+class Finetuner:
+    """Owns the strategy, the classifier, the optimizer and the data of one run.
+
+    Args:
+      config: a validated `FinetuneConfig`.
+    """
+
+    def __init__(self, config):
+        self.config = config
+        self.strategy = strategy_lib.get_distribution_strategy(
+            config.distribution_strategy,
+            num_gpus=None if config.num_gpus < 0 else config.num_gpus,
+            all_reduce=config.all_reduce,
+            cluster_resolver=config.cluster_resolver,
+        )
+        self.chief = strategy_lib.is_chief(self.strategy)
+        replicas = self.strategy.num_replicas_in_sync
+        if config.batch_size % replicas:
+            raise ValueError(
+                f"--batch_size={config.batch_size} (global) must be a multiple of the "
+                f"{replicas} replicas."
+            )
+        self.labels = config.label_keys
+        self._load_data()
+        base, self.base_config = saved_model.load_trained_model(config.init_model_dir)
+        tf.random.set_seed(config.seed)
+        keras.utils.set_random_seed(config.seed)
+        with self.strategy.scope():
+            encoder = MLSTMLanguageModel.from_train_config(
+                self.base_config, precision=config.precision
+            )
+            encoder.set_weights(base.get_weights())
+            self.model = SequenceClassifier(encoder, len(self.labels), config.feature)
+            trained = [encoder.embedding, encoder.mlstm, self.model.classifier]
+            if config.lm_loss_weight > 0:
+                trained.append(encoder.head)  # only the auxiliary loss reaches the LM head
+            self.variables = [v for layer in trained for v in layer.trainable_variables]
+            schedule = schedules.LargeBatchSchedule(
+                config.lr, config.max_steps, config.warmup_steps, config.lr_decay
+            )
+            self.optimizer = optimizer_lib.build_optimizer(
+                schedule, config.clip_norm, config.precision
+            )
+            self.optimizer.build(self.variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model.encoder,
+            classifier=self.model.classifier,
+            optimizer=self.optimizer,
+            step=self.step,
+        )
+        self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint,
+            strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
+            max_to_keep=config.keep_checkpoints,
+        )
+        self.jit = resolve_jit(config.jit_compile)
+
+    def _load_data(self):
+        config = self.config
+        train = read_labeled(config.train_data, config.text_keys, self.labels)
+        if config.validation_data:
+            validation = read_labeled(config.validation_data, config.text_keys, self.labels)
+        else:
+            train, validation = holdout_split(train, config.validation_fraction, config.seed)
+            logging.info(
+                "Validation: %d texts held out of --train_data (--validation_fraction=%g).",
+                len(validation.texts),
+                config.validation_fraction,
+            )
+        if not validation.texts:
+            raise ValueError(
+                f"{config.train_data}: too few texts to hold out a validation share; give "
+                "--validation_data."
+            )
+        self.splits = {"train": train, "validation": validation}
+        if config.test_data:
+            self.splits["test"] = read_labeled(config.test_data, config.text_keys, self.labels)
+        self.train_ids, self.train_lengths, cut = encode_left_padded(train.texts, config.max_length)
+        if cut:
+            logging.info("Cut %d training texts to --max_length=%d bytes.", cut, config.max_length)
+
+    def _dataset_fn(self, context, start_step):
+        per_replica = context.get_per_replica_batch_size(self.config.batch_size)
+        data = tf.data.Dataset.from_tensor_slices(
+            (self.train_ids, self.train_lengths, self.splits["train"].labels)
+        )
+        data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
+        # Seeded by the start step: a resumed run does not replay the first
+        # batches of the original order.
+        seed = self.config.seed + 1000003 * start_step + context.input_pipeline_id
+        data = data.shuffle(len(self.train_ids), seed=seed, reshuffle_each_iteration=True)
+        return data.repeat().batch(per_replica, drop_remainder=True).prefetch(2)
+
+    def _make_train_step(self):
+        model, optimizer, variables = self.model, self.optimizer, self.variables
+        config = self.config
+        global_batch = float(config.batch_size)
+        use_scale = optimizer_lib.loss_scale(optimizer) is not None
+        lm_weight = config.lm_loss_weight
+
+        @tf.function(jit_compile=self.jit)
+        def forward_backward(ids, lengths, labels):
+            with tf.GradientTape() as tape:
+                logits, hidden = model(ids, lengths, training=True)
+                per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+                # Sums over the replica's rows / global batch: summing replica
+                # gradients gives the global mean gradient.
+                class_loss = tf.reduce_sum(tf.reduce_mean(per_label, axis=1))
+                lm_loss = tf.constant(0.0)
+                if lm_weight > 0:
+                    lm_loss = tf.reduce_sum(lm_loss_per_text(model, hidden, ids, lengths))
+                loss = (class_loss + lm_weight * lm_loss) / global_batch
+                scaled = optimizer.scale_loss(loss) if use_scale else loss
+            grads = tape.gradient(scaled, variables)
+            right = tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
+            correct = tf.reduce_sum(tf.reduce_mean(right, axis=1))
+            return tf.stack([class_loss, lm_loss, correct]), grads
+
+        def replica_step(ids, lengths, labels):
+            stats, grads = forward_backward(ids, lengths, labels)
+            context = tf.distribute.get_replica_context()
+            grads, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (grads, stats))
+            scale = tf.cast(optimizer_lib.loss_scale(optimizer), tf.float32) if use_scale else 1.0
+            norm = tf.linalg.global_norm(grads) / scale
+            optimizer.apply(grads, variables)
+            return stats, norm
+
+        @tf.function
+        def train_step(iterator):
+            ids, lengths, labels = next(iterator)
+            stats, norm = self.strategy.run(replica_step, args=(ids, lengths, labels))
+            first = lambda v: self.strategy.experimental_local_results(v)[0]
+            self.step.assign_add(1)
+            return first(stats), first(norm)
+
+        return train_step
+
+    def evaluate(self, split, thresholds=None):
+        """Probabilities and metrics on one split (every worker computes them)."""
+        probabilities = predict_probabilities(self.model, split, self.config.max_length)
+        if thresholds is None:
+            thresholds = np.full(len(self.labels), 0.5)
+        return probabilities, classification_metrics(
+            probabilities, split.labels, thresholds, self.labels
+        )
+
+    def train(self):
+        """Fine-tunes to `max_steps`, chooses thresholds, returns the results dict."""
+        config = self.config
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            logging.info("Resumed from %s", latest)
+        start_step = int(self.step.numpy())
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda context: self._dataset_fn(context, start_step)
+        )
+        iterator = iter(dataset)
+        train_step = self._make_train_step()
+        if self.chief:
+            tf.io.gfile.makedirs(config.model_dir)
+            for name, text in (
+                (CONFIG_FILE, self.base_config.to_json()),
+                (FINETUNE_CONFIG_FILE, config.to_json()),
+            ):
+                with tf.io.gfile.GFile(os.path.join(config.model_dir, name), "w") as f:
+                    f.write(text)
+        logging.info(
+            "Fine-tuning %s (%s features, labels %s) on %d texts: %d replica(s), global "
+            "batch %d x %d bytes, %s, XLA %s, steps %d to %d.",
+            config.init_model_dir,
+            config.feature,
+            ",".join(self.labels),
+            len(self.train_ids),
+            self.strategy.num_replicas_in_sync,
+            config.batch_size,
+            self.train_ids.shape[1],
+            config.precision,
+            "on" if self.jit else "off",
+            start_step,
+            config.max_steps,
+        )
+        begin = time.monotonic()
+        window = np.zeros(3)
+        window_steps = 0
+        step = start_step
+        last_saved = start_step if latest else -1
+        history = []
+        while step < config.max_steps:
+            stats, norm = train_step(iterator)
+            step = int(self.step.numpy())
+            window += stats.numpy()
+            window_steps += 1
+            if step % config.log_every_steps == 0 or step == config.max_steps:
+                rows = window_steps * config.batch_size
+                entry = {
+                    "step": step,
+                    "loss": window[0] / rows,
+                    "lm_loss": window[1] / rows,
+                    "accuracy": window[2] / rows,
+                }
+                history.append(entry)
+                logging.info(
+                    "step %d/%d  loss %.4f  lm loss %.4f  accuracy %.3f  |grad| %.3f",
+                    step,
+                    config.max_steps,
+                    entry["loss"],
+                    entry["lm_loss"],
+                    entry["accuracy"],
+                    float(norm),
+                )
+                window[:] = 0
+                window_steps = 0
+            if step % config.checkpoint_every_steps == 0:
+                self.manager.save(checkpoint_number=step)
+                last_saved = step
+            if config.eval_every_steps and step % config.eval_every_steps == 0:
+                _, metrics = self.evaluate(self.splits["validation"])
+                logging.info(
+                    "step %d  validation accuracy %.4f  F1 %.4f (threshold 0.5)",
+                    step,
+                    metrics["accuracy"],
+                    metrics["f1"],
+                )
+        if last_saved != step:
+            self.manager.save(checkpoint_number=step)
+        results = self._final_results(step, time.monotonic() - begin, history)
+        strategy_lib.finalize(self.strategy)
+        if self.chief:
+            with tf.io.gfile.GFile(os.path.join(config.model_dir, RESULTS_FILE), "w") as f:
+                f.write(json.dumps(results, indent=2, sort_keys=True))
+        else:
+            strategy_lib.remove_temp_dirpath(
+                strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy), self.strategy
+            )
+        return results
+
+    def _final_results(self, step, seconds, history):
+        validation = self.splits["validation"]
+        probabilities, at_half = self.evaluate(validation)
+        thresholds = choose_thresholds(
+            probabilities, validation.labels, self.config.threshold_metric
+        )
+        _, chosen = self.evaluate(validation, thresholds)
+        results = {
+            "step": step,
+            "train_minutes": seconds / 60,
+            "labels": list(self.labels),
+            "feature": self.config.feature,
+            "precision": self.config.precision,
+            "thresholds": {name: float(t) for name, t in zip(self.labels, thresholds)},
+            "threshold_metric": self.config.threshold_metric,
+            "train_examples": len(self.splits["train"].texts),
+            "validation": chosen,
+            "validation_at_0.5": at_half,
+            "history": history,
+        }
+        logging.info(
+            "validation accuracy %.4f  F1 %.4f (thresholds %s)",
+            chosen["accuracy"],
+            chosen["f1"],
+            ", ".join(f"{t:.3f}" for t in thresholds),
+        )
+        if "test" in self.splits:
+            _, results["test"] = self.evaluate(self.splits["test"], thresholds)
+            logging.info(
+                "test accuracy %.4f  F1 %.4f", results["test"]["accuracy"], results["test"]["f1"]
+            )
+        return results
+
+
+def finetune(config):
+    """Fine-tunes per `config`; returns the results dict (see `Finetuner.train`)."""
+    return Finetuner(config).train()
+
+
+def load_finetuned_model(model_dir):
+    """Rebuilds a fine-tuned classifier in float32 from its newest checkpoint.
+
+    Args:
+      model_dir: a `tf-mlstm-finetune` --model_dir.
+
+    Returns:
+      (SequenceClassifier, FinetuneConfig, thresholds [K] np.ndarray).
+
+    Raises:
+      FileNotFoundError: the folder holds no finished fine-tuning run.
+    """
+    paths = {name: os.path.join(model_dir, name) for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)}
+    for path in paths.values():
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError(
+                f"{model_dir}: no {os.path.basename(path)}; is it a "
+                "finished tf-mlstm-finetune --model_dir?"
+            )
+    with tf.io.gfile.GFile(paths[FINETUNE_CONFIG_FILE]) as f:
+        config = FinetuneConfig.from_json(f.read())
+    with tf.io.gfile.GFile(paths[RESULTS_FILE]) as f:
+        results = json.loads(f.read())
+    encoder, _ = saved_model.load_trained_model(model_dir)
+    model = SequenceClassifier(encoder, len(config.label_keys), config.feature)
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    tf.train.Checkpoint(classifier=model.classifier).restore(latest).expect_partial()
+    thresholds = np.array([results["thresholds"][name] for name in config.label_keys])
+    return model, config, thresholds

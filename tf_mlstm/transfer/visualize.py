@@ -1,0 +1,239 @@
+"""One cell-state unit's activation over text: an HTML page and a PNG heat map.
+
+The activation of a character is the unit's cell value right after the model
+read the character's last byte, with the state reset at the start of each
+text (the byte `DOC_START`), as in training and featurization. Texts are
+normalized with `normalize_text` first, so the characters drawn are the ones
+the model read.
+
+Colors run from red (negative) through yellow (zero) to green (positive) on a
+scale symmetric around zero: the largest absolute value over all texts, or a
+given one. The PNG is drawn with matplotlib's Agg canvas (no display, no
+pyplot state).
+"""
+
+import html
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from tf_mlstm.data.text import encode_document
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.models import sampling
+
+COLORMAP = "RdYlGn"
+HTML_FILE = "neuron_{neuron}.html"
+PNG_FILE = "neuron_{neuron}.png"
+JSON_FILE = "neuron_{neuron}.json"
+# Characters are written into heat-map cells up to this many cells; beyond it
+# they would be unreadable and slow to draw.
+_MAX_LABELED_CELLS = 6000
+
+
+def unit_activations(model, texts, neuron):
+    """The cell value of one unit after each character of each text.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      texts: normalized texts (see `normalize_text`); each is run from a reset
+        state.
+      neuron: index of the cell-state unit.
+
+    Returns:
+      A list of float32 arrays, one per text, `len(text)` values each.
+
+    Raises:
+      ValueError: `neuron` is outside the model.
+    """
+    if not 0 <= neuron < model.hidden_size:
+        raise ValueError(
+            f"neuron must be in [0, {model.hidden_size - 1}] (the model has "
+            f"{model.hidden_size} cell units), got {neuron}."
+        )
+    trace_fn = tf.function(
+        lambda ids: sampling.feed_bytes(model, ids, unit=neuron)[2],
+        input_signature=[tf.TensorSpec([1, None], tf.int32)],
+    )
+    activations = []
+    for text in texts:
+        encoded = np.frombuffer(encode_document(text), np.uint8).astype(np.int32)
+        per_byte = trace_fn(tf.constant(encoded[None]))[0].numpy()
+        # A character's value is the one after its last byte; byte 0 is the
+        # framing DOC_START.
+        last_byte = np.cumsum([len(ch.encode("utf-8")) for ch in text], dtype=np.int64)
+        activations.append(per_byte[last_byte].astype(np.float32))
+    return activations
+
+
+def color_scale(activations, scale=None):
+    """The absolute value drawn as full red / full green.
+
+    Args:
+      activations: the per-text value arrays.
+      scale: a fixed scale; None or 0 for the largest absolute value.
+
+    Returns:
+      The scale as a float, at least 1e-6.
+    """
+    if scale:
+        return float(scale)
+    peak = max((float(np.max(np.abs(a))) for a in activations if a.size), default=0.0)
+    return max(peak, 1e-6)
+
+
+def _rgb(values, scale):
+    """Colors [n, 3] in 0..255 for values on a symmetric scale."""
+    cmap = colormaps[COLORMAP]
+    rgba = cmap(np.clip(0.5 + 0.5 * np.asarray(values) / scale, 0.0, 1.0))
+    return np.round(rgba[:, :3] * 255).astype(int)
+
+
+def render_html(texts, activations, neuron, scale=None):
+    """An HTML page with every character colored by its activation.
+
+    Args:
+      texts: the texts, as given to `unit_activations`.
+      activations: its result.
+      neuron: the unit index (for the title).
+      scale: the absolute value shown as full red / green (default: the
+        largest over all texts).
+
+    Returns:
+      The page as str; every character is HTML-escaped and carries its value
+      in a tooltip.
+    """
+    scale = color_scale(activations, scale)
+    blocks = []
+    for index, (text, values) in enumerate(zip(texts, activations)):
+        spans = []
+        for ch, value, (r, g, b) in zip(text, values, _rgb(values, scale)):
+            spans.append(
+                f'<span style="background-color: rgb({r}, {g}, {b})" '
+                f'title="{value:+.4f}">{html.escape(ch)}</span>'
+            )
+        blocks.append(f'<div class="text" id="text-{index}">{"".join(spans)}</div>')
+    low, mid, high = (
+        f"rgb({r}, {g}, {b})" for r, g, b in _rgb(np.array([-scale, 0.0, scale]), scale)
+    )
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html><head><meta charset="utf-8">',
+            f"<title>Cell unit {neuron}</title>",
+            "<style>body { font-family: sans-serif; } "
+            ".text { font-family: monospace; white-space: pre-wrap; margin: 1em 0; "
+            "line-height: 1.6; }</style>",
+            "</head><body>",
+            f"<h1>Cell unit {neuron}</h1>",
+            f'<p>Cell state after each character: <span style="background-color: {low}">'
+            f'{-scale:+.3f}</span> <span style="background-color: {mid}">0</span> '
+            f'<span style="background-color: {high}">{scale:+.3f}</span>; hover a '
+            "character for its value.</p>",
+            *blocks,
+            "</body></html>",
+            "",
+        ]
+    )
+
+
+def render_heatmap(texts, activations, neuron, path, width=64, scale=None):
+    """Writes a PNG heat map: texts wrapped at `width` characters, one cell each.
+
+    Args:
+      texts: the texts, as given to `unit_activations`.
+      activations: its result.
+      neuron: the unit index (for the title).
+      path: the PNG file to write.
+      width: characters per row.
+      scale: as in `render_html`.
+
+    Returns:
+      `path`.
+    """
+    scale = color_scale(activations, scale)
+    rows, labels = [], []
+    for text, values in zip(texts, activations):
+        for start in range(0, max(len(text), 1), width):
+            row = np.full(width, np.nan, np.float32)
+            chunk = values[start : start + width]
+            row[: len(chunk)] = chunk
+            rows.append(row)
+            labels.append(text[start : start + width])
+        rows.append(np.full(width, np.nan, np.float32))  # a gap between texts
+        labels.append("")
+    grid = np.stack(rows[:-1])
+    labels = labels[:-1]
+    figure = Figure(figsize=(max(4.0, 0.16 * width + 1.5), max(1.5, 0.22 * len(grid) + 1.0)))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    image = axes.imshow(
+        np.ma.masked_invalid(grid),
+        cmap=COLORMAP,
+        vmin=-scale,
+        vmax=scale,
+        aspect="auto",
+        interpolation="nearest",
+    )
+    if grid.size <= _MAX_LABELED_CELLS:
+        for y, line in enumerate(labels):
+            for x, ch in enumerate(line):
+                # parse_math=False: a "$" is a character here, not mathtext.
+                axes.text(x, y, ch, ha="center", va="center", fontsize=7, parse_math=False)
+    axes.set_xticks([])
+    axes.set_yticks([])
+    axes.set_title(f"Cell unit {neuron}: cell state after each character")
+    figure.colorbar(image, ax=axes, fraction=0.03, pad=0.02)
+    with tf.io.gfile.GFile(path, "wb") as f:
+        figure.savefig(f, format="png", dpi=100, bbox_inches="tight")
+    return path
+
+
+def write_visualization(model, texts, neuron, output_dir, width=64, scale=None):
+    """Normalizes texts, computes the unit's activations, writes HTML, PNG, JSON.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      texts: raw texts.
+      neuron: the cell-state unit.
+      output_dir: destination folder (created).
+      width: heat-map characters per row.
+      scale: the absolute value shown as full red / green (default: the
+        largest).
+
+    Returns:
+      dict with the `html`, `png` and `json` paths written and the
+      per-character `activations` (a list of arrays).
+
+    Raises:
+      ValueError: no text is left after normalization, or `neuron` is outside
+        the model.
+    """
+    normalized = [normalize_text(text) for text in texts]
+    kept = [text for text in normalized if text]
+    if len(kept) < len(normalized):
+        logging.warning("Skipped %d empty text(s).", len(normalized) - len(kept))
+    if not kept:
+        raise ValueError("no text to visualize (every input text is empty after normalization).")
+    activations = unit_activations(model, kept, neuron)
+    tf.io.gfile.makedirs(output_dir)
+    paths = {
+        kind: os.path.join(output_dir, name.format(neuron=neuron))
+        for kind, name in (("html", HTML_FILE), ("png", PNG_FILE), ("json", JSON_FILE))
+    }
+    with tf.io.gfile.GFile(paths["html"], "w") as f:
+        f.write(render_html(kept, activations, neuron, scale))
+    render_heatmap(kept, activations, neuron, paths["png"], width, scale)
+    records = [
+        {"text": text, "values": [round(float(v), 6) for v in values]}
+        for text, values in zip(kept, activations)
+    ]
+    with tf.io.gfile.GFile(paths["json"], "w") as f:
+        f.write(json.dumps({"neuron": neuron, "texts": records}, ensure_ascii=False))
+    logging.info("Wrote %s", ", ".join(paths.values()))
+    return {**paths, "activations": activations}
