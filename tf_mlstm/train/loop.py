@@ -22,6 +22,7 @@ budget (agreed by all workers through the all-reduce), and always ends with
 a checkpoint, so a relaunch resumes where it stopped.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -35,6 +36,7 @@ from absl import logging
 from tf_mlstm.data import pipeline
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
+from tf_mlstm.models.sampling import make_sampler
 from tf_mlstm.models.sampling import sample_text
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train.config import CHECKPOINT_SUBDIR
@@ -46,6 +48,14 @@ from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
 
 SAMPLE_PROMPT = "This product is"
+# How a collective fails once the coordination service has noticed that a
+# peer task is gone (heartbeat timeout) or has cancelled the pending ops.
+_PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)
 
 
 def resolve_jit(choice):
@@ -127,6 +137,7 @@ class Trainer:
             max_to_keep=config.keep_checkpoints,
         )
         self._train_step = self._make_train_step()
+        self._sampler = None
 
     # --- data ---------------------------------------------------------------
     def _worker_dataset(self):
@@ -252,7 +263,27 @@ class Trainer:
             return evaluation.evaluate(self.model, dataset, max_batches, self._eval_step)
 
     def train(self):
-        """Runs to `max_steps` or the time budget; returns the results dict."""
+        """Runs to `max_steps` or the time budget; returns the results dict.
+
+        Raises:
+          strategy_lib.PeerWorkerError: another worker stopped mid-run (its
+            collectives failed after the heartbeat timeout); relaunching all
+            workers resumes from the last checkpoint.
+        """
+        try:
+            return self._train()
+        except _PEER_ERRORS as e:
+            if self.num_workers <= 1:
+                raise
+            latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.chief else None
+            raise strategy_lib.PeerWorkerError(
+                f"worker {self.worker} stops at step {int(self.step.numpy())}: a peer worker "
+                f"stopped ({_first_line(e)}). Relaunch every worker with the same command to "
+                "resume from the last checkpoint"
+                + (f" ({os.path.basename(latest)})." if latest else ".")
+            ) from e
+
+    def _train(self):
         config = self.config
         restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
         start_step = int(self.step.numpy())
@@ -344,6 +375,9 @@ class Trainer:
             "skipped_steps": int(self.skipped.numpy()),
             "train_minutes": (time.monotonic() - begin) / 60,
             "stopped_by": "time" if stop_requested else "max_steps",
+            # Equal on every worker of a healthy run: replicas apply identical
+            # reduced gradients.
+            "weights_sha256": weights_checksum(self.model.weights),
         }
         final = self._log_validation(val_writer, step, 0)
         if final:
@@ -428,13 +462,34 @@ class Trainer:
 
     def _log_sample(self, writer, step):
         with self.strategy.scope():
+            if self._sampler is None:
+                # Compiled once; later samples reuse the graph.
+                self._sampler = make_sampler(self.model)
             text = sample_text(
-                self.model, SAMPLE_PROMPT, self.config.sample_length, temperature=0.8, seed=step
+                self.model,
+                SAMPLE_PROMPT,
+                self.config.sample_length,
+                temperature=0.8,
+                seed=step,
+                sampler=self._sampler,
             )
         # The sampler may start new documents: show their framing newlines.
         logging.info("step %d  sample: %r", step, SAMPLE_PROMPT + text)
         with writer.as_default(step=step):
             tf.summary.text("sample", SAMPLE_PROMPT + text)
+
+
+def weights_checksum(variables):
+    """SHA-256 (hex, 16 digits) of the variables' values, in order."""
+    digest = hashlib.sha256()
+    for variable in variables:
+        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _first_line(error):
+    text = (getattr(error, "message", "") or str(error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _format_duration(seconds):
