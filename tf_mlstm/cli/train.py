@@ -185,10 +185,11 @@ def main(argv):
     config = _config.config_from_flags(config_lib.TrainConfig)
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import strategy  # pylint: disable=g-import-not-at-top
 
     try:
         results = _run.train_and_export(config)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, strategy.PeerWorkerError) as e:
         logging.error("%s", e)
         sys.exit(1)
     print(json.dumps(results, sort_keys=True))

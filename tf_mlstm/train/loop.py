@@ -14,12 +14,13 @@ calls `strategy.run`; inside each replica
 
 Each replica carries its rows' recurrent state from step to step (truncated
 BPTT); the model resets it at document starts. Checkpoints hold model,
-optimizer, step and input position; the carried state is saved beside them
-(`checkpointing.py`). The worker owns a plain tf.data iterator rather than a
-`distribute_datasets_from_function` one because only the former can be
-checkpointed (TF 2.21), and an exact resume needs the data position. A run stops at `max_steps`, at the `max_minutes`
-budget (agreed by all workers through the all-reduce), and always ends with
-a checkpoint, so a relaunch resumes where it stopped.
+optimizer and step; each worker's carried state and input position are saved
+beside them (`checkpointing.py`). The worker owns a plain tf.data iterator
+rather than a `distribute_datasets_from_function` one because only the
+former can be checkpointed (TF 2.21), and an exact resume needs the data
+position. A run stops at `max_steps`, at the `max_minutes` budget (agreed by
+all workers through the all-reduce), and always ends with a checkpoint, so a
+relaunch resumes where it stopped.
 """
 
 import hashlib
@@ -123,12 +124,12 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
         self.iterator = iter(self._worker_dataset())
+        # The input position is per worker: saved beside this (see `save`).
         self.checkpoint = tf.train.Checkpoint(
             model=self.model,
             optimizer=self.optimizer,
             step=self.step,
             skipped=self.skipped,
-            iterator=self.iterator,
         )
         self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
         self.manager = tf.train.CheckpointManager(
@@ -182,7 +183,14 @@ class Trainer:
             stats = tf.stack([bits, chars, stop])
             bundle = [tf.cast(g, reduce_dtype) if reduce_dtype else g for g in grads]
             context = tf.distribute.get_replica_context()
-            reduced, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (bundle, stats))
+            if reduce_dtype is None:
+                reduced, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (bundle, stats))
+            else:
+                # A multi-worker all-reduce packs its tensors into one buffer,
+                # so they must share a dtype; the float32 statistics (sums far
+                # past float16's range) travel in a second, tiny all-reduce.
+                reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, bundle)
+                stats = context.all_reduce(tf.distribute.ReduceOp.SUM, stats)
             grads = [tf.cast(g, tf.float32) for g in reduced]
             scale = tf.cast(optimizer_lib.loss_scale(optimizer), tf.float32) if use_scale else 1.0
             norm = tf.linalg.global_norm(grads) / scale
@@ -250,7 +258,27 @@ class Trainer:
             self._local_state_arrays(h, c),
             keep=self.config.keep_checkpoints + 1,
         )
+        checkpointing.save_input_state(
+            self.config.model_dir,
+            self.worker,
+            step,
+            self.iterator,
+            self._input_layout(),
+            keep=self.config.keep_checkpoints + 1,
+        )
         self.manager.save(checkpoint_number=step)
+
+    def _input_layout(self):
+        """What this worker's iterator position depends on."""
+        return {
+            "num_workers": self.num_workers,
+            "worker": self.worker,
+            "rows": self.per_replica_batch * self.local_replicas,
+            "seq_length": self.config.seq_length,
+            "seed": self.config.seed,
+            "shuffle_buffer": self.config.shuffle_buffer,
+            "train_files": self.train_files,
+        }
 
     def validate(self, max_batches):
         """Validation bits/char (every worker computes it; the chief logs it)."""
@@ -278,7 +306,7 @@ class Trainer:
             latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.chief else None
             raise strategy_lib.PeerWorkerError(
                 f"worker {self.worker} stops at step {int(self.step.numpy())}: a peer worker "
-                f"stopped ({_first_line(e)}). Relaunch every worker with the same command to "
+                f"stopped ({_error_summary(e)}). Relaunch every worker with the same command to "
                 "resume from the last checkpoint"
                 + (f" ({os.path.basename(latest)})." if latest else ".")
             ) from e
@@ -295,6 +323,9 @@ class Trainer:
                 start_step,
                 self.local_replicas,
                 (self.per_replica_batch, config.hidden_size),
+            )
+            checkpointing.restore_input_state(
+                config.model_dir, self.worker, start_step, self.iterator, self._input_layout()
             )
         h, c = self._distribute_state(state)
         with self.strategy.scope():
@@ -487,9 +518,17 @@ def weights_checksum(variables):
     return digest.hexdigest()[:16]
 
 
-def _first_line(error):
-    text = (getattr(error, "message", "") or str(error)).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def _error_summary(error):
+    """The line of a TensorFlow error that says what happened.
+
+    Graph execution errors start with boilerplate and an indented traceback
+    of where the op was defined; the cause is a later, unindented line.
+    """
+    boilerplate = ("Graph execution error", "Detected at node", "[[", "The error could be from")
+    for line in (getattr(error, "message", "") or str(error)).splitlines():
+        if line.strip() and not line[0].isspace() and not line.startswith(boilerplate):
+            return line.strip()[:300]
+    return type(error).__name__
 
 
 def _format_duration(seconds):

@@ -58,6 +58,10 @@ _COMMUNICATION = {
 _TEMP_ROOT_PREFIX = "tf_mlstm_workertemp_"
 
 
+class PeerWorkerError(RuntimeError):
+    """Another worker of the cluster stopped (crashed, killed, preempted) mid-run."""
+
+
 def get_distribution_strategy(
     strategy: str = "default",
     num_gpus: int | None = None,
@@ -264,7 +268,8 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
       strategy: the run's strategy.
 
     Raises:
-      RuntimeError: a peer stopped before reaching the end of the run.
+      PeerWorkerError: a peer stopped before reaching the end of the run.
+      RuntimeError: the synchronization counted the wrong number of replicas.
     """
     _, _, num_workers = worker_info(strategy)
     if num_workers <= 1:
@@ -282,7 +287,7 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
         total = strategy.experimental_local_results(_barrier())[0]
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as e:
         first_line = (e.message or str(e)).strip().splitlines()[0]
-        raise RuntimeError(
+        raise PeerWorkerError(
             f"final synchronization failed, a peer worker stopped early: {first_line}"
         ) from e
     if int(total.numpy()) != strategy.num_replicas_in_sync:

@@ -1,0 +1,331 @@
+"""Multi-worker training for real: worker processes on loopback, as a user runs them.
+
+Every test except the loss-scaling one starts `tf-mlstm-train` through
+`tools/launch_local_workers.py` (each worker pinned to one core), so the
+strategy, the collectives, the checkpoints and the failure paths are the
+production ones:
+
+* two workers end with identical weights, losses and validation, and split
+  the global batch as logged;
+* a worker killed mid-run stops the other by itself, well within the
+  heartbeat timeout, with one clear line; the launcher exits non-zero and
+  the same command resumes from the last checkpoint, each worker with its
+  own carried state and input position;
+* a checkpoint of two workers resumes on one (carried state and input
+  position restart with warnings, the global batch stays), with float16
+  loss scaling and a float16 all-reduce;
+* an overflow under mixed_float16 skips the step, halves the loss scale and
+  training recovers.
+"""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LAUNCHER = str(REPO / "tools" / "launch_local_workers.py")
+# strategy.get_distribution_strategy's default heartbeat timeout.
+HEARTBEAT_TIMEOUT_S = 10
+TINY = [
+    "--hidden_size=32",
+    "--embedding_size=16",
+    "--seq_length=32",
+    "--batch_size=8",
+    "--lr=0.01",
+    "--eval_every_steps=0",
+    "--sample_every_steps=0",
+    "--log_every_steps=1",
+    "--jit_compile=false",
+]
+_STEP_LINE = re.compile(r"step (\d+)/\d+\s+loss ([0-9.naif]+)")
+_TRAINING_LINE = re.compile(
+    r"Training: (\d+) worker\(s\), (\d+) replica\(s\), global batch (\d+) \((\d+) per replica\)"
+    r".* from step (\d+) to (\d+)"
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The demo corpus as TFRecord shards (4 train shards: up to 4 workers)."""
+    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+
+    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+
+def _train_args(model_dir, data_dir, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.train",
+        f"--model_dir={model_dir}",
+        f"--train_data={data_dir}",
+        *TINY,
+        *extra,
+    ]
+
+
+def _launch(num_workers, log_path, train_args, grace_s=5):
+    """Starts the launcher; its output goes to a file (a full pipe would stall it)."""
+    command = [
+        sys.executable,
+        LAUNCHER,
+        f"--num_workers={num_workers}",
+        "--cpus_per_worker=1",
+        f"--grace_s={grace_s}",
+        "--",
+        *train_args,
+        "--distribution_strategy=multi_worker",
+    ]
+    with open(log_path, "w") as log:
+        return subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _run_launcher(num_workers, log_path, train_args, timeout=150):
+    proc = _launch(num_workers, log_path, train_args)
+    try:
+        code = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return code, pathlib.Path(log_path).read_text(errors="replace")
+
+
+def _worker_lines(log, worker):
+    prefix = f"[worker {worker}] "
+    return [line[len(prefix) :] for line in log.splitlines() if line.startswith(prefix)]
+
+
+def _worker_text(log, worker):
+    return "\n".join(_worker_lines(log, worker))
+
+
+def _losses(text):
+    return {int(m.group(1)): float(m.group(2)) for m in _STEP_LINE.finditer(text)}
+
+
+def _results(text):
+    """The results JSON a worker prints last."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{") and '"step"' in line:
+            return json.loads(line)
+    raise AssertionError(f"no results line in:\n{text[-3000:]}")
+
+
+def _training_line(text):
+    match = _TRAINING_LINE.search(text)
+    assert match, text[-3000:]
+    return tuple(int(g) for g in match.groups())
+
+
+def _worker_pids(launcher_pid):
+    """{worker index: pid} of the launcher's children, from their TF_CONFIG."""
+    pids = {}
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
+        children = [int(p) for p in f.read().split()]
+    for pid in children:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        pids[json.loads(env[b"TF_CONFIG"])["task"]["index"]] = pid
+    return pids
+
+
+def _latest_checkpoint_step(model_dir):
+    text = (pathlib.Path(model_dir) / "checkpoints" / "checkpoint").read_text()
+    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+
+
+def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, data_dir):
+    model_dir = tmp_path / "run"
+    code, log = _run_launcher(
+        2,
+        tmp_path / "log.txt",
+        _train_args(model_dir, data_dir, "--max_steps=6", "--checkpoint_every_steps=3"),
+    )
+    assert code == 0, log[-4000:]
+    chief, other = _worker_text(log, 0), _worker_text(log, 1)
+    # Global batch 8 over 2 replicas: 4 rows each, logged by both workers.
+    assert _training_line(chief) == _training_line(other) == (2, 2, 8, 4, 0, 6)
+    losses = _losses(chief)
+    assert sorted(losses) == list(range(1, 7))
+    assert _losses(other) == losses  # all-reduced statistics
+    assert losses[6] < losses[1]
+    results, results_1 = _results(chief), _results(other)
+    # Identical reduced gradients, identical updates: bit-identical weights.
+    assert results["weights_sha256"] == results_1["weights_sha256"]
+    assert results["validation_bits_per_char"] == results_1["validation_bits_per_char"]
+    assert results["step"] == results_1["step"] == 6
+    # Only the chief keeps outputs; its checkpoint holds those weights.
+    saved = json.loads((model_dir / "results.json").read_text())
+    assert saved["weights_sha256"] == results["weights_sha256"]
+    assert _latest_checkpoint_step(model_dir) == 6
+    assert (model_dir / "export" / "saved_model.pb").exists()
+    assert sorted(p.name for p in (model_dir / "carried_state").glob("*step-6.npz")) == [
+        "worker-0-step-6.npz",
+        "worker-1-step-6.npz",
+    ]
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig.from_json((model_dir / "config.json").read_text())
+    model = loop.build_model(config)
+    tf.train.Checkpoint(model=model).restore(
+        str(model_dir / "checkpoints" / "ckpt-6")
+    ).expect_partial()
+    assert loop.weights_checksum(model.weights) == results["weights_sha256"]
+
+
+def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, data_dir):
+    model_dir = tmp_path / "run"
+    max_steps = 300
+    args = _train_args(
+        model_dir, data_dir, f"--max_steps={max_steps}", "--checkpoint_every_steps=10"
+    )
+    # A long grace period: the survivor must stop by itself, not by SIGKILL.
+    proc = _launch(2, tmp_path / "first.txt", args, grace_s=60)
+    try:
+        deadline = time.monotonic() + 120
+        while not (model_dir / "checkpoints" / "ckpt-20.index").exists():
+            assert proc.poll() is None, (tmp_path / "first.txt").read_text()[-4000:]
+            assert time.monotonic() < deadline, "no checkpoint at step 20 within 120 s"
+            time.sleep(0.05)
+        os.kill(_worker_pids(proc.pid)[1], signal.SIGKILL)
+        killed = time.monotonic()
+        code = proc.wait(timeout=90)
+        stopped_after = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "first.txt").read_text(errors="replace")
+    assert code == 128 + signal.SIGKILL, log[-4000:]
+    survivor = _worker_text(log, 0)
+    # One clear line, then the survivor exits on its own well within the grace period.
+    assert "a peer worker stopped" in survivor and "Relaunch every worker" in survivor, survivor[
+        -4000:
+    ]
+    assert "Traceback" not in survivor
+    assert stopped_after < HEARTBEAT_TIMEOUT_S + 20, stopped_after
+    last = _latest_checkpoint_step(model_dir)
+    assert 20 <= last < max_steps
+
+    code, log = _run_launcher(2, tmp_path / "second.txt", args)
+    assert code == 0, log[-4000:]
+    chief = _worker_text(log, 0)
+    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{last}'}" in chief
+    assert _training_line(chief)[4:] == (last, max_steps)
+    # Both workers get their own carried state and input position back.
+    assert "restarts from zeros" not in log and "input restarts" not in log
+    assert min(_losses(chief)) == last + 1
+    assert json.loads((model_dir / "results.json").read_text())["step"] == max_steps
+
+
+def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir):
+    model_dir = tmp_path / "run"
+    mixed = ["--precision=mixed_float16", "--allreduce_dtype=float16"]
+    code, log = _run_launcher(
+        2,
+        tmp_path / "two.txt",
+        _train_args(model_dir, data_dir, "--max_steps=6", "--checkpoint_every_steps=3", *mixed),
+    )
+    assert code == 0, log[-4000:]
+    two = _results(_worker_text(log, 0))
+    assert two["step"] == 6 and np.isfinite(two["validation_bits_per_char"])
+    assert all(np.isfinite(list(_losses(_worker_text(log, 0)).values())))
+
+    # The same run continued by one process without a cluster.
+    proc = subprocess.run(
+        _train_args(model_dir, data_dir, "--max_steps=10", "--checkpoint_every_steps=3", *mixed),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"Resumed from {model_dir / 'checkpoints' / 'ckpt-6'}" in proc.stderr
+    assert "saved for another replica layout: the recurrent state restarts from zeros" in (
+        proc.stderr
+    )
+    assert "saved for another input layout" in proc.stderr
+    # Same global batch, now all on one replica.
+    assert _training_line(proc.stderr) == (1, 1, 8, 8, 6, 10)
+    losses = _losses(proc.stderr)
+    assert sorted(losses) == [7, 8, 9, 10] and all(np.isfinite(list(losses.values())))
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["step"] == 10 and np.isfinite(results["validation_bits_per_char"])
+
+
+def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path, data_dir):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(
+        model_dir=str(tmp_path / "run"),
+        hidden_size=32,
+        embedding_size=16,
+        seq_length=16,
+        batch_size=4,
+        lr=0.01,
+        precision="mixed_float16",
+        allreduce_dtype="float16",
+        jit_compile="false",
+        max_steps=100,
+    ).validate()
+    trainer = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
+    h, c = trainer._distribute_state()  # pylint: disable=protected-access
+    go = trainer._stop_flag(0.0)  # pylint: disable=protected-access
+    scale = optimizer_lib.loss_scale(trainer.optimizer)
+
+    def step():
+        nonlocal h, c
+        stats, norm, finite, h, c = trainer._train_step(  # pylint: disable=protected-access
+            trainer.iterator, h, c, go
+        )
+        return float(stats.numpy()[0]), float(norm), bool(finite)
+
+    def weights():
+        return [w.numpy().copy() for w in trainer.model.weights]
+
+    assert step()[2] and int(trainer.skipped.numpy()) == 0
+    # A loss scale far past float16's range (65504): the gradients overflow.
+    scale.assign(2.0**40)
+    skipped, before = 0, weights()
+    while True:
+        old_scale = float(scale.numpy())
+        bits, norm, finite = step()
+        assert np.isfinite(bits)  # the loss itself is float32
+        if finite:
+            break
+        skipped += 1
+        assert not np.isfinite(norm)
+        assert float(scale.numpy()) == old_scale / 2
+        assert int(trainer.skipped.numpy()) == skipped
+        for w0, w1 in zip(before, weights()):
+            np.testing.assert_array_equal(w0, w1)  # nothing applied
+        assert skipped < 40, "the loss scale never came back into range"
+    assert skipped >= 10  # 2**40 is far out of range: many halvings
+    assert float(scale.numpy()) == old_scale  # no growth on the first good step
+    # The good step applied an update; training goes on with finite losses.
+    assert any(not np.array_equal(w0, w1) for w0, w1 in zip(before, weights()))
+    for _ in range(3):
+        bits, norm, finite = step()
+        assert finite and np.isfinite(bits) and np.isfinite(norm)
+    assert int(trainer.skipped.numpy()) == skipped
+    assert int(trainer.step.numpy()) == 1 + skipped + 1 + 3
