@@ -53,7 +53,7 @@ def train_and_export(config):
     """
     train_files, validation_files = resolve_data(config)
     trainer = loop.Trainer(config, train_files, validation_files)
-    results = trainer.train()
+    results = trainer.train(finalize=False)
     if strategy_lib.is_chief(trainer.strategy):
         model, _ = saved_model.load_trained_model(config.model_dir)
         export_dir = os.path.join(config.model_dir, EXPORT_SUBDIR)
@@ -63,6 +63,7 @@ def train_and_export(config):
             metadata={"config": config.to_json(), "results": results},
         )
         results["export_dir"] = export_dir
+    strategy_lib.finalize(trainer.strategy)
     if "validation_bits_per_char" in results:
         print(f"validation bits/char: {results['validation_bits_per_char']:.4f}")
     return results

@@ -25,12 +25,21 @@ def build_demo_tfrecords(output_dir):
     Returns:
         output_dir.
     """
-    config = convert.ConvertConfig(
-        inputs=DEMO_CORPUS,
-        output_dir=output_dir,
-        num_shards=DEMO_SHARDS,
-        split_weights=DEMO_SPLIT,
+    if tf.io.gfile.exists(os.path.join(output_dir, "stats.json")):
+        return output_dir
+    # Converted into a private folder, then renamed: workers of a local
+    # multi-worker run all convert at once, and the first rename wins.
+    private = f"{output_dir}.tmp-{os.getpid()}"
+    convert.convert(
+        convert.ConvertConfig(
+            inputs=DEMO_CORPUS,
+            output_dir=private,
+            num_shards=DEMO_SHARDS,
+            split_weights=DEMO_SPLIT,
+        )
     )
-    if not tf.io.gfile.exists(config.stats_path):
-        convert.convert(config)
+    try:
+        os.rename(private, output_dir)
+    except OSError:
+        tf.io.gfile.rmtree(private)  # Another worker's copy is already there.
     return output_dir

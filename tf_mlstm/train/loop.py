@@ -290,8 +290,14 @@ class Trainer:
         with self.strategy.scope():
             return evaluation.evaluate(self.model, dataset, max_batches, self._eval_step)
 
-    def train(self):
+    def train(self, finalize=True):
         """Runs to `max_steps` or the time budget; returns the results dict.
+
+        Args:
+          finalize: end with a synchronization of all workers. A caller with
+            more chief-only work to do (an export) passes False and calls
+            `strategy.finalize` itself afterwards, so no worker exits while
+            another still runs (the survivor would log a crash).
 
         Raises:
           strategy_lib.PeerWorkerError: another worker stopped mid-run (its
@@ -299,7 +305,7 @@ class Trainer:
             workers resumes from the last checkpoint.
         """
         try:
-            return self._train()
+            return self._train(finalize)
         except _PEER_ERRORS as e:
             if self.num_workers <= 1:
                 raise
@@ -311,7 +317,7 @@ class Trainer:
                 + (f" ({os.path.basename(latest)})." if latest else ".")
             ) from e
 
-    def _train(self):
+    def _train(self, finalize):
         config = self.config
         restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
         start_step = int(self.step.numpy())
@@ -420,7 +426,8 @@ class Trainer:
             )
         writer.flush()
         val_writer.flush()
-        strategy_lib.finalize(self.strategy)
+        if finalize:
+            strategy_lib.finalize(self.strategy)
         if self.chief:
             with tf.io.gfile.GFile(os.path.join(config.model_dir, RESULTS_FILE), "w") as f:
                 f.write(json.dumps(results, indent=2, sort_keys=True))
