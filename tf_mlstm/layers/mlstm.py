@@ -104,36 +104,78 @@ class MLSTM(keras.layers.Layer):
         Returns:
           (outputs [B, T, H] or None, [h, c]).
         """
+        return self._run(
+            xz, xm, None, initial_state, keep, valid, training, kernels, return_sequences
+        )
+
+    def run_tables(
+        self,
+        xz_table,
+        xm_table,
+        ids,
+        initial_state=None,
+        keep=None,
+        valid=None,
+        training=None,
+        kernels=None,
+        return_sequences=None,
+    ):
+        """Runs the recurrence on inputs that are rows of projected tables.
+
+        `run_projected(tf.gather(xz_table, ids), tf.gather(xm_table, ids), ...)`
+        computed without the [B, T, 4H] array: each step gathers its rows (a
+        byte model's 256-row tables from `project_inputs`).
+
+        Args:
+          xz_table: [V, 4H] gate input contribution per input row.
+          xm_table: [V, H] multiplicative input contribution per input row.
+          ids: [B, T] integer rows of the tables.
+          initial_state, keep, valid, training, kernels, return_sequences: as
+            in `run_projected`.
+
+        Returns:
+          (outputs [B, T, H] or None, [h, c]).
+        """
+        return self._run(
+            xz_table, xm_table, ids, initial_state, keep, valid, training, kernels, return_sequences
+        )
+
+    def _run(self, xz, xm, ids, initial_state, keep, valid, training, kernels, return_sequences):
         if return_sequences is None:
             return_sequences = self.return_sequences
         _, _, w_mh, w_h, _ = kernels or self.cell.kernels()
         dtype = xz.dtype
-        batch = tf.shape(xz)[0]
+        shape = tf.shape(ids if ids is not None else xz)
         if initial_state is None:
-            zeros = tf.zeros((batch, self.units), dtype)
+            zeros = tf.zeros((shape[0], self.units), dtype)
             initial_state = [zeros, zeros]
         h0, c0 = (tf.cast(s, dtype) for s in initial_state)
-        time_major = lambda x: tf.transpose(x, (1, 0, 2))
         if keep is None:
-            keep = tf.ones(tf.shape(xz)[:2], dtype)
-        keep = time_major(tf.cast(keep, dtype)[..., None])
-        xz, xm = time_major(xz), time_major(xm)
+            keep = tf.ones(shape[:2], dtype)
+        keep = tf.cast(keep, dtype)[..., None]
         if training:
             if valid is not None:
                 raise ValueError(
                     "MLSTM: `valid` masks are for inference only; "
                     "training streams have no padding."
                 )
-            outputs, h, c = recurrence.mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h)
+            outputs, h, c = recurrence.mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids=ids)
         else:
             if valid is not None:
-                valid = time_major(tf.cast(valid, dtype)[..., None])
+                valid = tf.cast(valid, dtype)[..., None]
             outputs, h, c = recurrence.mlstm_forward(
-                xz, xm, h0, c0, keep, w_mh, w_h, valid=valid, return_sequences=return_sequences
+                xz,
+                xm,
+                h0,
+                c0,
+                keep,
+                w_mh,
+                w_h,
+                valid=valid,
+                return_sequences=return_sequences,
+                ids=ids,
             )
-        if return_sequences:
-            outputs = time_major(outputs)
-        else:
+        if not return_sequences:
             outputs = None
         return outputs, [h, c]
 

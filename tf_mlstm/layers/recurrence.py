@@ -1,196 +1,334 @@
 """The mLSTM recurrence over a whole sequence, with a hand-written gradient.
 
+Inputs and outputs are batch-major, as in Keras: [B, T, ...]. Inside the
+loops the state is feature-major, [H, B] (the batch is the minor dimension),
+for two measured reasons (docs/performance.md):
+
+- every recurrent product is `weights @ state` ([4H, H] @ [H, B]), which
+  oneDNN runs about 1.25x faster on CPU than `state @ weights` ([B, H] @
+  [H, 4H]) at batch 64 (at the rate of a square product, where the latter
+  is not);
+- the gate blocks i, f, o, u are contiguous row ranges of z, so splitting
+  them is free (a split along the first axis shares the buffer) and one
+  sigmoid covers i, f and o.
+
 Autodiff through a per-time-step loop keeps one weight gradient per step
 (seq_length copies of each recurrent matrix) before summing them; at 4096
-units and 256 steps that is tens of GiB and the per-step weight-gradient
-products are skinny. Here the backward loop computes only data gradients and
-stores the per-step quantities the weight gradients need; the weight
-gradients are then one large matrix product each over all batch x time rows:
+units and 256 steps that is tens of GiB, and the per-step products are
+skinny. Here the backward loop computes only data gradients and stores the
+per-step quantities the weight gradients need; the weight gradients are then
+one large product each over all batch x time rows:
 
-    dWh  = M^T  dZ      (M: [T*B, H] multiplicative states, dZ: [T*B, 4H])
-    dWmh = Hp^T dHm     (Hp: [T*B, H] previous hidden states)
+    dWh  = M^T  dZ      (M: [B*T, H] multiplicative states, dZ: [B*T, 4H])
+    dWmh = Hp^T dHm     (Hp: [B*T, H] previous hidden states)
 
-which run near the machine's matrix rate and need O(T*B*H) memory.
-
-Shapes are time-major inside this module: inputs [T, B, ...].
+which run near the machine's matrix rate and need O(T*B*H) memory. The
+same holds when the training step is XLA-compiled: the loops, not autodiff,
+define what is stored.
 
 Math per step (gate order i, f, o, u in the 4H axis):
-    h, c  = keep_t * h, keep_t * c            (reset at document starts)
     hm    = h Wmh
-    m     = xm_t * hm                         (xm_t = x_t Wmx)
+    m     = (keep_t * xm_t) * hm              (xm_t = x_t Wmx)
     z     = xz_t + m Wh                       (xz_t = x_t Wx + b)
     i, f, o = sigmoid(z_i, z_f, z_o); u = tanh(z_u)
-    c'    = f c + i u
+    c'    = f (keep_t * c) + i u
     h'    = o tanh(c')
-A position with valid_t = 0 leaves the state unchanged (padding after the
-end of a text in an inference batch).
+`keep_t` is 0 where the state resets before the step (a document start):
+zeroing h before `h Wmh` equals zeroing xm_t after it, as m is their
+product. A position with valid_t = 0 leaves the state unchanged (padding
+after the end of a text in an inference batch).
 """
 
 import tensorflow as tf
 
 
-def _step(h, c, xz_t, xm_t, keep_t, w_mh, w_h):
-    """One mLSTM step; returns the new state and what backward needs."""
-    h = h * keep_t
-    c = c * keep_t
-    hm = tf.matmul(h, w_mh)
-    m = xm_t * hm
-    z = xz_t + tf.matmul(m, w_h)
-    zi, zf, zo, zu = tf.split(z, 4, axis=-1)
-    i = tf.sigmoid(zi)
-    f = tf.sigmoid(zf)
-    o = tf.sigmoid(zo)
-    u = tf.tanh(zu)
-    c_new = f * c + i * u
-    tc = tf.tanh(c_new)
-    h_new = o * tc
-    return h_new, c_new, (h, c, hm, m, tf.concat([i, f, o, u], -1), tc)
+def _to_feature_major(x):
+    """[B, T, F] -> [T, F, B]."""
+    return tf.transpose(x, (1, 2, 0))
 
 
-def mlstm_forward(xz, xm, h0, c0, keep, w_mh, w_h, valid=None, return_sequences=True):
+def _to_batch_major(x):
+    """[T, F, B] -> [B, T, F]."""
+    return tf.transpose(x, (2, 0, 1))
+
+
+# === Per-step elementwise math (feature-major: [rows, B]) ===
+
+
+def _gates(zmm, xz_t, c, keep_t):
+    """z = zmm + xz_t -> (h', c', s = sigmoid(z_ifo), u, keep_t * c, tanh(c'))."""
+    units = c.shape[0]
+    z_ifo, z_u = tf.split(zmm + xz_t, [3 * units, units], axis=0)
+    s = tf.sigmoid(z_ifo)
+    u = tf.tanh(z_u)
+    i, f, o = tf.split(s, 3, axis=0)
+    c_prev = c * keep_t
+    c = f * c_prev + i * u
+    tc = tf.tanh(c)
+    return o * tc, c, s, u, c_prev, tc
+
+
+def _inference_gates(zmm, xz_t, h, c, keep_t, valid_t):
+    """The new (h, c); positions with valid_t = 0 keep the old state."""
+    h_new, c_new, _, _, _, _ = _gates(zmm, xz_t, c, keep_t)
+    if valid_t is None:
+        return h_new, c_new
+    valid = valid_t > 0
+    return tf.where(valid, h_new, h), tf.where(valid, c_new, c)
+
+
+def _gates_backward(dh, dc, s, u, c_prev, tc, keep_t):
+    """Gradients at z ([4H, B]) and at the previous (unmasked) cell state."""
+    i, f, o = tf.split(s, 3, axis=0)
+    dc = dc + dh * o * (1 - tc * tc)
+    dz = tf.concat(
+        [
+            dc * u * i * (1 - i),
+            dc * c_prev * f * (1 - f),
+            dh * tc * o * (1 - o),
+            dc * i * (1 - u * u),
+        ],
+        axis=0,
+    )
+    return dz, dc * f * keep_t
+
+
+def _dm_products(dm, xmk_t, hm_t, keep_t):
+    """(dhm, dxm) at one step from dm = Wh dz."""
+    return dm * xmk_t, dm * hm_t * keep_t
+
+
+_XLA_BLOCKS = {}
+
+
+def _block(fn, fused):
+    """`fn`, or `fn` compiled by XLA into one fused kernel when `fused`."""
+    if not fused:
+        return fn
+    if fn not in _XLA_BLOCKS:
+        _XLA_BLOCKS[fn] = tf.function(fn, jit_compile=True, autograph=False)
+    return _XLA_BLOCKS[fn]
+
+
+# === The recurrence ===
+
+
+class _StepInputs:
+    """The inputs feature-major: xz [T, 4H, B], xmk = keep * xm [T, H, B], keep [T, 1, B].
+
+    Dense inputs ([B, T, F]) are transposed; table inputs ([V, F], the rows
+    `ids` [B, T] pick) are gathered time-major ([T, B, F]) and transposed per
+    step ([T, B, F] -> [T, F, B]), a cheaper permutation than [B, T, F] ->
+    [T, F, B]. One large transpose each measured faster than a small one per
+    step: the small ones run beside the recurrent products and slow them.
+    """
+
+    def __init__(self, xz, xm, keep, ids):
+        if ids is None:
+            self.steps = xz.shape[1] if xz.shape[1] is not None else tf.shape(xz)[1]
+            self.xz = _to_feature_major(xz)
+            self.xmk = _to_feature_major(xm * keep)
+            self.keep = _to_feature_major(keep)
+            self.ids = None
+        else:
+            self.ids = tf.cast(ids, tf.int32)
+            self.steps = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
+            ids_tm = tf.transpose(self.ids)
+            keep_tm = tf.transpose(keep, (1, 0, 2))
+            per_step = lambda x: tf.transpose(x, (0, 2, 1))
+            self.xz = per_step(tf.gather(xz, ids_tm))
+            self.xmk = per_step(tf.gather(xm, ids_tm) * keep_tm)
+            self.keep = per_step(keep_tm)
+
+
+def mlstm_forward(
+    xz,
+    xm,
+    h0,
+    c0,
+    keep,
+    w_mh,
+    w_h,
+    valid=None,
+    return_sequences=True,
+    fused=False,
+    ids=None,
+):
     """Runs the recurrence without keeping anything for a backward pass.
 
     Args:
-      xz: [T, B, 4H] input contribution to the gates (x Wx + b).
-      xm: [T, B, H] input side of the multiplicative state (x Wmx).
+      xz: [B, T, 4H] input contribution to the gates (x Wx + b); with `ids`, a
+        [V, 4H] table of it.
+      xm: [B, T, H] input side of the multiplicative state (x Wmx); with
+        `ids`, a [V, H] table of it.
       h0: [B, H] initial hidden state.
       c0: [B, H] initial cell state.
-      keep: [T, B, 1] 0 where the state resets before the step, else 1.
+      keep: [B, T, 1] 0 where the state resets before the step, else 1.
       w_mh: [H, H] recurrent weight of the multiplicative state.
       w_h: [H, 4H] recurrent gate weight.
-      valid: optional [T, B, 1]; 0 leaves the state unchanged at that step.
+      valid: optional [B, T, 1]; 0 leaves the state unchanged at that step.
       return_sequences: whether to return the hidden state of every step.
+      fused: run each step's elementwise math as one XLA-compiled kernel
+        (within noise of the plain ops on CPU; a SavedModel holding XLA
+        kernels would also need XLA at serving time).
+      ids: optional [B, T] integer rows of the `xz` and `xm` tables.
 
     Returns:
-      (outputs [T, B, H] or None, h_T, c_T).
+      (outputs [B, T, H] or None, h_T [B, H], c_T [B, H]).
     """
-    steps = tf.shape(xz)[0]
-    outputs = None
-    if return_sequences:
-        outputs = tf.TensorArray(xz.dtype, size=steps, element_shape=h0.shape)
+    inputs = _StepInputs(xz, xm, keep, ids)
+    if valid is not None:
+        valid = _to_feature_major(valid)
+    w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
+    h0, c0 = tf.transpose(h0), tf.transpose(c0)
+    gates = _block(_inference_gates, fused)
+
+    def step(t, h, c):
+        m = inputs.xmk[t] * tf.matmul(w_mh_t, h)
+        valid_t = None if valid is None else valid[t]
+        return gates(tf.matmul(w_h_t, m), inputs.xz[t], h, c, inputs.keep[t], valid_t)
+
+    cond = lambda t, *_: t < inputs.steps
+    if not return_sequences:
+        _, h, c = tf.while_loop(
+            cond, lambda t, h, c: (t + 1,) + step(t, h, c), (tf.constant(0), h0, c0)
+        )
+        return None, tf.transpose(h), tf.transpose(c)
 
     def body(t, h, c, outputs):
-        h_new, c_new, _ = _step(h, c, xz[t], xm[t], keep[t], w_mh, w_h)
-        if valid is not None:
-            h_new = tf.where(valid[t] > 0, h_new, h)
-            c_new = tf.where(valid[t] > 0, c_new, c)
-        if outputs is not None:
-            outputs = outputs.write(t, h_new)
-        return t + 1, h_new, c_new, outputs
+        h, c = step(t, h, c)
+        return t + 1, h, c, outputs.write(t, h)
 
-    if outputs is None:
-        _, h, c = tf.while_loop(
-            lambda t, *_: t < steps,
-            lambda t, h, c: body(t, h, c, None)[:3],
-            (tf.constant(0), h0, c0),
-        )
-        return None, h, c
-    _, h, c, outputs = tf.while_loop(
-        lambda t, *_: t < steps, body, (tf.constant(0), h0, c0, outputs)
-    )
-    return outputs.stack(), h, c
+    outputs = tf.TensorArray(xz.dtype, size=inputs.steps, element_shape=h0.shape)
+    _, h, c, outputs = tf.while_loop(cond, body, (tf.constant(0), h0, c0, outputs))
+    return _to_batch_major(outputs.stack()), tf.transpose(h), tf.transpose(c)
 
 
-@tf.custom_gradient
-def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h):
+def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None):
     """The recurrence for training: outputs and final state, custom gradient.
 
     Args and shapes as in `mlstm_forward` (no `valid`: training streams have
-    no padding).
+    no padding). With `fused`, each step's elementwise math, in the forward
+    and in the backward loop, runs as one XLA-compiled kernel while the
+    matrix products stay TensorFlow ops: on the 2-core CPU it used 3% less
+    CPU time but ran 3% slower on an idle machine (XLA's kernels use one
+    thread), so it is off by default (docs/performance.md). With `ids`, the
+    gradients of the `xz` and `xm` tables are summed over the rows that
+    picked them.
 
     Returns:
-      (outputs [T, B, H], h_T, c_T). The gradient with respect to every input
-      but `keep` is exact (checked against autodiff in the tests).
+      (outputs [B, T, H], h_T, c_T). The gradient with respect to every input
+      but `keep` and `ids` is exact (checked against autodiff in the tests).
     """
-    steps = tf.shape(xz)[0]
-    batch, units = h0.shape[0], h0.shape[1]
+    if ids is None:
+        return _SEQUENCE[bool(fused)](xz, xm, h0, c0, keep, w_mh, w_h)
+    return _SEQUENCE_OF_TABLES[bool(fused)](xz, xm, h0, c0, keep, w_mh, w_h, ids)
+
+
+def _sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids, fused):
+    inputs = _StepInputs(xz, xm, keep, ids)
+    steps, keep_f, xmk_f = inputs.steps, inputs.keep, inputs.xmk
     dtype = xz.dtype
+    w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
+    h0_f, c0_f = tf.transpose(h0), tf.transpose(c0)
+    units, batch = h0_f.shape
 
-    def array(width):
-        return tf.TensorArray(dtype, size=steps, element_shape=(batch, width))
+    def array(rows):
+        # Read in the backward loop as well as stacked: keep elements after a read.
+        return tf.TensorArray(
+            dtype, size=steps, element_shape=(rows, batch), clear_after_read=False
+        )
 
-    def body(t, h, c, hs, hps, cps, hms, ms, gates, tcs):
-        h_new, c_new, (hp, cp, hm, m, g, tc) = _step(h, c, xz[t], xm[t], keep[t], w_mh, w_h)
+    gates = _block(_gates, fused)
+
+    def body(t, h, c, hs, ms, hms, ss, us, cps, tcs):
+        hm = tf.matmul(w_mh_t, h)
+        m = xmk_f[t] * hm
+        h, c, s, u, c_prev, tc = gates(tf.matmul(w_h_t, m), inputs.xz[t], c, keep_f[t])
         return (
             t + 1,
-            h_new,
-            c_new,
-            hs.write(t, h_new),
-            hps.write(t, hp),
-            cps.write(t, cp),
-            hms.write(t, hm),
+            h,
+            c,
+            hs.write(t, h),
             ms.write(t, m),
-            gates.write(t, g),
+            hms.write(t, hm),
+            ss.write(t, s),
+            us.write(t, u),
+            cps.write(t, c_prev),
             tcs.write(t, tc),
         )
 
-    loop_vars = (
-        tf.constant(0),
-        h0,
-        c0,
-        array(units),
-        array(units),
-        array(units),
-        array(units),
-        array(units),
-        array(4 * units),
-        array(units),
+    rows_per_step = (units, units, units, 3 * units, units, units, units)
+    _, h_last, c_last, hs, ms, hms, ss, us, cps, tcs = tf.while_loop(
+        lambda t, *_: t < steps,
+        body,
+        (tf.constant(0), h0_f, c0_f) + tuple(array(rows) for rows in rows_per_step),
     )
-    _, h_last, c_last, hs, hps, cps, hms, ms, gates, tcs = tf.while_loop(
-        lambda t, *_: t < steps, body, loop_vars
-    )
-    hs, hps, cps = hs.stack(), hps.stack(), cps.stack()
-    hms, ms, gates, tcs = hms.stack(), ms.stack(), gates.stack(), tcs.stack()
+    outputs = _to_batch_major(hs.stack())
 
     def grad(d_outputs, d_h_last, d_c_last):
-        d_outputs = _zeros_if_none(d_outputs, hs)
-        d_h_last = _zeros_if_none(d_h_last, h_last)
-        d_c_last = _zeros_if_none(d_c_last, c_last)
-        w_h_t = tf.transpose(w_h)
-        w_mh_t = tf.transpose(w_mh)
+        d_h = tf.zeros_like(h0_f) if d_h_last is None else tf.transpose(d_h_last)
+        d_c = tf.zeros_like(c0_f) if d_c_last is None else tf.transpose(d_c_last)
+        d_out = None if d_outputs is None else _to_feature_major(d_outputs)
+        gates_backward = _block(_gates_backward, fused)
+        dm_products = _block(_dm_products, fused)
 
-        def back(s, dh, dc, dzs, dhms, dxms):
-            t = steps - 1 - s
-            i, f, o, u = tf.split(gates[t], 4, axis=-1)
-            tc = tcs[t]
-            dh_total = dh + d_outputs[t]
-            d_o = dh_total * tc
-            dc_total = dc + dh_total * o * (1 - tc * tc)
-            dz = tf.concat(
-                [
-                    dc_total * u * i * (1 - i),
-                    dc_total * cps[t] * f * (1 - f),
-                    d_o * o * (1 - o),
-                    dc_total * i * (1 - u * u),
-                ],
-                axis=-1,
+        def back(k, dh, dc, dzs, dhms, dxms):
+            t = steps - 1 - k
+            if d_out is not None:
+                dh = dh + d_out[t]
+            keep_t = keep_f[t]
+            dz, dc = gates_backward(
+                dh, dc, ss.read(t), us.read(t), cps.read(t), tcs.read(t), keep_t
             )
-            dm = tf.matmul(dz, w_h_t)
-            dhm = dm * xm[t]
-            dh_prev = tf.matmul(dhm, w_mh_t) * keep[t]
-            dc_prev = dc_total * f * keep[t]
+            dhm, dxm = dm_products(tf.matmul(w_h, dz), xmk_f[t], hms.read(t), keep_t)
             return (
-                s + 1,
-                dh_prev,
-                dc_prev,
+                k + 1,
+                tf.matmul(w_mh, dhm),
+                dc,
                 dzs.write(t, dz),
                 dhms.write(t, dhm),
-                dxms.write(t, dm * hms[t]),
+                dxms.write(t, dxm),
             )
 
         _, dh0, dc0, dzs, dhms, dxms = tf.while_loop(
-            lambda s, *_: s < steps,
+            lambda k, *_: k < steps,
             back,
-            (tf.constant(0), d_h_last, d_c_last, array(4 * units), array(units), array(units)),
+            (tf.constant(0), d_h, d_c, array(4 * units), array(units), array(units)),
         )
-        dzs, dhms, dxms = dzs.stack(), dhms.stack(), dxms.stack()
+        # Everything batch-major from here: rows in (b, t) order.
         rows = lambda x: tf.reshape(x, (-1, x.shape[-1]))
-        d_w_h = tf.matmul(rows(ms), rows(dzs), transpose_a=True)
-        d_w_mh = tf.matmul(rows(hps), rows(dhms), transpose_a=True)
-        return dzs, dxms, dh0, dc0, None, d_w_mh, d_w_h
+        d_z = _to_batch_major(dzs.stack())
+        d_xm = _to_batch_major(dxms.stack())
+        h_prev = tf.concat([h0[:, None], outputs[:, :-1]], axis=1)
+        d_w_h = tf.matmul(rows(_to_batch_major(ms.stack())), rows(d_z), transpose_a=True)
+        d_w_mh = tf.matmul(rows(h_prev), rows(_to_batch_major(dhms.stack())), transpose_a=True)
+        d_h0, d_c0 = tf.transpose(dh0), tf.transpose(dc0)
+        if ids is None:
+            return d_z, d_xm, d_h0, d_c0, None, d_w_mh, d_w_h
+        flat_ids = tf.reshape(inputs.ids, (-1,))
+        d_xz = tf.math.unsorted_segment_sum(rows(d_z), flat_ids, tf.shape(xz)[0])
+        d_xm = tf.math.unsorted_segment_sum(rows(d_xm), flat_ids, tf.shape(xm)[0])
+        return d_xz, d_xm, d_h0, d_c0, None, d_w_mh, d_w_h, None
 
-    return (hs, h_last, c_last), grad
+    return (outputs, tf.transpose(h_last), tf.transpose(c_last)), grad
 
 
-def _zeros_if_none(grad, like):
-    return tf.zeros_like(like) if grad is None else grad
+def _with_gradient(fused, tables):
+    if tables:
+
+        @tf.custom_gradient
+        def sequence_of_tables(xz, xm, h0, c0, keep, w_mh, w_h, ids):
+            return _sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids, fused)
+
+        return sequence_of_tables
+
+    @tf.custom_gradient
+    def sequence(xz, xm, h0, c0, keep, w_mh, w_h):
+        return _sequence(xz, xm, h0, c0, keep, w_mh, w_h, None, fused)
+
+    return sequence
+
+
+_SEQUENCE = {fused: _with_gradient(fused, tables=False) for fused in (False, True)}
+_SEQUENCE_OF_TABLES = {fused: _with_gradient(fused, tables=True) for fused in (False, True)}

@@ -8,7 +8,8 @@ returns the recurrent state so training can carry it across batches
 
 The embedding is a 256-row table, so the input side of every gate is a
 gather from `table @ Wx` (256 x 4H) and `table @ Wmx` (256 x H), computed
-once per call instead of a product per character.
+once per call instead of a product per character; the recurrence gathers
+each step's rows itself (`MLSTM.run_tables`).
 """
 
 import keras
@@ -60,7 +61,7 @@ class MLSTMLanguageModel(keras.Model):
         table = tf.cast(self.embedding.embeddings, self.compute_dtype)
         xz_table, xm_table = self.mlstm.project_inputs(table, kernels)
         keep = tf.cast(tf.not_equal(ids, DOC_START), self.compute_dtype)
-        return (tf.gather(xz_table, ids), tf.gather(xm_table, ids), keep, kernels)
+        return (xz_table, xm_table, ids, keep, kernels)
 
     def encode(self, ids, initial_state=None, valid=None, training=None, return_sequences=True):
         """Runs the mLSTM over byte ids.
@@ -75,10 +76,11 @@ class MLSTMLanguageModel(keras.Model):
         Returns:
           (hidden states [B, T, H] or None, [h, c]).
         """
-        xz, xm, keep, kernels = self._projected(ids)
-        return self.mlstm.run_projected(
-            xz,
-            xm,
+        xz_table, xm_table, ids, keep, kernels = self._projected(ids)
+        return self.mlstm.run_tables(
+            xz_table,
+            xm_table,
+            ids,
             initial_state,
             keep=keep,
             valid=valid,

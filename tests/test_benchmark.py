@@ -1,0 +1,83 @@
+"""tools/benchmark.py: a smoke run with tiny sizes prints valid JSON lines (no timing checks)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BENCHMARK = REPO / "tools" / "benchmark.py"
+TRAIN_KEYS = {
+    "impl",
+    "mode",
+    "jit_compile",
+    "hidden",
+    "batch",
+    "seq",
+    "precision",
+    "chars_per_s",
+    "step_ms",
+    "flops_per_char",
+    "gflops",
+    "peak_fraction",
+    "matmul_gflops",
+    "skinny_gflops",
+    "skinny_fm_gflops",
+    "peak_rss_mb",
+}
+
+
+def _run(tmp_path, *flags):
+    command = [sys.executable, str(BENCHMARK), f"--corpus={tmp_path / 'no_corpus'}", *flags]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
+    records = _run(
+        tmp_path,
+        "--hidden=8",
+        "--batch=2",
+        "--seq=8",
+        "--steps=1",
+        "--warmup=1",
+        "--modes=train,featurize,pipeline,convert",
+        "--impls=mlstm,keras_lstm",
+        "--jit=false,true",
+        "--featurize_batch=2",
+        "--featurize_batches=1",
+        "--featurize_passes=1",
+        "--featurize_max_chars=20",
+        "--convert_max_documents=300",
+        "--pipeline_batches=3",
+    )
+    runs = [r for r in records if r["mode"] in ("train", "featurize")]
+    assert len(runs) == 2 * 2 * 2
+    seen = {(r["impl"], r["mode"], r["jit_compile"]) for r in runs}
+    assert len(seen) == 8
+    for record in runs:
+        assert TRAIN_KEYS <= set(record), TRAIN_KEYS - set(record)
+        assert record["chars_per_s"] > 0 and record["step_ms"] > 0
+        assert record["matmul_gflops"] > 0 and record["peak_fraction"] > 0
+        assert record["gflops"] == pytest.approx(
+            record["flops_per_char"] * record["chars_per_s"] / 1e9
+        )
+    # mLSTM training: 6 (H·H + H·4H) + 6·256·H.
+    mlstm_train = [r for r in runs if r["impl"] == "mlstm" and r["mode"] == "train"][0]
+    assert mlstm_train["flops_per_char"] == 6 * 5 * 8 * 8 + 6 * 256 * 8
+    (convert,) = [r for r in records if r["mode"] == "convert"]
+    assert convert["records"] == 300 and convert["mb_per_s"] > 0
+    (pipeline,) = [r for r in records if r["mode"] == "pipeline"]
+    assert pipeline["chars_per_s"] > 0 and pipeline["train_ratio"] > 0
+
+
+def test_bad_flags_fail_with_a_clear_message(tmp_path):
+    command = [sys.executable, str(BENCHMARK), "--modes=train,fly"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode != 0
+    assert "--modes: unknown ['fly']" in done.stderr

@@ -1,0 +1,646 @@
+"""Throughput benchmark: training and featurization speed, FLOP rates, input pipeline, conversion.
+
+Prints one JSON line per configuration on stdout (logs go to stderr):
+
+  python tools/benchmark.py --hidden=1024 --batch=64 --modes=train,featurize
+  python tools/benchmark.py --modes=pipeline,convert
+
+Modes:
+  train      one training step (forward, backward, Adam with global-norm clipping, the carried
+             state), as in `tf_mlstm.train.loop`, on a fixed batch of bytes.
+  featurize  inference-only features of review texts with `tf_mlstm.transfer.features`
+             (sorted by length, larger batches, no gradient bookkeeping); for `keras_lstm` the
+             same windows through the LSTM's forward pass.
+  pipeline   TFRecord shards to batches with `tf_mlstm.data.pipeline.lm_dataset`.
+  convert    JSON lines to TFRecord shards with `tf_mlstm.data.convert` (MB/s of input).
+
+Implementations (`--impls`): `mlstm` (this project's model) and `keras_lstm`
+(`keras.layers.LSTM` with the same hidden size, byte embedding and head, trained
+the same way), each with XLA off and on (`--jit`).
+
+Every train/featurize line carries `peak_fraction`: the achieved GFLOP/s over
+the machine's float32 matrix rate `matmul_gflops` (a 2048 x 2048 x 2048
+product through TensorFlow), the median of samples taken before, between the
+timed steps of, and after that configuration, so that on a shared machine
+both see the same load; `peak_fraction_vs_max` divides by the best sample
+instead (`matmul_gflops_max`, the least disturbed one), and `load_average`
+says how busy the machine was. `skinny_gflops` is the rate of the step's own
+recurrent product shape (batch x H @ H x 4H) and `skinny_fm_gflops` that of
+the feature-major orientation the mLSTM loop uses (4H x H @ H x batch).
+
+FLOPs per character (multiply-adds count 2; see docs/performance.md):
+  mlstm train      6 (H·H + H·4H) + 6·256·H   forward and two backward products of the
+                                              recurrent matrices and the head; the input
+                                              side is a gather from 256-row tables
+  mlstm featurize  2 (H·H + H·4H)             forward only, no head
+  lstm train       6 (H·4H + E·4H) + 6·256·H  Keras multiplies the E-wide embedding per step
+  lstm featurize   2 (H·4H + E·4H)
+"""
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+FLAGS = flags.FLAGS
+
+IMPLS = ("mlstm", "keras_lstm")
+MODES = ("train", "featurize", "pipeline", "convert")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+VOCAB = 256
+RESULT_KEYS = (
+    "impl",
+    "mode",
+    "jit_compile",
+    "hidden",
+    "batch",
+    "seq",
+    "precision",
+    "chars_per_s",
+    "step_ms",
+    "flops_per_char",
+    "gflops",
+    "peak_fraction",
+    "matmul_gflops",
+    "skinny_gflops",
+    "skinny_fm_gflops",
+)
+
+
+def define_flags():
+    """Defines the benchmark's flags."""
+    flags.DEFINE_list("hidden", None, "Hidden sizes. Default: 512,1024,4096.")
+    flags.DEFINE_list(
+        "batch", None, "Batch sizes (rows). Default: 32,64 (8 for H=4096 without a GPU)."
+    )
+    flags.DEFINE_list("seq", ["256"], "Sequence lengths (characters per row per step).")
+    flags.DEFINE_list("modes", list(MODES), f"Modes, from {list(MODES)}.")
+    flags.DEFINE_list("impls", list(IMPLS), f"Implementations, from {list(IMPLS)}.")
+    flags.DEFINE_list(
+        "precisions",
+        None,
+        f"Precision policies, from {list(PRECISIONS)}. Default: float32 without a GPU, all "
+        "three with one.",
+    )
+    flags.DEFINE_list("jit", ["false", "true"], "XLA settings to measure (true/false).")
+    flags.DEFINE_integer("embedding", 64, "Byte embedding width.")
+    flags.DEFINE_integer("steps", 5, "Timed training steps (the median is reported).")
+    flags.DEFINE_integer("warmup", 2, "Untimed training steps first (tracing, compilation).")
+    flags.DEFINE_integer(
+        "featurize_batch", 0, "Texts per featurization batch; 0: 4 x the training batch."
+    )
+    flags.DEFINE_integer("featurize_batches", 2, "Featurization batches per timed pass.")
+    flags.DEFINE_integer("featurize_passes", 3, "Timed featurization passes (median).")
+    flags.DEFINE_integer(
+        "featurize_max_chars",
+        1023,
+        "Texts are cut to this many bytes (0: whole texts); 1023 plus the framing byte fills "
+        "four 256-byte windows.",
+    )
+    flags.DEFINE_string(
+        "corpus",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data"),
+        "Review corpora folder; imdb/unsup.jsonl (conversion, pipeline) and imdb/train.jsonl "
+        "(featurization texts) are used when present, else generated text.",
+    )
+    flags.DEFINE_integer(
+        "convert_max_documents", 0, "Documents converted in `convert` mode (0: the whole file)."
+    )
+    flags.DEFINE_integer("pipeline_batches", 200, "Timed batches in `pipeline` mode.")
+    flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow intra-op threads (0: TF default).")
+    flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow inter-op threads (0: TF default).")
+    flags.DEFINE_integer("seed", 0, "Random seed of weights and data.")
+    flags.DEFINE_string("output", "", "Also append the JSON lines to this file.")
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+def _ints(values, name):
+    try:
+        out = [int(v) for v in values]
+    except ValueError as error:
+        raise app.UsageError(f"--{name} takes integers, got {values}: {error}") from None
+    if any(v <= 0 for v in out):
+        raise app.UsageError(f"--{name} values must be positive, got {out}")
+    return out
+
+
+def _choices(values, allowed, name):
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise app.UsageError(f"--{name}: unknown {bad}; choose from {list(allowed)}")
+    return list(values)
+
+
+def _bools(values, name):
+    table = {"true": True, "1": True, "false": False, "0": False}
+    bad = [v for v in values if v.lower() not in table]
+    if bad:
+        raise app.UsageError(f"--{name}: {bad} are not true/false")
+    return [table[v.lower()] for v in values]
+
+
+def _peak_rss_mb():
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def flops_per_char(impl, mode, hidden, embedding):
+    """Nominal FLOPs per character (a multiply-add is 2), as in the module docstring.
+
+    Args:
+      impl: "mlstm" or "keras_lstm".
+      mode: "train" or "featurize".
+      hidden: H.
+      embedding: the byte embedding width E.
+
+    Returns:
+      FLOPs per character (int).
+    """
+    h = hidden
+    if impl == "mlstm":
+        recurrent = h * h + h * 4 * h
+    else:
+        recurrent = h * 4 * h + embedding * 4 * h
+    if mode == "train":
+        return 6 * recurrent + 6 * VOCAB * h
+    return 2 * recurrent
+
+
+class MatrixRates:
+    """float32 matrix-product rates through TensorFlow, in GFLOP/s (medians)."""
+
+    def __init__(self, tf):
+        self._tf = tf
+        self._cache = {}
+        self.samples = []
+        rng = np.random.RandomState(0)
+        square = tf.constant(rng.randn(2048, 2048).astype("float32"))
+        self._square = tf.function(lambda: tf.reduce_sum(tf.matmul(square, square)[:1, :1]))
+        self._square()
+
+    def square(self, repeats=5):
+        """Rates of `repeats` 2048 x 2048 x 2048 products, also kept in `samples`."""
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._square().numpy()
+            rates.append(2 * 2048**3 / (time.perf_counter() - start) / 1e9)
+        self.samples.extend(rates)
+        return rates
+
+    def skinny(self, batch, hidden):
+        """(batch x H @ H x 4H, 4H x H @ H x batch) rates, in a loop as the RNN runs them."""
+        key = (batch, hidden)
+        if key not in self._cache:
+            tf = self._tf
+            rng = np.random.RandomState(0)
+            x = tf.constant(rng.randn(batch, hidden).astype("float32"))
+            w = tf.constant(rng.randn(hidden, 4 * hidden).astype("float32") / hidden)
+            x_t, w_t = tf.transpose(x), tf.transpose(w)
+            # About 2 GFLOP per timing, between 4 and 1000 products.
+            count = min(1000, max(4, int(2e9 / (8 * batch * hidden * hidden))))
+
+            def loop(product):
+                @tf.function(autograph=False)
+                def run():
+                    return tf.while_loop(
+                        lambda i, total: i < count,
+                        lambda i, total: (i + 1, total + product()[0, 0]),
+                        (tf.constant(0), tf.constant(0.0)),
+                    )[1]
+
+                return run
+
+            rates = []
+            for run in (loop(lambda: tf.matmul(x, w)), loop(lambda: tf.matmul(w_t, x_t))):
+                run()
+                times = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    run().numpy()
+                    times.append(time.perf_counter() - start)
+                rates.append(8 * batch * hidden * hidden * count / float(np.median(times)) / 1e9)
+            self._cache[key] = tuple(rates)
+        return self._cache[key]
+
+
+def _corpus_texts(path, count, max_chars, seed):
+    """Up to `count` review texts from a JSON-lines file, else generated ones."""
+    texts = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                text = record.get("text") or record.get("reviewText") or ""
+                if text:
+                    texts.append(text)
+                if len(texts) >= count:
+                    break
+    rng = np.random.RandomState(seed)
+    words = "great good bad terrible plot acting the a movie film was is and but not very".split()
+    while len(texts) < count:
+        texts.append(" ".join(rng.choice(words, rng.randint(20, 400))) + ".")
+    if max_chars:
+        texts = [t.encode("utf-8")[:max_chars].decode("utf-8", "ignore") for t in texts]
+    return texts
+
+
+# --- models -------------------------------------------------------------------
+
+
+def _keras_lstm_class():
+    import keras
+    import tensorflow as tf
+
+    class KerasLSTMLanguageModel(keras.Model):
+        """embed -> keras.layers.LSTM -> logits, the mLSTM model's layout."""
+
+        def __init__(self, hidden_size, embedding_size, **kwargs):
+            super().__init__(**kwargs)
+            self.hidden_size = hidden_size
+            self.embedding = keras.layers.Embedding(VOCAB, embedding_size, dtype=self.dtype_policy)
+            self.lstm = keras.layers.LSTM(
+                hidden_size, return_sequences=True, return_state=True, dtype=self.dtype_policy
+            )
+            self.head = keras.layers.Dense(VOCAB, dtype=self.dtype_policy)
+
+        def call(self, ids, initial_state=None, training=None, valid=None):
+            x = self.embedding(tf.cast(ids, tf.int32))
+            seq, h, c = self.lstm(x, initial_state=initial_state, training=training, mask=valid)
+            return tf.cast(self.head(seq), tf.float32), [h, c]
+
+        def initial_state(self, batch_size):
+            zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
+            return [zeros, zeros]
+
+    return KerasLSTMLanguageModel
+
+
+def _build_model(impl, hidden, embedding, precision, seed):
+    import keras
+
+    from tf_mlstm.models.language_model import MLSTMLanguageModel
+
+    keras.utils.set_random_seed(seed)
+    if impl == "mlstm":
+        model = MLSTMLanguageModel(
+            hidden_size=hidden, embedding_size=embedding, dtype=precision, name="mlstm_lm"
+        )
+        model.build()
+        return model
+    model = _keras_lstm_class()(hidden, embedding, dtype=precision, name="keras_lstm_lm")
+    model(np.zeros((1, 2), np.int32))
+    return model
+
+
+def _train_step_fn(model, optimizer, jit, chars_per_step):
+    """The training step of `tf_mlstm.train.loop` on one replica (no all-reduce)."""
+    import math
+
+    import tensorflow as tf
+
+    from tf_mlstm.models.language_model import bits_per_char_from_logits
+    from tf_mlstm.train import optimizer as optimizer_lib
+
+    scaled = optimizer_lib.loss_scale(optimizer) is not None
+
+    @tf.function(jit_compile=jit)
+    def step(inputs, targets, h, c):
+        with tf.GradientTape() as tape:
+            logits, (h, c) = model(inputs, initial_state=[h, c], training=True)
+            bits, _ = bits_per_char_from_logits(logits, targets)
+            loss = bits * math.log(2.0) / chars_per_step
+            scaled_loss = optimizer.scale_loss(loss) if scaled else loss
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss, h, c
+
+    return step
+
+
+# --- modes --------------------------------------------------------------------
+
+
+def run_train(impl, hidden, batch, seq, precision, jit, between):
+    """Median training step time; returns the result fields.
+
+    `between()` runs after each timed step (it samples the matrix rate, so that
+    the rate and the steps see the same load on a shared machine).
+    """
+    import tensorflow as tf
+
+    from tf_mlstm.data.text import DOC_START
+    from tf_mlstm.train import optimizer as optimizer_lib
+
+    model = _build_model(impl, hidden, FLAGS.embedding, precision, FLAGS.seed)
+    optimizer = optimizer_lib.build_optimizer(1e-3, 1.0, precision)
+    optimizer.build(model.trainable_variables)
+    rng = np.random.RandomState(FLAGS.seed)
+    stream = rng.randint(32, 127, size=(batch, seq + 1)).astype("int32")
+    stream[rng.rand(batch, seq + 1) < 1 / 1000] = DOC_START
+    inputs, targets = tf.constant(stream[:, :-1]), tf.constant(stream[:, 1:])
+    h, c = model.initial_state(batch)
+    step = _train_step_fn(model, optimizer, jit, float(batch * seq))
+    times = []
+    for index in range(FLAGS.warmup + FLAGS.steps):
+        start = time.perf_counter()
+        loss, h, c = step(inputs, targets, h, c)
+        loss.numpy()
+        if index >= FLAGS.warmup:
+            times.append(time.perf_counter() - start)
+            between()
+    if not np.isfinite(float(loss)):
+        raise RuntimeError(f"{impl} H={hidden}: non-finite loss {float(loss)}")
+    seconds = float(np.median(times))
+    return {"chars_per_s": batch * seq / seconds, "step_ms": 1e3 * seconds, "timed": len(times)}
+
+
+def run_featurize(impl, hidden, batch, seq, precision, jit, between):
+    """Featurization chars/s over sorted-by-length batches of review texts."""
+    import tensorflow as tf
+
+    from tf_mlstm.models import featurize
+    from tf_mlstm.transfer import features as features_lib
+
+    rows = FLAGS.featurize_batch or 4 * batch
+    texts = _corpus_texts(
+        os.path.join(FLAGS.corpus, "imdb", "train.jsonl"),
+        rows * FLAGS.featurize_batches,
+        FLAGS.featurize_max_chars,
+        FLAGS.seed,
+    )
+    chars = int(features_lib.text_lengths(texts).sum()) + len(texts)  # + the framing byte
+    model = _build_model(impl, hidden, FLAGS.embedding, precision, FLAGS.seed)
+    if impl == "mlstm":
+        featurizer = features_lib.TextFeaturizer(model, rows, seq)
+        if jit:
+            # TextFeaturizer's computation with the model part XLA-compiled (the byte
+            # encoding is string ops, which XLA does not compile).
+            compiled = tf.function(
+                lambda ids, valid: featurize.featurize_ids(model, ids, valid, seq),
+                jit_compile=True,
+            )
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            def features_of(batch_texts):
+                ids, valid, _ = featurize.texts_to_ids(batch_texts, seq)
+                return compiled(ids, valid)
+
+            featurizer._features_of = features_of
+        run = lambda: featurizer(texts, progress=False)
+    else:
+        run = _keras_featurizer(model, texts, rows, seq, jit)
+    run()  # Warm-up: tracing and compilation.
+    times = []
+    for _ in range(FLAGS.featurize_passes):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+        between()
+    seconds = float(np.median(times))
+    batches = -(-len(texts) // rows)
+    return {
+        "chars_per_s": chars / seconds,
+        "step_ms": 1e3 * seconds / batches,
+        "featurize_batch": rows,
+        "texts": len(texts),
+        "chars": chars,
+        "timed": len(times),
+    }
+
+
+def _keras_featurizer(model, texts, rows, window, jit):
+    """Windows of sorted texts through the LSTM's inference pass, the state carried."""
+    import tensorflow as tf
+
+    from tf_mlstm.models import featurize
+    from tf_mlstm.transfer import features as features_lib
+
+    order = np.argsort(features_lib.text_lengths(texts), kind="stable")
+    batches = [[texts[i] for i in order[s : s + rows]] for s in range(0, len(texts), rows)]
+
+    @tf.function(jit_compile=jit)
+    def run_window(ids, valid, h, c):
+        _, (h, c) = model(ids, initial_state=[h, c], training=False, valid=valid > 0)
+        return h, c
+
+    def run():
+        for batch_texts in batches:
+            ids, valid, _ = featurize.texts_to_ids(tf.constant(batch_texts), window)
+            h, c = model.initial_state(ids.shape[0])
+            for start in range(0, ids.shape[1], window):
+                h, c = run_window(
+                    ids[:, start : start + window], valid[:, start : start + window], h, c
+                )
+            h.numpy()
+
+    return run
+
+
+def run_convert(path, output_dir):
+    """Converts `path` (JSON lines) into TFRecord shards; returns the stats fields."""
+    from tf_mlstm.data import convert
+
+    config = convert.ConvertConfig(
+        inputs=path,
+        output_dir=output_dir,
+        text_keys=("text", "reviewText"),
+        num_shards=4,
+        max_documents=FLAGS.convert_max_documents,
+    )
+    start = time.perf_counter()
+    stats = convert.convert(config)
+    seconds = time.perf_counter() - start
+    return {
+        "mb_per_s": stats["input_bytes"] / 1e6 / seconds,
+        "input_mb": stats["input_bytes"] / 1e6,
+        "records": stats["records"],
+        "seconds": seconds,
+        "source": os.path.basename(path),
+    }
+
+
+def run_pipeline(files, batch, seq):
+    """Batches/s of `lm_dataset` from TFRecord shards to [batch, seq] bytes."""
+    from tf_mlstm.data import pipeline
+
+    dataset = pipeline.lm_dataset(files, batch, seq, training=True, shuffle_buffer=1024)
+    iterator = iter(dataset)
+    for _ in range(10):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(FLAGS.pipeline_batches):
+        next(iterator)["inputs"].numpy()
+    seconds = time.perf_counter() - start
+    return {
+        "chars_per_s": FLAGS.pipeline_batches * batch * seq / seconds,
+        "step_ms": 1e3 * seconds / FLAGS.pipeline_batches,
+        "timed": FLAGS.pipeline_batches,
+    }
+
+
+def _generated_jsonl(path, count, seed):
+    with open(path, "w", encoding="utf-8") as f:
+        for text in _corpus_texts("", count, 0, seed):
+            f.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+# --- main ---------------------------------------------------------------------
+
+
+def _emit(record):
+    # The 1-minute load average: on a shared machine, other work slows both the steps and
+    # the matrix-rate samples.
+    record = {key: record.get(key) for key in RESULT_KEYS} | record
+    record["load_average"] = os.getloadavg()[0]
+    line = json.dumps(record)
+    print(line, flush=True)
+    if FLAGS.output:
+        with open(FLAGS.output, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    import tensorflow as tf
+
+    if FLAGS.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
+    if FLAGS.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    modes = _choices(FLAGS.modes, MODES, "modes")
+    impls = _choices(FLAGS.impls, IMPLS, "impls")
+    precisions = _choices(
+        FLAGS.precisions or (list(PRECISIONS) if gpu else ["float32"]), PRECISIONS, "precisions"
+    )
+    jits = _bools(FLAGS.jit, "jit")
+    hiddens = _ints(FLAGS.hidden or ["512", "1024", "4096"], "hidden")
+    seqs = _ints(FLAGS.seq, "seq")
+    if FLAGS.batch:
+        batches = {h: _ints(FLAGS.batch, "batch") for h in hiddens}
+    else:
+        batches = {h: [8] if h >= 4096 and not gpu else [32, 64] for h in hiddens}
+    common = {
+        "device": "gpu" if gpu else "cpu",
+        "cpu_count": os.cpu_count(),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "tensorflow": tf.__version__,
+    }
+    rates = MatrixRates(tf)
+    train_rate = {}
+    with tempfile.TemporaryDirectory(prefix="tf_mlstm_benchmark_") as scratch:
+        for mode in [m for m in ("train", "featurize") if m in modes]:
+            runner = run_train if mode == "train" else run_featurize
+            for hidden in hiddens:
+                for batch in batches[hidden]:
+                    for seq in seqs:
+                        for precision in precisions:
+                            for impl in impls:
+                                for jit in jits:
+                                    rates.samples = []
+                                    rates.square()
+                                    logging.info(
+                                        "%s %s H=%d batch=%d seq=%d %s jit=%s",
+                                        impl,
+                                        mode,
+                                        hidden,
+                                        batch,
+                                        seq,
+                                        precision,
+                                        jit,
+                                    )
+                                    result = runner(
+                                        impl,
+                                        hidden,
+                                        batch,
+                                        seq,
+                                        precision,
+                                        jit,
+                                        lambda: rates.square(1),
+                                    )
+                                    rates.square()
+                                    square = float(np.median(rates.samples))
+                                    square_max = float(np.max(rates.samples))
+                                    skinny, skinny_fm = rates.skinny(batch, hidden)
+                                    per_char = flops_per_char(impl, mode, hidden, FLAGS.embedding)
+                                    gflops = per_char * result["chars_per_s"] / 1e9
+                                    record = {
+                                        "impl": impl,
+                                        "mode": mode,
+                                        "jit_compile": jit,
+                                        "hidden": hidden,
+                                        "batch": batch,
+                                        "seq": seq,
+                                        "precision": precision,
+                                        "flops_per_char": per_char,
+                                        "gflops": gflops,
+                                        "peak_fraction": gflops / square,
+                                        "matmul_gflops": square,
+                                        "peak_fraction_vs_max": gflops / square_max,
+                                        "matmul_gflops_max": square_max,
+                                        "skinny_gflops": skinny,
+                                        "skinny_fm_gflops": skinny_fm,
+                                        **result,
+                                        "peak_rss_mb": _peak_rss_mb(),
+                                        **common,
+                                    }
+                                    if mode == "train":
+                                        train_rate[(batch, seq)] = max(
+                                            train_rate.get((batch, seq), 0.0), result["chars_per_s"]
+                                        )
+                                    _emit(record)
+        if "pipeline" in modes or "convert" in modes:
+            source = os.path.join(FLAGS.corpus, "imdb", "unsup.jsonl")
+            if not os.path.exists(source):
+                count = FLAGS.convert_max_documents or 20000
+                source = _generated_jsonl(os.path.join(scratch, "generated.jsonl"), count, 0)
+            shards = os.path.join(scratch, "shards")
+            converted = run_convert(source, shards)
+            if "convert" in modes:
+                _emit({"impl": "tf_mlstm.data.convert", "mode": "convert", **converted, **common})
+            if "pipeline" in modes:
+                from tf_mlstm.data import tfrecord
+
+                files = tfrecord.split_files(shards, "train")
+                for batch in sorted({b for h in hiddens for b in batches[h]}):
+                    for seq in seqs:
+                        result = run_pipeline(files, batch, seq)
+                        consumed = train_rate.get((batch, seq))
+                        _emit(
+                            {
+                                "impl": "lm_dataset",
+                                "mode": "pipeline",
+                                "batch": batch,
+                                "seq": seq,
+                                **result,
+                                "train_chars_per_s": consumed,
+                                "train_ratio": (
+                                    result["chars_per_s"] / consumed if consumed else None
+                                ),
+                                **common,
+                            }
+                        )
+
+
+def run():
+    """Console entry point."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run()
