@@ -21,8 +21,23 @@ CHECKPOINT_SUBDIR = "checkpoints"
 EXPORT_SUBDIR = "export"
 
 
+class JsonConfig:
+    """JSON round trip for frozen config dataclasses."""
+
+    def to_json(self):
+        """The config as sorted, indented JSON."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        """Builds a config from `to_json` output, ignoring unknown keys."""
+        values = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Training settings. Field names match the `tf-mlstm-train` flags."""
 
     # Data.
@@ -116,13 +131,3 @@ class TrainConfig:
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
-
-    def to_json(self):
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text):
-        """Builds a config from `to_json` output, ignoring unknown keys."""
-        values = json.loads(text)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})

@@ -65,7 +65,7 @@ _PAD = 0  # Never in normalized text (a control character); the reset hides it a
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(train_config_lib.JsonConfig):
     """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags."""
 
     # Data.
@@ -162,17 +162,6 @@ class FinetuneConfig:
                 f"{self.warmup_steps}."
             )
         return self
-
-    def to_json(self):
-        """The config as sorted, indented JSON."""
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text):
-        """Builds a config from `to_json` output, ignoring unknown keys."""
-        values = json.loads(text)
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 # === Data ===
