@@ -96,7 +96,11 @@ def define_flags():
     flags.DEFINE_integer(
         "featurize_batch", 0, "Texts per featurization batch; 0: 4 x the training batch."
     )
-    flags.DEFINE_integer("featurize_batches", 2, "Featurization batches per timed pass.")
+    flags.DEFINE_integer(
+        "featurize_batches",
+        2,
+        "Featurization batches per timed pass, drawn as a whole-corpus featurization forms them.",
+    )
     flags.DEFINE_integer("featurize_passes", 3, "Timed featurization passes (median).")
     flags.DEFINE_integer(
         "featurize_max_chars",
@@ -254,6 +258,23 @@ def _corpus_texts(path, count, max_chars, seed):
     return texts
 
 
+def _featurize_texts(path, rows, batches, max_chars, seed, pool=25000):
+    """`batches` batches of `rows` texts as a featurization of the whole corpus would form.
+
+    The featurizer sorts texts by length and batches neighbours, so in a large
+    corpus a batch holds texts of nearly one length and padding is small. The
+    batches here are runs of `rows` consecutive texts in the length order of
+    `pool` texts, centred on evenly spaced quantiles (1/4 and 3/4 for two).
+    """
+    if not os.path.exists(path):
+        pool = 0  # Generated text: no need for a large pool.
+    texts = _corpus_texts(path, max(pool, rows * batches), max_chars, seed)
+    order = np.argsort([len(t.encode("utf-8")) for t in texts], kind="stable")
+    centres = (np.arange(batches) + 0.5) / batches * len(texts)
+    starts = np.clip(centres - rows // 2, 0, len(texts) - rows).astype(int)
+    return [texts[i] for start in starts for i in order[start : start + rows]]
+
+
 # --- models -------------------------------------------------------------------
 
 
@@ -372,13 +393,20 @@ def run_featurize(impl, hidden, batch, seq, precision, jit, between):
     from tf_mlstm.transfer import features as features_lib
 
     rows = FLAGS.featurize_batch or 4 * batch
-    texts = _corpus_texts(
+    texts = _featurize_texts(
         os.path.join(FLAGS.corpus, "imdb", "train.jsonl"),
-        rows * FLAGS.featurize_batches,
+        rows,
+        FLAGS.featurize_batches,
         FLAGS.featurize_max_chars,
         FLAGS.seed,
     )
-    chars = int(features_lib.text_lengths(texts).sum()) + len(texts)  # + the framing byte
+    lengths = features_lib.text_lengths(texts) + 1  # + the framing byte
+    chars = int(lengths.sum())
+    # Byte slots the model runs: each batch is padded to its longest text, in whole windows.
+    slots = sum(
+        len(batch) * -(-int(batch.max()) // seq) * seq
+        for batch in np.array_split(np.sort(lengths), -(-len(lengths) // rows))
+    )
     model = _build_model(impl, hidden, FLAGS.embedding, precision, FLAGS.seed)
     if impl == "mlstm":
         featurizer = features_lib.TextFeaturizer(model, rows, seq)
@@ -414,6 +442,7 @@ def run_featurize(impl, hidden, batch, seq, precision, jit, between):
         "featurize_batch": rows,
         "texts": len(texts),
         "chars": chars,
+        "padding_fraction": 1 - chars / slots,
         "timed": len(times),
     }
 

@@ -1,8 +1,11 @@
 """The mLSTM recurrence over a whole sequence, with a hand-written gradient.
 
-Inputs and outputs are batch-major, as in Keras: [B, T, ...]. Inside the
-loops the state is feature-major, [H, B] (the batch is the minor dimension),
-for two measured reasons (docs/performance.md):
+Inputs and outputs are batch-major, as in Keras: [B, T, ...]; the inputs may
+also be given as tables ([V, F]) with the rows `ids` [B, T] picks (a byte
+model's 256-row tables), so that the [B, T, 4H] input array is never built
+for inference and the tables' gradient is summed here. Inside the loops the
+state is feature-major, [H, B] (the batch is the minor dimension), for two
+measured reasons (docs/performance.md):
 
 - every recurrent product is `weights @ state` ([4H, H] @ [H, B]), which
   oneDNN runs about 1.25x faster on CPU than `state @ weights` ([B, H] @
@@ -114,31 +117,44 @@ def _block(fn, fused):
 
 
 class _StepInputs:
-    """The inputs feature-major: xz [T, 4H, B], xmk = keep * xm [T, H, B], keep [T, 1, B].
+    """Feature-major inputs: `xz(t)` [4H, B], `xmk(t)` = keep_t * xm_t [H, B], `keep` [T, 1, B].
 
-    Dense inputs ([B, T, F]) are transposed; table inputs ([V, F], the rows
-    `ids` [B, T] pick) are gathered time-major ([T, B, F]) and transposed per
-    step ([T, B, F] -> [T, F, B]), a cheaper permutation than [B, T, F] ->
-    [T, F, B]. One large transpose each measured faster than a small one per
-    step: the small ones run beside the recurrent products and slow them.
+    Dense inputs ([B, T, F]) are transposed whole. Table inputs ([V, F], the
+    rows `ids` [B, T] pick) are gathered time-major: whole ([T, B, F], then
+    [T, F, B], a cheaper permutation than [B, T, F] -> [T, F, B]) for
+    training, where one large transpose measured faster than a small one per
+    step (the small ones run beside the recurrent products and slow them);
+    one step at a time for inference (`per_step`), where batches are large and
+    a whole [T, B, 4H] array would take a gigabyte per 256 steps.
     """
 
-    def __init__(self, xz, xm, keep, ids):
+    def __init__(self, xz, xm, keep, ids, per_step=False):
+        self.keep = _to_feature_major(keep)
+        self.ids = None if ids is None else tf.cast(ids, tf.int32)
+        self._tables = None
         if ids is None:
             self.steps = xz.shape[1] if xz.shape[1] is not None else tf.shape(xz)[1]
-            self.xz = _to_feature_major(xz)
-            self.xmk = _to_feature_major(xm * keep)
-            self.keep = _to_feature_major(keep)
-            self.ids = None
-        else:
-            self.ids = tf.cast(ids, tf.int32)
-            self.steps = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
-            ids_tm = tf.transpose(self.ids)
-            keep_tm = tf.transpose(keep, (1, 0, 2))
-            per_step = lambda x: tf.transpose(x, (0, 2, 1))
-            self.xz = per_step(tf.gather(xz, ids_tm))
-            self.xmk = per_step(tf.gather(xm, ids_tm) * keep_tm)
-            self.keep = per_step(keep_tm)
+            self._xz = _to_feature_major(xz)
+            self._xmk = _to_feature_major(xm * keep)
+            return
+        self.steps = ids.shape[1] if ids.shape[1] is not None else tf.shape(ids)[1]
+        self._ids_tm = tf.transpose(self.ids)
+        if per_step:
+            self._tables = (xz, xm)
+            return
+        keep_tm = tf.transpose(keep, (1, 0, 2))
+        self._xz = tf.transpose(tf.gather(xz, self._ids_tm), (0, 2, 1))
+        self._xmk = tf.transpose(tf.gather(xm, self._ids_tm) * keep_tm, (0, 2, 1))
+
+    def xz(self, t):
+        if self._tables is None:
+            return self._xz[t]
+        return tf.transpose(tf.gather(self._tables[0], self._ids_tm[t]))
+
+    def xmk(self, t):
+        if self._tables is None:
+            return self._xmk[t]
+        return tf.transpose(tf.gather(self._tables[1], self._ids_tm[t])) * self.keep[t]
 
 
 def mlstm_forward(
@@ -176,32 +192,42 @@ def mlstm_forward(
     Returns:
       (outputs [B, T, H] or None, h_T [B, H], c_T [B, H]).
     """
-    inputs = _StepInputs(xz, xm, keep, ids)
-    if valid is not None:
-        valid = _to_feature_major(valid)
+    inputs = _StepInputs(xz, xm, keep, ids, per_step=True)
     w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
     h0, c0 = tf.transpose(h0), tf.transpose(c0)
     gates = _block(_inference_gates, fused)
 
-    def step(t, h, c):
-        m = inputs.xmk[t] * tf.matmul(w_mh_t, h)
-        valid_t = None if valid is None else valid[t]
-        return gates(tf.matmul(w_h_t, m), inputs.xz[t], h, c, inputs.keep[t], valid_t)
+    def run(valid):
+        def step(t, h, c):
+            m = inputs.xmk(t) * tf.matmul(w_mh_t, h)
+            valid_t = None if valid is None else valid[t]
+            return gates(tf.matmul(w_h_t, m), inputs.xz(t), h, c, inputs.keep[t], valid_t)
 
-    cond = lambda t, *_: t < inputs.steps
+        cond = lambda t, *_: t < inputs.steps
+        if not return_sequences:
+            _, h, c = tf.while_loop(
+                cond, lambda t, h, c: (t + 1,) + step(t, h, c), (tf.constant(0), h0, c0)
+            )
+            return tf.transpose(h), tf.transpose(c)
+
+        def body(t, h, c, outputs):
+            h, c = step(t, h, c)
+            return t + 1, h, c, outputs.write(t, h)
+
+        outputs = tf.TensorArray(xz.dtype, size=inputs.steps, element_shape=h0.shape)
+        _, h, c, outputs = tf.while_loop(cond, body, (tf.constant(0), h0, c0, outputs))
+        return _to_batch_major(outputs.stack()), tf.transpose(h), tf.transpose(c)
+
+    if valid is None:
+        result = run(None)
+    else:
+        # Sorted-by-length batches are mostly windows without padding: skip the
+        # per-step masking there.
+        valid_f = _to_feature_major(valid)
+        result = tf.cond(tf.reduce_all(valid_f > 0), lambda: run(None), lambda: run(valid_f))
     if not return_sequences:
-        _, h, c = tf.while_loop(
-            cond, lambda t, h, c: (t + 1,) + step(t, h, c), (tf.constant(0), h0, c0)
-        )
-        return None, tf.transpose(h), tf.transpose(c)
-
-    def body(t, h, c, outputs):
-        h, c = step(t, h, c)
-        return t + 1, h, c, outputs.write(t, h)
-
-    outputs = tf.TensorArray(xz.dtype, size=inputs.steps, element_shape=h0.shape)
-    _, h, c, outputs = tf.while_loop(cond, body, (tf.constant(0), h0, c0, outputs))
-    return _to_batch_major(outputs.stack()), tf.transpose(h), tf.transpose(c)
+        return (None,) + tuple(result)
+    return tuple(result)
 
 
 def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None):
@@ -227,7 +253,7 @@ def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None):
 
 def _sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids, fused):
     inputs = _StepInputs(xz, xm, keep, ids)
-    steps, keep_f, xmk_f = inputs.steps, inputs.keep, inputs.xmk
+    steps, keep_f = inputs.steps, inputs.keep
     dtype = xz.dtype
     w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
     h0_f, c0_f = tf.transpose(h0), tf.transpose(c0)
@@ -243,8 +269,8 @@ def _sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids, fused):
 
     def body(t, h, c, hs, ms, hms, ss, us, cps, tcs):
         hm = tf.matmul(w_mh_t, h)
-        m = xmk_f[t] * hm
-        h, c, s, u, c_prev, tc = gates(tf.matmul(w_h_t, m), inputs.xz[t], c, keep_f[t])
+        m = inputs.xmk(t) * hm
+        h, c, s, u, c_prev, tc = gates(tf.matmul(w_h_t, m), inputs.xz(t), c, keep_f[t])
         return (
             t + 1,
             h,
@@ -281,7 +307,7 @@ def _sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids, fused):
             dz, dc = gates_backward(
                 dh, dc, ss.read(t), us.read(t), cps.read(t), tcs.read(t), keep_t
             )
-            dhm, dxm = dm_products(tf.matmul(w_h, dz), xmk_f[t], hms.read(t), keep_t)
+            dhm, dxm = dm_products(tf.matmul(w_h, dz), inputs.xmk(t), hms.read(t), keep_t)
             return (
                 k + 1,
                 tf.matmul(w_mh, dhm),
