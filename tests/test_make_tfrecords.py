@@ -36,12 +36,15 @@ def _docs(n):
 
 def test_make_example_round_trip_with_unknowns():
     serialized = [
-        tfrecord.make_example(Document("caf\u00e9 \U0001f600", label=1, rating=4.5)),
+        tfrecord.make_example(
+            Document("caf\u00e9 \U0001f600", label=1, rating=4.5, source="d/books.jsonl")
+        ),
         tfrecord.make_example(Document("no label")),
     ]
     single = [tfrecord.parse_example(tf.constant(s)) for s in serialized]
     assert single[0]["text"].numpy().decode() == "caf\u00e9 \U0001f600"
     assert int(single[0]["label"]) == 1 and float(single[0]["rating"]) == 4.5
+    assert single[0]["source"].numpy() == b"d/books.jsonl" and single[1]["source"].numpy() == b""
     assert int(single[1]["label"]) == tfrecord.UNKNOWN_LABEL == -1
     assert math.isnan(float(single[1]["rating"]))
     batch = tfrecord.parse_examples(tf.constant(serialized))
@@ -54,6 +57,7 @@ def test_parse_defaults_for_records_without_label_or_rating():
     example.features.feature["text"].bytes_list.value.append(b"bare")
     parsed = tfrecord.parse_example(example.SerializeToString())
     assert int(parsed["label"]) == -1 and math.isnan(float(parsed["rating"]))
+    assert parsed["source"].numpy() == b""
 
 
 def test_shard_names_and_counts():

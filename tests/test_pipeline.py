@@ -57,13 +57,14 @@ def test_rows_stay_balanced_and_buffers_bounded():
     assert padding <= 8 * (500 + 32)
 
 
-def _write_shards(tmp_path, count=40, shards=4, compression=None):
+def _write_shards(tmp_path, count=40, shards=4, compression=None, sources=("x",)):
     texts = _docs(count, seed=3)
     with tfrecord.ShardedWriter(
         str(tmp_path), num_train_shards=shards, split_weights=(10, 1, 1), compression=compression
     ) as writer:
         for i, t in enumerate(texts):
-            writer.write(Document(text=t, label=None, rating=None, source="x", line=i + 1))
+            source = sources[i % len(sources)]
+            writer.write(Document(text=t, label=None, rating=None, source=source, line=i + 1))
     return tfrecord.split_files(str(tmp_path), "train")
 
 
@@ -103,3 +104,63 @@ def test_input_context_splits_shards(tmp_path):
 def test_no_files_is_a_clear_error():
     with pytest.raises(ValueError, match="no TFRecord files"):
         pipeline.document_dataset([])
+
+
+def test_source_repeats_oversample_matching_documents(tmp_path):
+    sources = ("corpora/amazon/books.jsonl", "corpora/imdb/unsup.jsonl", "notes.txt")
+    files = _write_shards(tmp_path, count=60, sources=sources)
+    plain = [t.numpy() for t in pipeline.document_dataset(files)]
+    rules = pipeline.parse_source_repeats("*/amazon/*=3, notes.tx?=2, *.txt=5")
+    repeated = [t.numpy() for t in pipeline.document_dataset(files, source_repeats=rules)]
+    parsed = [tfrecord.parse_example(r) for r in tf.data.TFRecordDataset(files)]
+    by_source = {p["text"].numpy(): p["source"].numpy().decode() for p in parsed}
+    # Amazon x3, the first matching rule for notes.txt (x2), IMDB once.
+    want = {"corpora/amazon/books.jsonl": 3, "corpora/imdb/unsup.jsonl": 1, "notes.txt": 2}
+    assert sorted(repeated) == sorted(t for t in plain for _ in range(want[by_source[t]]))
+    # Training applies them; the finite validation pass does not.
+    train = pipeline.lm_dataset(files, 2, 16, training=True, source_repeats=rules)
+    assert next(iter(train))["inputs"].shape == (2, 16)
+    finite = pipeline.lm_dataset(files, 2, 16, training=False, source_repeats=rules)
+    scored = sum(float(tf.reduce_sum(b["weights"])) for b in finite)
+    assert scored == sum(len(t) + 1 for t in plain) - 2
+
+
+def test_source_census_counts_matches(tmp_path):
+    files = _write_shards(tmp_path, count=40, shards=1, sources=("a/amazon/x.jsonl", "b.jsonl"))
+    rules = pipeline.parse_source_repeats("*/amazon/*=4,nothing*=2")
+    read, named, matches = pipeline.source_census(files, rules, records=10)
+    assert (read, named) == (10, 10)
+    first = [tfrecord.parse_example(r)["source"].numpy() for r in tf.data.TFRecordDataset(files)]
+    amazon = first[:10].count(b"a/amazon/x.jsonl")
+    assert 0 < amazon < 10 and matches == {"*/amazon/*": amazon, "nothing*": 0}
+
+
+@pytest.mark.parametrize("spec", ["amazon", "a=0", "=3", "a=two", "a=-1"])
+def test_bad_source_repeats_are_clear_errors(spec):
+    with pytest.raises(ValueError, match="is not PATTERN=COUNT"):
+        pipeline.parse_source_repeats(spec)
+
+
+def test_source_repeats_empty_is_no_rules():
+    assert pipeline.parse_source_repeats("") == ()
+    assert pipeline.parse_source_repeats(" a*=2 ,") == (("a*", 2),)
+
+
+def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
+    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    files = _write_shards(tmp_path / "data", count=20, shards=1, sources=("",))
+    config = TrainConfig(
+        model_dir=str(tmp_path / "run"),
+        hidden_size=8,
+        embedding_size=4,
+        seq_length=8,
+        batch_size=2,
+        jit_compile="false",
+        source_repeats="*/amazon/*=4",
+    ).validate()
+    with pytest.raises(ValueError, match="name their source file.*train-00000-of-00001"):
+        loop.Trainer(config, files, [])
+    with pytest.raises(ValueError, match="--source_repeats: 'amazon' is not PATTERN=COUNT"):
+        TrainConfig(source_repeats="amazon").validate()

@@ -51,6 +51,14 @@ def define_data_flags():
         _default("shuffle_buffer"),
         "Documents in the training shuffle buffer (0 = off).",
     )
+    flags.DEFINE_string(
+        "source_repeats",
+        _default("source_repeats"),
+        "Oversample documents by the input file they were converted from: "
+        "comma-separated PATTERN=COUNT rules, a glob over the record's source path "
+        "(e.g. '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle "
+        "buffer). Training only; validation keeps the corpus as it is.",
+    )
 
 
 def define_model_flags():

@@ -15,8 +15,17 @@ every document is scored exactly once.
 
 Order (as in tensorflow/models input pipelines): list shard files -> split
 them by input pipeline -> (shuffle files) -> interleave readers -> parse ->
-(shuffle documents) -> frame -> window -> batch rows -> prefetch.
+(repeat documents by source) -> (shuffle documents) -> frame -> window ->
+batch rows -> prefetch.
+
+Training can oversample the documents of some input files (a small
+in-domain corpus beside a large general one): `source_repeats` rules
+`PATTERN=COUNT` match the record's `source` (the input file named at
+conversion) with a glob, and the first matching rule's count of copies of
+the document enter the shuffle buffer, which spreads them apart.
 """
+
+import re
 
 import tensorflow as tf
 
@@ -25,8 +34,90 @@ from tf_mlstm.data import tfrecord
 from tf_mlstm.data.text import DOC_START
 
 
+def parse_source_repeats(spec):
+    """Parses `PATTERN=COUNT,...` into `((pattern, count), ...)`.
+
+    Args:
+      spec: comma-separated rules, e.g. "*/amazon/*=8"; "" for none. A
+        pattern is a glob (`*`, `?`) over the record's whole source path.
+
+    Returns:
+      A tuple of (pattern, count) pairs, in the order given.
+
+    Raises:
+      ValueError: a rule that is not PATTERN=COUNT with COUNT an integer >= 1.
+    """
+    rules = []
+    for rule in (piece.strip() for piece in spec.split(",")):
+        if not rule:
+            continue
+        pattern, sep, count = rule.rpartition("=")
+        if not sep or not pattern or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(
+                f"source_repeats: {rule!r} is not PATTERN=COUNT with an integer COUNT >= 1 "
+                "(e.g. '*/amazon/*=8')"
+            )
+        rules.append((pattern.strip(), int(count)))
+    return tuple(rules)
+
+
+def _source_regex(pattern):
+    """The RE2 regex of a glob with `*` and `?` (fnmatch's own uses Python-only syntax)."""
+    parts = {"*": ".*", "?": "."}
+    return "(?s)" + "".join(parts.get(char) or re.escape(char) for char in pattern)
+
+
+def source_copies(sources, rules):
+    """Copies of each document under `rules`: the first matching rule's count, else 1.
+
+    Args:
+      sources: tf.string tensor of source paths.
+      rules: `parse_source_repeats` output.
+
+    Returns:
+      int64 tensor shaped like `sources`.
+    """
+    copies = tf.ones_like(sources, dtype=tf.int64)
+    for pattern, count in reversed(rules):
+        match = tf.strings.regex_full_match(sources, _source_regex(pattern))
+        copies = tf.where(match, tf.constant(count, tf.int64), copies)
+    return copies
+
+
+def source_census(files, rules, records=1000):
+    """How many of the first `records` records of `files[0]` each rule matches.
+
+    For the log at the start of training, so a pattern that matches nothing
+    is seen at once.
+
+    Returns:
+      (records read, records with a source, {pattern: matches}).
+    """
+    compression = tfrecord.compression_type(files)
+    parsed = tf.data.TFRecordDataset(files[:1], compression_type=compression).take(records)
+    sources = [tfrecord.parse_example(r)[tfrecord.SOURCE_FEATURE].numpy() for r in parsed]
+    sources = tf.constant(sources, tf.string) if sources else tf.zeros([0], tf.string)
+    matches = {
+        pattern: int(
+            tf.reduce_sum(
+                tf.cast(tf.strings.regex_full_match(sources, _source_regex(pattern)), tf.int32)
+            )
+        )
+        for pattern, _ in rules
+    }
+    named = int(tf.reduce_sum(tf.cast(tf.strings.length(sources) > 0, tf.int32)))
+    return int(sources.shape[0]), named, matches
+
+
 def document_dataset(
-    files, input_context=None, shuffle=False, seed=0, shuffle_buffer=0, repeat=False, cycle_length=4
+    files,
+    input_context=None,
+    shuffle=False,
+    seed=0,
+    shuffle_buffer=0,
+    repeat=False,
+    cycle_length=4,
+    source_repeats=(),
 ):
     """Normalized document texts (tf.string scalars) from TFRecord shards.
 
@@ -39,6 +130,8 @@ def document_dataset(
       shuffle_buffer: documents in the shuffle buffer (0 = no shuffling).
       repeat: cycle through the shards forever.
       cycle_length: shards read in parallel.
+      source_repeats: `parse_source_repeats` rules: documents whose source
+        matches a rule are repeated its count of times (before the shuffle).
 
     Returns:
       A dataset of document texts.
@@ -71,11 +164,20 @@ def document_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+    fields = (tfrecord.TEXT_FEATURE, tfrecord.SOURCE_FEATURE)
     ds = ds.map(
-        lambda record: tfrecord.parse_example(record)["text"],
+        lambda record: tuple(tfrecord.parse_example(record)[k] for k in fields),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+    if source_repeats:
+        ds = ds.flat_map(
+            lambda text, source: tf.data.Dataset.from_tensors(text).repeat(
+                source_copies(source, source_repeats)
+            )
+        )
+    else:
+        ds = ds.map(lambda text, source: text)
     if shuffle_buffer:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     return ds
@@ -174,6 +276,7 @@ def lm_dataset(
     training=True,
     seed=0,
     shuffle_buffer=1024,
+    source_repeats=(),
 ):
     """Training or evaluation batches for one input pipeline.
 
@@ -186,6 +289,7 @@ def lm_dataset(
       training: repeat forever and shuffle (else one finite padded pass).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer when training.
+      source_repeats: oversampling rules (see `document_dataset`), training only.
 
     Returns:
       A dataset of batches (dicts, see `window_dataset`).
@@ -197,6 +301,7 @@ def lm_dataset(
         seed=seed,
         shuffle_buffer=shuffle_buffer if training else 0,
         repeat=training,
+        source_repeats=source_repeats if training else (),
     )
     ds = window_dataset(docs, batch_size, seq_length, finite=not training)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,11 +1,14 @@
 """TFRecord schema, sharded writer and parser for review corpora.
 
-Each record is a `tf.train.Example` with three features:
+Each record is a `tf.train.Example` with four features:
 
 - `text` (bytes): the normalized UTF-8 text, without the framing byte
   (`tf_mlstm.data.text.DOC_START` is added by the input pipeline);
 - `label` (int64): the class label, `UNKNOWN_LABEL` (-1) when unknown;
-- `rating` (float): the star rating or score, NaN when unknown.
+- `rating` (float): the star rating or score, NaN when unknown;
+- `source` (bytes): the input file the document came from, as it was named
+  on the converter's command line (empty in records written before this
+  feature existed). Training can oversample by it (`--source_repeats`).
 
 A corpus is written as shards named `{split}-{index:05d}-of-{count:05d}.tfrecord`
 (with `.gz` appended when GZIP-compressed), for the splits in `SPLITS`.
@@ -25,6 +28,7 @@ from tf_mlstm.data.readers import Document
 TEXT_FEATURE = "text"
 LABEL_FEATURE = "label"
 RATING_FEATURE = "rating"
+SOURCE_FEATURE = "source"
 UNKNOWN_LABEL = -1
 
 SPLITS = ("train", "validation", "test")
@@ -49,24 +53,27 @@ def make_example(doc: Document) -> bytes:
     Returns:
         The serialized `tf.train.Example`.
     """
-    return _serialize(doc.text.encode("utf-8"), doc.label, doc.rating)
+    return _serialize(doc.text.encode("utf-8"), doc)
 
 
-def _serialize(text: bytes, label: int | None, rating: float | None) -> bytes:
+def _serialize(text: bytes, doc: Document) -> bytes:
+    label, rating = doc.label, doc.rating
     example = tf.train.Example()
     feature = example.features.feature
     feature[TEXT_FEATURE].bytes_list.value.append(text)
     feature[LABEL_FEATURE].int64_list.value.append(UNKNOWN_LABEL if label is None else label)
     feature[RATING_FEATURE].float_list.value.append(float("nan") if rating is None else rating)
+    feature[SOURCE_FEATURE].bytes_list.value.append(doc.source.encode("utf-8"))
     return example.SerializeToString()
 
 
 def feature_spec() -> dict[str, tf.io.FixedLenFeature]:
-    """Returns the parsing spec; label and rating default to unknown if absent."""
+    """Returns the parsing spec; label, rating and source default to unknown if absent."""
     return {
         TEXT_FEATURE: tf.io.FixedLenFeature([], tf.string),
         LABEL_FEATURE: tf.io.FixedLenFeature([], tf.int64, default_value=UNKNOWN_LABEL),
         RATING_FEATURE: tf.io.FixedLenFeature([], tf.float32, default_value=float("nan")),
+        SOURCE_FEATURE: tf.io.FixedLenFeature([], tf.string, default_value=""),
     }
 
 
@@ -77,7 +84,8 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         serialized: A scalar `tf.string` tensor.
 
     Returns:
-        `{"text": string scalar, "label": int64 scalar, "rating": float32 scalar}`.
+        `{"text": string scalar, "label": int64 scalar, "rating": float32 scalar,
+        "source": string scalar}`.
     """
     return tf.io.parse_single_example(serialized, feature_spec())
 
@@ -315,7 +323,7 @@ class ShardedWriter:
         split = SPLITS[chosen]
         text = doc.text.encode("utf-8")
         shard = self._next_shard[chosen]
-        self._writers[split][shard].write(_serialize(text, doc.label, doc.rating))
+        self._writers[split][shard].write(_serialize(text, doc))
         self._next_shard[chosen] = (shard + 1) % self._shard_counts[split]
         self._records[chosen] += 1
         self._bytes[chosen] += len(text)

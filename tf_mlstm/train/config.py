@@ -7,6 +7,7 @@ absl FLAGS. `validate()` turns bad combinations into one clear message.
 import dataclasses
 import json
 
+from tf_mlstm.data import pipeline
 from tf_mlstm.train import schedules
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -45,6 +46,7 @@ class TrainConfig(JsonConfig):
     validation_data: str = ""  # "" = the validation split beside train_data.
     model_dir: str = "tf_mlstm_demo"
     shuffle_buffer: int = 1024
+    source_repeats: str = ""  # PATTERN=COUNT,... over the records' source files.
     # Model.
     hidden_size: int = 256
     embedding_size: int = 64
@@ -120,6 +122,10 @@ class TrainConfig(JsonConfig):
                 f"--warmup_steps must be in [0, {self.schedule_steps}] "
                 f"(the schedule length), got {self.warmup_steps}."
             )
+        try:
+            pipeline.parse_source_repeats(self.source_repeats)
+        except ValueError as error:
+            raise ValueError(f"--{error}") from None
         if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
             raise ValueError(
                 "--allreduce_dtype=float16 needs "

@@ -123,6 +123,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
+        self._source_repeats = self._check_source_repeats()
         self.iterator = iter(self._worker_dataset())
         # The input position is per worker: saved beside this (see `save`).
         self.checkpoint = tf.train.Checkpoint(
@@ -141,6 +142,29 @@ class Trainer:
         self._sampler = None
 
     # --- data ---------------------------------------------------------------
+    def _check_source_repeats(self):
+        """Parses --source_repeats and logs what its rules match in the first shard."""
+        rules = pipeline.parse_source_repeats(self.config.source_repeats)
+        if not rules:
+            return rules
+        read, named, matches = pipeline.source_census(self.train_files, rules)
+        if read and not named:
+            raise ValueError(
+                f"--source_repeats needs records that name their source file, but the "
+                f"first {read} records of {self.train_files[0]} name none: convert the corpus "
+                "again with this version of tf-mlstm-make-tfrecords."
+            )
+        for pattern, count in rules:
+            logging.info(
+                "source_repeats: %r (x%d) matches %d of the first %d records of %s.",
+                pattern,
+                count,
+                matches[pattern],
+                read,
+                self.train_files[0],
+            )
+        return rules
+
     def _worker_dataset(self):
         """This worker's batches: `local_replicas` blocks of per-replica rows."""
         context = tf.distribute.InputContext(
@@ -156,6 +180,7 @@ class Trainer:
             training=True,
             seed=self.config.seed + self.worker,
             shuffle_buffer=self.config.shuffle_buffer,
+            source_repeats=self._source_repeats,
         )
 
     # --- the step -----------------------------------------------------------
@@ -277,6 +302,7 @@ class Trainer:
             "seq_length": self.config.seq_length,
             "seed": self.config.seed,
             "shuffle_buffer": self.config.shuffle_buffer,
+            "source_repeats": self.config.source_repeats,
             "train_files": self.train_files,
         }
 
