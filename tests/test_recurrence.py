@@ -96,6 +96,25 @@ def test_invalid_steps_leave_the_state_unchanged():
         np.testing.assert_allclose(outputs[1, 4:], np.repeat(h_short, 3, axis=0), atol=1e-6)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_pooling_in_the_loop_equals_pooling_the_sequence(masked):
+    xz, xm, h0, c0, keep, w_mh, w_h = _inputs(dtype=tf.float32)
+    valid = np.ones(keep.shape, "float32")
+    if masked:
+        valid[1, 4:] = 0
+        valid[2, 1:] = 0
+    args = (xz, xm, h0, c0, keep, w_mh, w_h)
+    outputs, h, c = recurrence.mlstm_forward(*args, valid=tf.constant(valid))
+    (total, peak), h_pool, c_pool = recurrence.mlstm_forward(
+        *args, valid=tf.constant(valid), pool=True
+    )
+    mask = valid > 0
+    np.testing.assert_allclose(total, np.sum(np.where(mask, outputs, 0.0), axis=1), atol=1e-6)
+    np.testing.assert_allclose(peak, np.max(np.where(mask, outputs, -2.0), axis=1), atol=1e-6)
+    np.testing.assert_allclose(h_pool, h, atol=1e-6)
+    np.testing.assert_allclose(c_pool, c, atol=1e-6)
+
+
 def _train_gradients(model, ids, targets, state, jit_compile):
     @tf.function(jit_compile=jit_compile)
     def step(ids, targets, h, c):

@@ -119,6 +119,7 @@ class MLSTM(keras.layers.Layer):
         training=None,
         kernels=None,
         return_sequences=None,
+        pool=False,
     ):
         """Runs the recurrence on inputs that are rows of projected tables.
 
@@ -132,15 +133,38 @@ class MLSTM(keras.layers.Layer):
           ids: [B, T] integer rows of the tables.
           initial_state, keep, valid, training, kernels, return_sequences: as
             in `run_projected`.
+          pool: inference only: outputs are the (sum, max) of the hidden state
+            over the valid steps, each [B, H], pooled inside the loop.
 
         Returns:
-          (outputs [B, T, H] or None, [h, c]).
+          (outputs [B, T, H] or None or the pooled pair, [h, c]).
         """
         return self._run(
-            xz_table, xm_table, ids, initial_state, keep, valid, training, kernels, return_sequences
+            xz_table,
+            xm_table,
+            ids,
+            initial_state,
+            keep,
+            valid,
+            training,
+            kernels,
+            return_sequences,
+            pool,
         )
 
-    def _run(self, xz, xm, ids, initial_state, keep, valid, training, kernels, return_sequences):
+    def _run(
+        self,
+        xz,
+        xm,
+        ids,
+        initial_state,
+        keep,
+        valid,
+        training,
+        kernels,
+        return_sequences,
+        pool=False,
+    ):
         if return_sequences is None:
             return_sequences = self.return_sequences
         _, _, w_mh, w_h, _ = kernels or self.cell.kernels()
@@ -154,6 +178,8 @@ class MLSTM(keras.layers.Layer):
             keep = tf.ones(shape[:2], dtype)
         keep = tf.cast(keep, dtype)[..., None]
         if training:
+            if pool:
+                raise ValueError("MLSTM: `pool` is for inference only.")
             if valid is not None:
                 raise ValueError(
                     "MLSTM: `valid` masks are for inference only; "
@@ -174,8 +200,9 @@ class MLSTM(keras.layers.Layer):
                 valid=valid,
                 return_sequences=return_sequences,
                 ids=ids,
+                pool=pool,
             )
-        if not return_sequences:
+        if not (return_sequences or pool):
             outputs = None
         return outputs, [h, c]
 

@@ -169,6 +169,7 @@ def mlstm_forward(
     return_sequences=True,
     fused=False,
     ids=None,
+    pool=False,
 ):
     """Runs the recurrence without keeping anything for a backward pass.
 
@@ -188,14 +189,21 @@ def mlstm_forward(
         (within noise of the plain ops on CPU; a SavedModel holding XLA
         kernels would also need XLA at serving time).
       ids: optional [B, T] integer rows of the `xz` and `xm` tables.
+      pool: instead of the sequence, return the sum and the maximum of the
+        hidden state over the valid steps, accumulated inside the loop (the
+        [B, T, H] sequence is never stored: pooled features at the cost of
+        two elementwise operations per step). The sum is float32; the maximum
+        starts at -2, below any hidden state (tanh is in (-1, 1)).
 
     Returns:
-      (outputs [B, T, H] or None, h_T [B, H], c_T [B, H]).
+      (outputs, h_T [B, H], c_T [B, H]); outputs are [B, T, H], or None when
+      not `return_sequences`, or with `pool` the pair (sum [B, H], max [B, H]).
     """
     inputs = _StepInputs(xz, xm, keep, ids, per_step=True)
     w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
     h0, c0 = tf.transpose(h0), tf.transpose(c0)
     gates = _block(_inference_gates, fused)
+    cond = lambda t, *_: t < inputs.steps
 
     def run(valid):
         def step(t, h, c):
@@ -203,12 +211,28 @@ def mlstm_forward(
             valid_t = None if valid is None else valid[t]
             return gates(tf.matmul(w_h_t, m), inputs.xz(t), h, c, inputs.keep[t], valid_t)
 
-        cond = lambda t, *_: t < inputs.steps
+        if pool:
+
+            def pool_body(t, h, c, total, peak):
+                h, c = step(t, h, c)
+                if valid is None:
+                    return t + 1, h, c, total + tf.cast(h, tf.float32), tf.maximum(peak, h)
+                mask = valid[t] > 0
+                total += tf.cast(tf.where(mask, h, tf.zeros_like(h)), tf.float32)
+                return t + 1, h, c, total, tf.where(mask, tf.maximum(peak, h), peak)
+
+            # The sum in float32: 256 float16 steps would round it to 1/4.
+            pooled = (
+                tf.zeros(tf.shape(h0), tf.float32),
+                tf.fill(tf.shape(h0), tf.constant(-2.0, h0.dtype)),
+            )
+            _, h, c, total, peak = tf.while_loop(cond, pool_body, (tf.constant(0), h0, c0) + pooled)
+            return (tf.transpose(total), tf.transpose(peak)), tf.transpose(h), tf.transpose(c)
         if not return_sequences:
             _, h, c = tf.while_loop(
                 cond, lambda t, h, c: (t + 1,) + step(t, h, c), (tf.constant(0), h0, c0)
             )
-            return tf.transpose(h), tf.transpose(c)
+            return None, tf.transpose(h), tf.transpose(c)
 
         def body(t, h, c, outputs):
             h, c = step(t, h, c)
@@ -219,15 +243,11 @@ def mlstm_forward(
         return _to_batch_major(outputs.stack()), tf.transpose(h), tf.transpose(c)
 
     if valid is None:
-        result = run(None)
-    else:
-        # Sorted-by-length batches are mostly windows without padding: skip the
-        # per-step masking there.
-        valid_f = _to_feature_major(valid)
-        result = tf.cond(tf.reduce_all(valid_f > 0), lambda: run(None), lambda: run(valid_f))
-    if not return_sequences:
-        return (None,) + tuple(result)
-    return tuple(result)
+        return run(None)
+    # Sorted-by-length batches are mostly windows without padding: skip the
+    # per-step masking there.
+    valid_f = _to_feature_major(valid)
+    return tf.cond(tf.reduce_all(valid_f > 0), lambda: run(None), lambda: run(valid_f))
 
 
 def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None):

@@ -42,7 +42,7 @@ def texts_to_ids(texts, pad_to_multiple=1):
     return ids, valid, lengths
 
 
-def _windows(model, ids, valid, window, body, initial):
+def _windows(model, ids, valid, window, body, initial, pool=False):
     """Runs `body(window_outputs, ids_w, valid_w, acc)` over time windows."""
     batch = tf.shape(ids)[0]
     steps = tf.shape(ids)[1] // window
@@ -52,7 +52,7 @@ def _windows(model, ids, valid, window, body, initial):
         start = k * window
         ids_w = ids[:, start : start + window]
         valid_w = valid[:, start : start + window]
-        outputs, (h, c) = model.encode(ids_w, [h, c], valid=valid_w, training=False)
+        outputs, (h, c) = model.encode(ids_w, [h, c], valid=valid_w, training=False, pool=pool)
         return k + 1, h, c, body(outputs, ids_w, valid_w, acc)
 
     _, h, c, acc = tf.while_loop(
@@ -76,16 +76,14 @@ def featurize_ids(model, ids, valid, window=256):
     hidden = model.hidden_size
     batch = tf.shape(ids)[0]
 
-    def pool(outputs, ids_w, valid_w, acc):
+    def pool(pooled, ids_w, valid_w, acc):
+        # The recurrence pools each window's hidden states inside its loop.
         total, peak = acc
-        outputs = tf.cast(outputs, tf.float32)
-        mask = valid_w[..., None]
-        total += tf.reduce_sum(outputs * mask, axis=1)
-        masked = tf.where(mask > 0, outputs, tf.fill(tf.shape(outputs), -2.0))
-        return total, tf.maximum(peak, tf.reduce_max(masked, axis=1))
+        window_total, window_peak = (tf.cast(x, tf.float32) for x in pooled)
+        return total + window_total, tf.maximum(peak, window_peak)
 
     initial = (tf.zeros((batch, hidden)), tf.fill((batch, hidden), -2.0))
-    h, c, (total, peak) = _windows(model, ids, valid, window, pool, initial)
+    h, c, (total, peak) = _windows(model, ids, valid, window, pool, initial, pool=True)
     count = tf.maximum(tf.reduce_sum(valid, axis=1, keepdims=True), 1.0)
     return {
         "cell": tf.cast(c, tf.float32),

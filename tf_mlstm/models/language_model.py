@@ -63,7 +63,9 @@ class MLSTMLanguageModel(keras.Model):
         keep = tf.cast(tf.not_equal(ids, DOC_START), self.compute_dtype)
         return (xz_table, xm_table, ids, keep, kernels)
 
-    def encode(self, ids, initial_state=None, valid=None, training=None, return_sequences=True):
+    def encode(
+        self, ids, initial_state=None, valid=None, training=None, return_sequences=True, pool=False
+    ):
         """Runs the mLSTM over byte ids.
 
         Args:
@@ -72,9 +74,11 @@ class MLSTMLanguageModel(keras.Model):
           valid: optional [B, T] 1/0 mask; the state stays put where 0.
           training: selects the trainable path.
           return_sequences: return every step's hidden state.
+          pool: inference only: instead, the (sum, max) of the hidden state over
+            the valid steps, each [B, H].
 
         Returns:
-          (hidden states [B, T, H] or None, [h, c]).
+          (hidden states [B, T, H], None or the pooled pair, [h, c]).
         """
         xz_table, xm_table, ids, keep, kernels = self._projected(ids)
         return self.mlstm.run_tables(
@@ -87,6 +91,7 @@ class MLSTMLanguageModel(keras.Model):
             training=training,
             kernels=kernels,
             return_sequences=return_sequences,
+            pool=pool,
         )
 
     def call(self, ids, initial_state=None, training=None):
