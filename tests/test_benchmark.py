@@ -70,6 +70,15 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     # mLSTM training: 6 (H·H + H·4H) + 6·256·H.
     mlstm_train = [r for r in runs if r["impl"] == "mlstm" and r["mode"] == "train"][0]
     assert mlstm_train["flops_per_char"] == 6 * 5 * 8 * 8 + 6 * 256 * 8
+    # Featurization is compared with training of the same model.
+    for record in runs:
+        if record["mode"] == "featurize":
+            train = [
+                r["chars_per_s"]
+                for r in runs
+                if r["mode"] == "train" and r["impl"] == record["impl"]
+            ]
+            assert record["train_ratio"] == pytest.approx(record["chars_per_s"] / max(train))
     (convert,) = [r for r in records if r["mode"] == "convert"]
     assert convert["records"] == 300 and convert["mb_per_s"] > 0
     (pipeline,) = [r for r in records if r["mode"] == "pipeline"]

@@ -626,9 +626,15 @@ def main(argv):
                                         "peak_rss_mb": _peak_rss_mb(),
                                         **common,
                                     }
+                                    key = (impl, hidden, batch, seq, precision)
                                     if mode == "train":
-                                        train_rate[(batch, seq)] = max(
-                                            train_rate.get((batch, seq), 0.0), result["chars_per_s"]
+                                        train_rate[key] = max(
+                                            train_rate.get(key, 0.0), result["chars_per_s"]
+                                        )
+                                    elif key in train_rate:
+                                        # Featurization over the fastest training step measured.
+                                        record["train_ratio"] = (
+                                            result["chars_per_s"] / train_rate[key]
                                         )
                                     _emit(record)
         if "pipeline" in modes or "convert" in modes:
@@ -647,7 +653,11 @@ def main(argv):
                 for batch in sorted({b for h in hiddens for b in batches[h]}):
                     for seq in seqs:
                         result = run_pipeline(files, batch, seq)
-                        consumed = train_rate.get((batch, seq))
+                        # The fastest consumer measured at this batch and length.
+                        consumed = max(
+                            (rate for key, rate in train_rate.items() if key[2:4] == (batch, seq)),
+                            default=None,
+                        )
                         _emit(
                             {
                                 "impl": "lm_dataset",
