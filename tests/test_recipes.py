@@ -37,7 +37,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def configs():
-    paths = [str(REPO / "flags" / f"{name}.flags") for name in RECIPES]
+    names = RECIPES + ("cpu_reviews",)
+    paths = [str(REPO / "flags" / f"{name}.flags") for name in names]
     proc = subprocess.run(
         [sys.executable, "-c", _PARSE, *paths],
         capture_output=True,
@@ -48,7 +49,7 @@ def configs():
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
     return {
-        name: TrainConfig.from_json(parsed[path]).validate() for name, path in zip(RECIPES, paths)
+        name: TrainConfig.from_json(parsed[path]).validate() for name, path in zip(names, paths)
     }
 
 
@@ -94,7 +95,7 @@ def test_dgx1_recipe_is_8_gpus_of_256_rows(configs):
 
 
 def test_large_batch_rule_is_capped_sqrt_not_linear(configs):
-    for config in configs.values():
+    for config in (configs[name] for name in RECIPES):
         assert (config.lr, config.lr_base_batch) == (PAPER_BASE_LR, PAPER_BASE_BATCH)
         assert config.lr_scaling == "sqrt" and config.max_lr > 0
     paper = configs["paper_4096_32k"]
@@ -107,3 +108,19 @@ def test_large_batch_rule_is_capped_sqrt_not_linear(configs):
     assert schedules.peak_learning_rate(
         dgx.lr, dgx.batch_size, dgx.lr_base_batch, dgx.lr_scaling, dgx.max_lr
     ) == pytest.approx(4 * PAPER_BASE_LR)
+
+
+def test_cpu_recipe_oversamples_the_amazon_files_of_its_conversion_command(configs):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.data import pipeline  # pylint: disable=g-import-not-at-top
+
+    config = configs["cpu_reviews"]
+    header = (REPO / "flags" / "cpu_reviews.flags").read_text()
+    inputs = header.split("--input=")[1].split("--text_key")[0]
+    sources = [p.strip(" #\\\n") for p in inputs.split(",")]
+    assert [s.rsplit("/", 1)[-1] for s in sources] == ["books.jsonl", "dvd.jsonl", "unsup.jsonl"]
+    rules = pipeline.parse_source_repeats(config.source_repeats)
+    copies = pipeline.source_copies(tf.constant(sources), rules).numpy().tolist()
+    assert copies == [8, 8, 1]
+    assert config.shuffle_buffer >= 8 * 1024
