@@ -164,3 +164,20 @@ def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
         loop.Trainer(config, files, [])
     with pytest.raises(ValueError, match="--source_repeats: 'amazon' is not PATTERN=COUNT"):
         TrainConfig(source_repeats="amazon").validate()
+
+
+def test_oversampled_training_input_resumes_exactly_from_a_checkpoint(tmp_path):
+    sources = ("corpora/amazon/books.jsonl", "corpora/imdb/unsup.jsonl")
+    files = _write_shards(tmp_path / "data", count=60, sources=sources)
+    rules = pipeline.parse_source_repeats("*/amazon/*=3")
+    dataset = pipeline.lm_dataset(files, 2, 16, training=True, seed=3, source_repeats=rules)
+    iterator = iter(dataset)
+    for _ in range(5):
+        next(iterator)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    path = checkpoint.save(str(tmp_path / "input" / "ckpt"))
+    want = [next(iterator)["inputs"].numpy() for _ in range(4)]
+    resumed = iter(pipeline.lm_dataset(files, 2, 16, training=True, seed=3, source_repeats=rules))
+    tf.train.Checkpoint(iterator=resumed).restore(path)
+    got = [next(resumed)["inputs"].numpy() for _ in range(4)]
+    np.testing.assert_array_equal(np.stack(got), np.stack(want))
