@@ -82,13 +82,13 @@ def define_flags():
     flags.DEFINE_string("markdown", "", "Also write the markdown tables to this file.")
     # Weak scaling.
     flags.DEFINE_integer("weak_hidden_size", 256, "mLSTM units for weak scaling.")
-    flags.DEFINE_integer("weak_batch_per_worker", 16, "Rows per worker (the global batch grows).")
+    flags.DEFINE_integer("weak_batch_per_worker", 64, "Rows per worker (the global batch grows).")
     flags.DEFINE_integer("weak_seq_length", 64, "BPTT length for weak scaling.")
-    flags.DEFINE_integer("weak_steps", 400, "Steps per weak-scaling run.")
+    flags.DEFINE_integer("weak_steps", 200, "Steps per weak-scaling run.")
     flags.DEFINE_integer("weak_log_every", 20, "Steps per measured window.")
     flags.DEFINE_integer("weak_warmup_logs", 3, "Progress windows left out as warm-up.")
     flags.DEFINE_integer(
-        "weak_repeats", 1, "Repeats of the 1-worker, 2-worker, control sequence (medians count)."
+        "weak_repeats", 2, "Repeats of the 1-worker, 2-worker, control sequence (medians count)."
     )
     # Convergence.
     flags.DEFINE_integer("hidden_size", 256, "mLSTM units for the convergence runs.")
