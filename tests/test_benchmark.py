@@ -49,6 +49,7 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
         "--modes=train,featurize,pipeline,convert",
         "--impls=mlstm,keras_lstm",
         "--jit=false,true",
+        "--precisions=float32",
         "--featurize_batch=2",
         "--featurize_batches=1",
         "--featurize_passes=1",
@@ -83,6 +84,41 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     assert convert["records"] == 300 and convert["mb_per_s"] > 0
     (pipeline,) = [r for r in records if r["mode"] == "pipeline"]
     assert pipeline["chars_per_s"] > 0 and pipeline["train_ratio"] > 0
+
+
+@pytest.mark.slow
+def test_mixed_precision_lines_carry_the_compute_dtype_matrix_rate(tmp_path):
+    (record,) = _run(
+        tmp_path,
+        "--hidden=8",
+        "--batch=2",
+        "--seq=8",
+        "--steps=1",
+        "--warmup=1",
+        "--modes=train",
+        "--impls=mlstm",
+        "--jit=false",
+        "--precisions=mixed_bfloat16",
+    )
+    assert record["precision"] == "mixed_bfloat16" and record["chars_per_s"] > 0
+    assert record["matmul_gflops_compute"] > 0
+    assert record["peak_fraction_compute"] == pytest.approx(
+        record["gflops"] / record["matmul_gflops_compute"]
+    )
+
+
+def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
+    sys.path.insert(0, str(BENCHMARK.parent))
+    try:
+        import benchmark  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f amx_tile amx_bf16\n")
+    assert benchmark.cpu_has_bfloat16_units(str(cpuinfo))
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_vnni\n")
+    assert not benchmark.cpu_has_bfloat16_units(str(cpuinfo))
+    assert not benchmark.cpu_has_bfloat16_units(str(tmp_path / "missing"))
 
 
 def test_bad_flags_fail_with_a_clear_message(tmp_path):

@@ -24,7 +24,9 @@ product through TensorFlow), the median of samples taken before, between the
 timed steps of, and after that configuration, so that on a shared machine
 both see the same load; `peak_fraction_vs_max` divides by the best sample
 instead (`matmul_gflops_max`, the least disturbed one), and `load_average`
-says how busy the machine was. `skinny_gflops` is the rate of the step's own
+says how busy the machine was. Under a mixed policy the line also carries
+`matmul_gflops_compute`, the square product's rate in the compute dtype
+(bfloat16 or float16), and `peak_fraction_compute` over it. `skinny_gflops` is the rate of the step's own
 recurrent product shape (batch x H @ H x 4H) and `skinny_fm_gflops` that of
 the feature-major orientation the mLSTM loop uses (4H x H @ H x batch).
 
@@ -86,8 +88,8 @@ def define_flags():
     flags.DEFINE_list(
         "precisions",
         None,
-        f"Precision policies, from {list(PRECISIONS)}. Default: float32 without a GPU, all "
-        "three with one.",
+        f"Precision policies, from {list(PRECISIONS)}. Default: all three on a GPU; on a CPU "
+        "float32, plus mixed_bfloat16 where the CPU has bfloat16 matrix units (AMX, AVX512-BF16).",
     )
     flags.DEFINE_list("jit", ["false", "true"], "XLA settings to measure (true/false).")
     flags.DEFINE_integer("embedding", 64, "Byte embedding width.")
@@ -152,6 +154,27 @@ def _bools(values, name):
     return [table[v.lower()] for v in values]
 
 
+_COMPUTE_DTYPES = {
+    "float32": "float32",
+    "mixed_float16": "float16",
+    "mixed_bfloat16": "bfloat16",
+}
+
+
+def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
+    """Whether the CPU multiplies bfloat16 matrices in hardware (AMX or AVX512-BF16).
+
+    There oneDNN runs bfloat16 products several times faster than float32, so
+    `mixed_bfloat16` is worth measuring on the CPU too.
+    """
+    try:
+        with open(cpuinfo) as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return bool(words & {"amx_bf16", "avx512_bf16"})
+
+
 def _peak_rss_mb():
     # ru_maxrss is in KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -185,6 +208,7 @@ class MatrixRates:
     def __init__(self, tf):
         self._tf = tf
         self._cache = {}
+        self._squares = {}
         self.samples = []
         rng = np.random.RandomState(0)
         square = tf.constant(rng.randn(2048, 2048).astype("float32"))
@@ -200,6 +224,22 @@ class MatrixRates:
             rates.append(2 * 2048**3 / (time.perf_counter() - start) / 1e9)
         self.samples.extend(rates)
         return rates
+
+    def square_in(self, dtype, repeats=3):
+        """Median rate of a 2048 x 2048 x 2048 product in `dtype` (e.g. bfloat16)."""
+        tf = self._tf
+        if dtype not in self._squares:
+            square = tf.cast(tf.constant(np.random.RandomState(0).randn(2048, 2048)), dtype)
+            self._squares[dtype] = tf.function(
+                lambda: tf.reduce_sum(tf.cast(tf.matmul(square, square)[:1, :1], tf.float32))
+            )
+            self._squares[dtype]()
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._squares[dtype]().numpy()
+            rates.append(2 * 2048**3 / (time.perf_counter() - start) / 1e9)
+        return float(np.median(rates))
 
     def skinny(self, batch, hidden):
         """(batch x H @ H x 4H, 4H x H @ H x batch) rates, in a loop as the RNN runs them."""
@@ -551,9 +591,12 @@ def main(argv):
     gpu = bool(tf.config.list_physical_devices("GPU"))
     modes = _choices(FLAGS.modes, MODES, "modes")
     impls = _choices(FLAGS.impls, IMPLS, "impls")
-    precisions = _choices(
-        FLAGS.precisions or (list(PRECISIONS) if gpu else ["float32"]), PRECISIONS, "precisions"
+    default_precisions = (
+        list(PRECISIONS)
+        if gpu
+        else ["float32", "mixed_bfloat16"] if cpu_has_bfloat16_units() else ["float32"]
     )
+    precisions = _choices(FLAGS.precisions or default_precisions, PRECISIONS, "precisions")
     jits = _bools(FLAGS.jit, "jit")
     hiddens = _ints(FLAGS.hidden or ["512", "1024", "4096"], "hidden")
     seqs = _ints(FLAGS.seq, "seq")
@@ -604,6 +647,10 @@ def main(argv):
                                     square = float(np.median(rates.samples))
                                     square_max = float(np.max(rates.samples))
                                     skinny, skinny_fm = rates.skinny(batch, hidden)
+                                    compute = _COMPUTE_DTYPES[precision]
+                                    if compute != "float32":
+                                        # The rate the step's products could reach.
+                                        compute_square = rates.square_in(compute)
                                     per_char = flops_per_char(impl, mode, hidden, FLAGS.embedding)
                                     gflops = per_char * result["chars_per_s"] / 1e9
                                     record = {
@@ -626,6 +673,9 @@ def main(argv):
                                         "peak_rss_mb": _peak_rss_mb(),
                                         **common,
                                     }
+                                    if compute != "float32":
+                                        record["matmul_gflops_compute"] = compute_square
+                                        record["peak_fraction_compute"] = gflops / compute_square
                                     key = (impl, hidden, batch, seq, precision)
                                     if mode == "train":
                                         train_rate[key] = max(
