@@ -28,6 +28,9 @@ TRAIN_KEYS = {
     "peak_rss_mb",
 }
 
+# A model and a step small enough for a smoke run.
+TINY = ("--hidden=8", "--batch=2", "--seq=8", "--steps=1", "--warmup=1")
+
 
 def _run(tmp_path, *flags):
     command = [sys.executable, str(BENCHMARK), f"--corpus={tmp_path / 'no_corpus'}", *flags]
@@ -41,11 +44,7 @@ def _run(tmp_path, *flags):
 def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     records = _run(
         tmp_path,
-        "--hidden=8",
-        "--batch=2",
-        "--seq=8",
-        "--steps=1",
-        "--warmup=1",
+        *TINY,
         "--modes=train,featurize,pipeline,convert",
         "--impls=mlstm,keras_lstm",
         "--jit=false,true",
@@ -90,11 +89,7 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
 def test_mixed_precision_lines_carry_the_compute_dtype_matrix_rate(tmp_path):
     (record,) = _run(
         tmp_path,
-        "--hidden=8",
-        "--batch=2",
-        "--seq=8",
-        "--steps=1",
-        "--warmup=1",
+        *TINY,
         "--modes=train",
         "--impls=mlstm",
         "--jit=false",
