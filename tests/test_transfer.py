@@ -161,6 +161,32 @@ def test_labels_must_be_binary_and_known():
         logistic.encode_labels([0, 5], (0, 1), what="val.csv")
 
 
+def test_label_threshold_turns_scores_into_two_classes(tmp_path):
+    path = tmp_path / "stars.jsonl"
+    rows = [
+        {"reviewText": "Broke in a week.", "overall": 1.0},
+        {"reviewText": "Meh.", "overall": 3.0},
+        {"reviewText": "Works well.", "overall": 4.0},
+        {"reviewText": "Love it.", "overall": "5"},
+        {"reviewText": "No stars here."},
+        {"reviewText": "Odd stars.", "overall": "many"},
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = experiment.load_labeled(str(path), ("reviewText",), "overall", threshold=4)
+    assert data.texts == ["Broke in a week.", "Meh.", "Works well.", "Love it."]
+    assert data.labels.tolist() == [0, 0, 1, 1]
+    assert data.skipped["total"] == 2
+    assert data.skipped["by_reason"] == {"missing_rating": 1, "bad_rating": 1}
+    # Without a threshold the stars are four classes, which the fit refuses.
+    classes = experiment.load_labeled(str(path), ("reviewText",), "overall").labels
+    with pytest.raises(ValueError, match="exactly two label values, found \\[1, 3, 4, 5\\]"):
+        logistic.encode_labels(classes, what=str(path))
+    with pytest.raises(ValueError, match="--label_threshold must be a finite number"):
+        experiment.TransferConfig(
+            model_dir="m", train=str(path), output_dir="o", label_threshold=float("nan")
+        ).validate()
+
+
 def test_select_feature_kinds_picks_the_informative_kind():
     x, labels = _synthetic(0, width=8, unit=5, noise=0.1)
     val_x, val_labels = _synthetic(1, width=8, unit=5, noise=0.1)

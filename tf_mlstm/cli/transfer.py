@@ -5,9 +5,13 @@
       --test=../shared/data/sst/test.csv --text_key=sentence --label_key=label
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/imdb \
       --train=imdb/train.jsonl --test=imdb/test.jsonl --features=auto
+  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/amazon \
+      --train=amazon/books.jsonl --test=amazon/electronics.jsonl \
+      --text_key=reviewText --label_key=overall --label_threshold=4
 
 Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
-read and normalized, featurizes every text with the model (final cell state
+read and normalized (a class label, or with `--label_threshold` a score such
+as star ratings split into negative and positive), featurizes every text with the model (final cell state
 by default; `--features=cell,mean`, any combination, or `auto` to choose on
 validation), fits an L1-regularized logistic regression with C chosen on
 validation (`--val`, or a seeded stratified `--val_fraction` of train), and
@@ -39,6 +43,13 @@ def define_transfer_flags():
         "text_key", "text,sentence,reviewText", "Keys/columns holding the text, tried in order."
     )
     flags.DEFINE_string("label_key", "label", "Key/column of the class label (two values).")
+    flags.DEFINE_float(
+        "label_threshold",
+        None,
+        "Read --label_key as a score (stars, a 1-10 rating) and label it positive when >= this "
+        "value, negative below (e.g. --label_key=overall --label_threshold=4 for Amazon stars). "
+        "Unset: the label is already a class.",
+    )
     flags.DEFINE_string("output_dir", None, "Where results, classifier and plots are written.")
     flags.DEFINE_string(
         "features", "cell", "Comma-separated of cell, hidden, mean, max (concatenated), or auto."
@@ -88,6 +99,7 @@ def config_from_flags():
             "test": FLAGS.test,
             "text_keys": tuple(key.strip() for key in FLAGS.text_key.split(",") if key.strip()),
             "label_key": FLAGS.label_key,
+            "label_threshold": FLAGS.label_threshold,
             "features": FLAGS.features,
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,

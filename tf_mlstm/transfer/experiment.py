@@ -11,6 +11,7 @@ plots to the output folder.
 
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -68,6 +69,7 @@ class TransferConfig:
     test: str = ""  # "" = no test accuracy
     text_keys: tuple = ("text",)
     label_key: str = "label"
+    label_threshold: float | None = None  # None: labels are classes; else value >= it is 1
     features: str = "cell"
     num_labeled: tuple = ()
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
@@ -95,6 +97,8 @@ class TransferConfig:
             raise ValueError(f"--c_grid must hold positive values, got {list(self.c_grid)}")
         if not self.text_keys:
             raise ValueError("--text_key must name at least one key")
+        if self.label_threshold is not None and not math.isfinite(self.label_threshold):
+            raise ValueError(f"--label_threshold must be a finite number, got {self.label_threshold}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +127,18 @@ class LabeledTexts:
         }
 
 
-def load_labeled(spec, text_keys, label_key):
+def load_labeled(spec, text_keys, label_key, threshold=None):
     """Reads labeled texts from CSV/JSONL/... files.
 
     Args:
       spec: comma-separated files or globs (see `readers.expand_inputs`).
       text_keys: keys/columns holding the text, tried in order.
       label_key: key/column of the label.
+      threshold: None: the label is a class (see `readers.parse_label`).
+        A number: the label is a score (star rating, 1-10 rating) read as
+        `readers.parse_rating` does, and it is 1 when >= threshold, else 0
+        (e.g. Amazon's `overall` stars with threshold 4: 4-5 stars are
+        positive, 1-3 negative).
 
     Returns:
       A `LabeledTexts`.
@@ -141,9 +150,11 @@ def load_labeled(spec, text_keys, label_key):
     """
     paths = readers.expand_inputs(spec)
     skip_log = readers.SkipLog(max_examples=1)
-    documents = list(
-        readers.read_documents(paths, text_keys, label_key=label_key, skip_log=skip_log)
-    )
+    if threshold is None:
+        keys = {"label_key": label_key}
+    else:
+        keys = {"rating_key": label_key}
+    documents = list(readers.read_documents(paths, text_keys, skip_log=skip_log, **keys))
     skip_log.log_summary()
     if not documents:
         first = next(iter(skip_log.examples.values()), ["(empty)"])[0]
@@ -152,12 +163,11 @@ def load_labeled(spec, text_keys, label_key):
             f"(skipped {skip_log.total}: {skip_log.counts}; first: {first})"
         )
     logging.info("Read %d labeled texts from %s", len(documents), spec)
-    return LabeledTexts(
-        spec,
-        [d.text for d in documents],
-        np.array([d.label for d in documents], np.int64),
-        skip_log.to_dict(),
-    )
+    if threshold is None:
+        labels = [d.label for d in documents]
+    else:
+        labels = [int(d.rating >= threshold) for d in documents]
+    return LabeledTexts(spec, [d.text for d in documents], np.array(labels, np.int64), skip_log.to_dict())
 
 
 def _featurize(featurizer, data, what, timings, progress):
@@ -177,14 +187,14 @@ def _featurize(featurizer, data, what, timings, progress):
 
 def _read_splits(config):
     """The (subsampled) training data and the given val/test data, labels checked."""
-    train = load_labeled(config.train, config.text_keys, config.label_key)
+    train = load_labeled(config.train, config.text_keys, config.label_key, config.label_threshold)
     train = train.subset(
         logistic.random_subsample(len(train.texts), config.max_train_examples, config.seed)
     )
     evaluation = {}
     for name, spec in (("val", config.val), ("test", config.test)):
         if spec:
-            data = load_labeled(spec, config.text_keys, config.label_key)
+            data = load_labeled(spec, config.text_keys, config.label_key, config.label_threshold)
             evaluation[name] = data.subset(
                 logistic.random_subsample(len(data.texts), config.max_eval_examples, config.seed)
             )
