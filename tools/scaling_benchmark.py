@@ -18,15 +18,15 @@ Two experiments, each a set of real `tf-mlstm-train` runs in subprocesses:
   share (control / 2 x 1 worker) and communication's (2 workers / control).
   The runs alternate
   `--weak_repeats` times and the median counts, because the cores are shared.
-* **Large-batch convergence.** Three runs that see the SAME number of
-  characters: (i) a small batch at the base rate, (ii) a batch
+* **Large-batch convergence.** Runs that see the SAME number of characters
+  (`--chars`): (i) a small batch at the base rate, (ii) a batch
   `--large_batch / --small_batch` times larger with the rate scaled linearly,
-  (iii) the same large batch with the large-batch schedule (sqrt scaling,
-  capped at `--max_lr`, warmed up, decayed to zero). Every run decays
-  linearly to zero over its own steps, so only the rate differs between (i)
-  and (ii). Validation bits/char at the end is the result. The small-batch
-  run goes on one core and the two large-batch runs one after the other on
-  the other core (timing does not matter here, only the result).
+  and (iii), (iv), ... the same large batch with each of `--schedules`
+  (a scaling rule, a warm-up share of the steps, an optional cap). Every run
+  decays linearly to zero over its own steps, so only the rate differs
+  between (i) and (ii). Validation bits/char at the end is the result. The
+  runs go two at a time, one per core, the long small-batch run first
+  (timing does not matter here, only the result).
 
 Output: one JSON object per line on stdout for every run and summary, then
 markdown tables; `--plot` gets a PNG (training bits/char against characters
@@ -45,6 +45,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from absl import app
@@ -65,41 +66,93 @@ _CORE_A = 0
 _CORE_B = 1
 
 
-def define_flags():
-    """Defines this tool's flags."""
-    flags.DEFINE_string("output_dir", "runs/scaling_benchmark", "Runs, data and logs go here.")
+def define_flags(flag_values=None):
+    """Defines this tool's flags on `flag_values` (absl's global FLAGS by default)."""
+    flag_values = flags.FLAGS if flag_values is None else flag_values
     flags.DEFINE_string(
-        "train_data", "", "TFRecord folder with train-*/validation-* shards; empty: --input."
+        "output_dir",
+        "runs/scaling_benchmark",
+        "Runs, data and logs go here.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_string(
+        "train_data",
+        "",
+        "TFRecord folder with train-*/validation-* shards; empty: --input.",
+        flag_values=flag_values,
     )
     flags.DEFINE_string(
         "input",
         _DEFAULT_INPUT,
         "Corpus files converted when --train_data is empty (relative to the repository); "
         "when none exists, the embedded demo corpus is used.",
+        flag_values=flag_values,
     )
-    flags.DEFINE_list("experiments", ["weak", "convergence"], "Which experiments to run.")
-    flags.DEFINE_string("plot", "", "PNG to write (e.g. docs/large_batch.png); empty: no plot.")
-    flags.DEFINE_string("markdown", "", "Also write the markdown tables to this file.")
+    flags.DEFINE_list(
+        "experiments", ["weak", "convergence"], "Which experiments to run.", flag_values=flag_values
+    )
+    flags.DEFINE_string(
+        "plot",
+        "",
+        "PNG to write (e.g. docs/large_batch.png); empty: no plot.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_string(
+        "markdown", "", "Also write the markdown tables to this file.", flag_values=flag_values
+    )
     # Weak scaling.
-    flags.DEFINE_integer("weak_hidden_size", 256, "mLSTM units for weak scaling.")
-    flags.DEFINE_integer("weak_batch_per_worker", 64, "Rows per worker (the global batch grows).")
-    flags.DEFINE_integer("weak_seq_length", 64, "BPTT length for weak scaling.")
-    flags.DEFINE_integer("weak_steps", 200, "Steps per weak-scaling run.")
-    flags.DEFINE_integer("weak_log_every", 20, "Steps per measured window.")
-    flags.DEFINE_integer("weak_warmup_logs", 3, "Progress windows left out as warm-up.")
     flags.DEFINE_integer(
-        "weak_repeats", 2, "Repeats of the 1-worker, 2-worker, control sequence (medians count)."
+        "weak_hidden_size", 256, "mLSTM units for weak scaling.", flag_values=flag_values
+    )
+    flags.DEFINE_integer(
+        "weak_batch_per_worker",
+        64,
+        "Rows per worker (the global batch grows).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_integer(
+        "weak_seq_length", 64, "BPTT length for weak scaling.", flag_values=flag_values
+    )
+    flags.DEFINE_integer("weak_steps", 200, "Steps per weak-scaling run.", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "weak_log_every", 20, "Steps per measured window.", flag_values=flag_values
+    )
+    flags.DEFINE_integer(
+        "weak_warmup_logs", 3, "Progress windows left out as warm-up.", flag_values=flag_values
+    )
+    flags.DEFINE_integer(
+        "weak_repeats",
+        2,
+        "Repeats of the 1-worker, 2-worker, control sequence (medians count).",
+        flag_values=flag_values,
     )
     # Convergence.
-    flags.DEFINE_integer("hidden_size", 256, "mLSTM units for the convergence runs.")
-    flags.DEFINE_integer("seq_length", 64, "BPTT length for the convergence runs.")
-    flags.DEFINE_integer("small_batch", 8, "The small (base) global batch.")
-    flags.DEFINE_integer("large_batch", 128, "The large global batch.")
-    flags.DEFINE_float("chars", 2.5e6, "Training characters per run (the same for all three).")
-    flags.DEFINE_float("base_lr", 2e-3, "Adam rate at --small_batch.")
-    flags.DEFINE_float("max_lr", 6e-3, "Cap of the large-batch schedule.")
-    flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up share of the large-batch schedule.")
-    flags.DEFINE_integer("seed", 0, "Seed of every run.")
+    flags.DEFINE_integer(
+        "hidden_size", 256, "mLSTM units for the convergence runs.", flag_values=flag_values
+    )
+    flags.DEFINE_integer(
+        "seq_length", 64, "BPTT length for the convergence runs.", flag_values=flag_values
+    )
+    flags.DEFINE_integer(
+        "small_batch", 8, "The small (base) global batch.", flag_values=flag_values
+    )
+    flags.DEFINE_integer("large_batch", 128, "The large global batch.", flag_values=flag_values)
+    flags.DEFINE_float(
+        "chars",
+        2.5e6,
+        "Training characters per run (the same for all three).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_float("base_lr", 2e-3, "Adam rate at --small_batch.", flag_values=flag_values)
+    flags.DEFINE_list(
+        "schedules",
+        ["linear:0.1", "sqrt:0.1"],
+        "Large-batch schedules to compare with plain linear scaling, each "
+        "SCALING:WARMUP_FRACTION[:CAP]: SCALING (none, linear, sqrt) of --base_lr by "
+        "large/small batch, warm-up share of the steps, optional cap on the peak rate.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_integer("seed", 0, "Seed of every run.", flag_values=flag_values)
 
 
 # === Running tf-mlstm-train ===
@@ -301,8 +354,33 @@ def weak_scaling(output_dir, data):
 # === Convergence ===
 
 
+def parse_schedule(spec):
+    """`SCALING:WARMUP_FRACTION[:CAP]` -> (scaling, warmup_fraction, cap or 0.0).
+
+    Raises:
+      ValueError: a malformed spec, an unknown scaling, a warm-up share outside
+        [0, 1) or a negative cap.
+    """
+    parts = spec.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError("expected 2 or 3 fields")
+        scaling, warmup = parts[0].strip(), float(parts[1])
+        cap = float(parts[2]) if len(parts) == 3 else 0.0
+    except ValueError as e:
+        raise ValueError(
+            f"--schedules: {spec!r} is not SCALING:WARMUP_FRACTION[:CAP] ({e}), "
+            "e.g. linear:0.1 or sqrt:0.1:6e-3"
+        ) from None
+    if scaling not in ("none", "linear", "sqrt"):
+        raise ValueError(f"--schedules: {spec!r}: scaling must be none, linear or sqrt")
+    if not 0 <= warmup < 1 or cap < 0:
+        raise ValueError(f"--schedules: {spec!r}: warm-up share in [0, 1) and cap >= 0 needed")
+    return scaling, warmup, cap
+
+
 def convergence_specs():
-    """The three runs: name -> train flag overrides (and a label)."""
+    """The runs: [(name, label, train flag overrides)], small batch first."""
     small, large = FLAGS.small_batch, FLAGS.large_batch
     per_step = FLAGS.seq_length
     small_steps = int(round(FLAGS.chars / (small * per_step)))
@@ -319,7 +397,10 @@ def convergence_specs():
     )
     # One progress line per equal number of characters in every run.
     small_log = max(large_steps // 40, 1) * ratio
-    return [
+    large_common = dict(
+        common, batch_size=large, max_steps=large_steps, log_every_steps=small_log // ratio
+    )
+    specs = [
         (
             "small_base",
             f"(i) batch {small}, base rate",
@@ -334,28 +415,23 @@ def convergence_specs():
         (
             "large_linear",
             f"(ii) batch {large}, linear scaling",
-            dict(
-                common,
-                batch_size=large,
-                max_steps=large_steps,
-                lr_scaling="linear",
-                log_every_steps=small_log // ratio,
-            ),
-        ),
-        (
-            "large_schedule",
-            f"(iii) batch {large}, sqrt + cap + warmup",
-            dict(
-                common,
-                batch_size=large,
-                max_steps=large_steps,
-                lr_scaling="sqrt",
-                max_lr=FLAGS.max_lr,
-                warmup_steps=int(round(FLAGS.warmup_fraction * large_steps)),
-                log_every_steps=small_log // ratio,
-            ),
+            dict(large_common, lr_scaling="linear"),
         ),
     ]
+    for index, spec in enumerate(FLAGS.schedules):
+        scaling, warmup, cap = parse_schedule(spec)
+        numeral = ("iii", "iv", "v", "vi", "vii", "viii")[index % 6]
+        label = f"({numeral}) batch {large}, {scaling} scaling, warm-up {warmup:g}"
+        overrides = dict(
+            large_common,
+            lr_scaling=scaling,
+            warmup_steps=int(round(warmup * large_steps)),
+        )
+        if cap:
+            overrides["max_lr"] = cap
+            label += f", cap {cap:g}"
+        specs.append((f"large_schedule_{index}", label, overrides))
+    return specs
 
 
 def _peak(spec):
@@ -366,11 +442,10 @@ def _peak(spec):
 
 
 def convergence(output_dir, data):
-    """Runs the three convergence runs; returns their records."""
+    """Runs the convergence runs two at a time, one per core; returns their records."""
     specs = convergence_specs()
-    procs = {}
 
-    def launch(name, spec, core):
+    def run(name, label, spec, core):
         model_dir = os.path.join(output_dir, name)
         shutil.rmtree(model_dir, ignore_errors=True)
         overrides = dict(spec, checkpoint_every_steps=spec["max_steps"])
@@ -382,11 +457,9 @@ def convergence(output_dir, data):
         ]
         env, preexec = _single_core_env(core)
         started = time.monotonic()
-        return _start(command, os.path.join(output_dir, name + ".log"), env, preexec), started
-
-    def collect(name, label, spec, proc, started):
+        proc = _start(command, os.path.join(output_dir, name + ".log"), env, preexec)
         log = _finish(proc, name)
-        with open(os.path.join(output_dir, name, "results.json")) as f:
+        with open(os.path.join(model_dir, "results.json")) as f:
             results = json.load(f)
         chars_per_step = spec["batch_size"] * spec["seq_length"]
         curve = [(step * chars_per_step, bpc) for step, bpc, _ in _progress(log)]
@@ -409,13 +482,32 @@ def convergence(output_dir, data):
         _emit({k: v for k, v in record.items() if k != "curve"})
         return record
 
-    (small_name, small_label, small_spec), *large = specs
-    procs[small_name] = launch(small_name, small_spec, _CORE_A)
-    records = {}
-    for name, label, spec in large:
-        proc, started = launch(name, spec, _CORE_B)
-        records[name] = collect(name, label, spec, proc, started)
-    records[small_name] = collect(small_name, small_label, small_spec, *procs[small_name])
+    # The long small-batch run starts first on one core; the large-batch runs
+    # take turns on the other, and on the first core once it is free.
+    pending = list(specs)
+    records, errors = {}, []
+    lock = threading.Lock()
+
+    def worker(core):
+        while True:
+            with lock:
+                if not pending or errors:
+                    return
+                name, label, spec = pending.pop(0)
+            try:
+                records[name] = run(name, label, spec, core)
+            except Exception as e:  # pylint: disable=broad-except
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=worker, args=(core,)) for core in (_CORE_A, _CORE_B)]
+    for thread in threads:
+        thread.start()
+        time.sleep(1.0)  # The small-batch run takes the first core.
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
     return [records[name] for name, _, _ in specs]
 
 
@@ -517,6 +609,11 @@ def main(argv):
         raise app.UsageError(f"--experiments: unknown {sorted(unknown)}; use weak, convergence")
     if FLAGS.large_batch % FLAGS.small_batch:
         raise app.UsageError("--large_batch must be a multiple of --small_batch")
+    try:
+        for spec in FLAGS.schedules:
+            parse_schedule(spec)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     output_dir = os.path.abspath(FLAGS.output_dir)
     os.makedirs(output_dir, exist_ok=True)
     data = resolve_data(output_dir, FLAGS.train_data, FLAGS.input)

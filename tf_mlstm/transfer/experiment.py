@@ -98,7 +98,9 @@ class TransferConfig:
         if not self.text_keys:
             raise ValueError("--text_key must name at least one key")
         if self.label_threshold is not None and not math.isfinite(self.label_threshold):
-            raise ValueError(f"--label_threshold must be a finite number, got {self.label_threshold}")
+            raise ValueError(
+                f"--label_threshold must be a finite number, got {self.label_threshold}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +169,9 @@ def load_labeled(spec, text_keys, label_key, threshold=None):
         labels = [d.label for d in documents]
     else:
         labels = [int(d.rating >= threshold) for d in documents]
-    return LabeledTexts(spec, [d.text for d in documents], np.array(labels, np.int64), skip_log.to_dict())
+    return LabeledTexts(
+        spec, [d.text for d in documents], np.array(labels, np.int64), skip_log.to_dict()
+    )
 
 
 def _featurize(featurizer, data, what, timings, progress):
