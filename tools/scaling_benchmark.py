@@ -139,8 +139,8 @@ def define_flags(flag_values=None):
     flags.DEFINE_integer("large_batch", 128, "The large global batch.", flag_values=flag_values)
     flags.DEFINE_float(
         "chars",
-        2.5e6,
-        "Training characters per run (the same for all three).",
+        1e7,
+        "Training characters per run (the same for every run).",
         flag_values=flag_values,
     )
     flags.DEFINE_float("base_lr", 2e-3, "Adam rate at --small_batch.", flag_values=flag_values)
