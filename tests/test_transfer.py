@@ -82,6 +82,20 @@ def test_features_do_not_depend_on_batch_or_order(small_model):
     assert not np.allclose(alone["cell"][0], alone["cell"][5])
 
 
+def test_mixed_precision_features_track_float32(tmp_path):
+    model_dir, _ = write_untrained_model_dir(tmp_path / "m")
+    exact, _ = load_trained_model(str(model_dir))
+    fast, _ = load_trained_model(str(model_dir), precision="mixed_bfloat16")
+    assert fast.compute_dtype == "bfloat16" and fast.mlstm.variable_dtype == "float32"
+    want = features.TextFeaturizer(exact, batch_size=4)(TEXTS, progress=False)
+    got = features.TextFeaturizer(fast, batch_size=4)(TEXTS, progress=False)
+    for kind in features.FEATURE_KINDS:
+        assert got[kind].dtype == np.float32, kind
+        # bfloat16 keeps 8 bits of mantissa; the state drifts a little over the texts.
+        np.testing.assert_allclose(got[kind], want[kind], atol=0.05, rtol=0.05, err_msg=kind)
+    assert not np.array_equal(got["cell"], want["cell"])  # really computed in 16 bits
+
+
 def test_featurizer_keeps_only_requested_kinds(small_model):
     out = features.TextFeaturizer(small_model, batch_size=4, kinds=("cell", "max"))(TEXTS[:3])
     assert sorted(out) == ["cell", "max"]
@@ -391,6 +405,8 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     )
     with pytest.raises(FileNotFoundError, match="input file not found: .*missing.csv"):
         experiment.run_transfer(config)
+    with pytest.raises(ValueError, match="--precision must be one of .* got 'float64'"):
+        experiment.run_transfer(dataclasses.replace(config, precision="float64"))
     with pytest.raises(ValueError, match="--val_fraction must be in \\(0, 1\\)"):
         experiment.run_transfer(
             experiment.TransferConfig(
@@ -422,9 +438,11 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
             features="auto",
             max_train_examples=40,
             max_eval_examples=10,
+            precision="mixed_bfloat16",
             progress=False,
         )
     )
+    assert results["config"]["precision"] == "mixed_bfloat16"
     assert results["data"]["train"]["examples"] == 40
     assert results["data"]["train"]["fit_examples"] == 36
     assert results["data"]["val"] == {"held_out_of_train": True, "examples": 4}

@@ -61,6 +61,13 @@ def define_transfer_flags():
     )
     flags.DEFINE_integer("batch_size", 64, "Texts per model call.")
     flags.DEFINE_integer("window", 256, "Bytes per model call (the state carries across).")
+    flags.DEFINE_enum(
+        "precision",
+        "float32",
+        ["float32", "mixed_bfloat16", "mixed_float16"],
+        "Policy the features are computed in: a mixed one runs the products in 16 bits "
+        "(GPUs; CPUs with bfloat16 units), the weights and features stay float32.",
+    )
     flags.DEFINE_integer(
         "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
     )
@@ -104,6 +111,7 @@ def config_from_flags():
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,
             "window": FLAGS.window,
+            "precision": FLAGS.precision,
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
             "val_fraction": FLAGS.val_fraction,

@@ -42,12 +42,16 @@ from tf_mlstm.train.config import TrainConfig
 SERVING_WINDOW = 256
 
 
-def load_trained_model(model_dir, checkpoint=None):
-    """Rebuilds a run's model in float32 and loads its newest checkpoint.
+def load_trained_model(model_dir, checkpoint=None, precision="float32"):
+    """Rebuilds a run's model and loads its newest checkpoint.
 
     Args:
       model_dir: a `tf-mlstm-train` model folder (has config.json).
       checkpoint: a specific checkpoint path (default: the newest).
+      precision: the dtype policy to compute in. float32 (the default) is
+        what serving exports; a mixed policy keeps the float32 weights and
+        runs the products in 16 bits, which is what makes featurizing large
+        corpora fast on GPUs and on CPUs with bfloat16 units.
 
     Returns:
       (model, config).
@@ -67,7 +71,7 @@ def load_trained_model(model_dir, checkpoint=None):
     )
     if not checkpoint:
         raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
-    model = MLSTMLanguageModel.from_train_config(config, precision="float32")
+    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
     tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
     logging.info("Loaded %s", checkpoint)
     return model, config

@@ -23,6 +23,7 @@ from tf_mlstm.data import readers
 from tf_mlstm.export import saved_model
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import logistic
+from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import plots
 
 RESULTS_FILE = "results.json"
@@ -74,6 +75,7 @@ class TransferConfig:
     num_labeled: tuple = ()
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
     window: int = features_lib.DEFAULT_WINDOW
+    precision: str = "float32"  # the policy features are computed in
     max_train_examples: int = 0
     max_eval_examples: int = 0
     val_fraction: float = 0.1
@@ -91,6 +93,8 @@ class TransferConfig:
             raise ValueError("--max_train_examples and --max_eval_examples must be >= 0")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"--val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.solver not in logistic.SOLVERS:
             raise ValueError(f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}")
         if not self.c_grid or min(self.c_grid) <= 0:
@@ -262,7 +266,7 @@ def run_transfer(config):
     """
     config.validate()
     started = time.monotonic()
-    model, _ = saved_model.load_trained_model(config.model_dir)
+    model, _ = saved_model.load_trained_model(config.model_dir, precision=config.precision)
     hidden = model.hidden_size
     train, evaluation = _read_splits(config)
 
