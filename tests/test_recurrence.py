@@ -43,6 +43,26 @@ def _reference(xz, xm, h0, c0, keep, w_mh, w_h):
     return tf.stack(outputs, axis=1), h, c
 
 
+def _reference_states(xz, xm, h0, c0, keep, w_mh, w_h, valid):
+    """NumPy: every step's (h, c) [B, T, H]; a step with valid 0 keeps the state."""
+    sigmoid = lambda x: 1.0 / (1.0 + np.exp(-x))
+    xz, xm, h, c, keep, w_mh, w_h = (
+        np.asarray(a, np.float64) for a in (xz, xm, h0, c0, keep, w_mh, w_h)
+    )
+    hs, cs = [], []
+    for t in range(xz.shape[1]):
+        h_in, c_in = h * keep[:, t], c * keep[:, t]
+        z = xz[:, t] + (xm[:, t] * (h_in @ w_mh)) @ w_h
+        i, f, o, u = np.split(z, 4, axis=-1)
+        c_new = sigmoid(f) * c_in + sigmoid(i) * np.tanh(u)
+        h_new = sigmoid(o) * np.tanh(c_new)
+        step_valid = np.reshape(valid[:, t], (-1, 1)) > 0
+        h, c = np.where(step_valid, h_new, h), np.where(step_valid, c_new, c)
+        hs.append(h)
+        cs.append(c)
+    return np.stack(hs, axis=1), np.stack(cs, axis=1)
+
+
 def _gradients(fn, args, use_outputs=True):
     with tf.GradientTape() as tape:
         tape.watch(args)
@@ -105,12 +125,22 @@ def test_pooling_in_the_loop_equals_pooling_the_sequence(masked):
         valid[2, 1:] = 0
     args = (xz, xm, h0, c0, keep, w_mh, w_h)
     outputs, h, c = recurrence.mlstm_forward(*args, valid=tf.constant(valid))
-    (total, peak), h_pool, c_pool = recurrence.mlstm_forward(
-        *args, valid=tf.constant(valid), pool=True
-    )
+    pooled, h_pool, c_pool = recurrence.mlstm_forward(*args, valid=tf.constant(valid), pool=True)
+    hiddens, cells = _reference_states(xz, xm, h0, c0, keep, w_mh, w_h, valid)
+    np.testing.assert_allclose(outputs, hiddens, atol=1e-5)
     mask = valid > 0
-    np.testing.assert_allclose(total, np.sum(np.where(mask, outputs, 0.0), axis=1), atol=1e-6)
-    np.testing.assert_allclose(peak, np.max(np.where(mask, outputs, -2.0), axis=1), atol=1e-6)
+    want = {
+        "h_sum": np.sum(np.where(mask, outputs, 0.0), axis=1),
+        "h_square_sum": np.sum(np.where(mask, np.square(outputs), 0.0), axis=1),
+        "h_max": np.max(np.where(mask, outputs, -np.inf), axis=1),
+        "h_min": np.min(np.where(mask, outputs, np.inf), axis=1),
+        "c_sum": np.sum(np.where(mask, cells, 0.0), axis=1),
+        "c_max": np.max(np.where(mask, cells, -np.inf), axis=1),
+        "c_min": np.min(np.where(mask, cells, np.inf), axis=1),
+    }
+    assert sorted(pooled) == sorted(recurrence.POOLED)
+    for key in recurrence.POOLED:
+        np.testing.assert_allclose(pooled[key], want[key], atol=1e-5, err_msg=key)
     np.testing.assert_allclose(h_pool, h, atol=1e-6)
     np.testing.assert_allclose(c_pool, c, atol=1e-6)
 

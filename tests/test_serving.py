@@ -34,8 +34,10 @@ def small_model():
 
 def _fit_classifier(model, texts, labels):
     featurized = features.TextFeaturizer(model, batch_size=8)(texts)
-    x = features.concat_features(featurized, ("cell", "max"))
-    classifier, _ = logistic.fit_logistic(x, labels, x, labels, ("cell", "max"), model.hidden_size)
+    x = features.concat_features(featurized, ("max", "cell_min"))
+    classifier, _ = logistic.fit_logistic(
+        x, labels, x, labels, ("max", "cell_min"), model.hidden_size
+    )
     return classifier
 
 
@@ -85,7 +87,9 @@ def test_classify_signature_matches_the_python_classifier(small_model):
         "serving_default",
     ]
     out = module.classify(tf.constant(TEXTS))
-    x = features.concat_features(features.TextFeaturizer(small_model)(texts[:3]), ("cell", "max"))
+    x = features.concat_features(
+        features.TextFeaturizer(small_model)(texts[:3]), ("max", "cell_min")
+    )
     np.testing.assert_allclose(out["probability"], classifier.predict_proba(x), atol=1e-5)
     np.testing.assert_array_equal(out["label"], classifier.predict(x))
     np.testing.assert_allclose(out["neuron"], x[:, classifier.neuron.index], atol=1e-6)
@@ -152,7 +156,7 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     )
     assert signatures == ["classify", "featurize", "generate", "score", "serving_default"]
     meta = json.loads((tmp_path / "export" / "1" / "assets.extra" / "meta.json").read_text())
-    assert meta["classifier"]["feature_kinds"] == ["cell", "max"]
+    assert meta["classifier"]["feature_kinds"] == ["max", "cell_min"]
 
     done = subprocess.run(
         [sys.executable, "-c", _SERVE, export_dir, json.dumps(TEXTS)],

@@ -133,11 +133,12 @@ class MLSTM(keras.layers.Layer):
           ids: [B, T] integer rows of the tables.
           initial_state, keep, valid, training, kernels, return_sequences: as
             in `run_projected`.
-          pool: inference only: outputs are the (sum, max) of the hidden state
-            over the valid steps, each [B, H], pooled inside the loop.
+          pool: inference only: outputs are statistics of the hidden and cell
+            states over the valid steps, pooled inside the loop (a dict of
+            [B, H] keyed by `recurrence.POOLED`).
 
         Returns:
-          (outputs [B, T, H] or None or the pooled pair, [h, c]).
+          (outputs [B, T, H] or None or the pooled statistics, [h, c]).
         """
         return self._run(
             xz_table,

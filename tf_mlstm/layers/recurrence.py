@@ -157,6 +157,57 @@ class _StepInputs:
         return tf.transpose(tf.gather(self._tables[1], self._ids_tm[t])) * self.keep[t]
 
 
+POOLED = ("h_sum", "h_square_sum", "h_max", "h_min", "c_sum", "c_max", "c_min")
+"""The statistics `mlstm_forward(..., pool=True)` accumulates over the steps."""
+
+
+def pooled_initial(like):
+    """Statistics of no steps, for states shaped and typed like `like`.
+
+    The sums are float32 (256 float16 steps would round them to 1/4); the
+    extremes keep the state's dtype and start at -/+ its largest value.
+    """
+    largest = like.dtype.max
+    zeros = tf.zeros(tf.shape(like), tf.float32)
+    low = tf.fill(tf.shape(like), tf.constant(-largest, like.dtype))
+    high = tf.fill(tf.shape(like), tf.constant(largest, like.dtype))
+    return {
+        "h_sum": zeros,
+        "h_square_sum": zeros,
+        "h_max": low,
+        "h_min": high,
+        "c_sum": zeros,
+        "c_max": low,
+        "c_min": high,
+    }
+
+
+def combine_pooled(a, b):
+    """The statistics of the steps of `a` and of `b` together."""
+    return {
+        key: (
+            a[key] + b[key]
+            if key.endswith("sum")
+            else (tf.maximum if key.endswith("max") else tf.minimum)(a[key], b[key])
+        )
+        for key in POOLED
+    }
+
+
+def _step_pooled(h, c):
+    """The statistics of one step."""
+    h32 = tf.cast(h, tf.float32)
+    return {
+        "h_sum": h32,
+        "h_square_sum": h32 * h32,
+        "h_max": h,
+        "h_min": h,
+        "c_sum": tf.cast(c, tf.float32),
+        "c_max": c,
+        "c_min": c,
+    }
+
+
 def mlstm_forward(
     xz,
     xm,
@@ -189,15 +240,17 @@ def mlstm_forward(
         (within noise of the plain ops on CPU; a SavedModel holding XLA
         kernels would also need XLA at serving time).
       ids: optional [B, T] integer rows of the `xz` and `xm` tables.
-      pool: instead of the sequence, return the sum and the maximum of the
-        hidden state over the valid steps, accumulated inside the loop (the
-        [B, T, H] sequence is never stored: pooled features at the cost of
-        two elementwise operations per step). The sum is float32; the maximum
-        starts at -2, below any hidden state (tanh is in (-1, 1)).
+      pool: instead of the sequence, return statistics of the hidden and
+        cell states over the valid steps, accumulated inside the loop (the
+        [B, T, H] sequence is never stored: pooled features at the cost of a
+        few elementwise operations per step). A dict keyed by `POOLED`:
+        sums (of h, h * h and c) in float32, and running maxima and minima
+        (of h and c) in the compute dtype, which start at -/+ the dtype's
+        largest value.
 
     Returns:
       (outputs, h_T [B, H], c_T [B, H]); outputs are [B, T, H], or None when
-      not `return_sequences`, or with `pool` the pair (sum [B, H], max [B, H]).
+      not `return_sequences`, or with `pool` the dict of [B, H] statistics.
     """
     inputs = _StepInputs(xz, xm, keep, ids, per_step=True)
     w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
@@ -213,21 +266,18 @@ def mlstm_forward(
 
         if pool:
 
-            def pool_body(t, h, c, total, peak):
+            def pool_body(t, h, c, pooled):
                 h, c = step(t, h, c)
-                if valid is None:
-                    return t + 1, h, c, total + tf.cast(h, tf.float32), tf.maximum(peak, h)
-                mask = valid[t] > 0
-                total += tf.cast(tf.where(mask, h, tf.zeros_like(h)), tf.float32)
-                return t + 1, h, c, total, tf.where(mask, tf.maximum(peak, h), peak)
+                update = combine_pooled(pooled, _step_pooled(h, c))
+                if valid is not None:
+                    mask = valid[t] > 0
+                    update = {k: tf.where(mask, update[k], pooled[k]) for k in POOLED}
+                return t + 1, h, c, update
 
-            # The sum in float32: 256 float16 steps would round it to 1/4.
-            pooled = (
-                tf.zeros(tf.shape(h0), tf.float32),
-                tf.fill(tf.shape(h0), tf.constant(-2.0, h0.dtype)),
+            _, h, c, pooled = tf.while_loop(
+                cond, pool_body, (tf.constant(0), h0, c0, pooled_initial(h0))
             )
-            _, h, c, total, peak = tf.while_loop(cond, pool_body, (tf.constant(0), h0, c0) + pooled)
-            return (tf.transpose(total), tf.transpose(peak)), tf.transpose(h), tf.transpose(c)
+            return {k: tf.transpose(v) for k, v in pooled.items()}, tf.transpose(h), tf.transpose(c)
         if not return_sequences:
             _, h, c = tf.while_loop(
                 cond, lambda t, h, c: (t + 1,) + step(t, h, c), (tf.constant(0), h0, c0)

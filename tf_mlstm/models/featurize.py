@@ -13,8 +13,30 @@ signatures and the transfer tools.
 import tensorflow as tf
 
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.layers import recurrence
 
-FEATURE_KINDS = ("cell", "hidden", "mean", "max")
+FEATURE_KINDS = (
+    "cell",
+    "hidden",
+    "mean",
+    "max",
+    "min",
+    "std",
+    "cell_mean",
+    "cell_max",
+    "cell_min",
+)
+"""What `featurize_ids` computes for each text, [N, H] each:
+
+- cell, hidden: the final cell and hidden state (Radford et al. 2017 used the
+  final cell state of a long-trained 4096-unit model);
+- mean, max, min, std: statistics of the hidden state over the text's bytes;
+- cell_mean, cell_max, cell_min: the same of the cell state.
+
+The pooled kinds matter for small or briefly trained models, whose final state
+forgets most of a sentence (docs/transfer.md gives the measurements). The order
+is fixed: classifier files name kinds, and new kinds only ever go at the end.
+"""
 
 
 def texts_to_ids(texts, pad_to_multiple=1):
@@ -62,7 +84,7 @@ def _windows(model, ids, valid, window, body, initial, pool=False):
 
 
 def featurize_ids(model, ids, valid, window=256):
-    """Features of each row: final cell and hidden state, mean/max hidden.
+    """Features of each row: final states and pooled statistics of the states.
 
     Args:
       model: an `MLSTMLanguageModel`.
@@ -73,23 +95,30 @@ def featurize_ids(model, ids, valid, window=256):
     Returns:
       dict of float32 [N, H] tensors keyed by `FEATURE_KINDS`.
     """
-    hidden = model.hidden_size
-    batch = tf.shape(ids)[0]
 
     def pool(pooled, ids_w, valid_w, acc):
-        # The recurrence pools each window's hidden states inside its loop.
-        total, peak = acc
-        window_total, window_peak = (tf.cast(x, tf.float32) for x in pooled)
-        return total + window_total, tf.maximum(peak, window_peak)
+        # The recurrence pools each window's states inside its loop.
+        return recurrence.combine_pooled(acc, pooled)
 
-    initial = (tf.zeros((batch, hidden)), tf.fill((batch, hidden), -2.0))
-    h, c, (total, peak) = _windows(model, ids, valid, window, pool, initial, pool=True)
+    initial = recurrence.pooled_initial(
+        tf.zeros((tf.shape(ids)[0], model.hidden_size), model.compute_dtype)
+    )
+    h, c, acc = _windows(model, ids, valid, window, pool, initial, pool=True)
+    acc = {key: tf.cast(value, tf.float32) for key, value in acc.items()}
     count = tf.maximum(tf.reduce_sum(valid, axis=1, keepdims=True), 1.0)
+    mean = acc["h_sum"] / count
     return {
         "cell": tf.cast(c, tf.float32),
         "hidden": tf.cast(h, tf.float32),
-        "mean": total / count,
-        "max": peak,
+        "mean": mean,
+        "max": acc["h_max"],
+        "min": acc["h_min"],
+        # E[h^2] - E[h]^2 in float32; h is in (-1, 1), so the difference is
+        # exact enough, and rounding below zero is clipped.
+        "std": tf.sqrt(tf.maximum(acc["h_square_sum"] / count - mean * mean, 0.0)),
+        "cell_mean": acc["c_sum"] / count,
+        "cell_max": acc["c_max"],
+        "cell_min": acc["c_min"],
     }
 
 

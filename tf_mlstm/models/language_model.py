@@ -74,11 +74,12 @@ class MLSTMLanguageModel(keras.Model):
           valid: optional [B, T] 1/0 mask; the state stays put where 0.
           training: selects the trainable path.
           return_sequences: return every step's hidden state.
-          pool: inference only: instead, the (sum, max) of the hidden state over
-            the valid steps, each [B, H].
+          pool: inference only: instead, statistics of the hidden and cell
+            states over the valid steps (a dict of [B, H] keyed by
+            `recurrence.POOLED`).
 
         Returns:
-          (hidden states [B, T, H], None or the pooled pair, [h, c]).
+          (hidden states [B, T, H], or None, or the pooled statistics; [h, c]).
         """
         xz_table, xm_table, ids, keep, kernels = self._projected(ids)
         return self.mlstm.run_tables(
