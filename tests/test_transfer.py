@@ -155,6 +155,28 @@ def test_sweep_finds_the_informative_unit():
     assert saga.neuron.index == 17
 
 
+def test_l2_penalty_keeps_every_weight_and_finds_the_unit():
+    x, labels = _synthetic(0)
+    val_x, val_labels = _synthetic(1)
+    test_x, test_labels = _synthetic(2)
+    dense, sweep = logistic.fit_logistic(x, labels, val_x, val_labels, ("cell",), 50, penalty="l2")
+    assert all(row["nonzero_weights"] == 50 for row in sweep)
+    assert dense.top_units(1)[0]["index"] == 17 and dense.neuron.index == 17
+    assert dense.accuracy(test_x, test_labels) > 0.8  # 49 noise units share the weight
+    # The default solver for l2 is lbfgs; liblinear fits the same model.
+    assert logistic.resolve_solver("l2", "auto") == "lbfgs"
+    assert logistic.resolve_solver("l1", "auto") == "liblinear"
+    other, _ = logistic.fit_logistic(
+        x, labels, val_x, val_labels, ("cell",), 50, penalty="l2", solver="liblinear"
+    )
+    assert other.C == dense.C
+    np.testing.assert_allclose(other.weights, dense.weights, atol=0.02)
+    with pytest.raises(ValueError, match="the lbfgs solver fits only the l2 penalty, not l1"):
+        logistic.fit_logistic(x, labels, val_x, val_labels, ("cell",), 50, solver="lbfgs")
+    with pytest.raises(ValueError, match="penalty must be one of"):
+        logistic.fit_logistic(x, labels, val_x, val_labels, ("cell",), 50, penalty="l0")
+
+
 def test_neuron_with_negative_sign_and_other_labels():
     x, labels = _synthetic(0)
     labels = np.where(labels == 1, 3, 7)  # unit 17 is high for label 3: the negative class
@@ -201,15 +223,38 @@ def test_label_threshold_turns_scores_into_two_classes(tmp_path):
         ).validate()
 
 
-def test_select_feature_kinds_picks_the_informative_kind():
-    x, labels = _synthetic(0, width=8, unit=5, noise=0.1)
-    val_x, val_labels = _synthetic(1, width=8, unit=5, noise=0.1)
+def _kinds_with_signal(rng, rows, signals):
+    """Noise for every kind, with `signals` (kind -> [rows]) in unit 0."""
+    out = {kind: rng.normal(size=(rows, 8)) for kind in features.FEATURE_KINDS}
+    for kind, values in signals.items():
+        out[kind][:, 0] = values
+    return out
+
+
+def test_select_feature_kinds_picks_the_informative_group():
     rng = np.random.default_rng(9)
-    train, val = ({k: rng.normal(size=(200, 8)) for k in ("cell", "hidden", "max")} for _ in "ab")
-    train["mean"], val["mean"] = x, val_x
-    kinds, trials = logistic.select_feature_kinds(train, labels, val, val_labels, 8)
-    assert kinds == ("mean",)
-    assert [t["kinds"] for t in trials[:4]] == [["cell"], ["hidden"], ["mean"], ["max"]]
+    # The label is the sign of a + b: a (a hidden-state statistic) and b (a
+    # cell-state statistic) each classify 3 texts in 4; together, all.
+    a, b = rng.normal(size=(2, 600))
+    labels = (a + b > 0).astype(np.int64)
+    data = _kinds_with_signal(rng, 600, {"max": a, "cell_min": b})
+    train = {kind: values[:400] for kind, values in data.items()}
+    val = {kind: values[400:] for kind, values in data.items()}
+    kinds, trials = logistic.select_feature_kinds(train, labels[:400], val, labels[400:], 8)
+    assert kinds == ("mean", "max", "min", "std", "cell_mean", "cell_max", "cell_min")
+    assert [t["kinds"] for t in trials[:3]] == [list(group) for group in features.FEATURE_GROUPS]
+    # Adding the final states to the two statistics groups was tried, and did not help.
+    assert trials[-1]["kinds"] == list(features.FEATURE_KINDS)
+    assert trials[-1]["val_accuracy"] <= max(t["val_accuracy"] for t in trials)
+    # One informative group alone is chosen alone.
+    data = _kinds_with_signal(rng, 600, {"cell": 2 * a})
+    labels = (a > 0).astype(np.int64)
+    train = {kind: values[:400] for kind, values in data.items()}
+    val = {kind: values[400:] for kind, values in data.items()}
+    kinds, _ = logistic.select_feature_kinds(
+        train, labels[:400], val, labels[400:], 8, penalty="l2"
+    )
+    assert kinds == ("cell", "hidden")
 
 
 def test_splits_and_subsamples_are_seeded_and_balanced():
@@ -407,6 +452,10 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         experiment.run_transfer(config)
     with pytest.raises(ValueError, match="--precision must be one of .* got 'float64'"):
         experiment.run_transfer(dataclasses.replace(config, precision="float64"))
+    with pytest.raises(ValueError, match="--penalty must be one of .* got 'elasticnet'"):
+        experiment.run_transfer(dataclasses.replace(config, penalty="elasticnet"))
+    with pytest.raises(ValueError, match="--solver=lbfgs fits only --penalty=l2, not l1"):
+        experiment.run_transfer(dataclasses.replace(config, solver="lbfgs"))
     with pytest.raises(ValueError, match="--val_fraction must be in \\(0, 1\\)"):
         experiment.run_transfer(
             experiment.TransferConfig(
@@ -439,10 +488,13 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
             max_train_examples=40,
             max_eval_examples=10,
             precision="mixed_bfloat16",
+            penalty="l2",
             progress=False,
         )
     )
     assert results["config"]["precision"] == "mixed_bfloat16"
+    assert results["config"]["penalty"] == "l2" and results["config"]["solver"] == "auto"
+    assert results["nonzero_weights"] == results["features"]  # l2 keeps every weight
     assert results["data"]["train"]["examples"] == 40
     assert results["data"]["train"]["fit_examples"] == 36
     assert results["data"]["val"] == {"held_out_of_train": True, "examples": 4}

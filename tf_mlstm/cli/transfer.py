@@ -11,13 +11,14 @@
 
 Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
 read and normalized (a class label, or with `--label_threshold` a score such
-as star ratings split into negative and positive), featurizes every text with the model (final cell state
-by default; `--features=cell,mean`, any combination, or `auto` to choose on
-validation), fits an L1-regularized logistic regression with C chosen on
-validation (`--val`, or a seeded stratified `--val_fraction` of train), and
-finds the sentiment neuron. Writes to `--output_dir`: results.json,
-classifier.json (for tf-mlstm-classify and tf-mlstm-export --classifier),
-neuron_histogram.png and accuracy_vs_labeled.png. The last line printed is
+as star ratings split into negative and positive), featurizes every text
+with the model (final cell state by default; `--features=cell,cell_mean`,
+any combination, or `auto` to choose on validation), fits an L1- (or
+`--penalty=l2`) regularized logistic regression with C chosen on validation
+(`--val`, or a seeded stratified `--val_fraction` of train), and finds the
+sentiment neuron. Writes to `--output_dir`: results.json, classifier.json
+(for tf-mlstm-classify and tf-mlstm-export --classifier), neuron_histogram.png
+and accuracy_vs_labeled.png. The last line printed is
 one JSON object with `test_accuracy` and the other headline numbers.
 """
 
@@ -52,7 +53,11 @@ def define_transfer_flags():
     )
     flags.DEFINE_string("output_dir", None, "Where results, classifier and plots are written.")
     flags.DEFINE_string(
-        "features", "cell", "Comma-separated of cell, hidden, mean, max (concatenated), or auto."
+        "features",
+        "cell",
+        "Comma-separated of cell, hidden (final states), mean, max, min, std (of the hidden "
+        "state), cell_mean, cell_max, cell_min (of the cell state), concatenated; or auto "
+        "(choose among final / hidden statistics / cell statistics on validation).",
     )
     flags.DEFINE_string(
         "num_labeled",
@@ -78,7 +83,19 @@ def define_transfer_flags():
     flags.DEFINE_string(
         "c_grid", "", "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
     )
-    flags.DEFINE_enum("solver", "liblinear", ["liblinear", "saga"], "scikit-learn solver.")
+    flags.DEFINE_enum(
+        "penalty",
+        "l1",
+        ["l1", "l2"],
+        "l1: sparse weights (Radford et al.), the units that carry sentiment stand out; l2: "
+        "dense weights, more accurate from the pooled features of small models.",
+    )
+    flags.DEFINE_enum(
+        "solver",
+        "auto",
+        ["auto", "liblinear", "saga", "lbfgs"],
+        "scikit-learn solver; auto: liblinear for l1, lbfgs for l2.",
+    )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
 
 
@@ -115,6 +132,7 @@ def config_from_flags():
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
             "val_fraction": FLAGS.val_fraction,
+            "penalty": FLAGS.penalty,
             "solver": FLAGS.solver,
             "seed": FLAGS.seed,
         }
@@ -135,6 +153,7 @@ def headline(results):
         "val_accuracy": results["val_accuracy"],
         "train_accuracy": results["train_accuracy"],
         "feature_kinds": results["feature_kinds"],
+        "penalty": results["config"]["penalty"],
         "C": results["C"],
         "nonzero_weights": results["nonzero_weights"],
         "neuron": {k: neuron[k] for k in ("index", "kind", "unit", "sign")},

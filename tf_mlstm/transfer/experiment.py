@@ -2,7 +2,7 @@
 
 Reads labeled CSV/JSONL splits through `tf_mlstm.data.readers` (so the text
 is normalized exactly as for training), featurizes them with a trained
-model, fits the L1 logistic regression (C chosen on validation: the given
+model, fits the L1 (or L2) logistic regression (C chosen on validation: the given
 validation split, or a seeded stratified share of train), finds the
 sentiment neuron, repeats the fit on balanced subsamples of train for the
 `num_labeled` curve, and writes `results.json`, `classifier.json` and the
@@ -80,7 +80,8 @@ class TransferConfig:
     max_eval_examples: int = 0
     val_fraction: float = 0.1
     c_grid: tuple = logistic.DEFAULT_C_GRID
-    solver: str = "liblinear"
+    penalty: str = "l1"
+    solver: str = "auto"  # liblinear for l1, lbfgs for l2
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
 
@@ -95,8 +96,12 @@ class TransferConfig:
             raise ValueError(f"--val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.penalty not in logistic.PENALTIES:
+            raise ValueError(f"--penalty must be one of {logistic.PENALTIES}, got {self.penalty!r}")
         if self.solver not in logistic.SOLVERS:
             raise ValueError(f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}")
+        if self.solver == "lbfgs" and self.penalty != "l2":
+            raise ValueError(f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}")
         if not self.c_grid or min(self.c_grid) <= 0:
             raise ValueError(f"--c_grid must hold positive values, got {list(self.c_grid)}")
         if not self.text_keys:
@@ -282,7 +287,12 @@ def run_transfer(config):
     fit_features, fit_labels, val_features, val_labels = _fit_and_validation_features(
         config, train, train_features, evaluation, eval_features
     )
-    fit_kwargs = {"c_grid": config.c_grid, "solver": config.solver, "seed": config.seed}
+    fit_kwargs = {
+        "c_grid": config.c_grid,
+        "penalty": config.penalty,
+        "solver": config.solver,
+        "seed": config.seed,
+    }
     selection = None
     kinds = spec
     if spec == features_lib.AUTO:

@@ -2,8 +2,8 @@
 
 `TextFeaturizer` runs a model over a list of (normalized) texts and returns
 the features `tf_mlstm.models.featurize.featurize_ids` computes: the final
-cell and hidden states and the mean and max of the hidden states, [N, H]
-each. Texts are sorted by length and batched, so a batch holds texts of
+cell and hidden states and statistics of the hidden and cell states over the
+text (`FEATURE_KINDS`), [N, H] each. Texts are sorted by length and batched, so a batch holds texts of
 similar length and little padding; the results come back in the input
 order. The padding is masked, so a text's features do not depend on the
 batch it ran in. The model runs in windows of 256 bytes with the state
@@ -11,7 +11,7 @@ carried, in an inference-only compiled function (no gradient tape, no
 training-mode paths).
 
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
-or "auto" to choose the combination on validation data
+or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 (`tf_mlstm.transfer.logistic.select_feature_kinds`).
 """
 
@@ -24,6 +24,14 @@ import tensorflow as tf
 from tf_mlstm.models import featurize
 
 FEATURE_KINDS = featurize.FEATURE_KINDS
+FEATURE_GROUPS = (
+    ("cell", "hidden"),
+    ("mean", "max", "min", "std"),
+    ("cell_mean", "cell_max", "cell_min"),
+)
+"""The units of `--features=auto`'s selection: the final state, statistics of
+the hidden state, statistics of the cell state. Selecting among 3 groups takes
+at most 6 fits, where selecting among the 9 kinds takes up to 45."""
 AUTO = "auto"
 DEFAULT_WINDOW = 256
 DEFAULT_BATCH_SIZE = 64

@@ -1,4 +1,4 @@
-"""L1-regularized logistic regression on language-model features.
+"""L1- (or L2-) regularized logistic regression on language-model features.
 
 The transfer recipe of Radford et al. (2017): standardize the features (mean
 and scale from the training rows), fit scikit-learn's `LogisticRegression`
@@ -7,7 +7,8 @@ scikit-learn 1.8+ does not deprecate) for each C of a log grid, and keep the
 C with the best validation accuracy (ties go to the smaller C: fewer units).
 The L1 penalty makes the weights sparse, so the units that carry sentiment
 stand out; the single unit whose threshold alone classifies best is the
-"sentiment neuron".
+"sentiment neuron". The L2 penalty (`l1_ratio=0`) keeps every weight, which
+classifies better from the weak pooled features of small models.
 
 The fitted classifier is a `LogisticClassifier`: plain arrays, saved as JSON
 (never pickle) and turned into a `tf_mlstm.export.saved_model.ClassifierHead`
@@ -27,7 +28,14 @@ from sklearn.linear_model import LogisticRegression
 from tf_mlstm.export.saved_model import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
 
-SOLVERS = ("liblinear", "saga")
+PENALTIES = ("l1", "l2")
+"""l1: Radford et al.'s sparse weights, which single out the units that carry
+sentiment; l2: dense weights, which classify better from the many weak,
+correlated pooled features of a small or briefly trained model
+(docs/transfer.md)."""
+SOLVERS = ("auto", "liblinear", "saga", "lbfgs")
+"""auto: liblinear for l1, lbfgs for l2 (on SST's pooled features lbfgs fitted
+l2 1.4-6x faster than liblinear); lbfgs fits only l2."""
 DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))
 """Half-decade steps from 1e-4 (almost no unit kept) to 1 (Radford et al.'s
 largest C). Larger C keeps more units but makes liblinear slow on the
@@ -333,12 +341,29 @@ def encode_labels(labels, classes=None, what="labels"):
     return (labels == classes[1]).astype(np.int64), tuple(classes)
 
 
-def _fit_one(z, y01, c, solver, seed):
+def resolve_solver(penalty, solver):
+    """The scikit-learn solver for `penalty` ("auto" picks one).
+
+    Raises:
+      ValueError: an unknown penalty or solver, or lbfgs with l1.
+    """
+    if penalty not in PENALTIES:
+        raise ValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    if solver == "lbfgs" and penalty != "l2":
+        raise ValueError(f"the lbfgs solver fits only the l2 penalty, not {penalty}")
+    if solver == "auto":
+        return "liblinear" if penalty == "l1" else "lbfgs"
+    return solver
+
+
+def _fit_one(z, y01, c, penalty, solver, seed):
     model = LogisticRegression(
         C=c,
-        l1_ratio=1.0,
+        l1_ratio=1.0 if penalty == "l1" else 0.0,
         solver=solver,
-        max_iter=1000 if solver == "saga" else 200,
+        max_iter=200 if solver == "liblinear" else 1000,
         random_state=seed,
     )
     with warnings.catch_warnings(record=True) as caught:
@@ -360,8 +385,9 @@ def fit_logistic(
     kinds,
     hidden_size,
     c_grid=DEFAULT_C_GRID,
-    solver="liblinear",
+    solver="auto",
     seed=0,
+    penalty="l1",
 ):
     """Sweeps C, keeps the best on validation, and finds the sentiment neuron.
 
@@ -373,18 +399,18 @@ def fit_logistic(
       kinds: the feature kinds concatenated in `train_x`.
       hidden_size: the model's units.
       c_grid: inverse regularization strengths to try.
-      solver: "liblinear" or "saga".
+      solver: one of `SOLVERS`.
       seed: solver seed.
+      penalty: one of `PENALTIES`.
 
     Returns:
       (LogisticClassifier, sweep): sweep is a list of dicts {C, train_accuracy,
       val_accuracy, nonzero_weights, converged} in grid order.
 
     Raises:
-      ValueError: a bad solver or grid, or labels that are not binary.
+      ValueError: a bad penalty, solver or grid, or labels that are not binary.
     """
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    solver = resolve_solver(penalty, solver)
     c_grid = sorted(float(c) for c in c_grid)
     if not c_grid or min(c_grid) <= 0:
         raise ValueError(f"the C grid must hold positive values, got {c_grid}")
@@ -396,7 +422,7 @@ def fit_logistic(
     sweep = []
     best = None
     for c in c_grid:
-        weights, bias, converged = _fit_one(train_z, train_y01, c, solver, seed)
+        weights, bias, converged = _fit_one(train_z, train_y01, c, penalty, solver, seed)
         row = {
             "C": c,
             "train_accuracy": _accuracy01(train_z, train_y01, weights, bias),
@@ -457,29 +483,36 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES):
     return best[1]
 
 
-def select_feature_kinds(train, train_y, val, val_y, hidden_size, **fit_kwargs):
-    """Chooses feature kinds on validation by greedy forward selection.
+def select_feature_kinds(
+    train, train_y, val, val_y, hidden_size, groups=features_lib.FEATURE_GROUPS, **fit_kwargs
+):
+    """Chooses feature kinds on validation by greedy forward selection of groups.
 
-    Starts from the best single kind, then adds the kind that raises the
+    Starts from the best single group, then adds the group that raises the
     validation accuracy most, while it rises.
 
     Args:
-      train: dict kind -> [N, H] training features (all `FEATURE_KINDS`).
+      train: dict kind -> [N, H] training features (every kind in `groups`).
       train_y: [N] labels.
       val: dict kind -> [M, H] validation features.
       val_y: [M] labels.
       hidden_size: the model's units.
-      **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed).
+      groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
+      **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty).
 
     Returns:
-      (kinds, trials): the chosen tuple, and a list of {kinds, val_accuracy}
-      for every combination tried.
+      (kinds, trials): the chosen tuple of kinds in `FEATURE_KINDS` order, and
+      a list of {kinds, val_accuracy} for every combination tried.
     """
     trials = []
     cache = {}
 
-    def score(kinds):
-        kinds = tuple(kind for kind in features_lib.FEATURE_KINDS if kind in kinds)
+    def score(chosen_groups):
+        kinds = tuple(
+            kind
+            for kind in features_lib.FEATURE_KINDS
+            if any(kind in group for group in chosen_groups)
+        )
         if kinds not in cache:
             classifier, sweep = fit_logistic(
                 features_lib.concat_features(train, kinds),
@@ -493,10 +526,10 @@ def select_feature_kinds(train, train_y, val, val_y, hidden_size, **fit_kwargs):
             cache[kinds] = max(row["val_accuracy"] for row in sweep)
             trials.append({"kinds": list(kinds), "val_accuracy": cache[kinds]})
             logging.info("Features %s: validation accuracy %.4f", ",".join(kinds), cache[kinds])
-        return cache[kinds], kinds
+        return cache[kinds], chosen_groups
 
     def best_of(options):
-        # The first of equals wins: FEATURE_KINDS order, fewer kinds first.
+        # The first of equals wins: `groups` order, fewer groups first.
         best = None
         for option in options:
             scored = score(option)
@@ -504,14 +537,15 @@ def select_feature_kinds(train, train_y, val, val_y, hidden_size, **fit_kwargs):
                 best = scored
         return best
 
-    best_score, chosen = best_of((kind,) for kind in features_lib.FEATURE_KINDS)
-    while len(chosen) < len(features_lib.FEATURE_KINDS):
-        rest = [kind for kind in features_lib.FEATURE_KINDS if kind not in chosen]
-        score_plus, kinds_plus = best_of(chosen + (kind,) for kind in rest)
+    best_score, chosen = best_of((group,) for group in groups)
+    while len(chosen) < len(groups):
+        rest = [group for group in groups if group not in chosen]
+        score_plus, groups_plus = best_of(chosen + (group,) for group in rest)
         if score_plus <= best_score:
             break
-        best_score, chosen = score_plus, kinds_plus
-    return chosen, trials
+        best_score, chosen = score_plus, groups_plus
+    kinds = tuple(kind for kind in features_lib.FEATURE_KINDS if any(kind in g for g in chosen))
+    return kinds, trials
 
 
 # === Data splits ===
