@@ -11,11 +11,12 @@ document-start byte and continues it one byte at a time. `--neuron` holds
 one cell-state unit at `--neuron_value` after every byte, prompt included
 (the sentiment-neuron experiment). `--classifier` takes the unit from a
 tf-mlstm-transfer classifier.json (its sentiment neuron, which must measure
-the cell state) and holds it `HOLD_SPREADS` standard deviations past its
-threshold on the `--sentiment` side, the direction given by the neuron's
-sign; `--neuron` and `--neuron_value` still win, and a disagreement is
-logged. The unit and value held are logged. Sampling stops at the end of the review
-(the next document-start byte) unless `--nostop_at_end`. Each sample is
+the cell state) and holds it two standard deviations past its threshold on
+the `--sentiment` side, the direction given by the neuron's sign
+(`tf_mlstm.transfer.neuron`); `--neuron` and `--neuron_value` still win, and
+a disagreement is logged. The unit and value held are logged. Sampling
+stops at the end of the review (the next document-start byte) unless
+`--nostop_at_end`. Each sample is
 printed as the prompt followed by its continuation; with several samples a
 `=== sample K ===` line precedes each.
 """

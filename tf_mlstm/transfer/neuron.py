@@ -118,8 +118,8 @@ def neuron_from_classifier(path, tool, hidden_size=None):
         raise ValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
             f"{unit}, which measures the hidden state; {tool} works on cell-state units (a "
-            f"classifier fitted with --features among {', '.join(CELL_KINDS)}), so pass "
-            "--neuron=UNIT to choose one"
+            f"classifier fitted with --features among {', '.join(CELL_KINDS)}); choose a unit "
+            "with --neuron instead of --classifier"
         )
     return SentimentNeuron(
         source=path,

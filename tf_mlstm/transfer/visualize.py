@@ -10,8 +10,8 @@ Colors run from red (negative) through yellow (zero) to green (positive) on a
 scale symmetric around zero: the largest absolute value over all texts, or a
 given one. For a sentiment neuron whose sign is -1 (large values mean the
 negative class) the colors are flipped, so green always means positive
-sentiment; the values written stay the unit's own. The PNG is drawn with matplotlib's Agg canvas (no display, no
-pyplot state).
+sentiment; the values written stay the unit's own. The PNG is drawn with
+matplotlib's Agg canvas (no display, no pyplot state).
 """
 
 import html
