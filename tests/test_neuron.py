@@ -17,6 +17,7 @@ import pytest
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
 from tf_mlstm.cli import visualize as visualize_cli
+from tf_mlstm.models import sampling
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
 from tf_mlstm.transfer import visualize
@@ -143,15 +144,20 @@ def test_generate_texts_hold_the_classifiers_neuron(setup):
     model_dir, model, paths = setup
     neuron = neuron_lib.neuron_from_classifier(paths["minus"], "tool")
     base = dict(model_dir=str(model_dir), prompt="The film", length=40, seed=3)
+    # The model loaded from model_dir by the first call; the others share one sampler.
     by_file = generate.generate_texts(generate.GenerateConfig(**base, classifier=paths["minus"]))
+    sampler = sampling.make_sampler(model)
     explicit = generate.generate_texts(
         generate.GenerateConfig(**base, neuron=UNIT, neuron_value=neuron.value_for("positive")),
         model,
+        sampler,
     )
     negative = generate.generate_texts(
-        generate.GenerateConfig(**base, classifier=paths["minus"], sentiment="negative"), model
+        generate.GenerateConfig(**base, classifier=paths["minus"], sentiment="negative"),
+        model,
+        sampler,
     )
-    free = generate.generate_texts(generate.GenerateConfig(**base), model)
+    free = generate.generate_texts(generate.GenerateConfig(**base), model, sampler)
     assert by_file == explicit
     assert by_file != negative and by_file != free
 
