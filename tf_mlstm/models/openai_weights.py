@@ -46,6 +46,7 @@ Two details make the match exact rather than close:
 
 import os
 
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -223,6 +224,22 @@ def _relative_path(variable):
     return variable.path.split("/", 1)[1]
 
 
+def _unfilled_model(hidden, embed, name):
+    """A built float32 model whose weights are about to be overwritten.
+
+    Its cell gets zeros initializers: the default orthogonal initializer of
+    the recurrent kernels factorizes a 16384 x 4096 matrix at the published
+    size (minutes on a small CPU) for values that are thrown away.
+    """
+    model = MLSTMLanguageModel(
+        hidden_size=hidden, embedding_size=embed, weight_norm=True, dtype="float32", name=name
+    )
+    cell = model.mlstm.cell
+    cell.kernel_initializer = cell.recurrent_initializer = keras.initializers.Zeros()
+    model.build()
+    return model
+
+
 def build_model(arrays, name="mlstm_lm"):
     """A float32 `MLSTMLanguageModel` holding the released weights.
 
@@ -238,10 +255,7 @@ def build_model(arrays, name="mlstm_lm"):
         whose weights do not match the mapping one to one (a changed model).
     """
     hidden, embed = arrays["wmh"].shape[0], arrays["embedding"].shape[1]
-    model = MLSTMLanguageModel(
-        hidden_size=hidden, embedding_size=embed, weight_norm=True, dtype="float32", name=name
-    )
-    model.build()
+    model = _unfilled_model(hidden, embed, name)
     weights = tf_mlstm_weights(arrays)
     variables = {_relative_path(v): v for v in model.weights}
     if set(variables) != set(weights):
@@ -321,11 +335,12 @@ def import_openai_weights(weights_dir, model_dir):
 def _check_round_trip(model_dir, config, model):
     """Raises ValueError unless the saved checkpoint restores `model`'s weights.
 
-    Restores into a model built from `config` as `load_trained_model` builds
-    it, and requires every saved value to be used and every weight equal.
+    Restores into a fresh model of `config`'s sizes (the checkpoint's keys
+    are the model's attribute names, as for `load_trained_model`'s model),
+    and requires every saved value to be used and every weight equal.
     """
     checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    loaded = MLSTMLanguageModel.from_train_config(config, precision="float32")
+    loaded = _unfilled_model(config.hidden_size, config.embedding_size, model.name)
     tf.train.Checkpoint(model=loaded).restore(checkpoint).assert_consumed()
     want = {_relative_path(v): v.numpy() for v in model.weights}
     for variable in loaded.weights:
