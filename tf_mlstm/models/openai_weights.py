@@ -37,9 +37,10 @@ Two details make the match exact rather than close:
   is stored rescaled to unit length, which both formulas leave unchanged; a
   column shorter than 1e-6 (|w|^2 < 1e-12) is not divided by its norm in
   the release at all, which no rescaling reproduces, and is refused.
-* the release starts every text from a zero state after the byte "\\n" it
-  prepends; tf_mlstm frames every document with the same byte (`DOC_START`)
-  and resets the state there, so its tools feed the model what it was fed.
+* the release runs every text from a zero state, beginning with the byte
+  "\\n" it prepends; tf_mlstm frames every document with the same byte
+  (`DOC_START`) and zeroes the state before it, so its tools feed the model
+  what the release fed it.
   (The release also wraps a text as "\\n " + text + " "; tf_mlstm's
   normalization, which strips outer spaces, feeds "\\n" + text.)
 """
