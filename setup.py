@@ -12,6 +12,7 @@ _BINARIES = {
     "tf-mlstm-generate": "tf_mlstm.cli.generate:run",
     "tf-mlstm-visualize": "tf_mlstm.cli.visualize:run",
     "tf-mlstm-finetune": "tf_mlstm.cli.finetune:run",
+    "tf-mlstm-import-openai": "tf_mlstm.cli.import_openai:run",
 }
 
 setuptools.setup(

@@ -3,12 +3,20 @@
   tf-mlstm-generate --model_dir=runs/r1 --prompt="This movie" --length=300
   tf-mlstm-generate --model_dir=runs/r1 --neuron=2388 --neuron_value=1.0 \
       --num_samples=3 --seed=7                    # positive reviews on demand
+  tf-mlstm-generate --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
+      --sentiment=negative                        # the neuron tf-mlstm-transfer found
 
 The model reads the prompt (normalized as training text is) after the
 document-start byte and continues it one byte at a time. `--neuron` holds
 one cell-state unit at `--neuron_value` after every byte, prompt included
-(the sentiment-neuron experiment). Sampling stops at the end of the review
-(the next document-start byte) unless `--nostop_at_end`. Each sample is
+(the sentiment-neuron experiment). `--classifier` takes the unit from a
+tf-mlstm-transfer classifier.json (its sentiment neuron, which must measure
+the cell state) and holds it two standard deviations past its threshold on
+the `--sentiment` side, the direction given by the neuron's sign
+(`tf_mlstm.transfer.neuron`); `--neuron` and `--neuron_value` still win, and
+a disagreement is logged. The unit and value held are logged. Sampling
+stops at the end of the review (the next document-start byte) unless
+`--nostop_at_end`. Each sample is
 printed as the prompt followed by its continuation; with several samples a
 `=== sample K ===` line precedes each.
 """
@@ -22,6 +30,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm.transfer.neuron import SENTIMENTS
 
 FLAGS = flags.FLAGS
 
@@ -35,10 +44,12 @@ class GenerateConfig:
     length: int = 200
     temperature: float = 1.0
     seed: int = 0
-    neuron: int = -1
-    neuron_value: float = 0.0
+    neuron: int | None = None  # None: the classifier's, else none (-1)
+    neuron_value: float | None = None  # None: the classifier's, else 0.0
     num_samples: int = 1
     stop_at_end: bool = True
+    classifier: str = ""
+    sentiment: str | None = None  # None: positive (with a classifier)
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
@@ -49,8 +60,10 @@ class GenerateConfig:
                 f"--length and --num_samples must be positive, got {self.length} and "
                 f"{self.num_samples}."
             )
-        if self.neuron < -1:
+        if self.neuron is not None and self.neuron < -1:
             raise ValueError(f"--neuron must be a unit index or -1 (none), got {self.neuron}.")
+        if self.sentiment is not None and not self.classifier:
+            raise ValueError("--sentiment needs --classifier (the neuron whose side it names).")
         return self
 
 
@@ -65,9 +78,28 @@ def define_generate_flags():
     )
     flags.DEFINE_integer("seed", defaults.seed, "Random seed; the same seed gives the same text.")
     flags.DEFINE_integer(
-        "neuron", defaults.neuron, "Cell-state unit held at --neuron_value (-1 = none)."
+        "neuron",
+        defaults.neuron,
+        "Cell-state unit held at --neuron_value (-1 = none). Unset: the --classifier's "
+        "sentiment neuron, or none.",
     )
-    flags.DEFINE_float("neuron_value", defaults.neuron_value, "The value --neuron is held at.")
+    flags.DEFINE_float(
+        "neuron_value",
+        defaults.neuron_value,
+        "The value --neuron is held at. Unset: from --classifier, or 0.",
+    )
+    flags.DEFINE_string(
+        "classifier",
+        defaults.classifier,
+        "A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a cell-state feature) "
+        "on the --sentiment side of its threshold.",
+    )
+    flags.DEFINE_enum(
+        "sentiment",
+        defaults.sentiment,
+        list(SENTIMENTS),
+        "With --classifier: the side the neuron is held on (default positive).",
+    )
     flags.DEFINE_integer("num_samples", defaults.num_samples, "Samples drawn (in one batch).")
     flags.DEFINE_boolean(
         "stop_at_end",
@@ -89,8 +121,10 @@ def generate_texts(config, model=None, sampler=None):
       continuation.
 
     Raises:
-      FileNotFoundError: no trained model in `config.model_dir`.
-      ValueError: `--neuron` is outside the model.
+      FileNotFoundError: no trained model in `config.model_dir`, or no
+        `config.classifier` file.
+      ValueError: `--neuron` is outside the model, or the classifier is
+        invalid, from a model of another size or its neuron is not a cell unit.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -98,9 +132,18 @@ def generate_texts(config, model=None, sampler=None):
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import featurize  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     if model is None:
         model, _ = saved_model.load_trained_model(config.model_dir)
+    unit, value = neuron_lib.held_unit(
+        config.classifier,
+        model.hidden_size,
+        config.neuron,
+        config.neuron_value,
+        config.sentiment,
+        tool="tf-mlstm-generate",
+    )
     prompt = normalize_text(config.prompt)
     ids, _, _ = featurize.texts_to_ids(tf.constant([prompt] * config.num_samples))
     out = sampling.sample_ids(
@@ -109,8 +152,8 @@ def generate_texts(config, model=None, sampler=None):
         config.length,
         temperature=config.temperature,
         seed=config.seed,
-        neuron=config.neuron,
-        neuron_value=config.neuron_value,
+        neuron=unit,
+        neuron_value=value,
         stop_at_doc_end=config.stop_at_end,
         sampler=sampler,
     )

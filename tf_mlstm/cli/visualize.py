@@ -4,6 +4,8 @@
       --input="Terrible plot. But the acting was wonderful!" --output_dir=viz
   tf-mlstm-visualize --model_dir=runs/r1 --neuron=2388 \
       --input=imdb/test.jsonl --max_texts=5 --output_dir=viz
+  tf-mlstm-visualize --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
+      --input="Terrible plot. But the acting was wonderful!" --output_dir=viz
 
 `--input` is literal text, or, when every comma-separated piece of it names
 an existing file or a glob that matches files, corpus files read as
@@ -11,6 +13,11 @@ an existing file or a glob that matches files, corpus files read as
 not). Writes `neuron_N.html` (each character colored red..green by the
 unit's cell value after it), `neuron_N.png` (the same as a heat map) and
 `neuron_N.json` (the values) into `--output_dir`, and prints their paths.
+
+`--classifier` takes the unit from a tf-mlstm-transfer classifier.json (its
+sentiment neuron, which must measure the cell state) and its sign: with sign
+-1 the colors are flipped so that green means positive. `--neuron` still
+wins (a disagreement is logged); one of the two is needed.
 """
 
 import dataclasses
@@ -32,9 +39,10 @@ class VisualizeConfig:
     """What to draw. Field names match the flags."""
 
     model_dir: str
-    neuron: int
+    neuron: int | None
     input: str
     output_dir: str
+    classifier: str = ""
     text_key: str = "reviewText,text,sentence"
     text_mode: str = "line"
     max_texts: int = 10
@@ -44,7 +52,9 @@ class VisualizeConfig:
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
-        if self.neuron < 0:
+        if self.neuron is None and not self.classifier:
+            raise ValueError("give --neuron (a cell unit) or --classifier (its sentiment neuron).")
+        if self.neuron is not None and self.neuron < 0:
             raise ValueError(f"--neuron must be a unit index >= 0, got {self.neuron}.")
         if min(self.max_texts, self.max_chars, self.width) <= 0:
             raise ValueError("--max_texts, --max_chars and --width must be positive.")
@@ -59,7 +69,15 @@ def define_visualize_flags():
     """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
     defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
     flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
-    flags.DEFINE_integer("neuron", None, "The cell-state unit to draw.")
+    flags.DEFINE_integer(
+        "neuron", None, "The cell-state unit to draw (overrides --classifier's neuron)."
+    )
+    flags.DEFINE_string(
+        "classifier",
+        defaults.classifier,
+        "A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a cell-state "
+        "feature), green meaning positive.",
+    )
     flags.DEFINE_string(
         "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
     )
@@ -128,13 +146,24 @@ def main(argv):
     config = config_from_flags(VisualizeConfig)
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
     try:
         texts = read_texts(config)
         model, _ = saved_model.load_trained_model(config.model_dir)
+        unit, sign, neuron = neuron_lib.drawn_unit(
+            config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
+        )
         written = visualize.write_visualization(
-            model, texts, config.neuron, config.output_dir, config.width, config.scale or None
+            model,
+            texts,
+            unit,
+            config.output_dir,
+            config.width,
+            config.scale or None,
+            sign=sign,
+            source=neuron.describe() if neuron is not None and unit == neuron.unit else None,
         )
     except (FileNotFoundError, ValueError, readers.InputError) as e:
         logging.error("%s", e)
@@ -145,7 +174,7 @@ def main(argv):
 def run():
     """Entry point of `tf-mlstm-visualize`."""
     define_visualize_flags()
-    flags.mark_flags_as_required(["model_dir", "neuron", "input", "output_dir"])
+    flags.mark_flags_as_required(["model_dir", "input", "output_dir"])
     app.run(main)
 
 

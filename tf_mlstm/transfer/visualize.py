@@ -8,8 +8,10 @@ the model read.
 
 Colors run from red (negative) through yellow (zero) to green (positive) on a
 scale symmetric around zero: the largest absolute value over all texts, or a
-given one. The PNG is drawn with matplotlib's Agg canvas (no display, no
-pyplot state).
+given one. For a sentiment neuron whose sign is -1 (large values mean the
+negative class) the colors are flipped, so green always means positive
+sentiment; the values written stay the unit's own. The PNG is drawn with
+matplotlib's Agg canvas (no display, no pyplot state).
 """
 
 import html
@@ -94,7 +96,19 @@ def _rgb(values, scale):
     return np.round(rgba[:, :3] * 255).astype(int)
 
 
-def render_html(texts, activations, neuron, scale=None):
+def _check_sign(sign):
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}.")
+
+
+def _sign_note(sign):
+    """What the colors mean, for titles."""
+    if sign == 1:
+        return ""
+    return " (colors flipped: the sentiment neuron's sign is -1, so green = positive)"
+
+
+def render_html(texts, activations, neuron, scale=None, sign=1):
     """An HTML page with every character colored by its activation.
 
     Args:
@@ -103,23 +117,29 @@ def render_html(texts, activations, neuron, scale=None):
       neuron: the unit index (for the title).
       scale: the absolute value shown as full red / green (default: the
         largest over all texts).
+      sign: -1 flips the colors (a sentiment neuron whose large values mean
+        negative), so green means positive.
 
     Returns:
       The page as str; every character is HTML-escaped and carries its value
-      in a tooltip.
+      (unflipped) in a tooltip.
+
+    Raises:
+      ValueError: a sign other than +1/-1.
     """
+    _check_sign(sign)
     scale = color_scale(activations, scale)
     blocks = []
     for index, (text, values) in enumerate(zip(texts, activations)):
         spans = []
-        for ch, value, (r, g, b) in zip(text, values, _rgb(values, scale)):
+        for ch, value, (r, g, b) in zip(text, values, _rgb(sign * values, scale)):
             spans.append(
                 f'<span style="background-color: rgb({r}, {g}, {b})" '
                 f'title="{value:+.4f}">{html.escape(ch)}</span>'
             )
         blocks.append(f'<div class="text" id="text-{index}">{"".join(spans)}</div>')
     low, mid, high = (
-        f"rgb({r}, {g}, {b})" for r, g, b in _rgb(np.array([-scale, 0.0, scale]), scale)
+        f"rgb({r}, {g}, {b})" for r, g, b in _rgb(sign * np.array([-scale, 0.0, scale]), scale)
     )
     return "\n".join(
         [
@@ -130,7 +150,7 @@ def render_html(texts, activations, neuron, scale=None):
             ".text { font-family: monospace; white-space: pre-wrap; margin: 1em 0; "
             "line-height: 1.6; }</style>",
             "</head><body>",
-            f"<h1>Cell unit {neuron}</h1>",
+            f"<h1>Cell unit {neuron}{html.escape(_sign_note(sign))}</h1>",
             f'<p>Cell state after each character: <span style="background-color: {low}">'
             f'{-scale:+.3f}</span> <span style="background-color: {mid}">0</span> '
             f'<span style="background-color: {high}">{scale:+.3f}</span>; hover a '
@@ -142,7 +162,7 @@ def render_html(texts, activations, neuron, scale=None):
     )
 
 
-def render_heatmap(texts, activations, neuron, path, width=64, scale=None):
+def render_heatmap(texts, activations, neuron, path, width=64, scale=None, sign=1):
     """Writes a PNG heat map: texts wrapped at `width` characters, one cell each.
 
     Args:
@@ -152,16 +172,21 @@ def render_heatmap(texts, activations, neuron, path, width=64, scale=None):
       path: the PNG file to write.
       width: characters per row.
       scale: as in `render_html`.
+      sign: as in `render_html` (the color bar then shows sign x value).
 
     Returns:
       `path`.
+
+    Raises:
+      ValueError: a sign other than +1/-1.
     """
+    _check_sign(sign)
     scale = color_scale(activations, scale)
     rows, labels = [], []
     for text, values in zip(texts, activations):
         for start in range(0, max(len(text), 1), width):
             row = np.full(width, np.nan, np.float32)
-            chunk = values[start : start + width]
+            chunk = sign * values[start : start + width]
             row[: len(chunk)] = chunk
             rows.append(row)
             labels.append(text[start : start + width])
@@ -187,14 +212,18 @@ def render_heatmap(texts, activations, neuron, path, width=64, scale=None):
                 axes.text(x, y, ch, ha="center", va="center", fontsize=7, parse_math=False)
     axes.set_xticks([])
     axes.set_yticks([])
-    axes.set_title(f"Cell unit {neuron}: cell state after each character")
+    axes.set_title(
+        f"Cell unit {neuron}: {'-1 x ' if sign == -1 else ''}cell state after each character"
+    )
     figure.colorbar(image, ax=axes, fraction=0.03, pad=0.02)
     with tf.io.gfile.GFile(path, "wb") as f:
         figure.savefig(f, format="png", dpi=100, bbox_inches="tight")
     return path
 
 
-def write_visualization(model, texts, neuron, output_dir, width=64, scale=None):
+def write_visualization(
+    model, texts, neuron, output_dir, width=64, scale=None, sign=1, source=None
+):
     """Normalizes texts, computes the unit's activations, writes HTML, PNG, JSON.
 
     Args:
@@ -205,15 +234,19 @@ def write_visualization(model, texts, neuron, output_dir, width=64, scale=None):
       width: heat-map characters per row.
       scale: the absolute value shown as full red / green (default: the
         largest).
+      sign: -1 flips the colors (see `render_html`).
+      source: where the unit came from (a classifier file), recorded in the
+        JSON; None: chosen directly.
 
     Returns:
       dict with the `html`, `png` and `json` paths written and the
       per-character `activations` (a list of arrays).
 
     Raises:
-      ValueError: no text is left after normalization, or `neuron` is outside
-        the model.
+      ValueError: no text is left after normalization, `neuron` is outside
+        the model, or a sign other than +1/-1.
     """
+    _check_sign(sign)
     normalized = [normalize_text(text) for text in texts]
     kept = [text for text in normalized if text]
     if len(kept) < len(normalized):
@@ -227,13 +260,18 @@ def write_visualization(model, texts, neuron, output_dir, width=64, scale=None):
         for kind, name in (("html", HTML_FILE), ("png", PNG_FILE), ("json", JSON_FILE))
     }
     with tf.io.gfile.GFile(paths["html"], "w") as f:
-        f.write(render_html(kept, activations, neuron, scale))
-    render_heatmap(kept, activations, neuron, paths["png"], width, scale)
+        f.write(render_html(kept, activations, neuron, scale, sign))
+    render_heatmap(kept, activations, neuron, paths["png"], width, scale, sign)
     records = [
         {"text": text, "values": [round(float(v), 6) for v in values]}
         for text, values in zip(kept, activations)
     ]
     with tf.io.gfile.GFile(paths["json"], "w") as f:
-        f.write(json.dumps({"neuron": neuron, "texts": records}, ensure_ascii=False))
+        f.write(
+            json.dumps(
+                {"neuron": neuron, "sign": sign, "source": source, "texts": records},
+                ensure_ascii=False,
+            )
+        )
     logging.info("Wrote %s", ", ".join(paths.values()))
     return {**paths, "activations": activations}

@@ -1,0 +1,257 @@
+"""The sentiment neuron from classifier.json in tf-mlstm-generate and tf-mlstm-visualize.
+
+The classifier files are fitted by the real `fit_logistic` on synthetic
+features in which one unit carries the label, and written by the real
+`LogisticClassifier.save`; the binaries run as subprocesses.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from _models import write_untrained_model_dir
+from tf_mlstm.cli import generate
+from tf_mlstm.cli import visualize as visualize_cli
+from tf_mlstm.models import sampling
+from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer import neuron as neuron_lib
+from tf_mlstm.transfer import visualize
+
+HIDDEN = 16
+UNIT = 5
+
+
+def _fit_classifier(path, kinds, column, sign, spread=3.0, seed=0):
+    """Fits and saves a classifier whose best single feature is `column`.
+
+    Column `column` is `sign * spread * (label - 0.5)` plus a little noise, so
+    it separates the classes perfectly in the direction `sign`; every other
+    column is noise.
+
+    Returns:
+      The fitted `LogisticClassifier` (also saved at `path`).
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.tile([0, 1], 40)
+    x = rng.normal(size=(len(labels), HIDDEN * len(kinds)))
+    x[:, column] = sign * spread * (labels - 0.5) + 0.1 * rng.normal(size=len(labels))
+    classifier, _ = logistic.fit_logistic(
+        x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
+    )
+    assert classifier.neuron.index == column and classifier.neuron.sign == sign
+    classifier.save(str(path))
+    return classifier
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """(model_dir, model, {name: classifier path}) for a random 16-unit model."""
+    root = tmp_path_factory.mktemp("neuron")
+    model_dir, model = write_untrained_model_dir(root / "model", hidden_size=HIDDEN)
+    specs = {
+        # The neuron is the mean cell state of UNIT; large values are positive.
+        "plus": (("cell_mean",), UNIT, 1),
+        # Second block of two kinds: the cell max of UNIT; large values are negative.
+        "minus": (("hidden", "cell_max"), HIDDEN + UNIT, -1),
+        # The hidden-state mean: neither tool can hold or draw it.
+        "hidden": (("mean",), UNIT, 1),
+    }
+    paths = {}
+    for name, (kinds, column, sign) in specs.items():
+        paths[name] = root / f"{name}.json"
+        _fit_classifier(paths[name], kinds, column, sign)
+    return model_dir, model, {name: str(path) for name, path in paths.items()}
+
+
+def test_neuron_unit_sign_kind_and_held_value(setup):
+    _, _, paths = setup
+    plus = neuron_lib.neuron_from_classifier(paths["plus"], "tool", HIDDEN)
+    minus = neuron_lib.neuron_from_classifier(paths["minus"], "tool", HIDDEN)
+    assert (plus.kind, plus.unit, plus.sign) == ("cell_mean", UNIT, 1)
+    assert (minus.kind, minus.unit, minus.sign) == ("cell_max", UNIT, -1)
+    loaded = logistic.LogisticClassifier.load(paths["minus"])
+    assert minus.threshold == loaded.neuron.threshold
+    assert minus.spread == loaded.scale[HIDDEN + UNIT] > 1.0
+    for neuron, path in ((plus, paths["plus"]), (minus, paths["minus"])):
+        classifier = logistic.LogisticClassifier.load(path)
+        for sentiment, want in (("positive", 1), ("negative", 0)):
+            value = neuron.value_for(sentiment)
+            assert abs(value - neuron.threshold) == pytest.approx(2 * neuron.spread)
+            # A text whose feature has the held value is on `sentiment`'s side.
+            row = np.zeros((1, len(classifier.mean)))
+            row[0, classifier.neuron.index] = value
+            assert classifier.neuron.predict01(row)[0] == want
+    assert minus.value_for("positive") < minus.threshold < minus.value_for("negative")
+
+
+def test_flags_override_and_conflicts_are_logged(setup, caplog):
+    _, _, paths = setup
+    neuron = neuron_lib.neuron_from_classifier(paths["plus"], "tool")
+    caplog.set_level("INFO")
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, None, None, None, "t") == (
+        UNIT,
+        neuron.value_for("positive"),
+    )
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, None, None, "negative", "t") == (
+        UNIT,
+        neuron.value_for("negative"),
+    )
+    assert "Holding cell unit 5 at" in caplog.text and "cell_mean of cell unit 5" in caplog.text
+    caplog.clear()
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, UNIT, 0.5, None, "t") == (UNIT, 0.5)
+    assert "--neuron_value=0.5 overrides" in caplog.text
+    caplog.clear()
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, 2, None, None, "t") == (2, 0.0)
+    assert "--neuron=2 overrides unit 5" in caplog.text
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, -1, None, None, "t") == (-1, 0.0)
+    assert neuron_lib.held_unit("", HIDDEN, None, None, None, "t") == (-1, 0.0)
+    assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, None, "t")[:2] == (UNIT, -1)
+    assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, 3, "t")[:2] == (3, 1)
+
+
+def test_bad_classifier_files(setup, tmp_path):
+    _, _, paths = setup
+    with pytest.raises(FileNotFoundError, match="classifier file not found: .*nothing.json"):
+        neuron_lib.neuron_from_classifier(str(tmp_path / "nothing.json"), "tool")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "tf_mlstm.logistic')
+    with pytest.raises(ValueError, match=r"broken.json: not JSON"):
+        neuron_lib.neuron_from_classifier(str(broken), "tool")
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="other.json: not a tf-mlstm-transfer classifier file"):
+        neuron_lib.neuron_from_classifier(str(other), "tool")
+    with pytest.raises(
+        ValueError,
+        match=r"hidden.json: the sentiment neuron is feature 5, the 'mean' feature of unit 5, "
+        r"which measures the hidden state; tf-mlstm-visualize works on cell-state units",
+    ):
+        neuron_lib.neuron_from_classifier(paths["hidden"], "tf-mlstm-visualize")
+    with pytest.raises(
+        ValueError, match="plus.json: fitted on a 16-unit model, but the model has 32"
+    ):
+        neuron_lib.neuron_from_classifier(paths["plus"], "tool", hidden_size=32)
+    with pytest.raises(ValueError, match="--sentiment needs --classifier"):
+        generate.GenerateConfig(model_dir="m", sentiment="positive").validate()
+
+
+def test_generate_texts_hold_the_classifiers_neuron(setup):
+    model_dir, model, paths = setup
+    neuron = neuron_lib.neuron_from_classifier(paths["minus"], "tool")
+    base = dict(model_dir=str(model_dir), prompt="The film", length=40, seed=3)
+    # The model loaded from model_dir by the first call; the others share one sampler.
+    by_file = generate.generate_texts(generate.GenerateConfig(**base, classifier=paths["minus"]))
+    sampler = sampling.make_sampler(model)
+    explicit = generate.generate_texts(
+        generate.GenerateConfig(**base, neuron=UNIT, neuron_value=neuron.value_for("positive")),
+        model,
+        sampler,
+    )
+    negative = generate.generate_texts(
+        generate.GenerateConfig(**base, classifier=paths["minus"], sentiment="negative"),
+        model,
+        sampler,
+    )
+    free = generate.generate_texts(generate.GenerateConfig(**base), model, sampler)
+    assert by_file == explicit
+    assert by_file != negative and by_file != free
+
+
+# === The binaries ===
+
+_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
+def _run(module, *args):
+    return subprocess.run(
+        [sys.executable, "-m", f"tf_mlstm.cli.{module}", *args],
+        capture_output=True,
+        text=True,
+        env=_ENV,
+        timeout=300,
+        errors="replace",
+    )
+
+
+def _error_lines(stderr):
+    """The error lines the binary logged (absl's Python log, not TensorFlow's C++ one)."""
+    return [line for line in stderr.splitlines() if re.match(r"E\d{4} .* \w+\.py:\d+\] ", line)]
+
+
+@pytest.mark.slow
+def test_generate_binary_with_classifier(setup):
+    model_dir, model, paths = setup
+    neuron = neuron_lib.neuron_from_classifier(paths["minus"], "tool")
+    common = [f"--model_dir={model_dir}", "--prompt=The film", "--length=40", "--seed=3"]
+    done = _run("generate", *common, f"--classifier={paths['minus']}", "--sentiment=negative")
+    assert done.returncode == 0, done.stderr[-3000:]
+    held = re.search(r"Holding cell unit (\d+) at (\S+) \(the sentiment neuron of", done.stderr)
+    assert held, done.stderr[-3000:]
+    assert int(held.group(1)) == UNIT
+    want = neuron.value_for("negative")
+    assert want > neuron.threshold  # sign -1: the negative side is above the threshold
+    assert float(held.group(2)) == pytest.approx(want, rel=1e-5)
+    # The printed text is the one sampled with that unit held at that value.
+    expected = generate.generate_texts(
+        generate.GenerateConfig(
+            model_dir=str(model_dir),
+            prompt="The film",
+            length=40,
+            seed=3,
+            neuron=UNIT,
+            neuron_value=want,
+        ),
+        model,
+    )
+    assert done.stdout.splitlines() == expected[0].splitlines()
+
+    override = _run("generate", *common, f"--classifier={paths['minus']}", "--neuron=2")
+    assert override.returncode == 0, override.stderr[-3000:]
+    assert "--neuron=2 overrides unit 5, the sentiment neuron of" in override.stderr
+    assert "Holding cell unit 2 at 0 (--neuron)" in override.stderr
+
+    bad = _run("generate", *common, f"--classifier={paths['hidden']}")
+    assert bad.returncode == 1
+    errors = _error_lines(bad.stderr)
+    assert len(errors) == 1, bad.stderr[-3000:]
+    assert "the 'mean' feature of unit 5, which measures the hidden state" in errors[0]
+
+
+@pytest.mark.slow
+def test_visualize_binary_with_classifier(setup, tmp_path):
+    model_dir, model, paths = setup
+    text = "Awful start, great end."
+    common = [f"--model_dir={model_dir}", f"--input={text}"]
+    done = _run("visualize", *common, f"--classifier={paths['minus']}", f"--output_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads(done.stdout.splitlines()[-1])
+    assert written["json"].endswith(f"neuron_{UNIT}.json")
+    record = json.loads(open(written["json"], encoding="utf-8").read())
+    assert record["neuron"] == UNIT and record["sign"] == -1
+    assert "cell_max of cell unit 5" in record["source"]
+    values = np.array(record["texts"][0]["values"])
+    np.testing.assert_allclose(
+        values, visualize.unit_activations(model, [text], UNIT)[0], atol=1e-6
+    )
+    # The colors are those of -value: green where the unit says positive.
+    page = open(written["html"], encoding="utf-8").read()
+    colors = re.findall(r'rgb\((\d+), (\d+), (\d+)\)" title="([^"]+)"', page)
+    assert len(colors) == len(text)
+    scale = visualize.color_scale([values])
+    want = visualize._rgb(-values, scale)  # pylint: disable=protected-access
+    assert np.array([c[:3] for c in colors], int).tolist() == want.tolist()
+    assert "colors flipped" in page
+
+    bad = _run("visualize", *common, f"--classifier={paths['hidden']}", f"--output_dir={tmp_path}")
+    assert bad.returncode == 1
+    errors = _error_lines(bad.stderr)
+    assert len(errors) == 1 and "tf-mlstm-visualize works on cell-state units" in errors[0]
+    with pytest.raises(ValueError, match="give --neuron .* or --classifier"):
+        visualize_cli.VisualizeConfig(
+            model_dir="m", neuron=None, input="x", output_dir="o"
+        ).validate()

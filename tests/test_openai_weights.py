@@ -1,0 +1,222 @@
+"""Importing OpenAI's released byte mLSTM: a scaled-down copy against a NumPy reference.
+
+The release's layout (15 arrays `0.npy` .. `14.npy`: embedding, Wx, Wh as one
+file per gate i/f/o/u, Wmx, Wmh, b, the gains gx, gh, gmx, gmh, and the
+output layer) is written here at 16 units with an 8-wide embedding and
+random values, and the imported model must compute what the released
+model's equations compute, written out below in NumPy.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.export import saved_model
+from tf_mlstm.models import openai_weights
+from tf_mlstm.transfer import features
+
+HIDDEN = 16
+EMBED = 8
+TEXTS = ["Great movie!", "The plot was dull, the acting worse.", "ok"]
+
+
+def _release_arrays(seed=0):
+    """Random arrays in the release's layout, by name."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, std=0.5):
+        return (std * rng.normal(size=shape)).astype(np.float32)
+
+    def gains(n):
+        return rng.uniform(0.5, 1.5, size=n).astype(np.float32)
+
+    return {
+        "embedding": normal(256, EMBED, std=1.0),
+        "wx": normal(EMBED, 4 * HIDDEN),
+        # Four different per-gate blocks, so a wrong gate order shows.
+        "wh": [normal(HIDDEN, HIDDEN) for _ in range(4)],
+        "wmx": normal(EMBED, HIDDEN),
+        "wmh": normal(HIDDEN, HIDDEN),
+        "b": normal(4 * HIDDEN),
+        "gx": gains(4 * HIDDEN),
+        "gh": gains(4 * HIDDEN),
+        "gmx": gains(HIDDEN),
+        "gmh": gains(HIDDEN),
+        "out_w": normal(HIDDEN, 256),
+        "out_b": normal(256),
+    }
+
+
+def _write_release(folder, arrays):
+    """Saves `arrays` as the release's model/ folder: files in its load order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ordered = [arrays["embedding"], arrays["wx"], *arrays["wh"]]
+    ordered += [arrays[name] for name in ("wmx", "wmh", "b", "gx", "gh", "gmx", "gmh")]
+    ordered += [arrays["out_w"], arrays["out_b"]]
+    assert len(ordered) == 15
+    for index, array in enumerate(ordered):
+        np.save(folder / f"{index}.npy", array)
+    return folder
+
+
+def _l2_normalize_columns(w):
+    """The release's weight norm: w / sqrt(max(sum(w^2, axis 0), 1e-12))."""
+    return w / np.sqrt(np.maximum(np.sum(w * w, axis=0), 1e-12))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _reference(arrays, byte_ids):
+    """The released model's forward pass from a zero state, in float64.
+
+    Returns:
+      (hidden states [T, H], cell states [T, H], next-byte logits [T, 256]).
+    """
+    a = {k: np.asarray(v, np.float64) for k, v in arrays.items() if k != "wh"}
+    wx = _l2_normalize_columns(a["wx"]) * a["gx"]
+    wh = _l2_normalize_columns(np.concatenate(arrays["wh"], axis=1).astype(np.float64)) * a["gh"]
+    wmx = _l2_normalize_columns(a["wmx"]) * a["gmx"]
+    wmh = _l2_normalize_columns(a["wmh"]) * a["gmh"]
+    h = np.zeros(HIDDEN)
+    c = np.zeros(HIDDEN)
+    hs, cs = [], []
+    for byte in byte_ids:
+        x = a["embedding"][byte]
+        m = (x @ wmx) * (h @ wmh)
+        z = x @ wx + m @ wh + a["b"]
+        i, f, o, u = np.split(z, 4)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(u)
+        h = _sigmoid(o) * np.tanh(c)
+        hs.append(h)
+        cs.append(c)
+    hs = np.array(hs)
+    return hs, np.array(cs), hs @ a["out_w"] + a["out_b"]
+
+
+def _framed(text):
+    return [DOC_START, *text.encode("utf-8")]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """(arrays, model_dir, summary): a random release imported by the library."""
+    root = tmp_path_factory.mktemp("openai")
+    arrays = _release_arrays()
+    weights_dir = _write_release(root / "model", arrays)
+    summary = openai_weights.import_openai_weights(str(weights_dir), str(root / "run"))
+    return arrays, root / "run", summary
+
+
+def test_imported_model_computes_the_released_equations(imported):
+    arrays, model_dir, summary = imported
+    assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
+    model, config = saved_model.load_trained_model(str(model_dir))
+    assert (config.hidden_size, config.embedding_size, config.weight_norm) == (HIDDEN, EMBED, True)
+    for text in TEXTS:
+        ids = _framed(text)
+        want_h, want_c, want_logits = _reference(arrays, ids)
+        logits, (h, c) = model(tf.constant([ids], tf.int32), training=False)
+        outputs, _ = model.encode(tf.constant([ids], tf.int32), training=False)
+        np.testing.assert_allclose(outputs[0].numpy(), want_h, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(logits[0].numpy(), want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(c[0].numpy(), want_c[-1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h[0].numpy(), want_h[-1], rtol=1e-5, atol=1e-5)
+    # The transfer tools' features are the released model's final cell state.
+    got = features.TextFeaturizer(model, batch_size=2, window=8, kinds=("cell",))(TEXTS)["cell"]
+    want = np.array([_reference(arrays, _framed(text))[1][-1] for text in TEXTS])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_short_columns_are_rescaled_and_tiny_ones_refused(tmp_path):
+    arrays = _release_arrays(seed=1)
+    arrays["wmh"][:, 3] *= 1e-5  # squared length ~1e-10: the two epsilons differ
+    weights_dir = _write_release(tmp_path / "model", arrays)
+    model = openai_weights.build_model(openai_weights.load_openai_arrays(str(weights_dir)))
+    ids = _framed(TEXTS[1])
+    outputs, _ = model.encode(tf.constant([ids], tf.int32), training=False)
+    np.testing.assert_allclose(outputs[0].numpy(), _reference(arrays, ids)[0], atol=1e-5)
+    arrays["wx"][:, 7] = 1e-8  # squared length 8e-16: the release does not normalize it
+    weights_dir = _write_release(tmp_path / "model2", arrays)
+    with pytest.raises(ValueError, match=r"cannot represent Wx \(1.npy\) exactly: columns \[7\]"):
+        openai_weights.build_model(openai_weights.load_openai_arrays(str(weights_dir)))
+
+
+def test_bad_releases_give_one_clear_error(tmp_path):
+    arrays = _release_arrays()
+    weights_dir = _write_release(tmp_path / "model", arrays)
+    os.remove(weights_dir / "7.npy")
+    os.remove(weights_dir / "14.npy")
+    with pytest.raises(FileNotFoundError, match=r"model: missing 7.npy, 14.npy of the 15"):
+        openai_weights.load_openai_arrays(str(weights_dir))
+    with pytest.raises(FileNotFoundError, match="nowhere: no such folder"):
+        openai_weights.load_openai_arrays(str(tmp_path / "nowhere"))
+    weights_dir = _write_release(tmp_path / "model", arrays)
+    np.save(weights_dir / "4.npy", arrays["wh"][2][:, :15])
+    with pytest.raises(
+        ValueError,
+        match=r"4.npy: shape \(16, 15\), but the recurrent kernel Wh, gate o of a 16-unit model "
+        r"with a 8-wide embedding is \(16, 16\)",
+    ):
+        openai_weights.load_openai_arrays(str(weights_dir))
+    np.save(weights_dir / "4.npy", arrays["wh"][2])
+    (weights_dir / "9.npy").write_bytes(b"not an array")
+    with pytest.raises(ValueError, match=r"9.npy: not a NumPy .npy array file"):
+        openai_weights.load_openai_arrays(str(weights_dir))
+    gx = arrays["gx"].copy()
+    gx[0] = np.nan
+    np.save(weights_dir / "9.npy", gx)
+    with pytest.raises(ValueError, match=r"9.npy: non-finite values in the weight-norm gain of Wx"):
+        openai_weights.load_openai_arrays(str(weights_dir))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(
+        ValueError, match="run: already holds checkpoints; import into a new folder"
+    ):
+        openai_weights.import_openai_weights(str(weights_dir), str(run))
+
+
+@pytest.mark.slow
+def test_import_binary(tmp_path):
+    arrays = _release_arrays(seed=2)
+    weights_dir = _write_release(tmp_path / "model", arrays)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    command = [sys.executable, "-m", "tf_mlstm.cli.import_openai", f"--weights_dir={weights_dir}"]
+    done = subprocess.run(
+        command + [f"--model_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
+    model, _ = saved_model.load_trained_model(summary["model_dir"])
+    ids = _framed(TEXTS[0])
+    logits, _ = model(tf.constant([ids], tf.int32))
+    np.testing.assert_allclose(logits[0].numpy(), _reference(arrays, ids)[2], rtol=1e-5, atol=1e-5)
+
+    np.save(weights_dir / "13.npy", arrays["out_w"].T)
+    bad = subprocess.run(
+        command + [f"--model_dir={tmp_path / 'run2'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert bad.returncode == 1
+    errors = [
+        line for line in bad.stderr.splitlines() if re.match(r"E\d{4} .* \w+\.py:\d+\] ", line)
+    ]
+    assert len(errors) == 1, bad.stderr[-3000:]
+    assert "13.npy: shape (256, 16), but the output kernel of a 16-unit model" in errors[0]
+    assert not (tmp_path / "run2" / "config.json").exists()

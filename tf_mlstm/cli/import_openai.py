@@ -1,0 +1,74 @@
+"""tf-mlstm-import-openai: OpenAI's released byte mLSTM as a tf_mlstm run folder.
+
+  tf-mlstm-import-openai \\
+      --weights_dir=generating-reviews-discovering-sentiment/model \\
+      --model_dir=runs/openai
+  tf-mlstm-transfer --model_dir=runs/openai --output_dir=runs/openai/sst ...
+
+Reads the 15 arrays `0.npy` .. `14.npy` of the release (Radford et al. 2017,
+4096 units, 64-wide byte embedding), checks their shapes against the
+release's layout, maps them onto `MLSTMLanguageModel` (the mapping and why it
+is exact: `tf_mlstm.models.openai_weights`) and writes `--model_dir`:
+config.json and a checkpoint that every tool loads (eval, generate,
+visualize, transfer, classify, export, finetune). Prints one JSON line with
+the folder and the model's sizes.
+"""
+
+import dataclasses
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_mlstm.cli._config import config_from_flags
+
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportConfig:
+    """What to import where. Field names match the flags."""
+
+    weights_dir: str
+    model_dir: str
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.weights_dir or not self.model_dir:
+            raise ValueError("--weights_dir and --model_dir must not be empty.")
+        return self
+
+
+def define_import_flags():
+    """Defines every tf-mlstm-import-openai flag (all optional; `run` marks required ones)."""
+    flags.DEFINE_string(
+        "weights_dir", None, "The release's model/ folder, holding 0.npy .. 14.npy."
+    )
+    flags.DEFINE_string("model_dir", None, "The run folder to create (must not hold a run).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    config = config_from_flags(ImportConfig)
+    from tf_mlstm.models import openai_weights  # pylint: disable=g-import-not-at-top
+
+    try:
+        summary = openai_weights.import_openai_weights(config.weights_dir, config.model_dir)
+    except (FileNotFoundError, ValueError) as e:
+        logging.error("%s", e)
+        sys.exit(1)
+    print(json.dumps(summary))
+
+
+def run():
+    """Entry point of `tf-mlstm-import-openai`."""
+    define_import_flags()
+    flags.mark_flags_as_required(["weights_dir", "model_dir"])
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

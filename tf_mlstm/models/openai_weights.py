@@ -1,0 +1,350 @@
+"""OpenAI's released byte mLSTM (Radford et al. 2017) as a tf_mlstm model.
+
+The "generating-reviews-discovering-sentiment" release holds the trained
+4096-unit model as 15 NumPy arrays, `model/0.npy` .. `model/14.npy`, with no
+names: their meaning is the order in which the original code creates its
+variables. With H units and an E-wide byte embedding (4096 and 64 there):
+
+| file | shape | what | tf_mlstm weight |
+| --- | --- | --- | --- |
+| 0 | [256, E] | byte embedding | `embedding/embeddings` |
+| 1 | [E, 4H] | input kernel Wx | `mlstm/cell/kernel_x` |
+| 2, 3, 4, 5 | [H, H] each | Wh of gate i, f, o, u | `mlstm/cell/kernel_h` = [2 3 4 5] |
+| 6 | [E, H] | multiplicative input kernel Wmx | `mlstm/cell/kernel_mx` |
+| 7 | [H, H] | multiplicative recurrent kernel Wmh | `mlstm/cell/kernel_mh` |
+| 8 | [4H] | gate bias b | `mlstm/cell/bias` |
+| 9 | [4H] | weight-norm gain of Wx | `mlstm/cell/gain_x` |
+| 10 | [4H] | gain of Wh | `mlstm/cell/gain_h` |
+| 11 | [H] | gain of Wmx | `mlstm/cell/gain_mx` |
+| 12 | [H] | gain of Wmh | `mlstm/cell/gain_mh` |
+| 13 | [H, 256] | output kernel (no weight norm) | `head/kernel` |
+| 14 | [256] | output bias | `head/bias` |
+
+The released model computes, per byte x (an embedding row) from the previous
+(h, c): m = (x Wmx) * (h Wmh); z = x Wx + m Wh + b; i, f, o, u = the four
+H-column blocks of z in that order; c' = sigmoid(f) c + sigmoid(i) tanh(u);
+h' = sigmoid(o) tanh(c'); next-byte logits = h' Wout + bout. Each of Wx, Wh,
+Wmx, Wmh is used as g * W / ||W|| with the norm of each output column
+(`l2_normalize` over axis 0). That is `MLSTMCell` term for term, with the same
+gate order, the same weight-norm axis and gains, one bias on z and a plain
+dense output layer, so every array is copied as it is.
+
+Two details make the match exact rather than close:
+
+* the release divides a column by `sqrt(max(|w|^2, 1e-12))`, `MLSTMCell` by
+  `sqrt(|w|^2 + 1e-12)`. Weight norm does not depend on a column's length,
+  so a column short enough for the two to differ measurably (|w|^2 < 1e-6)
+  is stored rescaled to unit length, which both formulas leave unchanged; a
+  column shorter than 1e-6 (|w|^2 < 1e-12) is not divided by its norm in
+  the release at all, which no rescaling reproduces, and is refused.
+* the release runs every text from a zero state, beginning with the byte
+  "\\n" it prepends; tf_mlstm frames every document with the same byte
+  (`DOC_START`) and zeroes the state before it, so its tools feed the model
+  what the release fed it.
+  (The release also wraps a text as "\\n " + text + " "; tf_mlstm's
+  normalization, which strips outer spaces, feeds "\\n" + text.)
+"""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm import fileio
+from tf_mlstm.models.language_model import VOCAB_SIZE
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.train.config import CHECKPOINT_SUBDIR
+from tf_mlstm.train.config import CONFIG_FILE
+from tf_mlstm.train.config import TrainConfig
+
+NUM_FILES = 15
+PUBLISHED_HIDDEN_SIZE = 4096
+PUBLISHED_EMBEDDING_SIZE = 64
+IMPORT_FILE = "openai_import.json"
+"""Written beside config.json: where the weights came from."""
+
+# Squared column lengths below this are rescaled to unit length (see the
+# module docstring); below the release's own floor they cannot be matched.
+_RESCALE_BELOW = 1e-6
+_RELEASE_FLOOR = 1e-12
+
+
+def _layout(hidden, embed):
+    """(file index, name, shape, description) of every released array."""
+    rows = [
+        (0, "embedding", (VOCAB_SIZE, embed), "byte embedding"),
+        (1, "wx", (embed, 4 * hidden), "input kernel Wx"),
+    ]
+    for offset, gate in enumerate("ifou"):
+        rows.append(
+            (2 + offset, f"wh_{gate}", (hidden, hidden), f"recurrent kernel Wh, gate {gate}")
+        )
+    rows += [
+        (6, "wmx", (embed, hidden), "multiplicative input kernel Wmx"),
+        (7, "wmh", (hidden, hidden), "multiplicative recurrent kernel Wmh"),
+        (8, "b", (4 * hidden,), "gate bias b"),
+        (9, "gx", (4 * hidden,), "weight-norm gain of Wx"),
+        (10, "gh", (4 * hidden,), "weight-norm gain of Wh"),
+        (11, "gmx", (hidden,), "weight-norm gain of Wmx"),
+        (12, "gmh", (hidden,), "weight-norm gain of Wmh"),
+        (13, "out_w", (hidden, VOCAB_SIZE), "output kernel"),
+        (14, "out_b", (VOCAB_SIZE,), "output bias"),
+    ]
+    return rows
+
+
+def array_path(weights_dir, index):
+    """The file of released array `index` in `weights_dir`."""
+    return os.path.join(weights_dir, f"{index}.npy")
+
+
+def _load_npy(path):
+    """One released array, read through tf.io.gfile (any filesystem)."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return np.load(f, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise ValueError(f"{path}: not a NumPy .npy array file ({e})") from None
+
+
+def load_openai_arrays(weights_dir):
+    """Reads and checks the 15 released arrays.
+
+    The sizes are read from the files (H from the Wmh file, E from the
+    embedding file), so a scaled-down copy of the layout loads as well as the
+    published 4096-unit one; every shape must then agree with them.
+
+    Args:
+      weights_dir: the folder holding `0.npy` .. `14.npy` (the release's
+        `model/` folder).
+
+    Returns:
+      dict name -> float32 array, names as in the module docstring's table
+      (`embedding`, `wx`, `wh_i` .. `wh_u`, `wmx`, `wmh`, `b`, `gx`, `gh`, `gmx`,
+      `gmh`, `out_w`, `out_b`).
+
+    Raises:
+      FileNotFoundError: a missing folder or file (the message names every
+        missing file).
+      ValueError: a file that is not a .npy array, has the wrong shape for
+        its place in the layout, or holds non-finite values.
+    """
+    if not tf.io.gfile.isdir(weights_dir):
+        raise FileNotFoundError(f"{weights_dir}: no such folder (want the release's model/)")
+    missing = [
+        f"{i}.npy" for i in range(NUM_FILES) if not tf.io.gfile.exists(array_path(weights_dir, i))
+    ]
+    if missing:
+        raise FileNotFoundError(
+            f"{weights_dir}: missing {', '.join(missing)} of the {NUM_FILES} released arrays "
+            f"0.npy .. {NUM_FILES - 1}.npy"
+        )
+    raw = {i: _load_npy(array_path(weights_dir, i)) for i in range(NUM_FILES)}
+    wmh, embedding = raw[7], raw[0]
+    if wmh.ndim != 2 or wmh.shape[0] != wmh.shape[1] or embedding.ndim != 2:
+        raise ValueError(
+            f"{array_path(weights_dir, 7)} has shape {wmh.shape} and "
+            f"{array_path(weights_dir, 0)} {embedding.shape}: want [H, H] (Wmh) and "
+            f"[{VOCAB_SIZE}, E] (byte embedding); is this the release's model/ folder?"
+        )
+    hidden, embed = wmh.shape[0], embedding.shape[1]
+    arrays = {}
+    for index, name, shape, what in _layout(hidden, embed):
+        path = array_path(weights_dir, index)
+        array = raw[index]
+        if array.shape != shape:
+            raise ValueError(
+                f"{path}: shape {tuple(array.shape)}, but the {what} of a {hidden}-unit model "
+                f"with a {embed}-wide embedding is {shape}"
+            )
+        if not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(f"{path}: {array.dtype} values, want floating point ({what})")
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{path}: non-finite values in the {what}")
+        arrays[name] = array.astype(np.float32)
+    return arrays
+
+
+def _exact_weight_norm_kernel(kernel, name):
+    """`kernel` with its too-short columns rescaled to unit length (module docstring).
+
+    Raises:
+      ValueError: a column with 0 < |w|^2 < 1e-12, which the release does not
+        normalize and `MLSTMCell` would.
+    """
+    squared = np.sum(np.square(kernel.astype(np.float64)), axis=0)
+    unmatched = np.flatnonzero((squared > 0) & (squared < _RELEASE_FLOOR))
+    if len(unmatched):
+        raise ValueError(
+            f"cannot represent {name} exactly: columns {unmatched[:10].tolist()} have squared "
+            f"length below {_RELEASE_FLOOR:g}, which the release leaves unnormalized and "
+            "tf_mlstm's weight norm would normalize"
+        )
+    short = (squared > 0) & (squared < _RESCALE_BELOW)
+    if not short.any():
+        return kernel
+    logging.info("Rescaling %d short column(s) of %s to unit length.", int(short.sum()), name)
+    scale = np.where(short, 1.0 / np.sqrt(np.where(short, squared, 1.0)), 1.0)
+    return (kernel * scale).astype(np.float32)
+
+
+def tf_mlstm_weights(arrays):
+    """The tf_mlstm weights of released arrays.
+
+    Args:
+      arrays: `load_openai_arrays`'s result.
+
+    Returns:
+      dict mapping the weight paths of an `MLSTMLanguageModel` below the model
+      (`"embedding/embeddings"`, `"mlstm/cell/kernel_x"`, ...) to float32 arrays.
+
+    Raises:
+      ValueError: a kernel that cannot be represented exactly.
+    """
+    kernel_h = np.concatenate([arrays[f"wh_{gate}"] for gate in "ifou"], axis=1)
+    return {
+        "embedding/embeddings": arrays["embedding"],
+        "mlstm/cell/kernel_x": _exact_weight_norm_kernel(arrays["wx"], "Wx (1.npy)"),
+        "mlstm/cell/kernel_mx": _exact_weight_norm_kernel(arrays["wmx"], "Wmx (6.npy)"),
+        "mlstm/cell/kernel_mh": _exact_weight_norm_kernel(arrays["wmh"], "Wmh (7.npy)"),
+        "mlstm/cell/kernel_h": _exact_weight_norm_kernel(kernel_h, "Wh (2-5.npy)"),
+        "mlstm/cell/bias": arrays["b"],
+        "mlstm/cell/gain_x": arrays["gx"],
+        "mlstm/cell/gain_mx": arrays["gmx"],
+        "mlstm/cell/gain_mh": arrays["gmh"],
+        "mlstm/cell/gain_h": arrays["gh"],
+        "head/kernel": arrays["out_w"],
+        "head/bias": arrays["out_b"],
+    }
+
+
+def _relative_path(variable):
+    """A variable's path below the model ("mlstm/cell/kernel_x")."""
+    return variable.path.split("/", 1)[1]
+
+
+def _unfilled_model(hidden, embed, name):
+    """A built float32 model whose weights are about to be overwritten.
+
+    Its cell gets zeros initializers: the default orthogonal initializer of
+    the recurrent kernels factorizes a 16384 x 4096 matrix at the published
+    size (minutes on a small CPU) for values that are thrown away.
+    """
+    model = MLSTMLanguageModel(
+        hidden_size=hidden, embedding_size=embed, weight_norm=True, dtype="float32", name=name
+    )
+    cell = model.mlstm.cell
+    cell.kernel_initializer = cell.recurrent_initializer = keras.initializers.Zeros()
+    model.build()
+    return model
+
+
+def build_model(arrays, name="mlstm_lm"):
+    """A float32 `MLSTMLanguageModel` holding the released weights.
+
+    Args:
+      arrays: `load_openai_arrays`'s result.
+      name: the model's name (the one `from_train_config` gives).
+
+    Returns:
+      The built model.
+
+    Raises:
+      ValueError: a kernel that cannot be represented exactly, or a model
+        whose weights do not match the mapping one to one (a changed model).
+    """
+    hidden, embed = arrays["wmh"].shape[0], arrays["embedding"].shape[1]
+    model = _unfilled_model(hidden, embed, name)
+    weights = tf_mlstm_weights(arrays)
+    variables = {_relative_path(v): v for v in model.weights}
+    if set(variables) != set(weights):
+        raise ValueError(
+            f"the model's weights {sorted(variables)} do not match the mapped arrays "
+            f"{sorted(weights)}"
+        )
+    for path, variable in variables.items():
+        variable.assign(weights[path])
+    return model
+
+
+def import_openai_weights(weights_dir, model_dir):
+    """Writes a tf_mlstm run folder holding the released model.
+
+    The folder gets config.json (a `TrainConfig` with the model's sizes and
+    weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
+    model, as `load_trained_model` and every tool read it) and
+    `openai_import.json` (the source). The checkpoint is read back and
+    compared with the arrays before returning.
+
+    Args:
+      weights_dir: the release's `model/` folder.
+      model_dir: the run folder to create; it must not hold a run already.
+
+    Returns:
+      dict with `model_dir`, `hidden_size`, `embedding_size` and `checkpoint`.
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_openai_arrays` and
+        `build_model`; ValueError also when `model_dir` already holds a
+        config or checkpoints.
+    """
+    for existing in (CONFIG_FILE, CHECKPOINT_SUBDIR):
+        if tf.io.gfile.exists(os.path.join(model_dir, existing)):
+            raise ValueError(f"{model_dir}: already holds {existing}; import into a new folder")
+    arrays = load_openai_arrays(weights_dir)
+    model = build_model(arrays)
+    hidden, embed = model.hidden_size, model.embedding_size
+    if (hidden, embed) != (PUBLISHED_HIDDEN_SIZE, PUBLISHED_EMBEDDING_SIZE):
+        logging.warning(
+            "%s holds a %d-unit model with a %d-wide embedding; the release is %d and %d.",
+            weights_dir,
+            hidden,
+            embed,
+            PUBLISHED_HIDDEN_SIZE,
+            PUBLISHED_EMBEDDING_SIZE,
+        )
+    config = TrainConfig(
+        model_dir=model_dir, hidden_size=hidden, embedding_size=embed, weight_norm=True
+    )
+    tf.io.gfile.makedirs(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    checkpoint = tf.train.Checkpoint(model=model).save(
+        os.path.join(model_dir, CHECKPOINT_SUBDIR, "ckpt")
+    )
+    fileio.write_json_atomic(
+        os.path.join(model_dir, IMPORT_FILE),
+        {
+            "source": "openai/generating-reviews-discovering-sentiment",
+            "weights_dir": weights_dir,
+            "hidden_size": hidden,
+            "embedding_size": embed,
+        },
+    )
+    # config.json last: a folder with one holds a complete model.
+    fileio.write_text_atomic(os.path.join(model_dir, CONFIG_FILE), config.to_json())
+    _check_round_trip(model_dir, config, model)
+    logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
+    return {
+        "model_dir": model_dir,
+        "hidden_size": hidden,
+        "embedding_size": embed,
+        "checkpoint": checkpoint,
+    }
+
+
+def _check_round_trip(model_dir, config, model):
+    """Raises ValueError unless the saved checkpoint restores `model`'s weights.
+
+    Restores into a fresh model of `config`'s sizes (the checkpoint's keys
+    are the model's attribute names, as for `load_trained_model`'s model),
+    and requires every saved value to be used and every weight equal.
+    """
+    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    loaded = _unfilled_model(config.hidden_size, config.embedding_size, model.name)
+    tf.train.Checkpoint(model=loaded).restore(checkpoint).assert_consumed()
+    want = {_relative_path(v): v.numpy() for v in model.weights}
+    for variable in loaded.weights:
+        path = _relative_path(variable)
+        if not np.array_equal(variable.numpy(), want[path]):
+            raise ValueError(f"{checkpoint}: read back a different {path}")

@@ -1,0 +1,250 @@
+"""The sentiment neuron of a fitted classifier, for generation and visualization.
+
+`tf-mlstm-transfer` records in classifier.json the feature that alone
+classifies best (`neuron`: its column, feature kind, unit, sign and
+threshold). `tf-mlstm-generate` and `tf-mlstm-visualize` take that file
+instead of copied numbers: `neuron_from_classifier` reads the unit, the
+direction in which the unit means "positive" and the scale of its values,
+and `resolve_unit` / `resolve_value` let explicit flags win, logging every
+disagreement.
+
+Both tools work on the cell state (generation holds a cell unit, the heat map
+draws one), so only neurons of the cell-state kinds (`CELL_KINDS`) apply: for
+those the held or drawn value is the same quantity the classifier measured
+(a held cell unit has that value at every byte, so its final value, mean,
+max and min over the text are all the held value). A neuron of a
+hidden-state kind is refused with a message that says so.
+"""
+
+import dataclasses
+
+from absl import logging
+
+CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
+"""Feature kinds that measure the cell state (see `featurize.FEATURE_KINDS`)."""
+SENTIMENTS = ("positive", "negative")
+HOLD_SPREADS = 2.0
+"""How far past the neuron's threshold generation holds it, in standard
+deviations of the feature over the classifier's training texts: far enough to
+sit on the chosen side for every text the classifier saw that was not an
+outlier, near enough to stay in the range the model produced."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SentimentNeuron:
+    """The sentiment neuron of a classifier file.
+
+    Attributes:
+      source: the classifier file.
+      kind: its feature kind (one of `CELL_KINDS`).
+      unit: the cell-state unit.
+      sign: +1 where large values mean the positive class, -1 where they mean
+        the negative one.
+      threshold: the cut between the classes on the feature.
+      spread: the feature's standard deviation over the training texts
+        (the classifier's standardizer scale; 1 for a constant feature).
+      hidden_size: units of the model the classifier was fitted on.
+    """
+
+    source: str
+    kind: str
+    unit: int
+    sign: int
+    threshold: float
+    spread: float
+    hidden_size: int
+
+    def value_for(self, sentiment="positive", spreads=HOLD_SPREADS):
+        """The value that puts the neuron `spreads` deviations into `sentiment`'s side.
+
+        Args:
+          sentiment: "positive" or "negative".
+          spreads: distance past the threshold, in `spread` units.
+
+        Returns:
+          `threshold + direction * sign * spreads * spread` as a float, with
+          direction +1 for positive and -1 for negative.
+
+        Raises:
+          ValueError: an unknown sentiment.
+        """
+        if sentiment not in SENTIMENTS:
+            raise ValueError(f"sentiment must be one of {SENTIMENTS}, got {sentiment!r}.")
+        direction = 1 if sentiment == "positive" else -1
+        return float(self.threshold + direction * self.sign * spreads * self.spread)
+
+    def describe(self):
+        """A short phrase for logs: which feature, which unit, which direction."""
+        return (
+            f"the sentiment neuron of {self.source} ({self.kind} of cell unit {self.unit}, "
+            f"sign {self.sign:+d}, threshold {self.threshold:+.4g})"
+        )
+
+
+def neuron_from_classifier(path, tool, hidden_size=None):
+    """Reads the sentiment neuron of a classifier.json.
+
+    Args:
+      path: a classifier file written by `tf-mlstm-transfer`.
+      tool: the binary asking, for the error message ("tf-mlstm-generate").
+      hidden_size: the model's units, checked against the classifier's
+        (None: not checked).
+
+    Returns:
+      A `SentimentNeuron`.
+
+    Raises:
+      FileNotFoundError: no file at `path`.
+      ValueError: not a valid classifier file, a classifier fitted on a model
+        of another size, a sign other than +1/-1, or a neuron of a kind that
+        does not measure the cell state. Each message is one line naming the
+        file.
+    """
+    # Imported here: the binaries read SENTIMENTS while defining flags, before
+    # TensorFlow and scikit-learn are worth loading.
+    from tf_mlstm.transfer import logistic  # pylint: disable=import-outside-toplevel
+
+    classifier = logistic.LogisticClassifier.load(path)
+    index = classifier.neuron.index
+    kind, unit = classifier.describe(index)
+    if hidden_size is not None and classifier.hidden_size != hidden_size:
+        raise ValueError(
+            f"{path}: fitted on a {classifier.hidden_size}-unit model, but the model has "
+            f"{hidden_size} units"
+        )
+    if classifier.neuron.sign not in (1, -1):
+        raise ValueError(f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1")
+    if kind not in CELL_KINDS:
+        raise ValueError(
+            f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
+            f"{unit}, which measures the hidden state; {tool} works on cell-state units (a "
+            f"classifier fitted with --features among {', '.join(CELL_KINDS)}); choose a unit "
+            "with --neuron instead of --classifier"
+        )
+    return SentimentNeuron(
+        source=path,
+        kind=kind,
+        unit=int(unit),
+        sign=int(classifier.neuron.sign),
+        threshold=float(classifier.neuron.threshold),
+        spread=float(classifier.scale[index]),
+        hidden_size=int(classifier.hidden_size),
+    )
+
+
+def resolve_unit(neuron, flag_unit, flag_name="--neuron"):
+    """The unit to use: an explicit flag wins over the classifier's neuron.
+
+    Args:
+      neuron: a `SentimentNeuron`, or None (no classifier).
+      flag_unit: the flag's value, None when it was not given.
+      flag_name: the flag, for the log.
+
+    Returns:
+      The unit (the flag's when given, else the neuron's), or None when
+      neither names one.
+    """
+    if neuron is None:
+        return flag_unit
+    if flag_unit is None:
+        return neuron.unit
+    if flag_unit != neuron.unit:
+        logging.warning(
+            "%s=%d overrides unit %d, %s.", flag_name, flag_unit, neuron.unit, neuron.describe()
+        )
+    return flag_unit
+
+
+def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value"):
+    """The value to hold `unit` at: an explicit flag wins over the classifier's.
+
+    Args:
+      neuron: a `SentimentNeuron`, or None (no classifier).
+      unit: the unit that will be held (`resolve_unit`'s result).
+      flag_value: the flag's value, None when it was not given.
+      sentiment: the side of the neuron to hold ("positive"/"negative").
+      flag_name: the flag, for the log.
+
+    Returns:
+      The flag's value when given; else, when `unit` is the neuron's unit,
+      `neuron.value_for(sentiment)`; else 0.0 (the value of a unit held
+      without a classifier).
+    """
+    if unit is None or unit < 0:
+        return 0.0 if flag_value is None else float(flag_value)  # nothing is held
+    if neuron is None or unit != neuron.unit:
+        if neuron is not None and flag_value is None:
+            logging.warning(
+                "Unit %d is not %s: holding it at 0.0 (set %s).", unit, neuron.describe(), flag_name
+            )
+        return 0.0 if flag_value is None else float(flag_value)
+    wanted = neuron.value_for(sentiment)
+    if flag_value is None:
+        return wanted
+    if flag_value != wanted:
+        logging.warning(
+            "%s=%g overrides %g, the %s side of %s.",
+            flag_name,
+            flag_value,
+            wanted,
+            sentiment,
+            neuron.describe(),
+        )
+    return float(flag_value)
+
+
+def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
+    """The (unit, value) generation holds, from a classifier file and the flags.
+
+    Args:
+      classifier: a classifier.json path, or "" for none.
+      hidden_size: the model's units.
+      flag_unit: `--neuron` (None when not given; -1 holds nothing).
+      flag_value: `--neuron_value` (None when not given).
+      sentiment: the neuron's side to hold ("positive"/"negative"; None:
+        positive).
+      tool: the binary asking, for error messages.
+
+    Returns:
+      (unit, value): unit -1 when nothing is held. What is held is logged.
+
+    Raises:
+      FileNotFoundError, ValueError: as `neuron_from_classifier`.
+    """
+    neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
+    unit = resolve_unit(neuron, flag_unit)
+    unit = -1 if unit is None else unit
+    value = resolve_value(neuron, unit, flag_value, sentiment or "positive")
+    if unit >= 0:
+        origin = neuron.describe() if neuron is not None and unit == neuron.unit else "--neuron"
+        logging.info("Holding cell unit %d at %.6g (%s).", unit, value, origin)
+    return unit, value
+
+
+def drawn_unit(classifier, hidden_size, flag_unit, tool):
+    """The (unit, sign) a heat map draws, from a classifier file and `--neuron`.
+
+    Args:
+      classifier: a classifier.json path, or "" for none.
+      hidden_size: the model's units.
+      flag_unit: `--neuron` (None when not given).
+      tool: the binary asking, for error messages.
+
+    Returns:
+      (unit, sign, neuron): sign is the neuron's when the unit is the
+      classifier's (so the colors can show its positive side as positive),
+      else +1; neuron is the `SentimentNeuron` or None.
+
+    Raises:
+      FileNotFoundError, ValueError: as `neuron_from_classifier`; ValueError
+        also when neither a classifier nor a unit is given.
+    """
+    neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
+    unit = resolve_unit(neuron, flag_unit)
+    if unit is None:
+        raise ValueError("no unit to draw: give --neuron or --classifier.")
+    if neuron is None or unit != neuron.unit:
+        logging.info("Drawing cell unit %d (--neuron).", unit)
+        return unit, 1, neuron
+    logging.info("Drawing cell unit %d, %s.", unit, neuron.describe())
+    return unit, neuron.sign, neuron
