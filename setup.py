@@ -36,11 +36,12 @@ _INSTALL_REQUIRES = [
     "keras>=3.15,<3.16",
     "numpy>=1.26,<3",
     "absl-py>=2,<3",
-    # TensorFlow 2.21 no longer depends on TensorBoard; the summaries are for it.
+    # TensorFlow 2.21 does not depend on TensorBoard; the training summaries
+    # are written for it (`tensorboard --logdir=MODEL_DIR`).
     "tensorboard>=2.21,<3",
     # 1.8 is the first release where `LogisticRegression(l1_ratio=1.0)` alone
     # selects the L1 penalty (tf_mlstm/transfer/logistic.py); older releases
-    # ignore `l1_ratio` unless penalty="elasticnet" and silently fit L2.
+    # ignore `l1_ratio` unless penalty="elasticnet" and fit L2 with only a warning.
     "scikit-learn>=1.8,<2",
     "matplotlib>=3.9,<4",
 ]
