@@ -1,4 +1,14 @@
-"""Packaging for tf_mlstm: byte-level multiplicative LSTM language models at scale."""
+"""Packaging for tf_mlstm: byte-level multiplicative LSTM language models at scale.
+
+This file is the one home of the package metadata; `pyproject.toml` holds only
+the build backend and the tool settings (pytest, ruff, import-linter).
+
+Dependencies are ranges, so tf_mlstm installs beside other packages; the exact
+versions the test suite last passed with are in `constraints.txt`
+(`pip install -c constraints.txt -e ".[dev]"`).
+"""
+
+import pathlib
 
 import setuptools
 
@@ -15,6 +25,42 @@ _BINARIES = {
     "tf-mlstm-import-openai": "tf_mlstm.cli.import_openai:run",
 }
 
+_INSTALL_REQUIRES = [
+    # TensorFlow and tensorflow-text always from the same minor release: the
+    # text ops are compiled against one TensorFlow ABI (tensorflow-text 2.21
+    # itself requires tensorflow>=2.21,<2.22). At 2.21 both publish Linux
+    # x86_64 wheels for CPython 3.11, 3.12 and 3.13, none for 3.14.
+    "tensorflow>=2.21,<2.22",
+    "tensorflow-text>=2.21,<2.22",
+    # Keras 3 on the TensorFlow backend: the minor release the test suite
+    # passes with; widen the range once it passes with the next one.
+    "keras>=3.15,<3.16",
+    "numpy>=1.26,<3",
+    "absl-py>=2,<3",
+    # TensorFlow 2.21 does not depend on TensorBoard; the training summaries
+    # are written for it (`tensorboard --logdir=MODEL_DIR`).
+    "tensorboard>=2.21,<3",
+    # 1.8 is the first release where `LogisticRegression(l1_ratio=1.0)` alone
+    # selects the L1 penalty (tf_mlstm/transfer/logistic.py); older releases
+    # ignore `l1_ratio` unless penalty="elasticnet" and fit L2 with only a warning.
+    "scikit-learn>=1.8,<2",
+    "matplotlib>=3.9,<4",
+]
+
+_EXTRAS_REQUIRE = {
+    # Tests, lint and the layering check (what .ci/run runs).
+    "dev": [
+        "pytest>=8,<10",
+        "pytest-timeout>=2.3,<3",
+        # Linters: new releases add rules and change formatting, so the range
+        # is the minor release the configuration in pyproject.toml was written for.
+        "ruff>=0.17,<0.18",
+        "import-linter>=2.17,<3",
+    ],
+    # NVIDIA GPUs on Linux: TensorFlow with its pip-installed CUDA and cuDNN.
+    "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
+}
+
 setuptools.setup(
     name="tf_mlstm",
     version="0.1.0",
@@ -23,24 +69,21 @@ setuptools.setup(
         "TensorFlow 2 / Keras 3: large-batch multi-worker training and "
         "sentiment transfer."
     ),
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(pathlib.Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.11,<3.13",
+    python_requires=">=3.11,<3.14",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     packages=setuptools.find_packages(include=["tf_mlstm", "tf_mlstm.*"]),
     package_data={"tf_mlstm.data": ["demo_corpus.txt"]},
-    install_requires=[
-        "tensorflow==2.21.0",
-        "tensorflow-text==2.21.1",
-        "keras==3.15.1",
-        "numpy>=1.26,<3",
-        "absl-py==2.5.1",
-        "tensorboard==2.21.0",
-        "scikit-learn==1.9.1",
-        "matplotlib==3.11.2",
-    ],
-    extras_require={
-        "dev": ["pytest==9.0.3", "pytest-timeout==2.4.0"],
-    },
+    install_requires=_INSTALL_REQUIRES,
+    extras_require=_EXTRAS_REQUIRE,
     entry_points={
         "console_scripts": [f"{name}={target}" for name, target in _BINARIES.items()],
     },

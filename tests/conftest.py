@@ -1,4 +1,7 @@
-"""Shared pytest configuration: markers, the shared corpus, quiet TF logs."""
+"""Shared pytest fixtures: the shared corpus; quiet TF logs.
+
+Markers (`slow`) and the per-test timeout are configured in pyproject.toml.
+"""
 
 import os
 import pathlib
@@ -9,10 +12,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: multi-process or training runs (still run in CI)")
 
 
 @pytest.fixture

@@ -116,6 +116,7 @@ def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
     assert not benchmark.cpu_has_bfloat16_units(str(tmp_path / "missing"))
 
 
+@pytest.mark.slow
 def test_bad_flags_fail_with_a_clear_message(tmp_path):
     command = [sys.executable, str(BENCHMARK), "--modes=train,fly"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)

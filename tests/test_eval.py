@@ -28,6 +28,7 @@ def _eval(*args):
                           capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     model_dir, model = _models.write_untrained_model_dir(tmp_path / "m")
     corpus = tmp_path / "reviews.jsonl"
@@ -64,6 +65,7 @@ def test_stream_score_matches_one_document(tmp_path):
     assert got["chars"] == int(chars[0])
 
 
+@pytest.mark.slow
 def test_missing_data_is_one_error_line(tmp_path):
     model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
     proc = _eval(f"--model_dir={model_dir}", f"--data={tmp_path / 'absent.jsonl'}")

@@ -87,6 +87,7 @@ def test_long_texts_are_cut_to_max_length():
     assert lengths.tolist() == [4, 3] and cut == 1
 
 
+@pytest.mark.slow
 def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     model_dir = tmp_path / "run"
     results = finetune.finetune(_config(task, model_dir))
@@ -117,6 +118,7 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
     config = _config(
         task,

@@ -259,6 +259,7 @@ def _error_lines(stderr):
     ]
 
 
+@pytest.mark.slow
 def test_binary_end_to_end(tmp_path):
     jsonl = tmp_path / "reviews.jsonl"
     jsonl.write_bytes(
@@ -306,6 +307,7 @@ def test_binary_end_to_end(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_binary_missing_input_is_one_error_line(tmp_path):
     missing = tmp_path / "missing.jsonl"
     result = _run_binary(f"--input={missing}", f"--output_dir={tmp_path / 'out'}")
@@ -315,6 +317,7 @@ def test_binary_missing_input_is_one_error_line(tmp_path):
     assert len(errors) == 1 and errors[0].endswith(f"input file not found: {missing}")
 
 
+@pytest.mark.slow
 def test_binary_all_bad_input_fails_with_stats(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": \n{"other": 1}\n\xff\xfe\n')

@@ -157,6 +157,7 @@ def _train_gradients(model, ids, targets, state, jit_compile):
     return step(ids, targets, *state)
 
 
+@pytest.mark.slow
 def test_xla_training_step_gradient_equals_the_graph_one():
     keras.utils.set_random_seed(1)
     model = MLSTMLanguageModel(hidden_size=16, embedding_size=8)

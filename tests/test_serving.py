@@ -75,6 +75,7 @@ def test_generate_signature_matches_sample_text(small_model):
         module.generate(tf.constant(["x"]), tf.constant(5), tf.constant(0.0), args[2])
 
 
+@pytest.mark.slow
 def test_classify_signature_matches_the_python_classifier(small_model):
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(small_model, texts, np.array([1, 0, 0, 1, 0, 1]))

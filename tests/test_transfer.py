@@ -65,6 +65,7 @@ def test_parse_feature_kinds():
         features.parse_feature_kinds(" , ")
 
 
+@pytest.mark.slow
 def test_features_do_not_depend_on_batch_or_order(small_model):
     alone = features.TextFeaturizer(small_model, batch_size=1)(TEXTS, progress=False)
     together = features.TextFeaturizer(small_model, batch_size=len(TEXTS))(TEXTS, progress=False)
@@ -475,6 +476,7 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         )
 
 
+@pytest.mark.slow
 def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
     model_dir, _ = write_untrained_model_dir(tmp_path / "m")
     results = experiment.run_transfer(

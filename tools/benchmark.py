@@ -21,14 +21,15 @@ the same way), each with XLA off and on (`--jit`).
 Every train/featurize line carries `peak_fraction`: the achieved GFLOP/s over
 the machine's float32 matrix rate `matmul_gflops` (a 2048 x 2048 x 2048
 product through TensorFlow), the median of samples taken before, between the
-timed steps of, and after that configuration, so that on a shared machine
-both see the same load; `peak_fraction_vs_max` divides by the best sample
-instead (`matmul_gflops_max`, the least disturbed one), and `load_average`
-says how busy the machine was. Under a mixed policy the line also carries
+timed steps of, and after that configuration, so that on a shared machine both
+see the same load; `peak_fraction_vs_max` divides by the best sample instead
+(`matmul_gflops_max`, the least disturbed one), and `load_average` says how
+busy the machine was. Under a mixed policy the line also carries
 `matmul_gflops_compute`, the square product's rate in the compute dtype
-(bfloat16 or float16), and `peak_fraction_compute` over it. `skinny_gflops` is the rate of the step's own
-recurrent product shape (batch x H @ H x 4H) and `skinny_fm_gflops` that of
-the feature-major orientation the mLSTM loop uses (4H x H @ H x batch).
+(bfloat16 or float16), and `peak_fraction_compute` over it. `skinny_gflops` is
+the rate of the step's own recurrent product shape (batch x H @ H x 4H) and
+`skinny_fm_gflops` that of the feature-major orientation the mLSTM loop uses
+(4H x H @ H x batch).
 
 FLOPs per character (multiply-adds count 2; see docs/performance.md):
   mlstm train      6 (H·H + H·4H) + 6·256·H   forward and two backward products of the
@@ -46,10 +47,10 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 FLAGS = flags.FLAGS
 

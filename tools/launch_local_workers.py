@@ -12,7 +12,9 @@ are stopped and the launcher exits with the failed worker's status; SIGINT
 and SIGTERM are passed on to the workers.
 """
 
-from absl import app, flags, logging
+from absl import app
+from absl import flags
+from absl import logging
 
 from tf_mlstm.train import local_cluster
 

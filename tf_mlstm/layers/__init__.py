@@ -2,3 +2,5 @@
 
 from tf_mlstm.layers.mlstm import MLSTM
 from tf_mlstm.layers.mlstm_cell import MLSTMCell
+
+__all__ = ["MLSTM", "MLSTMCell"]

@@ -21,9 +21,9 @@ from absl import logging
 
 from tf_mlstm.data import readers
 from tf_mlstm.export import saved_model
+from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import logistic
-from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import plots
 
 RESULTS_FILE = "results.json"

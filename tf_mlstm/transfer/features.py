@@ -3,12 +3,12 @@
 `TextFeaturizer` runs a model over a list of (normalized) texts and returns
 the features `tf_mlstm.models.featurize.featurize_ids` computes: the final
 cell and hidden states and statistics of the hidden and cell states over the
-text (`FEATURE_KINDS`), [N, H] each. Texts are sorted by length and batched, so a batch holds texts of
-similar length and little padding; the results come back in the input
-order. The padding is masked, so a text's features do not depend on the
-batch it ran in. The model runs in windows of 256 bytes with the state
-carried, in an inference-only compiled function (no gradient tape, no
-training-mode paths).
+text (`FEATURE_KINDS`), [N, H] each. Texts are sorted by length and batched,
+so a batch holds texts of similar length and little padding; the results
+come back in the input order. The padding is masked, so a text's features do
+not depend on the batch it ran in. The model runs in windows of 256 bytes
+with the state carried, in an inference-only compiled function (no gradient
+tape, no training-mode paths).
 
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
 or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
