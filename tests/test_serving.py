@@ -244,6 +244,10 @@ def test_export_never_touches_a_folder_it_did_not_write(tmp_path):
     with pytest.raises(ValueError, match="serving: holds 'notes.txt', not a tf-mlstm-export"):
         export_cli.export(export_cli.ExportConfig(str(model_dir), str(base)))
     assert (base / "notes.txt").read_text() == "mine" and (base / "42" / "saved_model.pb").exists()
+    # A version folder given as the folder of versions (the old layout) is refused too.
+    with pytest.raises(ValueError, match="42: is itself a tf-mlstm-export SavedModel"):
+        export_cli.export(export_cli.ExportConfig(str(model_dir), str(base / "42")))
+    assert (base / "42" / "saved_model.pb").exists()
 
 
 def test_export_binary_refuses_the_current_folder_with_one_line(tmp_path):
@@ -265,6 +269,9 @@ def test_export_binary_refuses_the_current_folder_with_one_line(tmp_path):
 
 
 def test_export_flags_must_be_positive():
+    defaults = export_cli.ExportConfig("m", "e")
+    assert defaults.max_text_bytes == saved_model.DEFAULT_MAX_TEXT_BYTES
+    assert defaults.max_generate_length == saved_model.DEFAULT_MAX_GENERATE_LENGTH
     with pytest.raises(ValueError, match="--max_text_bytes must be positive, got 0"):
         export_cli.ExportConfig("m", "e", max_text_bytes=0).validate()
     with pytest.raises(ValueError, match="--max_generate_length must be positive, got -1"):
@@ -367,7 +374,7 @@ _SERVE_LIMITS = textwrap.dedent("""
             request()
             out[name] = "accepted"
         except tf.errors.InvalidArgumentError as e:
-            out[name] = e.message.splitlines()[0]
+            out[name] = e.message
     none = tf.constant([], tf.string)
     out["empty_featurize"] = {k: v.shape.as_list() for k, v in sig["featurize"](text=none).items()}
     out["empty_score"] = {k: v.shape.as_list() for k, v in sig["score"](text=none).items()}
@@ -401,9 +408,9 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
     assert served.returncode == 0, served.stderr[-3000:]
     out = json.loads(served.stdout.strip().splitlines()[-1])
     assert not out["imported_tf_mlstm"]
-    assert out["long_text"].startswith("score: a text is longer than max_text_bytes=24")
-    assert out["long_prompt"].startswith("generate: a prompt is longer than max_text_bytes=24")
-    assert out["long_generate"].startswith("generate: length must be <= max_generate_length=8")
+    assert "score: a text is longer than max_text_bytes=24" in out["long_text"]
+    assert "generate: a prompt is longer than max_text_bytes=24" in out["long_prompt"]
+    assert "generate: length must be <= max_generate_length=8" in out["long_generate"]
     assert out["empty_featurize"] == {k: [0, 16] for k in features.FEATURE_KINDS}
     assert out["empty_score"] == {"bits_per_char": [0], "chars": [0]}
     assert out["empty_generate"] == [0]

@@ -410,8 +410,9 @@ def check_export_base(base_dir):
         raise ExportDirError(f"{base_dir}: is a file, not a folder for SavedModel versions")
     if is_export(base_dir):
         raise ExportDirError(
-            f"{base_dir}: is an unversioned SavedModel from an earlier tf-mlstm-export; move it "
-            f"into a numbered folder (e.g. {os.path.join(base_dir, '1')}) or delete it"
+            f"{base_dir}: is itself a tf-mlstm-export SavedModel, not the folder of versions "
+            "that holds it; give that folder (an unversioned export of an earlier "
+            f"tf-mlstm-export: move it into a numbered folder, e.g. {os.path.join(base_dir, '1')})"
         )
     for name in sorted(entry.rstrip("/") for entry in tf.io.gfile.listdir(base_dir)):
         if name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
