@@ -172,7 +172,7 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     saved = json.loads((model_dir / "results.json").read_text())
     assert saved["weights_sha256"] == results["weights_sha256"]
     assert _latest_checkpoint_step(model_dir) == 6
-    assert (model_dir / "export" / "saved_model.pb").exists()
+    assert (model_dir / "export" / "6" / "saved_model.pb").exists()
     assert sorted(p.name for p in (model_dir / "carried_state").glob("*step-6.npz")) == [
         "worker-0-step-6.npz",
         "worker-1-step-6.npz",

@@ -1,4 +1,5 @@
-"""The SavedModel signatures: generate, classify, and serving without tf_mlstm."""
+"""The SavedModel export and signatures: versioned safe export, serving limits, empty
+requests, score against the library, and serving without tf_mlstm."""
 
 import json
 import os
@@ -12,11 +13,15 @@ import tensorflow as tf
 
 from _models import random_model
 from _models import tiny_trained_model_dir
+from _models import write_untrained_model_dir
+from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import sampling
+from tf_mlstm.models.language_model import bits_per_char_from_logits
+from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 
@@ -151,12 +156,17 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(model, texts, np.array([1, 0, 0, 1, 0, 1]))
     classifier.save(str(tmp_path / "classifier.json"))
-    export_dir = str(tmp_path / "export" / "1")
-    signatures = export_cli.export(
-        export_cli.ExportConfig(str(model_dir), export_dir, str(tmp_path / "classifier.json"))
+    done = export_cli.export(
+        export_cli.ExportConfig(
+            str(model_dir), str(tmp_path / "export"), str(tmp_path / "classifier.json")
+        )
     )
+    signatures = done["signatures"]
     assert signatures == ["classify", "featurize", "generate", "score", "serving_default"]
-    meta = json.loads((tmp_path / "export" / "1" / "assets.extra" / "meta.json").read_text())
+    # The trained run ended at step 20: that is the version.
+    export_dir = done["export_dir"]
+    assert export_dir == str(tmp_path / "export" / "20")
+    meta = json.loads((tmp_path / "export" / "20" / "assets.extra" / "meta.json").read_text())
     assert meta["classifier"]["feature_kinds"] == ["max", "cell_min"]
 
     done = subprocess.run(
@@ -189,3 +199,234 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     assert all(len(t.encode("utf-8")) <= 30 * 3 for t in served["generated"])
     want = sampling.sample_text(model, "This movie", 30, 1.0, seed=3, stop_at_doc_end=True)
     assert served["generated"][0] == want
+
+
+def _model_dir_at_step(model_dir, step):
+    """An untrained model folder whose newest checkpoint is at global `step`."""
+    model_dir, model = write_untrained_model_dir(model_dir)
+    checkpoint = tf.train.Checkpoint(model=model, step=tf.Variable(step, dtype=tf.int64))
+    manager = tf.train.CheckpointManager(checkpoint, str(model_dir / CHECKPOINT_SUBDIR), 5)
+    manager.save(checkpoint_number=step)
+    return model_dir, model
+
+
+def _tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_export_never_touches_a_folder_it_did_not_write(tmp_path):
+    model_dir, _ = _model_dir_at_step(tmp_path / "run", 42)
+    before = _tree(tmp_path)
+    for target in (model_dir, tmp_path, model_dir / CHECKPOINT_SUBDIR):
+        with pytest.raises(ValueError, match="not a tf-mlstm-export SavedModel") as error:
+            export_cli.export(export_cli.ExportConfig(str(model_dir), str(target)))
+        assert str(error.value).startswith(f"--export_dir={target}: ")
+        assert "\n" not in str(error.value)
+    assert _tree(tmp_path) == before
+
+    # Versioned by the checkpoint's global step, written beside and renamed in.
+    base = tmp_path / "serving"
+    done = export_cli.export(export_cli.ExportConfig(str(model_dir), str(base), max_text_bytes=64))
+    assert done["version"] == 42 and done["export_dir"] == str(base / "42")
+    assert os.listdir(base) == ["42"]
+    assert (base / "42" / "saved_model.pb").exists()
+    meta = json.loads((base / "42" / "assets.extra" / "meta.json").read_text())
+    assert meta["version"] == 42
+    assert meta["limits"] == {
+        "max_generate_length": export_cli.ExportConfig("", "").max_generate_length,
+        "max_text_bytes": 64,
+    }
+    # Its own export is recognized: exporting again replaces version 42.
+    (base / "42" / "stale").write_text("")
+    export_cli.export(export_cli.ExportConfig(str(model_dir), str(base)))
+    assert os.listdir(base) == ["42"] and not (base / "42" / "stale").exists()
+    # Anything else in the base folder is not touched.
+    (base / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="serving: holds 'notes.txt', not a tf-mlstm-export"):
+        export_cli.export(export_cli.ExportConfig(str(model_dir), str(base)))
+    assert (base / "notes.txt").read_text() == "mine" and (base / "42" / "saved_model.pb").exists()
+    # A version folder given as the folder of versions (the old layout) is refused too.
+    with pytest.raises(ValueError, match="42: is itself a tf-mlstm-export SavedModel"):
+        export_cli.export(export_cli.ExportConfig(str(model_dir), str(base / "42")))
+    assert (base / "42" / "saved_model.pb").exists()
+
+
+def test_export_binary_refuses_the_current_folder_with_one_line(tmp_path):
+    model_dir, _ = write_untrained_model_dir(tmp_path / "run")
+    before = _tree(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.export", f"--model_dir={model_dir}", "--export_dir=."],
+        capture_output=True,
+        text=True,
+        cwd=str(model_dir),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        timeout=300,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line[:1] == "E" and line[:5] != "E0000"]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "--export_dir=.: holds 'checkpoints', not a tf-mlstm-export SavedModel" in errors[0]
+    assert _tree(tmp_path) == before
+
+
+def test_export_flags_must_be_positive():
+    defaults = export_cli.ExportConfig("m", "e")
+    assert defaults.max_text_bytes == saved_model.DEFAULT_MAX_TEXT_BYTES
+    assert defaults.max_generate_length == saved_model.DEFAULT_MAX_GENERATE_LENGTH
+    with pytest.raises(ValueError, match="--max_text_bytes must be positive, got 0"):
+        export_cli.ExportConfig("m", "e", max_text_bytes=0).validate()
+    with pytest.raises(ValueError, match="--max_generate_length must be positive, got -1"):
+        export_cli.ExportConfig("m", "e", max_generate_length=-1).validate()
+
+
+def test_signatures_enforce_the_export_limits(small_model):
+    module = saved_model.ServingModule(small_model, max_text_bytes=12, max_generate_length=5)
+    args = (tf.constant(0.8), tf.constant(11, tf.int64))
+    too_long = tf.constant(["short", "x" * 13])
+    for name in ("featurize", "score"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match=f"{name}: a text is longer than max_text_bytes=12"
+        ):
+            getattr(module, name)(too_long)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="generate: a prompt is longer than max_text_bytes=12"
+    ):
+        module.generate(too_long, tf.constant(3), *args)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match="generate: length must be <= max_generate_length=5",
+    ):
+        module.generate(tf.constant(["hi"]), tf.constant(6), *args)
+    # At the limits: 12 bytes (6 two-byte characters), 5 generated bytes.
+    assert module.score(tf.constant(["\u00e9" * 6]))["chars"].numpy().tolist() == [12.0]
+    assert module.generate(tf.constant(["hi"]), tf.constant(5), *args)["text"].shape == (1,)
+
+
+def test_empty_batches_and_empty_texts(small_model):
+    texts = [normalize_text(t) for t in TEXTS] * 2
+    classifier = _fit_classifier(small_model, texts, np.array([1, 0, 0, 1, 0, 1]))
+    module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+    none = tf.constant([], tf.string)
+    for kind, value in module.featurize(none).items():
+        assert value.shape == (0, small_model.hidden_size), kind
+    assert {k: v.shape for k, v in module.score(none).items()} == {
+        "bits_per_char": (0,),
+        "chars": (0,),
+    }
+    assert {k: v.shape for k, v in module.classify(none).items()} == {
+        "probability": (0,),
+        "label": (0,),
+        "neuron": (0,),
+    }
+    args = (tf.constant(5), tf.constant(1.0), tf.constant(1, tf.int64))
+    assert module.generate(none, *args)["text"].shape == (0,)
+
+    # An empty text scores NaN (nothing to score), not a perfect 0 bits/char.
+    scored = module.score(tf.constant(["", "ab"]))
+    assert np.isnan(scored["bits_per_char"][0]) and scored["chars"].numpy().tolist() == [0.0, 2.0]
+    assert np.isfinite(scored["bits_per_char"][1])
+    # Its features are those of the document-start byte alone.
+    _, (h, c) = small_model.encode(np.array([[DOC_START]]), training=False)
+    features_of_empty = module.featurize(tf.constant([""]))
+    np.testing.assert_allclose(features_of_empty["cell"], c, atol=1e-6)
+    np.testing.assert_allclose(features_of_empty["hidden"], h, atol=1e-6)
+
+
+def test_score_equals_the_library_bits_per_char(tmp_path):
+    model_dir, model = write_untrained_model_dir(tmp_path / "m", seed=3)
+    text = normalize_text(TEXTS[0] + " " + TEXTS[2])
+    assert len(text.encode("utf-8")) > 3 * 16  # several windows, the state carried
+    module = saved_model.ServingModule(model, window=16)  # kept: tf.function holds it weakly
+    scored = module.score(tf.constant([text, "short"]))
+
+    ids = np.array([[DOC_START] + list(text.encode("utf-8"))])
+    logits, _ = model(ids[:, :-1], training=False)
+    bits, chars = bits_per_char_from_logits(logits, ids[:, 1:])
+    assert scored["chars"][0] == chars == len(text.encode("utf-8"))
+    np.testing.assert_allclose(scored["bits_per_char"][0], bits / chars, rtol=0, atol=1e-5)
+
+    # The tf-mlstm-eval path over the same text as a one-line file.
+    (tmp_path / "one.txt").write_text(text + "\n", encoding="utf-8")
+    result = eval_cli.evaluate_data(
+        str(model_dir), str(tmp_path / "one.txt"), ("text",), batch_size=1, seq_length=16
+    )
+    assert result["chars"] == len(text.encode("utf-8"))
+    np.testing.assert_allclose(scored["bits_per_char"][0], result["bits_per_char"], atol=1e-5)
+
+
+# Loads an export made with small limits in a process without tf_mlstm and
+# sends it the requests the limits and the empty cases are about.
+_SERVE_LIMITS = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    sig = tf.saved_model.load(sys.argv[1]).signatures
+    out = {"imported_tf_mlstm": any(m.startswith("tf_mlstm") for m in sys.modules)}
+    gen = dict(temperature=tf.constant(1.0), seed=tf.constant(3, tf.int64))
+    requests = {
+        "long_text": lambda: sig["score"](text=tf.constant(["ok", "x" * 25])),
+        "long_prompt": lambda: sig["generate"](
+            prompt=tf.constant(["x" * 25]), length=tf.constant(2), **gen),
+        "long_generate": lambda: sig["generate"](
+            prompt=tf.constant(["hi"]), length=tf.constant(9), **gen),
+    }
+    for name, request in requests.items():
+        try:
+            request()
+            out[name] = "accepted"
+        except tf.errors.InvalidArgumentError as e:
+            out[name] = e.message
+    none = tf.constant([], tf.string)
+    out["empty_featurize"] = {k: v.shape.as_list() for k, v in sig["featurize"](text=none).items()}
+    out["empty_score"] = {k: v.shape.as_list() for k, v in sig["score"](text=none).items()}
+    out["empty_generate"] = sig["generate"](
+        prompt=none, length=tf.constant(8), **gen)["text"].shape.as_list()
+    scored = sig["score"](text=tf.constant(["", "fine"]))
+    out["empty_text_bits"] = str(scored["bits_per_char"].numpy()[0])
+    out["empty_text_chars"] = float(scored["chars"].numpy()[0])
+    out["at_limit"] = sig["generate"](
+        prompt=tf.constant(["x" * 24]), length=tf.constant(8), **gen)["text"].shape.as_list()
+    print(json.dumps(out))
+    """)
+
+
+@pytest.mark.slow
+def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
+    model_dir, _ = _model_dir_at_step(tmp_path / "run", 7)
+    done = export_cli.export(
+        export_cli.ExportConfig(
+            str(model_dir), str(tmp_path / "serving"), max_text_bytes=24, max_generate_length=8
+        )
+    )
+    served = subprocess.run(
+        [sys.executable, "-c", _SERVE_LIMITS, done["export_dir"]],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=""),
+        timeout=300,
+    )
+    assert served.returncode == 0, served.stderr[-3000:]
+    out = json.loads(served.stdout.strip().splitlines()[-1])
+    assert not out["imported_tf_mlstm"]
+    assert "score: a text is longer than max_text_bytes=24" in out["long_text"]
+    assert "generate: a prompt is longer than max_text_bytes=24" in out["long_prompt"]
+    assert "generate: length must be <= max_generate_length=8" in out["long_generate"]
+    assert out["empty_featurize"] == {k: [0, 16] for k in features.FEATURE_KINDS}
+    assert out["empty_score"] == {"bits_per_char": [0], "chars": [0]}
+    assert out["empty_generate"] == [0]
+    assert out["empty_text_bits"] == "nan" and out["empty_text_chars"] == 0.0
+    assert out["at_limit"] == [1]
+
+
+def test_training_refuses_an_export_folder_it_did_not_write_before_it_trains(tmp_path):
+    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    (tmp_path / "run" / "export").mkdir(parents=True)
+    (tmp_path / "run" / "export" / "notes.txt").write_text("mine")
+    config = TrainConfig(model_dir=str(tmp_path / "run"), hidden_size=8, max_steps=1)
+    with pytest.raises(ValueError, match="export: holds 'notes.txt', not a tf-mlstm-export"):
+        _run.train_and_export(config)
+    # Refused before anything was trained or written.
+    assert _tree(tmp_path / "run") == ["export", "export/notes.txt"]

@@ -75,7 +75,9 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path):
     assert results["step"] == 16 and results["validation_bits_per_char"] > 0
     config = json.loads((model_dir / "config.json").read_text())
     assert config["hidden_size"] == 32
-    assert (model_dir / "export" / "saved_model.pb").exists()
+    # Versioned by the final step, as TensorFlow Serving loads it.
+    assert os.listdir(model_dir / "export") == ["16"]
+    assert (model_dir / "export" / "16" / "saved_model.pb").exists()
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     assert '"validation_bits_per_char"' in whole.stdout.splitlines()[-1]
 
@@ -108,4 +110,4 @@ def test_time_budget_stops_cleanly_then_evaluates_and_exports(tmp_path):
     results = json.loads((tmp_path / "m" / "results.json").read_text())
     assert results["stopped_by"] == "time" and 0 < results["step"] < 100000
     assert "validation_bits_per_char" in results
-    assert (tmp_path / "m" / "export" / "saved_model.pb").exists()
+    assert (tmp_path / "m" / "export" / str(results["step"]) / "saved_model.pb").exists()

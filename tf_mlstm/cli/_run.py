@@ -46,23 +46,28 @@ def resolve_data(config):
 
 
 def train_and_export(config):
-    """Trains, then (on the chief) exports the SavedModel.
+    """Trains, then (on the chief) exports the SavedModel as `model_dir/export/<step>`.
+
+    The export folder is checked before training starts, so a folder that
+    holds something the exporter did not write stops the run at once rather
+    than after the training.
 
     Returns:
-      The results dict, with `export_dir` added on the chief.
+      The results dict, with `export_dir` (the version folder) added on the chief.
+
+    Raises:
+      ValueError: `model_dir/export` holds something not written by an export.
     """
+    export_base = os.path.join(config.model_dir, EXPORT_SUBDIR)
+    saved_model.check_export_base(export_base)
     train_files, validation_files = resolve_data(config)
     trainer = loop.Trainer(config, train_files, validation_files)
     results = trainer.train(finalize=False)
     if strategy_lib.is_chief(trainer.strategy):
-        model, _ = saved_model.load_trained_model(config.model_dir)
-        export_dir = os.path.join(config.model_dir, EXPORT_SUBDIR)
-        saved_model.export_saved_model(
-            saved_model.ServingModule(model),
-            export_dir,
-            metadata={"config": config.to_json(), "results": results},
+        exported = saved_model.export_trained_model(
+            config.model_dir, export_base, metadata={"results": results}
         )
-        results["export_dir"] = export_dir
+        results["export_dir"] = exported["export_dir"]
     strategy_lib.finalize(trainer.strategy)
     if "validation_bits_per_char" in results:
         print(f"validation bits/char: {results['validation_bits_per_char']:.4f}")

@@ -7,7 +7,8 @@
 
 `--input` is CSV / JSON lines / plain text files (read and normalized as
 training text is; records without text are skipped and counted in the log),
-or `-` for one text per line on stdin. The output CSV (`-`: stdout) has one
+or `-` for one text per line on stdin (read as bytes: blank lines and lines
+that are not valid UTF-8 are skipped and counted the same way). The output CSV (`-`: stdout) has one
 row per classified text: `index` (0-based, in reading order), `line` (where
 the record starts in its file), `probability` (of the positive class) and
 `label` (the predicted class). No text is written back.
@@ -71,10 +72,15 @@ def define_classify_flags():
 def read_texts(spec, text_keys, stdin=None):
     """The texts to classify and where each came from.
 
+    Records that cannot be used are skipped and counted in a `readers.SkipLog`
+    whose summary is logged (one line with the counts per reason, then the
+    first examples as "path:line: message"); stdin is "<stdin>" there.
+
     Args:
       spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
       text_keys: keys/columns holding the text.
-      stdin: the stream read for "-" (default `sys.stdin`).
+      stdin: the stream read for "-" (default: the bytes of `sys.stdin`); a
+        text stream is accepted too.
 
     Returns:
       (texts, lines): normalized texts and the line each starts at.
@@ -84,19 +90,17 @@ def read_texts(spec, text_keys, stdin=None):
       ValueError: nothing to classify.
     """
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
 
-    texts, lines, empty = [], [], 0
+    texts, lines = [], []
     if spec == "-":
-        for number, line in enumerate(stdin or sys.stdin, 1):
-            text = normalize_text(line)
+        skip_log = readers.SkipLog()
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        for number, line in enumerate(stream, 1):
+            text = _stdin_text(line, number, skip_log)
             if text:
                 texts.append(text)
                 lines.append(number)
-            else:
-                empty += 1
-        if empty:
-            logging.warning("Skipped %d empty stdin lines.", empty)
+        skip_log.log_summary()
     else:
         for document in readers.read_documents(readers.expand_inputs(spec), text_keys):
             texts.append(document.text)
@@ -104,6 +108,29 @@ def read_texts(spec, text_keys, stdin=None):
     if not texts:
         raise ValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
     return texts, lines
+
+
+def _stdin_text(line, number, skip_log):
+    """One stdin line (bytes or str) -> normalized text, or None after counting a skip."""
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
+
+    if isinstance(line, bytes):
+        try:
+            # Strict: the locale's decoder would crash, or smuggle the bytes in as escapes.
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            skip_log.add(
+                readers.INVALID_UTF8, "<stdin>", number, f"invalid UTF-8 at byte {e.start}"
+            )
+            return None
+    if not line.strip():
+        skip_log.add(readers.EMPTY_LINE, "<stdin>", number, "blank line")
+        return None
+    text = normalize_text(line)
+    if not text:
+        skip_log.add(readers.EMPTY_TEXT, "<stdin>", number, "empty after normalization")
+    return text or None
 
 
 def classify(config, stdin=None):

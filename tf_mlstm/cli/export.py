@@ -1,15 +1,24 @@
-"""tf-mlstm-export: write a servable SavedModel of a trained model.
+"""tf-mlstm-export: write a servable, versioned SavedModel of a trained model.
 
-  tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm/1
-  tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm/2 \
+  tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm
+  tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm_sst \
       --classifier=runs/r1/sst/classifier.json
+
+`--export_dir` is the folder TensorFlow Serving is pointed at: the SavedModel
+goes to `EXPORT_DIR/<step>/`, the version being the global step of the
+checkpoint exported, so a later checkpoint becomes a newer version. It is
+written beside its final place and renamed in; an export of the same step is
+replaced. A folder holding anything else (a model folder, `.`) is refused,
+never emptied.
 
 The SavedModel has the signatures `featurize` (the default), `score` and
 `generate`, and with `--classifier` also `classify` (standardization and the
 logistic regression run in the graph). Every signature takes raw UTF-8 text
-and normalizes it in the graph as training did; see docs/serving.md. The
-model is exported in float32 whatever precision it trained in. The last line
-printed is one JSON object: {"export_dir": ..., "signatures": [...]}.
+and normalizes it in the graph as training did; requests beyond
+`--max_text_bytes` or `--max_generate_length` fail with InvalidArgument (see
+docs/serving.md). The model is exported in float32 whatever precision it
+trained in. The last line printed is one JSON object:
+{"export_dir": <the version folder>, "version": ..., "signatures": [...]}.
 """
 
 import dataclasses
@@ -33,11 +42,17 @@ class ExportConfig:
     export_dir: str
     classifier: str = ""
     window: int = 256
+    # The same as tf_mlstm.export.saved_model.DEFAULT_MAX_* (not imported here:
+    # TensorFlow loads only after the flags parsed).
+    max_text_bytes: int = 65536
+    max_generate_length: int = 4096
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
-        if self.window <= 0:
-            raise ValueError(f"--window must be positive, got {self.window}")
+        for name in ("window", "max_text_bytes", "max_generate_length"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"--{name} must be positive, got {value}")
         return self
 
 
@@ -46,7 +61,10 @@ def define_export_flags():
     defaults = ExportConfig("", "")
     flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
     flags.DEFINE_string(
-        "export_dir", None, "The SavedModel folder (replaced), e.g. serving/NAME/VERSION."
+        "export_dir",
+        None,
+        "The folder of SavedModel versions, e.g. serving/NAME: the export goes to "
+        "EXPORT_DIR/<checkpoint step>. Must be new, empty or hold only earlier exports.",
     )
     flags.DEFINE_string(
         "classifier",
@@ -54,46 +72,68 @@ def define_export_flags():
         "A tf-mlstm-transfer classifier.json; adds the classify signature.",
     )
     flags.DEFINE_integer("window", defaults.window, "Bytes per model call inside the signatures.")
+    flags.DEFINE_integer(
+        "max_text_bytes",
+        defaults.max_text_bytes,
+        "Longest text or prompt (UTF-8 bytes) a request may hold; longer ones are refused.",
+    )
+    flags.DEFINE_integer(
+        "max_generate_length",
+        defaults.max_generate_length,
+        "Largest length the generate signature accepts; larger requests are refused.",
+    )
 
 
 def export(config):
-    """Exports the model (and classifier) of `config`.
+    """Exports the model (and classifier) of `config` as a new version.
 
     Args:
       config: a validated `ExportConfig`.
 
     Returns:
-      The names of the exported signatures.
+      dict with `export_dir` (the version folder written), `version` and
+      `signatures` (the exported signature names, sorted).
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: a classifier that does not fit the model.
+      ValueError: `--export_dir` holds something this tool did not write, or a
+        classifier does not fit the model.
     """
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
-    head = None
-    metadata = {}
-    if config.classifier:
-        classifier = logistic.LogisticClassifier.load(config.classifier)
-        head = classifier.serving_head()
-        kind, unit = classifier.describe(classifier.neuron.index)
-        metadata["classifier"] = {
-            "source": config.classifier,
-            "feature_kinds": list(classifier.feature_kinds),
-            "classes": list(classifier.classes),
-            "C": classifier.C,
-            "nonzero_weights": classifier.nonzero_weights,
-            "neuron": {"index": classifier.neuron.index, "kind": kind, "unit": unit},
-        }
-    model, train_config = saved_model.load_trained_model(config.model_dir)
     try:
-        module = saved_model.ServingModule(model, window=config.window, classifier=head)
+        # Before anything is loaded: a wrong folder is answered at once.
+        saved_model.check_export_base(config.export_dir)
+        head = None
+        metadata = {}
+        if config.classifier:
+            classifier = logistic.LogisticClassifier.load(config.classifier)
+            head = classifier.serving_head()
+            kind, unit = classifier.describe(classifier.neuron.index)
+            metadata["classifier"] = {
+                "source": config.classifier,
+                "feature_kinds": list(classifier.feature_kinds),
+                "classes": list(classifier.classes),
+                "C": classifier.C,
+                "nonzero_weights": classifier.nonzero_weights,
+                "neuron": {"index": classifier.neuron.index, "kind": kind, "unit": unit},
+            }
+        return saved_model.export_trained_model(
+            config.model_dir,
+            config.export_dir,
+            classifier=head,
+            window=config.window,
+            max_text_bytes=config.max_text_bytes,
+            max_generate_length=config.max_generate_length,
+            metadata=metadata,
+        )
+    except saved_model.ExportDirError as e:
+        raise ValueError(f"--export_dir={e}") from None
     except ValueError as e:
-        raise ValueError(f"{config.classifier}: {e}") from e
-    metadata["config"] = train_config.to_json()
-    saved_model.export_saved_model(module, config.export_dir, metadata=metadata)
-    return sorted(module.signatures())
+        if config.classifier and str(e).startswith("classifier "):
+            raise ValueError(f"{config.classifier}: {e}") from e
+        raise
 
 
 def main(argv):
@@ -101,11 +141,11 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(ExportConfig)
     try:
-        signatures = export(config)
+        done = export(config)
     except (OSError, ValueError) as e:
         logging.error("%s", e)
         sys.exit(1)
-    print(json.dumps({"export_dir": config.export_dir, "signatures": signatures}))
+    print(json.dumps(done))
 
 
 def run():

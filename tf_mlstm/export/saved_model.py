@@ -20,16 +20,30 @@ The exported model runs in float32 whatever precision it trained in. The
 text normalization uses the `NormalizeUTF8` op of TensorFlow Text, so a
 process that loads the SavedModel must have `tensorflow_text` imported (the
 standard TensorFlow Serving binary links it).
+
+One request must not be able to exhaust a server's memory: a batch is padded
+to its longest text and `generate` allocates by the requested length, so the
+signatures refuse (`InvalidArgumentError`, naming the limit) a text or
+prompt longer than `max_text_bytes` and a `length` above
+`max_generate_length`, both fixed at export and recorded in the metadata.
+An empty batch gives empty outputs; an empty text scores NaN bits/char (there
+is nothing to score) and featurizes as the document-start byte alone.
+
+Exports are versioned as TensorFlow Serving expects: `export_saved_model`
+writes `BASE/<version>/` (the version is the checkpoint's global step), into
+a temporary folder beside it first and renamed into place, and refuses a
+base folder holding anything it did not write.
 """
 
 import dataclasses
-import json
 import os
+import uuid
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import fileio
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
@@ -40,6 +54,21 @@ from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.config import TrainConfig
 
 SERVING_WINDOW = 256
+DEFAULT_MAX_TEXT_BYTES = 65536
+"""Longest text or prompt a signature accepts, in UTF-8 bytes before normalization."""
+DEFAULT_MAX_GENERATE_LENGTH = 4096
+"""Largest `length` the `generate` signature accepts, in bytes."""
+
+META_FILE = os.path.join("assets.extra", "meta.json")
+"""The export's metadata, relative to its version folder."""
+EXPORTER = "tf_mlstm"
+"""The `exporter` value in META_FILE that marks a folder as written here."""
+_TMP_PREFIX = ".tmp-export-"
+_OLD_PREFIX = ".old-export-"
+
+
+class ExportDirError(ValueError):
+    """The export folder holds something this module did not write."""
 
 
 def load_trained_model(model_dir, checkpoint=None, precision="float32"):
@@ -130,15 +159,34 @@ class ServingModule(tf.Module):
       model: an `MLSTMLanguageModel` (float32 for serving).
       window: bytes per model call.
       classifier: optional `ClassifierHead`; adds the `classify` signature.
+      max_text_bytes: the longest text (or prompt) a request may hold, in
+        UTF-8 bytes as sent (normalization may lengthen it by a small factor).
+      max_generate_length: the largest `length` `generate` accepts.
 
     Raises:
-      ValueError: the classifier does not fit the model.
+      ValueError: the classifier does not fit the model, or a limit is not
+        positive.
     """
 
-    def __init__(self, model, window=SERVING_WINDOW, classifier=None):
+    def __init__(
+        self,
+        model,
+        window=SERVING_WINDOW,
+        classifier=None,
+        max_text_bytes=DEFAULT_MAX_TEXT_BYTES,
+        max_generate_length=DEFAULT_MAX_GENERATE_LENGTH,
+    ):
         super().__init__()
+        for name, value in (
+            ("max_text_bytes", max_text_bytes),
+            ("max_generate_length", max_generate_length),
+        ):
+            if int(value) <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         self.model = model
         self.window = window
+        self.max_text_bytes = int(max_text_bytes)
+        self.max_generate_length = int(max_generate_length)
         self.classifier = None
         if classifier is not None:
             classifier.check(model.hidden_size)
@@ -165,19 +213,43 @@ class ServingModule(tf.Module):
                 self._classify, input_signature=[tf.TensorSpec([None], tf.string)]
             )
 
-    def _ids(self, text):
-        return featurize.texts_to_ids(normalize_text_tf(text), self.window)
+    def limits(self):
+        """The request limits, as recorded in the export metadata."""
+        return {
+            "max_text_bytes": self.max_text_bytes,
+            "max_generate_length": self.max_generate_length,
+        }
+
+    def _check_lengths(self, text, what):
+        # Checked before normalization and padding, which are what would
+        # allocate by the longest text.
+        return tf.debugging.assert_less_equal(
+            tf.strings.length(text),
+            self.max_text_bytes,
+            message=f"{what} is longer than max_text_bytes={self.max_text_bytes} "
+            "(a limit set at export)",
+        )
+
+    def _ids(self, text, signature):
+        with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
+            normalized = normalize_text_tf(text)
+        return featurize.texts_to_ids(normalized, self.window)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def featurize(self, text):
-        ids, valid, _ = self._ids(text)
+        ids, valid, _ = self._ids(text, "featurize")
         return featurize.featurize_ids(self.model, ids, valid, self.window)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def score(self, text):
-        ids, valid, _ = self._ids(text)
+        ids, valid, _ = self._ids(text, "score")
         bits, chars = featurize.score_ids(self.model, ids, valid, self.window)
-        return {"bits_per_char": bits / tf.maximum(chars, 1.0), "chars": chars}
+        # An empty text has no byte to score: NaN, never a perfect 0 bits/char.
+        nan = tf.fill(tf.shape(chars), float("nan"))
+        return {
+            "bits_per_char": tf.where(chars > 0, bits / tf.maximum(chars, 1.0), nan),
+            "chars": chars,
+        }
 
     @tf.function(
         input_signature=[
@@ -191,15 +263,29 @@ class ServingModule(tf.Module):
         checks = [
             tf.debugging.assert_non_negative(length, message="generate: length must be >= 0"),
             tf.debugging.assert_positive(temperature, message="generate: temperature must be > 0"),
+            tf.debugging.assert_less_equal(
+                length,
+                self.max_generate_length,
+                message="generate: length must be <= "
+                f"max_generate_length={self.max_generate_length} (a limit set at export)",
+            ),
+            self._check_lengths(prompt, "generate: a prompt"),
         ]
         with tf.control_dependencies(checks):
             ids = left_aligned_ids(normalize_text_tf(prompt))
         sampler = sampling.make_sampler(self.model)
-        generated, _ = sampler(ids, length, temperature, seed, -1, 0.0, True, -1)
-        return {"text": generated_text(generated)}
+
+        def sample():
+            generated, _ = sampler(ids, length, temperature, seed, -1, 0.0, True, -1)
+            return generated_text(generated)
+
+        # The sampler stops at once when every row has ended, which an empty
+        # batch has from the start: answer it without sampling.
+        text = tf.cond(tf.shape(ids)[0] > 0, sample, lambda: tf.zeros([0], tf.string))
+        return {"text": text}
 
     def _classify(self, text):
-        ids, valid, _ = self._ids(text)
+        ids, valid, _ = self._ids(text, "classify")
         features = featurize.featurize_ids(self.model, ids, valid, self.window)
         x = tf.concat([features[kind] for kind in self.classifier.feature_kinds], axis=1)
         standardized = (x - self.classifier_mean) / self.classifier_scale
@@ -259,24 +345,182 @@ def generated_text(ids):
     )
 
 
-def export_saved_model(module, export_dir, metadata=None):
-    """Writes a SavedModel with the module's signatures.
+def checkpoint_step(checkpoint):
+    """The global step of a checkpoint: the version its export gets.
+
+    Args:
+      checkpoint: a checkpoint path prefix (".../ckpt-1200").
+
+    Returns:
+      The saved `step` variable (every training run saves one); for a
+      checkpoint without it, the number its name ends in.
+
+    Raises:
+      ValueError: neither is there.
+    """
+    reader = tf.train.load_checkpoint(checkpoint)
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    if reader.has_tensor(key):
+        return int(reader.get_tensor(key))
+    suffix = os.path.basename(checkpoint).rsplit("-", 1)[-1]
+    if suffix.isdigit():
+        return int(suffix)
+    raise ValueError(
+        f"{checkpoint}: holds no global step and its name ends in no number, so it gives "
+        "no export version"
+    )
+
+
+def is_export(path):
+    """Whether `path` is a SavedModel folder that `export_saved_model` wrote.
+
+    Recognized by `saved_model.pb` beside `assets.extra/meta.json` naming this
+    exporter (or, from earlier versions, holding the training config).
+    """
+    if not (
+        tf.io.gfile.isdir(path)
+        and tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
+        and tf.io.gfile.exists(os.path.join(path, META_FILE))
+    ):
+        return False
+    try:
+        meta = fileio.read_json(os.path.join(path, META_FILE))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and (meta.get("exporter") == EXPORTER or "config" in meta)
+
+
+def check_export_base(base_dir):
+    """Raises unless `base_dir` is absent, empty, or holds only our exports.
+
+    What may be there: numbered version folders that `is_export` recognizes,
+    and the hidden leftovers of an interrupted export. Anything else (a model
+    folder, its parent, the working directory) is not ours to write into.
+
+    Args:
+      base_dir: the folder that holds (or will hold) the version folders.
+
+    Raises:
+      ExportDirError: with one line naming the folder and the first entry
+        that is not ours.
+    """
+    if not tf.io.gfile.exists(base_dir):
+        return
+    if not tf.io.gfile.isdir(base_dir):
+        raise ExportDirError(f"{base_dir}: is a file, not a folder for SavedModel versions")
+    if is_export(base_dir):
+        raise ExportDirError(
+            f"{base_dir}: is itself a tf-mlstm-export SavedModel, not the folder of versions "
+            "that holds it; give that folder (an unversioned export of an earlier "
+            f"tf-mlstm-export: move it into a numbered folder, e.g. {os.path.join(base_dir, '1')})"
+        )
+    for name in sorted(entry.rstrip("/") for entry in tf.io.gfile.listdir(base_dir)):
+        if name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
+            continue
+        if name.isdigit() and is_export(os.path.join(base_dir, name)):
+            continue
+        raise ExportDirError(
+            f"{base_dir}: holds {name!r}, not a tf-mlstm-export SavedModel version; refusing to "
+            "write into a folder it did not write (choose a new or empty folder)"
+        )
+
+
+def export_saved_model(module, base_dir, version, metadata=None):
+    """Writes a SavedModel with the module's signatures as `base_dir/<version>`.
+
+    TensorFlow Serving serves the highest numbered folder of `base_dir`. The
+    SavedModel is written into a hidden temporary folder beside the target
+    and renamed into place, so the server (or a crash) never sees a partial
+    version; an earlier export of the same version is replaced.
 
     Args:
       module: a `ServingModule` (or subclass with more signatures).
-      export_dir: destination folder (replaced if present).
-      metadata: optional dict written to `export_dir/assets.extra/meta.json`.
+      base_dir: the folder of versions (created); must pass `check_export_base`.
+      version: a non-negative integer, normally the checkpoint's global step.
+      metadata: optional dict stored in `<version>/assets.extra/meta.json`,
+        beside the exporter mark, the version and the module's limits.
 
     Returns:
-      export_dir.
+      The version folder.
+
+    Raises:
+      ExportDirError: `base_dir` holds something not written here.
+      ValueError: a negative version.
     """
-    if tf.io.gfile.exists(export_dir):
-        tf.io.gfile.rmtree(export_dir)
-    tf.saved_model.save(module, export_dir, signatures=module.signatures())
-    if metadata:
-        extra = os.path.join(export_dir, "assets.extra")
-        tf.io.gfile.makedirs(extra)
-        with tf.io.gfile.GFile(os.path.join(extra, "meta.json"), "w") as f:
-            f.write(json.dumps(metadata, indent=2, sort_keys=True))
-    logging.info("Exported SavedModel to %s", export_dir)
-    return export_dir
+    version = int(version)
+    if version < 0:
+        raise ValueError(f"export version must be >= 0, got {version}")
+    check_export_base(base_dir)
+    tf.io.gfile.makedirs(base_dir)
+    target = os.path.join(base_dir, str(version))
+    tag = f"{version}-{uuid.uuid4().hex}"
+    tmp = os.path.join(base_dir, _TMP_PREFIX + tag)
+    old = os.path.join(base_dir, _OLD_PREFIX + tag)
+    try:
+        tf.saved_model.save(module, tmp, signatures=module.signatures())
+        meta = dict(metadata or {})
+        meta.update(exporter=EXPORTER, version=version, limits=module.limits())
+        fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)
+        replacing = tf.io.gfile.exists(target)
+        if replacing:
+            tf.io.gfile.rename(target, old)
+        try:
+            tf.io.gfile.rename(tmp, target)
+        except BaseException:
+            if replacing:
+                tf.io.gfile.rename(old, target)
+            raise
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.rmtree(tmp)
+    if tf.io.gfile.exists(old):
+        tf.io.gfile.rmtree(old)
+    logging.info("Exported SavedModel version %d to %s", version, target)
+    return target
+
+
+def export_trained_model(
+    model_dir,
+    base_dir,
+    classifier=None,
+    window=SERVING_WINDOW,
+    max_text_bytes=DEFAULT_MAX_TEXT_BYTES,
+    max_generate_length=DEFAULT_MAX_GENERATE_LENGTH,
+    metadata=None,
+):
+    """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
+
+    Args:
+      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
+      base_dir: the folder of SavedModel versions.
+      classifier: optional `ClassifierHead` (adds `classify`).
+      window: bytes per model call inside the signatures.
+      max_text_bytes: see `ServingModule`.
+      max_generate_length: see `ServingModule`.
+      metadata: optional dict for the export's meta.json; the training config
+        is added under "config".
+
+    Returns:
+      dict with `export_dir` (the version folder), `version` and
+      `signatures` (sorted names).
+
+    Raises:
+      ExportDirError: `base_dir` holds something not written here (checked
+        before the model is loaded).
+      FileNotFoundError: no config or checkpoint in `model_dir`.
+      ValueError: a classifier that does not fit the model, or a bad limit.
+    """
+    check_export_base(base_dir)
+    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    model, train_config = load_trained_model(model_dir, checkpoint)
+    version = checkpoint_step(checkpoint)
+    module = ServingModule(
+        model,
+        window=window,
+        classifier=classifier,
+        max_text_bytes=max_text_bytes,
+        max_generate_length=max_generate_length,
+    )
+    metadata = dict(metadata or {}, config=train_config.to_json())
+    export_dir = export_saved_model(module, base_dir, version, metadata=metadata)
+    return {"export_dir": export_dir, "version": version, "signatures": sorted(module.signatures())}

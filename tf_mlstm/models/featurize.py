@@ -55,7 +55,8 @@ def texts_to_ids(texts, pad_to_multiple=1):
     codes = tf.io.decode_raw(chars.flat_values, tf.uint8)
     ragged = chars.with_flat_values(tf.cast(tf.reshape(codes, [-1]), tf.int32))
     lengths = tf.cast(ragged.row_lengths(), tf.int32)
-    longest = tf.reduce_max(lengths)
+    # At least 0: the max of an empty batch is the lowest int32.
+    longest = tf.maximum(tf.reduce_max(lengths), 0)
     multiple = tf.constant(pad_to_multiple, tf.int32)
     padded = (longest + multiple - 1) // multiple * multiple
     ids = ragged.to_tensor(default_value=0)
