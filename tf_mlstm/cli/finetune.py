@@ -100,11 +100,23 @@ def define_finetune_flags():
         "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
     )
     flags.DEFINE_integer("max_steps", _default("max_steps"), "Training steps.")
+    flags.DEFINE_float(
+        "max_minutes",
+        _default("max_minutes"),
+        "Stop cleanly after this wall-clock budget (0 = none), then choose thresholds and "
+        "evaluate as at a normal end.",
+    )
     flags.DEFINE_enum(
         "precision",
         _default("precision"),
         list(train_config_lib.PRECISIONS),
         "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+    )
+    flags.DEFINE_enum(
+        "allreduce_dtype",
+        _default("allreduce_dtype"),
+        list(train_config_lib.ALLREDUCE_DTYPES),
+        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
     )
     flags.DEFINE_enum(
         "jit_compile",

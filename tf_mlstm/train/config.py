@@ -14,6 +14,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
+ALLREDUCE_DTYPES = ("float32", "float16")
 
 # Files and folders of a run's --model_dir.
 CONFIG_FILE = "config.json"
@@ -105,7 +106,7 @@ class TrainConfig(JsonConfig):
             "jit_compile": JIT_CHOICES,
             "lr_scaling": schedules.SCALINGS,
             "lr_decay": schedules.DECAYS,
-            "allreduce_dtype": ("float32", "float16"),
+            "allreduce_dtype": ALLREDUCE_DTYPES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
