@@ -28,7 +28,9 @@ from tf_mlstm.cli._config import config_from_flags
 from tf_mlstm.cli.train import define_distribution_flags
 from tf_mlstm.data import readers
 from tf_mlstm.train import config as train_config_lib
+from tf_mlstm.train import runner as runner_lib
 from tf_mlstm.train import schedules
+from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.transfer import finetune as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -137,6 +139,12 @@ def define_finetune_flags():
         "checkpoint_every_steps", _default("checkpoint_every_steps"), "Checkpoint interval."
     )
     flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
+    flags.DEFINE_integer(
+        "max_nonfinite_steps",
+        _default("max_nonfinite_steps"),
+        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
+        "checkpoint is the last finite one.",
+    )
     define_distribution_flags()
 
 
@@ -146,7 +154,13 @@ def main(argv):
     config = config_from_flags(finetune_lib.FinetuneConfig)
     try:
         results = finetune_lib.finetune(config)
-    except (FileNotFoundError, ValueError, readers.InputError) as e:
+    except (
+        FileNotFoundError,
+        ValueError,
+        readers.InputError,
+        strategy_lib.PeerWorkerError,
+        runner_lib.TrainingDivergedError,
+    ) as e:
         logging.error("%s", e)
         sys.exit(1)
     results.pop("history", None)

@@ -65,6 +65,10 @@ PEER_ERRORS = (
 TRAIN_SUMMARY_SUBDIR = "train"
 
 
+class TrainingDivergedError(RuntimeError):
+    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
+
+
 def resolve_jit(choice):
     """`auto` means XLA on accelerators only: measured slower on CPU here."""
     if choice == "auto":
@@ -481,22 +485,33 @@ class Runner:
         )
 
     def _run_steps(self, start_step, begin, restored):
-        """The step loop with its cadence; returns (stopped_by, last saved step)."""
+        """The step loop with its cadence; returns (stopped_by, last saved step).
+
+        Raises:
+          TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
+        """
         config = self.config
         deadline = begin + config.max_minutes * 60 if config.max_minutes else None
         window = _Window(begin)
         step, last_saved = start_step, start_step if restored else -1
+        nonfinite_run, save_due = 0, False
         while step < config.max_steps:
             out_of_time = deadline is not None and time.monotonic() >= deadline
             stats, stop, norm, finite = self.train_step(stop=out_of_time)
             step = int(self.step.numpy())
+            nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
             window.add(stats)
             if step % config.log_every_steps == 0 or step == config.max_steps:
                 self._log_progress(step, window, norm, finite, deadline)
                 window = _Window(time.monotonic())
-            if step % config.checkpoint_every_steps == 0:
+            # A checkpoint falling due inside a non-finite stretch waits for
+            # the next finite step: saving then would rotate good checkpoints
+            # out for a run that may be diverging. Every worker sees the same
+            # all-reduced verdict, so they all save at the same step.
+            save_due = save_due or step % config.checkpoint_every_steps == 0
+            if save_due and finite:
                 self.save()
-                last_saved = step
+                last_saved, save_due = step, False
             for every, callback in self.task.periodic():
                 if every and step % every == 0:
                     callback(step)
@@ -506,6 +521,32 @@ class Runner:
                 )
                 return "time", last_saved
         return "max_steps", last_saved
+
+    def _count_nonfinite(self, step, run, finite, norm, last_saved):
+        """The length of the current non-finite stretch; raises when it is too long."""
+        if finite:
+            if run:
+                logging.info("step %d: finite again after %d skipped step(s).", step, run)
+            return 0
+        run += 1
+        if run == 1:
+            logging.warning(
+                "step %d: non-finite gradients (|grad| %s): the update is skipped.", step, norm
+            )
+        if run < self.config.max_nonfinite_steps:
+            return run
+        for _, writer in self._writers.values():
+            writer.flush()
+        # Every worker reaches this at the same step (the verdict is
+        # all-reduced); a last synchronization lets them exit together.
+        strategy_lib.finalize(self.strategy)
+        kept = f"ckpt-{last_saved}" if last_saved >= 0 else "none yet"
+        raise TrainingDivergedError(
+            f"training diverged: {run} non-finite steps in a row (steps {step - run + 1} to "
+            f"{step}, --max_nonfinite_steps={self.config.max_nonfinite_steps}); no update was "
+            f"applied and the last checkpoint ({kept}) holds the last finite weights. Lower "
+            "--lr or --clip_norm (or check the input) before resuming."
+        )
 
     def _log_progress(self, step, window, norm, finite, deadline):
         now = time.monotonic()

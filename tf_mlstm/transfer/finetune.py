@@ -95,6 +95,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     seed: int = 0
     # Budget and bookkeeping.
     max_minutes: float = 0.0  # 0 = no time budget
+    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     log_every_steps: int = 25
     eval_every_steps: int = 0  # 0 = only at the end
     checkpoint_every_steps: int = 500
@@ -117,6 +118,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
+        self.check_finite_floats()
         for name in ("init_model_dir", "train_data", "model_dir"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} is required.")
@@ -130,6 +132,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "log_every_steps",
             "checkpoint_every_steps",
             "keep_checkpoints",
+            "max_nonfinite_steps",
         )
         for name in positive:
             if getattr(self, name) <= 0:
