@@ -253,7 +253,10 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     whole = subprocess.run(
         _finetune_cmd(task, tmp_path / "whole", "--max_steps=16"),
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert whole.returncode == 0, whole.stderr[-3000:]
     reference = _printed_results(whole.stdout)
@@ -263,7 +266,9 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
     killed_dir = tmp_path / "killed"
     proc = subprocess.Popen(
         _finetune_cmd(task, killed_dir, "--max_steps=16"),
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 240
     while time.time() < deadline and not (killed_dir / "checkpoints" / "ckpt-8.index").exists():
@@ -274,7 +279,10 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
     assert not (killed_dir / "results.json").exists(), "the kill came too late"
     resumed = subprocess.run(
         _finetune_cmd(task, killed_dir, "--max_steps=16"),
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resumed from" in resumed.stderr and "input restarts" not in resumed.stderr
@@ -289,7 +297,10 @@ def test_finetune_time_budget_stops_cleanly_and_reports(task, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         _finetune_cmd(task, tmp_path / "run", "--max_steps=100000", "--max_minutes=0.1"),
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "run" / "results.json").read_text())

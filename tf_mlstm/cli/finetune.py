@@ -15,6 +15,9 @@ decision threshold of each label is chosen on the validation data (or a
 `--validation_fraction` share of train). Distribution and precision flags are
 those of `tf-mlstm-train`. Writes checkpoints, `finetune_config.json` and
 `results.json` to `--model_dir` (a rerun resumes); prints the results JSON.
+Training runs on the same runner as `tf-mlstm-train`, with the same time
+budget, non-finite step handling and exit statuses (0 done, 1 error, 75
+stopped by SIGTERM after a checkpoint: rerun to resume).
 """
 
 import json
@@ -154,6 +157,9 @@ def main(argv):
     config = config_from_flags(finetune_lib.FinetuneConfig)
     try:
         results = finetune_lib.finetune(config)
+    except runner_lib.PreemptedError as e:
+        logging.warning("%s", e)
+        sys.exit(e.exit_status)
     except (
         FileNotFoundError,
         ValueError,

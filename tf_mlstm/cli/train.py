@@ -6,6 +6,11 @@ SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
 
   tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
       --hidden_size=4096 --batch_size=256 --precision=mixed_float16
+
+Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
+run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
+SIGTERM (preemption) stopped every worker at the same step after its
+checkpoint: rerun the same command to resume.
 """
 
 import json
@@ -204,6 +209,9 @@ def main(argv):
 
     try:
         results = _run.train_and_export(config)
+    except runner.PreemptedError as e:
+        logging.warning("%s", e)
+        sys.exit(e.exit_status)
     except (
         FileNotFoundError,
         ValueError,

@@ -12,7 +12,6 @@ Validation reports bits/char; the chief also logs text samples.
 """
 
 import math
-import os
 
 import tensorflow as tf
 from absl import logging

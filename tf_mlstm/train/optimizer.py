@@ -50,7 +50,7 @@ class PreReducedAdam(keras.optimizers.Adam):
         apply = super().apply
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
             keras.ops.cond(all_finite(grads), lambda: apply(grads, trainable_variables), _no_op)
-            return None
+            return
 
         # As `LossScaleOptimizer` does under tf.distribute: a cond whose
         # branch calls `merge_call` (Keras's update does) is not allowed in a
@@ -70,7 +70,6 @@ class PreReducedAdam(keras.optimizers.Adam):
         tf.distribute.get_replica_context().merge_call(
             cross_replica, args=(grads, trainable_variables)
         )
-        return None
 
     def get_config(self):
         config = super().get_config()

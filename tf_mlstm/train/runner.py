@@ -31,14 +31,25 @@ others would hang in the next collective. Summed with the statistics, one
 worker's "stop" is seen by every replica at the same step, at no extra
 collective.
 
+Preemption: a Slurm time limit or a Kubernetes eviction sends SIGTERM and
+kills a little later. The runner's SIGTERM handler only sets a Python flag;
+before each step the flag joins the stop flags in the all-reduce, so every
+worker stops after the same step, writes a checkpoint (with carried state
+and input position) and exits with `EXIT_PREEMPTED` (75, `EX_TEMPFAIL`:
+"try again"), distinct from success (0), errors (1) and a death by signal
+(128 + n). Relaunching the same command resumes with no step lost.
+
 A task supplies (see `Task`): the model (built under the strategy scope)
 and the variables it trains, the learning rate, a per-worker dataset and its
 layout, the loss with its statistics (and carried state), progress text,
 periodic evaluations, config files and its final results.
 """
 
+import contextlib
 import hashlib
 import os
+import signal
+import threading
 import time
 
 import keras
@@ -61,8 +72,27 @@ PEER_ERRORS = (
     tf.errors.AbortedError,
     tf.errors.CancelledError,
 )
+# Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
+# EX_TEMPFAIL: a temporary condition, relaunching resumes).
+EXIT_PREEMPTED = 75
+# Positions of the stop flags at the end of the all-reduced statistics.
+_TIME_STOP, _SIGNAL_STOP = -2, -1
 # The folder of the training summaries inside --model_dir.
 TRAIN_SUMMARY_SUBDIR = "train"
+
+
+class PreemptedError(RuntimeError):
+    """A SIGTERM stopped the run; every worker checkpointed the same step.
+
+    Attributes:
+      step: the step of that checkpoint.
+    """
+
+    exit_status = EXIT_PREEMPTED
+
+    def __init__(self, message, step):
+        super().__init__(message)
+        self.step = step
 
 
 class TrainingDivergedError(RuntimeError):
@@ -210,6 +240,7 @@ class Runner:
         self.iterator = iter(self._worker_dataset())
         self._setup_checkpoints()
         self._writers = {}
+        self._sigterm = False
         self.state = self.distribute_state()
         self._train_step = self._make_train_step()
 
@@ -296,7 +327,7 @@ class Runner:
 
         def replica_step(batch, state, stop):
             stats, grads, state = forward_backward(batch, state)
-            stats = tf.concat([stats, tf.reshape(stop, [1])], axis=0)
+            stats = tf.concat([stats, stop], axis=0)
             context = tf.distribute.get_replica_context()
             if reduce_dtype is None:
                 grads, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (grads, stats))
@@ -328,9 +359,7 @@ class Runner:
         @tf.function
         def train_step(iterator, state, stop):
             batch = replica_rows(next(iterator))
-            stats, norm, finite, state = self.strategy.run(
-                replica_step, args=(batch, state, stop)
-            )
+            stats, norm, finite, state = self.strategy.run(replica_step, args=(batch, state, stop))
             first = lambda v: self.strategy.experimental_local_results(v)[0]
             finite = first(finite)
             self.step.assign_add(1)
@@ -339,18 +368,32 @@ class Runner:
 
         return train_step
 
-    def train_step(self, stop=False):
-        """Runs one step; returns (task statistics, stop agreed, |grad|, finite).
+    def train_step(self, stop=False, preempted=False):
+        """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
 
         Args:
-          stop: this worker asks every worker to stop after this step.
+          stop: this worker's time budget is spent: every worker stops after
+            this step.
+          preempted: this worker got SIGTERM: every worker stops after this
+            step.
+
+        Returns:
+          The statistics summed over replicas, "preempted", "time" or None
+          (what any worker asked for), the global gradient norm, and whether
+          the step was finite (applied).
         """
+        values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0]
         flag = self.strategy.experimental_distribute_values_from_function(
-            lambda _: tf.constant(1.0 if stop else 0.0, tf.float32)
+            lambda _: tf.constant(values, tf.float32)
         )
         stats, norm, finite, self.state = self._train_step(self.iterator, self.state, flag)
         stats = stats.numpy()
-        return stats[:-1], bool(stats[-1] > 0), float(norm), bool(finite)
+        reason = None
+        if stats[_SIGNAL_STOP] > 0:
+            reason = "preempted"
+        elif stats[_TIME_STOP] > 0:
+            reason = "time"
+        return stats[:_TIME_STOP], reason, float(norm), bool(finite)
 
     # === Carried state and input position ===
 
@@ -434,9 +477,13 @@ class Runner:
           strategy_lib.PeerWorkerError: another worker stopped mid-run (its
             collectives failed after the heartbeat timeout); relaunching all
             workers resumes from the last checkpoint.
+          PreemptedError: SIGTERM reached a worker; all of them checkpointed
+            the same step (exit with `EXIT_PREEMPTED`; relaunching resumes).
+          TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
         """
         try:
-            return self._train(finalize)
+            with self._sigterm_requests_stop():
+                return self._train(finalize)
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
                 raise
@@ -448,6 +495,31 @@ class Runner:
                 + (f" ({os.path.basename(latest)})." if latest else ".")
             ) from e
 
+    @contextlib.contextmanager
+    def _sigterm_requests_stop(self):
+        """While training, SIGTERM sets `self._sigterm` instead of killing the process.
+
+        The handler does nothing else: it runs between two Python bytecodes
+        (after a collective returns, at the latest), and the step loop turns
+        the flag into an agreed stop. Outside training the previous handler
+        is back, so a SIGTERM during start-up or export still ends the
+        process at once. Signals reach only the main thread.
+        """
+        self._sigterm = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            del signum, frame
+            self._sigterm = True
+
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
     def _train(self, finalize):
         restored = self.restore()
         start_step = int(self.step.numpy())
@@ -456,11 +528,27 @@ class Runner:
         self._log_start(start_step)
         begin = time.monotonic()
         stopped_by, last_saved = self._run_steps(start_step, begin, bool(restored))
-        if last_saved != int(self.step.numpy()):
+        step = int(self.step.numpy())
+        if last_saved != step:
             self.save()
+        if stopped_by == "preempted":
+            self._stop_preempted(step)
         results = self._results(stopped_by, begin)
         self._finish(results, finalize)
         return results
+
+    def _stop_preempted(self, step):
+        """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
+        for _, writer in self._writers.values():
+            writer.flush()
+        # No final evaluation or results: a preemption notice leaves little
+        # time, and the run is not finished.
+        strategy_lib.finalize(self.strategy)
+        raise PreemptedError(
+            f"worker {self.worker} stopped at step {step} on SIGTERM, after checkpointing it "
+            f"(exit status {EXIT_PREEMPTED}); relaunch the same command to resume.",
+            step,
+        )
 
     def _write_config_files(self):
         if self.chief:
@@ -497,7 +585,7 @@ class Runner:
         nonfinite_run, save_due = 0, False
         while step < config.max_steps:
             out_of_time = deadline is not None and time.monotonic() >= deadline
-            stats, stop, norm, finite = self.train_step(stop=out_of_time)
+            stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm)
             step = int(self.step.numpy())
             nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
             window.add(stats)
@@ -515,11 +603,14 @@ class Runner:
             for every, callback in self.task.periodic():
                 if every and step % every == 0:
                     callback(step)
-            if stop:
+            if stop == "time":
                 logging.info(
                     "Time budget of %.1f minutes reached at step %d.", config.max_minutes, step
                 )
-                return "time", last_saved
+                return stop, last_saved
+            if stop == "preempted":
+                logging.warning("SIGTERM: every worker stops at step %d and checkpoints it.", step)
+                return stop, last_saved
         return "max_steps", last_saved
 
     def _count_nonfinite(self, step, run, finite, norm, last_saved):

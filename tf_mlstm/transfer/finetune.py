@@ -556,10 +556,16 @@ class FinetuneTask(Task):
         indices = tf.data.Dataset.range(len(self.train_ids)).shard(
             input_context.num_input_pipelines, input_context.input_pipeline_id
         )
-        shard_size = len(range(input_context.input_pipeline_id, len(self.train_ids),
-                               input_context.num_input_pipelines))
+        shard_size = len(
+            range(
+                input_context.input_pipeline_id,
+                len(self.train_ids),
+                input_context.num_input_pipelines,
+            )
+        )
         indices = indices.shuffle(
-            shard_size, seed=self.config.seed + input_context.input_pipeline_id,
+            shard_size,
+            seed=self.config.seed + input_context.input_pipeline_id,
             reshuffle_each_iteration=True,
         )
         return (
@@ -621,10 +627,9 @@ class FinetuneTask(Task):
             "accuracy": float(window[2] / rows),
         }
         self.history.append(entry)
-        text = "loss %.4f  lm loss %.4f  accuracy %.3f" % (
-            entry["loss"],
-            entry["lm_loss"],
-            entry["accuracy"],
+        text = (
+            f"loss {entry['loss']:.4f}  lm loss {entry['lm_loss']:.4f}  "
+            f"accuracy {entry['accuracy']:.3f}"
         )
         return text, {k: v for k, v in entry.items() if k != "step"}
 
@@ -646,7 +651,10 @@ class FinetuneTask(Task):
             tf.summary.scalar("f1", metrics["f1"])
 
     def config_files(self):
-        return {CONFIG_FILE: self.base_config.to_json(), FINETUNE_CONFIG_FILE: self.config.to_json()}
+        return {
+            CONFIG_FILE: self.base_config.to_json(),
+            FINETUNE_CONFIG_FILE: self.config.to_json(),
+        }
 
     def evaluate(self, split, thresholds=None):
         """Probabilities and metrics on one split (every worker computes them)."""
