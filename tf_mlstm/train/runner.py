@@ -31,6 +31,13 @@ others would hang in the next collective. Summed with the statistics, one
 worker's "stop" is seen by every replica at the same step, at no extra
 collective.
 
+Divergence: a step whose all-reduced gradients are not finite is skipped in
+every precision (`optimizer.py`), and counted. A checkpoint that falls due
+inside such a stretch waits for the next finite step, so a diverging run
+does not rotate its good checkpoints out; after `max_nonfinite_steps` in a
+row the run ends with `TrainingDivergedError` (the binaries: one line, exit
+status 1).
+
 Preemption: a Slurm time limit or a Kubernetes eviction sends SIGTERM and
 kills a little later. The runner's SIGTERM handler only sets a Python flag;
 before each step the flag joins the stop flags in the all-reduce, so every
@@ -220,9 +227,9 @@ class Runner:
       task: the `Task`.
       config: a validated config with the run fields (`model_dir`,
         `batch_size`, `seed`, `precision`, `clip_norm`, `jit_compile`,
-        `allreduce_dtype`, `max_steps`, `max_minutes`, `log_every_steps`,
-        `checkpoint_every_steps`, `keep_checkpoints`, `eval_every_steps`,
-        and the distribution fields).
+        `allreduce_dtype`, `max_steps`, `max_minutes`, `max_nonfinite_steps`,
+        `log_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
+        `eval_every_steps`, and the distribution fields).
 
     Raises:
       ValueError: the global batch does not divide over the replicas, or the
