@@ -127,6 +127,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
         tmp_path / "run",
         label_key="label,long",
         precision="mixed_float16",
+        allreduce_dtype="float16",
         lm_loss_weight=0.5,
         max_steps=10,
         feature="mean",
@@ -184,6 +185,12 @@ def test_config_errors():
         finetune.FinetuneConfig(**base, precision="float16").validate()
     with pytest.raises(ValueError, match="--init_model_dir is required"):
         finetune.FinetuneConfig(train_data="t", model_dir="o").validate()
+    with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs --precision=mixed_fl"):
+        finetune.FinetuneConfig(**base, allreduce_dtype="float16").validate()
+    with pytest.raises(ValueError, match="--max_minutes must be >= 0, got -1.0"):
+        finetune.FinetuneConfig(**base, max_minutes=-1.0).validate()
+    with pytest.raises(ValueError, match="--max_nonfinite_steps must be positive, got 0"):
+        finetune.FinetuneConfig(**base, max_nonfinite_steps=0).validate()
 
 
 @pytest.mark.slow
