@@ -2,9 +2,13 @@
 
 import io
 import json
+import os
 import random
 import re
+import signal
+import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -125,6 +129,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
         tmp_path / "run",
         label_key="label,long",
         precision="mixed_float16",
+        allreduce_dtype="float16",
         lm_loss_weight=0.5,
         max_steps=10,
         feature="mean",
@@ -182,6 +187,12 @@ def test_config_errors():
         finetune.FinetuneConfig(**base, precision="float16").validate()
     with pytest.raises(ValueError, match="--init_model_dir is required"):
         finetune.FinetuneConfig(train_data="t", model_dir="o").validate()
+    with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs --precision=mixed_fl"):
+        finetune.FinetuneConfig(**base, allreduce_dtype="float16").validate()
+    with pytest.raises(ValueError, match="--max_minutes must be >= 0, got -1.0"):
+        finetune.FinetuneConfig(**base, max_minutes=-1.0).validate()
+    with pytest.raises(ValueError, match="--max_nonfinite_steps must be positive, got 0"):
+        finetune.FinetuneConfig(**base, max_nonfinite_steps=0).validate()
 
 
 @pytest.mark.slow
@@ -222,3 +233,88 @@ def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
     assert len(by_worker[0]) == 4 and by_worker[0] == by_worker[1]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["step"] == 20
+
+
+def _finetune_cmd(task, model_dir, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.finetune",
+        f"--init_model_dir={task['init']}",
+        f"--model_dir={model_dir}",
+        f"--train_data={task['train']}",
+        f"--validation_data={task['validation']}",
+        "--batch_size=16",
+        "--lr=1e-2",
+        "--log_every_steps=1",
+        "--checkpoint_every_steps=4",
+        "--jit_compile=false",
+        *extra,
+    ]
+
+
+def _printed_results(stdout):
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run(task, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    whole = subprocess.run(
+        _finetune_cmd(task, tmp_path / "whole", "--max_steps=16"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    reference = _printed_results(whole.stdout)
+    assert reference["step"] == 16 and reference["stopped_by"] == "max_steps"
+    assert list((tmp_path / "whole" / "train").glob("events.out.tfevents.*"))
+
+    killed_dir = tmp_path / "killed"
+    proc = subprocess.Popen(
+        _finetune_cmd(task, killed_dir, "--max_steps=16"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and not (killed_dir / "checkpoints" / "ckpt-8.index").exists():
+        assert proc.poll() is None, "fine-tuning ended before the kill"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed_dir / "results.json").exists(), "the kill came too late"
+    resumed = subprocess.run(
+        _finetune_cmd(task, killed_dir, "--max_steps=16"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resumed from" in resumed.stderr and "input restarts" not in resumed.stderr
+    steps = [int(s) for s in re.findall(r"step (\d+)/16  loss", resumed.stderr)]
+    assert steps and min(steps) > 8 and max(steps) == 16
+    # Same input position, same optimizer state: bit-identical weights.
+    assert _printed_results(resumed.stdout)["weights_sha256"] == reference["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_finetune_time_budget_stops_cleanly_and_reports(task, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        _finetune_cmd(task, tmp_path / "run", "--max_steps=100000", "--max_minutes=0.1"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["stopped_by"] == "time" and 0 < results["step"] < 100000
+    assert "Time budget of 0.1 minutes reached at step" in proc.stderr
+    assert results["skipped_steps"] == 0 and "thresholds" in results
+    latest = (tmp_path / "run" / "checkpoints" / "checkpoint").read_text()
+    assert f'"ckpt-{results["step"]}"' in latest

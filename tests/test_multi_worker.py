@@ -289,16 +289,11 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
         max_steps=100,
     ).validate()
     trainer = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
-    h, c = trainer._distribute_state()  # pylint: disable=protected-access
-    go = trainer._stop_flag(0.0)  # pylint: disable=protected-access
     scale = optimizer_lib.loss_scale(trainer.optimizer)
 
     def step():
-        nonlocal h, c
-        stats, norm, finite, h, c = trainer._train_step(  # pylint: disable=protected-access
-            trainer.iterator, h, c, go
-        )
-        return float(stats.numpy()[0]), float(norm), bool(finite)
+        stats, _, norm, finite = trainer.train_step()
+        return float(stats[0]), norm, finite
 
     def weights():
         return [w.numpy().copy() for w in trainer.model.weights]

@@ -15,6 +15,9 @@ decision threshold of each label is chosen on the validation data (or a
 `--validation_fraction` share of train). Distribution and precision flags are
 those of `tf-mlstm-train`. Writes checkpoints, `finetune_config.json` and
 `results.json` to `--model_dir` (a rerun resumes); prints the results JSON.
+Training runs on the same runner as `tf-mlstm-train`, with the same time
+budget, non-finite step handling and exit statuses (0 done, 1 error, 75
+stopped by SIGTERM after a checkpoint: rerun to resume).
 """
 
 import json
@@ -28,7 +31,9 @@ from tf_mlstm.cli._config import config_from_flags
 from tf_mlstm.cli.train import define_distribution_flags
 from tf_mlstm.data import readers
 from tf_mlstm.train import config as train_config_lib
+from tf_mlstm.train import runner as runner_lib
 from tf_mlstm.train import schedules
+from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.transfer import finetune as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -100,11 +105,23 @@ def define_finetune_flags():
         "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
     )
     flags.DEFINE_integer("max_steps", _default("max_steps"), "Training steps.")
+    flags.DEFINE_float(
+        "max_minutes",
+        _default("max_minutes"),
+        "Stop cleanly after this wall-clock budget (0 = none), then choose thresholds and "
+        "evaluate as at a normal end.",
+    )
     flags.DEFINE_enum(
         "precision",
         _default("precision"),
         list(train_config_lib.PRECISIONS),
         "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+    )
+    flags.DEFINE_enum(
+        "allreduce_dtype",
+        _default("allreduce_dtype"),
+        list(train_config_lib.ALLREDUCE_DTYPES),
+        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
     )
     flags.DEFINE_enum(
         "jit_compile",
@@ -125,6 +142,12 @@ def define_finetune_flags():
         "checkpoint_every_steps", _default("checkpoint_every_steps"), "Checkpoint interval."
     )
     flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
+    flags.DEFINE_integer(
+        "max_nonfinite_steps",
+        _default("max_nonfinite_steps"),
+        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
+        "checkpoint is the last finite one.",
+    )
     define_distribution_flags()
 
 
@@ -134,7 +157,16 @@ def main(argv):
     config = config_from_flags(finetune_lib.FinetuneConfig)
     try:
         results = finetune_lib.finetune(config)
-    except (FileNotFoundError, ValueError, readers.InputError) as e:
+    except runner_lib.PreemptedError as e:
+        logging.warning("%s", e)
+        sys.exit(e.exit_status)
+    except (
+        FileNotFoundError,
+        ValueError,
+        readers.InputError,
+        strategy_lib.PeerWorkerError,
+        runner_lib.TrainingDivergedError,
+    ) as e:
         logging.error("%s", e)
         sys.exit(1)
     results.pop("history", None)

@@ -6,6 +6,11 @@ SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
 
   tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
       --hidden_size=4096 --batch_size=256 --precision=mixed_float16
+
+Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
+run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
+SIGTERM (preemption) stopped every worker at the same step after its
+checkpoint: rerun the same command to resume.
 """
 
 import json
@@ -135,6 +140,12 @@ def define_budget_flags():
     )
     flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
     flags.DEFINE_integer(
+        "max_nonfinite_steps",
+        _default("max_nonfinite_steps"),
+        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
+        "checkpoint is the last finite one.",
+    )
+    flags.DEFINE_integer(
         "log_every_steps", _default("log_every_steps"), "Progress line and TensorBoard interval."
     )
     flags.DEFINE_integer(
@@ -193,11 +204,20 @@ def main(argv):
     config = _config.config_from_flags(config_lib.TrainConfig)
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import strategy  # pylint: disable=g-import-not-at-top
 
     try:
         results = _run.train_and_export(config)
-    except (FileNotFoundError, ValueError, strategy.PeerWorkerError) as e:
+    except runner.PreemptedError as e:
+        logging.warning("%s", e)
+        sys.exit(e.exit_status)
+    except (
+        FileNotFoundError,
+        ValueError,
+        strategy.PeerWorkerError,
+        runner.TrainingDivergedError,
+    ) as e:
         logging.error("%s", e)
         sys.exit(1)
     print(json.dumps(results, sort_keys=True))

@@ -6,6 +6,7 @@ absl FLAGS. `validate()` turns bad combinations into one clear message.
 
 import dataclasses
 import json
+import math
 
 from tf_mlstm.data import pipeline
 from tf_mlstm.train import schedules
@@ -14,6 +15,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
+ALLREDUCE_DTYPES = ("float32", "float16")
 
 # Files and folders of a run's --model_dir.
 CONFIG_FILE = "config.json"
@@ -28,6 +30,13 @@ class JsonConfig:
     def to_json(self):
         """The config as sorted, indented JSON."""
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    def check_finite_floats(self):
+        """Raises ValueError naming the first float field that is NaN or infinite."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"--{field.name} must be a finite number, got {value}.")
 
     @classmethod
     def from_json(cls, text):
@@ -69,6 +78,7 @@ class TrainConfig(JsonConfig):
     # Budget and bookkeeping.
     max_steps: int = 600
     max_minutes: float = 0.0
+    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     checkpoint_every_steps: int = 200
     keep_checkpoints: int = 3
     log_every_steps: int = 25
@@ -84,6 +94,7 @@ class TrainConfig(JsonConfig):
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""
+        self.check_finite_floats()
         positive = (
             "hidden_size",
             "embedding_size",
@@ -94,6 +105,7 @@ class TrainConfig(JsonConfig):
             "keep_checkpoints",
             "log_every_steps",
             "lr_base_batch",
+            "max_nonfinite_steps",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -105,7 +117,7 @@ class TrainConfig(JsonConfig):
             "jit_compile": JIT_CHOICES,
             "lr_scaling": schedules.SCALINGS,
             "lr_decay": schedules.DECAYS,
-            "allreduce_dtype": ("float32", "float16"),
+            "allreduce_dtype": ALLREDUCE_DTYPES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -8,21 +8,81 @@ all-reduces once, itself (optionally in float16, as the paper did), and then
 hands identical gradients to every replica: clipping is by the true global
 norm and the skip decision is the same everywhere. `PreReducedAdam` is Adam
 that does not reduce a second time.
+
+A non-finite update is never applied, in any precision. Under float16,
+`LossScaleOptimizer` skips it (and halves the scale). In float32 and
+bfloat16 Keras applies whatever it is given, so one NaN gradient would turn
+every weight and Adam moment into NaN for good; `PreReducedAdam` skips such
+a step itself: weights, moments and `iterations` stay as they were. The
+check runs on the all-reduced gradients, so every replica decides alike.
 """
 
 import keras
+import tensorflow as tf
+
+
+def all_finite(grads):
+    """A scalar bool tensor: every gradient entry is finite."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
 
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class PreReducedAdam(keras.optimizers.Adam):
-    """Adam whose `apply` expects gradients already summed over replicas."""
+    """Adam whose `apply` expects gradients already summed over replicas.
+
+    Args:
+      skip_non_finite: leave variables, moments and `iterations` untouched
+        when any gradient is NaN or infinite (off under a
+        `LossScaleOptimizer`, which makes that decision itself).
+      **kwargs: `keras.optimizers.Adam` arguments.
+    """
+
+    def __init__(self, skip_non_finite=True, **kwargs):
+        super().__init__(**kwargs)
+        self.skip_non_finite = skip_non_finite
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return list(grads_and_vars)
 
+    def apply(self, grads, trainable_variables=None):
+        if not self.skip_non_finite or not self.built:
+            return super().apply(grads, trainable_variables)
+        apply = super().apply
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            keras.ops.cond(all_finite(grads), lambda: apply(grads, trainable_variables), _no_op)
+            return
+
+        # As `LossScaleOptimizer` does under tf.distribute: a cond whose
+        # branch calls `merge_call` (Keras's update does) is not allowed in a
+        # replica context, so decide in the cross-replica context. Every
+        # replica holds the same all-reduced gradients: take the first
+        # replica's verdict.
+        def cross_replica(distribution, grads, variables):
+            finite = distribution.experimental_local_results(
+                distribution.extended.call_for_each_replica(all_finite, args=(grads,))
+            )[0]
+
+            def apply_all():
+                distribution.extended.call_for_each_replica(apply, args=(grads, variables))
+
+            keras.ops.cond(finite, apply_all, _no_op)
+
+        tf.distribute.get_replica_context().merge_call(
+            cross_replica, args=(grads, trainable_variables)
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config["skip_non_finite"] = self.skip_non_finite
+        return config
+
+
+def _no_op():
+    return None
+
 
 def build_optimizer(learning_rate, clip_norm=1.0, precision="float32"):
-    """Adam with global-norm clipping, loss-scaled under float16.
+    """Adam with global-norm clipping that skips non-finite steps, loss-scaled under float16.
 
     Args:
       learning_rate: a float or a `LearningRateSchedule`.
@@ -33,8 +93,11 @@ def build_optimizer(learning_rate, clip_norm=1.0, precision="float32"):
     Returns:
       A Keras optimizer.
     """
-    optimizer = PreReducedAdam(learning_rate=learning_rate, global_clipnorm=clip_norm or None)
-    if precision == "mixed_float16":
+    scaled = precision == "mixed_float16"
+    optimizer = PreReducedAdam(
+        learning_rate=learning_rate, global_clipnorm=clip_norm or None, skip_non_finite=not scaled
+    )
+    if scaled:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
 

@@ -22,20 +22,21 @@ and the language-model loss are masked to the text), and the training path
 (the mLSTM's sequence gradient, which takes no padding mask) gives every text
 exactly the result it would get alone.
 
-Distribution mirrors `tf_mlstm.train.loop`: Keras `Model.fit` does not run
-under `MultiWorkerMirroredStrategy`, so this is a custom loop with
-`distribute_datasets_from_function`, `strategy.run`, one SUM all-reduce of the
-gradients, loss scaling under `mixed_float16`, and `PreReducedAdam`. The
-output folder holds `checkpoints/` (the encoder as `model`, so
-`load_trained_model` and the other tools read a fine-tuned encoder too, plus
-`classifier`, optimizer and step), the base model's `config.json`,
+Distribution, checkpoints and fault handling are the language model's:
+`FinetuneTask` is a task of `tf_mlstm.train.runner`, which owns the strategy,
+the all-reduced step (loss scaling under `mixed_float16`, optional float16
+all-reduce), the time budget, a peer worker's failure, TensorBoard summaries
+(`train/`, `validation/`), skipped steps and an exact resume (the input
+position is saved per worker). The output folder holds `checkpoints/` (the
+encoder as `model`, so `load_trained_model` and the other tools read a
+fine-tuned encoder too, plus `classifier`, optimizer and step),
+`input_state/`, the base model's `config.json`,
 `finetune_config.json` and `results.json`.
 """
 
 import dataclasses
 import json
 import os
-import time
 
 import keras
 import numpy as np
@@ -47,13 +48,12 @@ from tf_mlstm.data.text import DOC_START
 from tf_mlstm.export import saved_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train import config as train_config_lib
-from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
-from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.config import RESULTS_FILE
-from tf_mlstm.train.loop import resolve_jit
+from tf_mlstm.train.runner import Runner
+from tf_mlstm.train.runner import Task
 
 FEATURES = ("cell", "mean")
 THRESHOLD_METRICS = ("accuracy", "f1")
@@ -90,9 +90,12 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     clip_norm: float = 1.0
     max_steps: int = 1000
     precision: str = "float32"
+    allreduce_dtype: str = "float32"
     jit_compile: str = "auto"
     seed: int = 0
-    # Bookkeeping.
+    # Budget and bookkeeping.
+    max_minutes: float = 0.0  # 0 = no time budget
+    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     log_every_steps: int = 25
     eval_every_steps: int = 0  # 0 = only at the end
     checkpoint_every_steps: int = 500
@@ -115,6 +118,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
+        self.check_finite_floats()
         for name in ("init_model_dir", "train_data", "model_dir"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} is required.")
@@ -128,6 +132,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "log_every_steps",
             "checkpoint_every_steps",
             "keep_checkpoints",
+            "max_nonfinite_steps",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -142,6 +147,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "jit_compile": train_config_lib.JIT_CHOICES,
             "distribution_strategy": train_config_lib.STRATEGIES,
             "all_reduce": train_config_lib.ALL_REDUCE,
+            "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -150,8 +156,14 @@ class FinetuneConfig(train_config_lib.JsonConfig):
                 )
         if not self.lr > 0:
             raise ValueError(f"--lr must be positive, got {self.lr}.")
-        if self.lm_loss_weight < 0 or self.clip_norm < 0 or self.eval_every_steps < 0:
-            raise ValueError("--lm_loss_weight, --clip_norm and --eval_every_steps must be >= 0.")
+        for name in ("lm_loss_weight", "clip_norm", "eval_every_steps", "max_minutes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
+        if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
+            raise ValueError(
+                "--allreduce_dtype=float16 needs --precision=mixed_float16 (its loss scaling "
+                "keeps float16 gradient sums finite)."
+            )
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
                 f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
@@ -459,64 +471,38 @@ def predict_probabilities(model, split, max_length, batch_size=64):
 # === Training ===
 
 
-class Finetuner:
-    """Owns the strategy, the classifier, the optimizer and the data of one run.
+class FinetuneTask(Task):
+    """Fine-tuning a `SequenceClassifier` as a task of the distributed runner.
+
+    The encoder starts from `init_model_dir`; the classifier head is new.
+    Each worker reads its shard of the training texts in a seeded order
+    reshuffled every epoch; the shuffle holds row indices, not texts, so the
+    saved input position stays small (8 bytes a text).
 
     Args:
       config: a validated `FinetuneConfig`.
     """
 
+    title = "Fine-tuning"
+
     def __init__(self, config):
         self.config = config
-        self.strategy = strategy_lib.get_distribution_strategy(
-            config.distribution_strategy,
-            num_gpus=None if config.num_gpus < 0 else config.num_gpus,
-            all_reduce=config.all_reduce,
-            cluster_resolver=config.cluster_resolver,
-        )
-        self.chief = strategy_lib.is_chief(self.strategy)
-        replicas = self.strategy.num_replicas_in_sync
-        if config.batch_size % replicas:
-            raise ValueError(
-                f"--batch_size={config.batch_size} (global) must be a multiple of the "
-                f"{replicas} replicas."
-            )
         self.labels = config.label_keys
+        self.history = []
+
+    # === Data and model ===
+
+    def prepare(self, runner):
+        self.runner = runner
         self._load_data()
-        base, self.base_config = saved_model.load_trained_model(config.init_model_dir)
-        tf.random.set_seed(config.seed)
-        keras.utils.set_random_seed(config.seed)
-        with self.strategy.scope():
-            encoder = MLSTMLanguageModel.from_train_config(
-                self.base_config, precision=config.precision
-            )
-            encoder.set_weights(base.get_weights())
-            self.model = SequenceClassifier(encoder, len(self.labels), config.feature)
-            trained = [encoder.embedding, encoder.mlstm, self.model.classifier]
-            if config.lm_loss_weight > 0:
-                trained.append(encoder.head)  # only the auxiliary loss reaches the LM head
-            self.variables = [v for layer in trained for v in layer.trainable_variables]
-            schedule = schedules.LargeBatchSchedule(
-                config.lr, config.max_steps, config.warmup_steps, config.lr_decay
-            )
-            self.optimizer = optimizer_lib.build_optimizer(
-                schedule, config.clip_norm, config.precision
-            )
-            self.optimizer.build(self.variables)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = tf.train.Checkpoint(
-            model=self.model.encoder,
-            classifier=self.model.classifier,
-            optimizer=self.optimizer,
-            step=self.step,
+        self.base_model, self.base_config = saved_model.load_trained_model(
+            self.config.init_model_dir
         )
-        self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
-            max_to_keep=config.keep_checkpoints,
-        )
-        self.jit = resolve_jit(config.jit_compile)
+        if len(self.train_ids) < runner.num_workers:
+            raise ValueError(
+                f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
+                f"{runner.num_workers} workers."
+            )
 
     def _load_data(self):
         config = self.config
@@ -542,61 +528,133 @@ class Finetuner:
         if cut:
             logging.info("Cut %d training texts to --max_length=%d bytes.", cut, config.max_length)
 
-    def _dataset_fn(self, context, start_step):
-        per_replica = context.get_per_replica_batch_size(self.config.batch_size)
-        data = tf.data.Dataset.from_tensor_slices(
-            (self.train_ids, self.train_lengths, self.splits["train"].labels)
-        )
-        data = data.shard(context.num_input_pipelines, context.input_pipeline_id)
-        # Seeded by the start step: a resumed run does not replay the first
-        # batches of the original order.
-        seed = self.config.seed + 1000003 * start_step + context.input_pipeline_id
-        data = data.shuffle(len(self.train_ids), seed=seed, reshuffle_each_iteration=True)
-        return data.repeat().batch(per_replica, drop_remainder=True).prefetch(2)
-
-    def _make_train_step(self):
-        model, optimizer, variables = self.model, self.optimizer, self.variables
+    def build_model(self, runner):
         config = self.config
-        global_batch = float(config.batch_size)
-        use_scale = optimizer_lib.loss_scale(optimizer) is not None
-        lm_weight = config.lm_loss_weight
+        encoder = MLSTMLanguageModel.from_train_config(self.base_config, precision=config.precision)
+        encoder.set_weights(self.base_model.get_weights())
+        self.model = SequenceClassifier(encoder, len(self.labels), config.feature)
+        trained = [encoder.embedding, encoder.mlstm, self.model.classifier]
+        if config.lm_loss_weight > 0:
+            trained.append(encoder.head)  # only the auxiliary loss reaches the LM head
+        return self.model, [v for layer in trained for v in layer.trainable_variables]
 
-        @tf.function(jit_compile=self.jit)
-        def forward_backward(ids, lengths, labels):
-            with tf.GradientTape() as tape:
-                logits, hidden = model(ids, lengths, training=True)
-                per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-                # Sums over the replica's rows / global batch: summing replica
-                # gradients gives the global mean gradient.
-                class_loss = tf.reduce_sum(tf.reduce_mean(per_label, axis=1))
-                lm_loss = tf.constant(0.0)
-                if lm_weight > 0:
-                    lm_loss = tf.reduce_sum(lm_loss_per_text(model, hidden, ids, lengths))
-                loss = (class_loss + lm_weight * lm_loss) / global_batch
-                scaled = optimizer.scale_loss(loss) if use_scale else loss
-            grads = tape.gradient(scaled, variables)
-            right = tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
-            correct = tf.reduce_sum(tf.reduce_mean(right, axis=1))
-            return tf.stack([class_loss, lm_loss, correct]), grads
+    def learning_rate(self):
+        config = self.config
+        return schedules.LargeBatchSchedule(
+            config.lr, config.max_steps, config.warmup_steps, config.lr_decay
+        )
 
-        def replica_step(ids, lengths, labels):
-            stats, grads = forward_backward(ids, lengths, labels)
-            context = tf.distribute.get_replica_context()
-            grads, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (grads, stats))
-            scale = tf.cast(optimizer_lib.loss_scale(optimizer), tf.float32) if use_scale else 1.0
-            norm = tf.linalg.global_norm(grads) / scale
-            optimizer.apply(grads, variables)
-            return stats, norm
+    def checkpoint_objects(self):
+        # The encoder as `model`: `load_trained_model` reads a fine-tuned
+        # encoder like any trained language model.
+        return {"model": self.model.encoder, "classifier": self.model.classifier}
 
-        @tf.function
-        def train_step(iterator):
-            ids, lengths, labels = next(iterator)
-            stats, norm = self.strategy.run(replica_step, args=(ids, lengths, labels))
-            first = lambda v: self.strategy.experimental_local_results(v)[0]
-            self.step.assign_add(1)
-            return first(stats), first(norm)
+    def dataset(self, input_context, rows):
+        ids = tf.constant(self.train_ids)
+        lengths = tf.constant(self.train_lengths)
+        labels = tf.constant(self.splits["train"].labels)
+        indices = tf.data.Dataset.range(len(self.train_ids)).shard(
+            input_context.num_input_pipelines, input_context.input_pipeline_id
+        )
+        shard_size = len(
+            range(
+                input_context.input_pipeline_id,
+                len(self.train_ids),
+                input_context.num_input_pipelines,
+            )
+        )
+        indices = indices.shuffle(
+            shard_size,
+            seed=self.config.seed + input_context.input_pipeline_id,
+            reshuffle_each_iteration=True,
+        )
+        return (
+            indices.repeat()
+            .batch(rows, drop_remainder=True)
+            .map(
+                lambda i: {
+                    "ids": tf.gather(ids, i),
+                    "lengths": tf.gather(lengths, i),
+                    "labels": tf.gather(labels, i),
+                }
+            )
+            .prefetch(2)
+        )
 
-        return train_step
+    def input_layout(self):
+        config = self.config
+        return {
+            "train_data": config.train_data,
+            "train_examples": len(self.train_ids),
+            "max_length": config.max_length,
+            "validation_data": config.validation_data,
+            "validation_fraction": config.validation_fraction,
+            "label_key": config.label_key,
+            "text_key": config.text_key,
+        }
+
+    # === The step ===
+
+    def loss(self, batch, state):
+        ids, lengths, labels = batch["ids"], batch["lengths"], batch["labels"]
+        lm_weight = self.config.lm_loss_weight
+        logits, hidden = self.model(ids, lengths, training=True)
+        per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        # Sums over the replica's rows / global batch: summing replica
+        # gradients gives the global mean gradient.
+        class_loss = tf.reduce_sum(tf.reduce_mean(per_label, axis=1))
+        lm_loss = tf.constant(0.0)
+        if lm_weight > 0:
+            lm_loss = tf.reduce_sum(lm_loss_per_text(self.model, hidden, ids, lengths))
+        loss = (class_loss + lm_weight * lm_loss) / float(self.config.batch_size)
+        right = tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
+        correct = tf.reduce_sum(tf.reduce_mean(right, axis=1))
+        return loss, tf.stack([class_loss, lm_loss, correct]), state
+
+    def describe(self):
+        return (
+            f" x {self.train_ids.shape[1]} bytes; {self.config.init_model_dir} "
+            f"({self.config.feature} features, labels {','.join(self.labels)}) on "
+            f"{len(self.train_ids)} texts"
+        )
+
+    def progress(self, step, window, steps, seconds):
+        rows = steps * self.config.batch_size
+        entry = {
+            "step": step,
+            "loss": float(window[0] / rows),
+            "lm_loss": float(window[1] / rows),
+            "accuracy": float(window[2] / rows),
+        }
+        self.history.append(entry)
+        text = (
+            f"loss {entry['loss']:.4f}  lm loss {entry['lm_loss']:.4f}  "
+            f"accuracy {entry['accuracy']:.3f}"
+        )
+        return text, {k: v for k, v in entry.items() if k != "step"}
+
+    # === Evaluation and results ===
+
+    def periodic(self):
+        return [(self.config.eval_every_steps, self._log_validation)]
+
+    def _log_validation(self, step):
+        _, metrics = self.evaluate(self.splits["validation"])
+        logging.info(
+            "step %d  validation accuracy %.4f  F1 %.4f (threshold 0.5)",
+            step,
+            metrics["accuracy"],
+            metrics["f1"],
+        )
+        with self.runner.summary_writer("validation").as_default(step=step):
+            tf.summary.scalar("accuracy", metrics["accuracy"])
+            tf.summary.scalar("f1", metrics["f1"])
+
+    def config_files(self):
+        return {
+            CONFIG_FILE: self.base_config.to_json(),
+            FINETUNE_CONFIG_FILE: self.config.to_json(),
+        }
 
     def evaluate(self, split, thresholds=None):
         """Probabilities and metrics on one split (every worker computes them)."""
@@ -607,98 +665,7 @@ class Finetuner:
             probabilities, split.labels, thresholds, self.labels
         )
 
-    def train(self):
-        """Fine-tunes to `max_steps`, chooses thresholds, returns the results dict."""
-        config = self.config
-        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            logging.info("Resumed from %s", latest)
-        start_step = int(self.step.numpy())
-        dataset = self.strategy.distribute_datasets_from_function(
-            lambda context: self._dataset_fn(context, start_step)
-        )
-        iterator = iter(dataset)
-        train_step = self._make_train_step()
-        if self.chief:
-            tf.io.gfile.makedirs(config.model_dir)
-            for name, text in (
-                (CONFIG_FILE, self.base_config.to_json()),
-                (FINETUNE_CONFIG_FILE, config.to_json()),
-            ):
-                with tf.io.gfile.GFile(os.path.join(config.model_dir, name), "w") as f:
-                    f.write(text)
-        logging.info(
-            "Fine-tuning %s (%s features, labels %s) on %d texts: %d replica(s), global "
-            "batch %d x %d bytes, %s, XLA %s, steps %d to %d.",
-            config.init_model_dir,
-            config.feature,
-            ",".join(self.labels),
-            len(self.train_ids),
-            self.strategy.num_replicas_in_sync,
-            config.batch_size,
-            self.train_ids.shape[1],
-            config.precision,
-            "on" if self.jit else "off",
-            start_step,
-            config.max_steps,
-        )
-        begin = time.monotonic()
-        window = np.zeros(3)
-        window_steps = 0
-        step = start_step
-        last_saved = start_step if latest else -1
-        history = []
-        while step < config.max_steps:
-            stats, norm = train_step(iterator)
-            step = int(self.step.numpy())
-            window += stats.numpy()
-            window_steps += 1
-            if step % config.log_every_steps == 0 or step == config.max_steps:
-                rows = window_steps * config.batch_size
-                entry = {
-                    "step": step,
-                    "loss": window[0] / rows,
-                    "lm_loss": window[1] / rows,
-                    "accuracy": window[2] / rows,
-                }
-                history.append(entry)
-                logging.info(
-                    "step %d/%d  loss %.4f  lm loss %.4f  accuracy %.3f  |grad| %.3f",
-                    step,
-                    config.max_steps,
-                    entry["loss"],
-                    entry["lm_loss"],
-                    entry["accuracy"],
-                    float(norm),
-                )
-                window[:] = 0
-                window_steps = 0
-            if step % config.checkpoint_every_steps == 0:
-                self.manager.save(checkpoint_number=step)
-                last_saved = step
-            if config.eval_every_steps and step % config.eval_every_steps == 0:
-                _, metrics = self.evaluate(self.splits["validation"])
-                logging.info(
-                    "step %d  validation accuracy %.4f  F1 %.4f (threshold 0.5)",
-                    step,
-                    metrics["accuracy"],
-                    metrics["f1"],
-                )
-        if last_saved != step:
-            self.manager.save(checkpoint_number=step)
-        results = self._final_results(step, time.monotonic() - begin, history)
-        strategy_lib.finalize(self.strategy)
-        if self.chief:
-            with tf.io.gfile.GFile(os.path.join(config.model_dir, RESULTS_FILE), "w") as f:
-                f.write(json.dumps(results, indent=2, sort_keys=True))
-        else:
-            strategy_lib.remove_temp_dirpath(
-                strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy), self.strategy
-            )
-        return results
-
-    def _final_results(self, step, seconds, history):
+    def results(self, step):
         validation = self.splits["validation"]
         probabilities, at_half = self.evaluate(validation)
         thresholds = choose_thresholds(
@@ -706,8 +673,6 @@ class Finetuner:
         )
         _, chosen = self.evaluate(validation, thresholds)
         results = {
-            "step": step,
-            "train_minutes": seconds / 60,
             "labels": list(self.labels),
             "feature": self.config.feature,
             "precision": self.config.precision,
@@ -716,7 +681,7 @@ class Finetuner:
             "train_examples": len(self.splits["train"].texts),
             "validation": chosen,
             "validation_at_0.5": at_half,
-            "history": history,
+            "history": self.history,
         }
         logging.info(
             "validation accuracy %.4f  F1 %.4f (thresholds %s)",
@@ -732,8 +697,24 @@ class Finetuner:
         return results
 
 
+class Finetuner(Runner):
+    """Fine-tunes per a `FinetuneConfig` (see `Runner.train`).
+
+    Args:
+      config: a validated `FinetuneConfig`.
+    """
+
+    def __init__(self, config):
+        super().__init__(FinetuneTask(config), config)
+
+    @property
+    def splits(self):
+        """The labeled splits ("train", "validation", maybe "test")."""
+        return self.task.splits
+
+
 def finetune(config):
-    """Fine-tunes per `config`; returns the results dict (see `Finetuner.train`)."""
+    """Fine-tunes per `config`; returns the results dict (see `Runner.train`)."""
     return Finetuner(config).train()
 
 

@@ -1,0 +1,297 @@
+"""Fault handling of the distributed runner: non-finite steps, bad float flags, SIGTERM.
+
+The runner serves language-model training and fine-tuning alike, so these
+run it through `tf-mlstm-train` (the fine-tuning side is in
+test_finetune.py).
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tf_mlstm.train.config import TrainConfig
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TINY = dict(
+    hidden_size=16,
+    embedding_size=8,
+    seq_length=16,
+    batch_size=4,
+    jit_compile="false",
+    eval_every_steps=0,
+    sample_every_steps=0,
+    log_every_steps=1,
+    checkpoint_every_steps=2,
+)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The demo corpus as TFRecord shards."""
+    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+
+    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
+
+
+def _flags(config):
+    return [f"--{name}={value}" for name, value in TINY.items()] + [
+        f"--model_dir={config.model_dir}",
+        f"--train_data={config.train_data}",
+        f"--max_steps={config.max_steps}",
+        f"--max_nonfinite_steps={config.max_nonfinite_steps}",
+    ]
+
+
+def _snapshot(variables):
+    return [np.array(v.numpy(), copy=True) for v in variables]
+
+
+def _assert_unchanged(before, variables):
+    for old, new in zip(before, _snapshot(variables)):
+        np.testing.assert_array_equal(old, new)  # NaN equals NaN here
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("lr", float("nan")), ("max_minutes", float("inf")), ("clip_norm", float("-inf"))],
+)
+def test_non_finite_float_flags_are_refused(name, value):
+    from tf_mlstm.transfer.finetune import FinetuneConfig  # pylint: disable=g-import-not-at-top
+
+    with pytest.raises(ValueError, match=rf"^--{name} must be a finite number, got {value}\.$"):
+        TrainConfig(**{name: value}).validate()
+    base = dict(init_model_dir="m", train_data="t", model_dir="o")
+    with pytest.raises(ValueError, match=rf"^--{name} must be a finite number, got {value}\.$"):
+        FinetuneConfig(**base, **{name: value}).validate()
+
+
+def test_non_finite_flag_is_one_clear_line(tmp_path):
+    command = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={tmp_path}", "--lr=nan"]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode != 0
+    assert "--lr must be a finite number, got nan." in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_float32_nan_gradients_are_skipped_then_the_run_stops_with_a_clear_error(
+    tmp_path, data_dir
+):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(
+        **TINY,
+        model_dir=str(tmp_path / "run"),
+        train_data=data_dir,
+        max_steps=4,
+        max_nonfinite_steps=3,
+    ).validate()
+    files = tfrecord.split_files(data_dir, "train")
+    trainer = loop.Trainer(config, files, [])
+    assert trainer.train()["step"] == 4
+    # A corrupted weight: every later gradient is NaN.
+    kernel = trainer.model.mlstm.cell.weights[0]
+    kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
+    trainer.manager.save(checkpoint_number=4)
+
+    config = dataclasses.replace(config, max_steps=20)
+    resumed = loop.Trainer(config, files, [])
+    assert resumed.restore()
+    weights, slots = _snapshot(resumed.model.weights), _snapshot(resumed.optimizer.variables)
+    assert int(resumed.optimizer.iterations.numpy()) == 4
+    _, stop, norm, finite = resumed.train_step()
+    assert not finite and not np.isfinite(norm) and not stop
+    # A true skip: weights, Adam moments and iterations as they were.
+    _assert_unchanged(weights, resumed.model.weights)
+    _assert_unchanged(slots, resumed.optimizer.variables)
+    assert int(resumed.optimizer.iterations.numpy()) == 4
+    assert int(resumed.step.numpy()) == 5 and int(resumed.skipped.numpy()) == 1
+
+    # The binary: three skipped steps in a row, then one clear line and exit 1;
+    # the checkpoints due at steps 6 are not written (they would rotate good ones out).
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.train", *_flags(config)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert re.search(
+        r"training diverged: 3 non-finite steps in a row \(steps 5 to 7, "
+        r"--max_nonfinite_steps=3\); no update was applied and the last checkpoint \(ckpt-4\)",
+        proc.stderr,
+    ), proc.stderr[-3000:]
+    assert "step 5: non-finite gradients" in proc.stderr
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.index"))
+    assert checkpoints == ["ckpt-2.index", "ckpt-4.index"]
+    assert not (tmp_path / "run" / "export").exists()
+
+
+# === Preemption: SIGTERM stops every worker at one step, after a checkpoint ===
+
+_STOPPED = re.compile(r"worker (\d) stopped at step (\d+) on SIGTERM, after checkpointing it")
+_LOGGED_STEP = re.compile(r"step (\d+)/\d+\s+loss")
+
+
+def _preemption_flags(model_dir, data_dir, max_steps):
+    flags = {**TINY, "checkpoint_every_steps": 10}
+    return [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.train",
+        *[f"--{name}={value}" for name, value in flags.items()],
+        f"--model_dir={model_dir}",
+        f"--train_data={data_dir}",
+        f"--max_steps={max_steps}",
+    ]
+
+
+def _wait_for(path, procs, timeout=180):
+    """Waits until `path` exists (a checkpoint: a deterministic kill point)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        for proc in procs:
+            assert proc.poll() is None, f"a worker ended before {path.name}"
+        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
+        time.sleep(0.05)
+
+
+def _latest_checkpoint_step(model_dir):
+    text = (pathlib.Path(model_dir) / "checkpoints" / "checkpoint").read_text()
+    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupted_run(
+    tmp_path, data_dir
+):
+    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+
+    max_steps = 120
+    whole = subprocess.run(
+        _preemption_flags(tmp_path / "whole", data_dir, max_steps),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=300,
+    )
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    reference = json.loads(whole.stdout.strip().splitlines()[-1])
+
+    model_dir = tmp_path / "run"
+    command = _preemption_flags(model_dir, data_dir, max_steps)
+    with open(tmp_path / "first.txt", "w") as log:
+        proc = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=log)
+        try:
+            _wait_for(model_dir / "checkpoints" / "ckpt-10.index", [proc])
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first = (tmp_path / "first.txt").read_text(errors="replace")
+    assert code == runner.EXIT_PREEMPTED == 75, first[-3000:]
+    assert "Traceback" not in first
+    ((worker, stop_step),) = {m.groups() for m in _STOPPED.finditer(first)}
+    stop_step = int(stop_step)
+    assert worker == "0" and 10 <= stop_step < max_steps
+    assert max(int(s) for s in _LOGGED_STEP.findall(first)) == stop_step
+    # The stop step itself is checkpointed, with carried state and input position.
+    assert _latest_checkpoint_step(model_dir) == stop_step
+    assert (model_dir / "carried_state" / f"worker-0-step-{stop_step}.npz").exists()
+    assert (model_dir / "input_state" / "worker-0" / f"step-{stop_step}.json").exists()
+    assert not (model_dir / "results.json").exists()
+
+    resumed = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{stop_step}'}" in resumed.stderr
+    assert "restarts from zeros" not in resumed.stderr and "input restarts" not in resumed.stderr
+    assert min(int(s) for s in _LOGGED_STEP.findall(resumed.stderr)) == stop_step + 1
+    results = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert results["step"] == max_steps
+    assert results["weights_sha256"] == reference["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_lost(
+    tmp_path, data_dir
+):
+    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    max_steps = 150
+    command = _preemption_flags(model_dir, data_dir, max_steps) + [
+        "--distribution_strategy=multi_worker"
+    ]
+
+    def launch(name):
+        ports = local_cluster.pick_ports(2)
+        procs, logs = [], []
+        for index in range(2):
+            path = tmp_path / f"{name}-{index}.txt"
+            with open(path, "w") as log:
+                env = local_cluster.worker_env(ports, index, 1, _env())
+                procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
+            logs.append(path)
+        return procs, logs
+
+    procs, logs = launch("first")
+    try:
+        _wait_for(model_dir / "checkpoints" / "ckpt-10.index", procs)
+        procs[1].send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    texts = [path.read_text(errors="replace") for path in logs]
+    assert codes == [runner.EXIT_PREEMPTED] * 2, texts[0][-3000:] + texts[1][-3000:]
+    stops = [{m.groups() for m in _STOPPED.finditer(text)} for text in texts]
+    assert len(stops[0]) == len(stops[1]) == 1, stops
+    (_, step_0), (_, step_1) = stops[0].pop(), stops[1].pop()
+    stop_step = int(step_0)
+    assert step_0 == step_1 and 10 <= stop_step < max_steps
+    assert "Traceback" not in texts[0] + texts[1]
+    assert "crashed" not in texts[0] + texts[1]
+    assert _latest_checkpoint_step(model_dir) == stop_step
+    for worker in range(2):
+        assert (model_dir / "carried_state" / f"worker-{worker}-step-{stop_step}.npz").exists()
+
+    procs, logs = launch("second")
+    try:
+        codes = [proc.wait(timeout=300) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    texts = [path.read_text(errors="replace") for path in logs]
+    assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
+    chief = texts[0]
+    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{stop_step}'}" in chief
+    both = texts[0] + texts[1]
+    assert "restarts from zeros" not in both and "input restarts" not in both
+    # Zero steps lost: the relaunch starts right after the stop step.
+    assert min(int(s) for s in _LOGGED_STEP.findall(chief)) == stop_step + 1
+    assert json.loads((model_dir / "results.json").read_text())["step"] == max_steps

@@ -1,0 +1,736 @@
+"""The distributed runner: one training loop for every kind of training.
+
+Language-model training (`lm_task.py`) and fine-tuning
+(`tf_mlstm.transfer.finetune`) are tasks; this module owns everything they
+share, in the task/trainer split of tensorflow/models `official/core`:
+
+* the strategy, the replica layout and seeding;
+* the optimizer with loss scaling (`optimizer.py`), the step and
+  skipped-step counters;
+* the checkpoint manager, plus per-worker state beside it
+  (`checkpointing.py`): the input position of this worker's iterator and the
+  recurrent state a task carries from step to step;
+* the step: the task's forward and backward pass, XLA-compiled when
+  `jit_compile` is on, with the loss scaled under float16; ONE all-reduce
+  (SUM) of the gradients bundled with the task's statistics and the stop
+  flag (optionally in float16); then `optimizer.apply`;
+* the cadence (progress log and TensorBoard summaries, checkpoints, the
+  task's periodic evaluation), the `max_minutes` budget, a peer worker's
+  failure (`PeerWorkerError`), the final synchronization and `results.json`.
+
+Why the data is a per-worker plain tf.data iterator rather than
+`distribute_datasets_from_function`: only the former can be checkpointed
+(TF 2.21), and an exact resume needs the input position. The worker's batch
+holds `local_replicas` blocks of per-replica rows; replica r always gets
+block r (`experimental_distribute_values_from_function`), so state it
+carries stays aligned with its rows.
+
+Why the stop flag rides in the all-reduce: workers check their clocks at
+slightly different moments, so each would stop at a different step and the
+others would hang in the next collective. Summed with the statistics, one
+worker's "stop" is seen by every replica at the same step, at no extra
+collective.
+
+Divergence: a step whose all-reduced gradients are not finite is skipped in
+every precision (`optimizer.py`), and counted. A checkpoint that falls due
+inside such a stretch waits for the next finite step, so a diverging run
+does not rotate its good checkpoints out; after `max_nonfinite_steps` in a
+row the run ends with `TrainingDivergedError` (the binaries: one line, exit
+status 1).
+
+Preemption: a Slurm time limit or a Kubernetes eviction sends SIGTERM and
+kills a little later. The runner's SIGTERM handler only sets a Python flag;
+before each step the flag joins the stop flags in the all-reduce, so every
+worker stops after the same step, writes a checkpoint (with carried state
+and input position) and exits with `EXIT_PREEMPTED` (75, `EX_TEMPFAIL`:
+"try again"), distinct from success (0), errors (1) and a death by signal
+(128 + n). Relaunching the same command resumes with no step lost.
+
+A task supplies (see `Task`): the model (built under the strategy scope)
+and the variables it trains, the learning rate, a per-worker dataset and its
+layout, the loss with its statistics (and carried state), progress text,
+periodic evaluations, config files and its final results.
+"""
+
+import contextlib
+import hashlib
+import os
+import signal
+import threading
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm import fileio
+from tf_mlstm.train import checkpointing
+from tf_mlstm.train import optimizer as optimizer_lib
+from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.train.config import CHECKPOINT_SUBDIR
+from tf_mlstm.train.config import RESULTS_FILE
+
+# How a collective fails once the coordination service has noticed that a
+# peer task is gone (heartbeat timeout) or has cancelled the pending ops.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)
+# Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
+# EX_TEMPFAIL: a temporary condition, relaunching resumes).
+EXIT_PREEMPTED = 75
+# Positions of the stop flags at the end of the all-reduced statistics.
+_TIME_STOP, _SIGNAL_STOP = -2, -1
+# The folder of the training summaries inside --model_dir.
+TRAIN_SUMMARY_SUBDIR = "train"
+
+
+class PreemptedError(RuntimeError):
+    """A SIGTERM stopped the run; every worker checkpointed the same step.
+
+    Attributes:
+      step: the step of that checkpoint.
+    """
+
+    exit_status = EXIT_PREEMPTED
+
+    def __init__(self, message, step):
+        super().__init__(message)
+        self.step = step
+
+
+class TrainingDivergedError(RuntimeError):
+    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
+
+
+def resolve_jit(choice):
+    """`auto` means XLA on accelerators only: measured slower on CPU here."""
+    if choice == "auto":
+        return bool(
+            tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
+        )
+    return choice == "true"
+
+
+def weights_checksum(variables):
+    """SHA-256 (hex, 16 digits) of the variables' values, in order."""
+    digest = hashlib.sha256()
+    for variable in variables:
+        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()[:16]
+
+
+class Task:
+    """What one kind of training gives the `Runner`.
+
+    The runner calls, in this order: `prepare` (read data, check inputs),
+    `build_model` (under the strategy scope, after seeding),
+    `learning_rate`, `checkpoint_objects`, `dataset`, `input_layout`, then
+    `loss` inside the compiled step, `progress` at each log line, the
+    `periodic` callbacks, and `results` at the end. Subclasses override what
+    they need; the defaults are "nothing".
+    """
+
+    #: What the start line calls this run ("Training", "Fine-tuning").
+    title = "Training"
+
+    def prepare(self, runner):
+        """Reads and checks inputs before the model is built (seeding follows)."""
+
+    def build_model(self, runner):
+        """Builds the model under the strategy scope.
+
+        Returns:
+          (model, trainable variables the optimizer updates).
+        """
+        raise NotImplementedError
+
+    def learning_rate(self):
+        """The learning rate or `LearningRateSchedule`."""
+        raise NotImplementedError
+
+    def checkpoint_objects(self):
+        """{name: trackable} saved in each checkpoint besides optimizer and steps."""
+        raise NotImplementedError
+
+    def dataset(self, input_context, rows):
+        """This worker's infinite tf.data pipeline of batches of `rows` rows.
+
+        Args:
+          input_context: `tf.distribute.InputContext` naming this worker.
+          rows: rows per batch (per-replica rows x local replicas).
+
+        Returns:
+          A dataset of dicts of tensors whose first axis is the row.
+        """
+        raise NotImplementedError
+
+    def input_layout(self):
+        """JSON-able description of what the input position depends on."""
+        return {}
+
+    def carried_state_shape(self):
+        """(rows, units) of an (h, c) pair each replica carries, or None."""
+        return None
+
+    def loss(self, batch, state):
+        """Forward pass of one replica (inside the compiled step, under the tape).
+
+        Args:
+          batch: this replica's rows.
+          state: the carried [h, c] or [] (see `carried_state_shape`).
+
+        Returns:
+          (loss whose replica sum is the global mean, float32 statistics
+          vector summed over replicas, new state).
+        """
+        raise NotImplementedError
+
+    def progress(self, step, window, steps, seconds):
+        """The progress text and summaries of a log window.
+
+        Args:
+          step: the global step.
+          window: statistics summed over replicas and the window's steps.
+          steps: steps in the window.
+          seconds: wall time of the window.
+
+        Returns:
+          (text for the log line, {summary name: scalar}).
+        """
+        raise NotImplementedError
+
+    def describe(self):
+        """Extra words for the start line after the global batch (e.g. ' x 256 chars')."""
+        return ""
+
+    def periodic(self):
+        """[(every_steps, callback(step))] run on every worker at that cadence."""
+        return []
+
+    def config_files(self):
+        """{file name: text} the chief writes into the model folder at start."""
+        return {}
+
+    def results(self, step):
+        """Task results merged into the run's results (after the last checkpoint)."""
+        return {}
+
+
+class Runner:
+    """Runs a `Task` data-parallel under a `tf.distribute` strategy.
+
+    Args:
+      task: the `Task`.
+      config: a validated config with the run fields (`model_dir`,
+        `batch_size`, `seed`, `precision`, `clip_norm`, `jit_compile`,
+        `allreduce_dtype`, `max_steps`, `max_minutes`, `max_nonfinite_steps`,
+        `log_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
+        `eval_every_steps`, and the distribution fields).
+
+    Raises:
+      ValueError: the global batch does not divide over the replicas, or the
+        task rejects its inputs.
+    """
+
+    def __init__(self, task, config):
+        self.task = task
+        self.config = config
+        self._setup_strategy()
+        task.prepare(self)
+        tf.random.set_seed(config.seed)
+        keras.utils.set_random_seed(config.seed)
+        self._build_model_and_optimizer()
+        self.iterator = iter(self._worker_dataset())
+        self._setup_checkpoints()
+        self._writers = {}
+        self._sigterm = False
+        self.state = self.distribute_state()
+        self._train_step = self._make_train_step()
+
+    # === Setup ===
+
+    def _setup_strategy(self):
+        config = self.config
+        self.strategy = strategy_lib.get_distribution_strategy(
+            config.distribution_strategy,
+            num_gpus=None if config.num_gpus < 0 else config.num_gpus,
+            all_reduce=config.all_reduce,
+            cluster_resolver=config.cluster_resolver,
+        )
+        self.chief = strategy_lib.is_chief(self.strategy)
+        _, self.worker, self.num_workers = strategy_lib.worker_info(self.strategy)
+        replicas = self.strategy.num_replicas_in_sync
+        if config.batch_size % replicas:
+            raise ValueError(
+                f"--batch_size={config.batch_size} (global) must be a "
+                f"multiple of the {replicas} replicas."
+            )
+        self.per_replica_batch = config.batch_size // replicas
+        self.local_replicas = replicas // self.num_workers
+        self.jit = resolve_jit(config.jit_compile)
+
+    def _build_model_and_optimizer(self):
+        config = self.config
+        with self.strategy.scope():
+            self.model, self.variables = self.task.build_model(self)
+            self.optimizer = optimizer_lib.build_optimizer(
+                self.task.learning_rate(), config.clip_norm, config.precision
+            )
+            self.optimizer.build(self.variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
+
+    def _worker_dataset(self):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=self.num_workers,
+            input_pipeline_id=self.worker,
+            num_replicas_in_sync=self.strategy.num_replicas_in_sync,
+        )
+        return self.task.dataset(context, self.per_replica_batch * self.local_replicas)
+
+    def _setup_checkpoints(self):
+        # The input position and carried state are per worker: saved beside
+        # this (see `save`).
+        self.checkpoint = tf.train.Checkpoint(
+            **self.task.checkpoint_objects(),
+            optimizer=self.optimizer,
+            step=self.step,
+            skipped=self.skipped,
+        )
+        self.checkpoint_dir = os.path.join(self.config.model_dir, CHECKPOINT_SUBDIR)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint,
+            strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
+            max_to_keep=self.config.keep_checkpoints,
+        )
+
+    def summary_writer(self, name):
+        """The summary writer of `model_dir/name` (a temporary folder off the chief)."""
+        if name not in self._writers:
+            path = strategy_lib.write_dirpath(
+                os.path.join(self.config.model_dir, name), self.strategy
+            )
+            self._writers[name] = (path, tf.summary.create_file_writer(path))
+        return self._writers[name][1]
+
+    # === The step ===
+
+    def _make_train_step(self):
+        task, optimizer, variables = self.task, self.optimizer, self.variables
+        reduce_dtype = tf.float16 if self.config.allreduce_dtype == "float16" else None
+        use_scale = optimizer_lib.loss_scale(optimizer) is not None
+
+        @tf.function(jit_compile=self.jit)
+        def forward_backward(batch, state):
+            with tf.GradientTape() as tape:
+                loss, stats, state = task.loss(batch, state)
+                scaled = optimizer.scale_loss(loss) if use_scale else loss
+            grads = tape.gradient(scaled, variables)
+            return tf.cast(stats, tf.float32), grads, state
+
+        def replica_step(batch, state, stop):
+            stats, grads, state = forward_backward(batch, state)
+            stats = tf.concat([stats, stop], axis=0)
+            context = tf.distribute.get_replica_context()
+            if reduce_dtype is None:
+                grads, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (grads, stats))
+            else:
+                # A multi-worker all-reduce packs its tensors into one buffer,
+                # so they must share a dtype; the float32 statistics (sums far
+                # past float16's range) travel in a second, tiny all-reduce.
+                grads = context.all_reduce(
+                    tf.distribute.ReduceOp.SUM, [tf.cast(g, reduce_dtype) for g in grads]
+                )
+                stats = context.all_reduce(tf.distribute.ReduceOp.SUM, stats)
+            grads = [tf.cast(g, tf.float32) for g in grads]
+            scale = tf.cast(optimizer_lib.loss_scale(optimizer), tf.float32) if use_scale else 1.0
+            norm = tf.linalg.global_norm(grads) / scale
+            finite = tf.math.is_finite(norm)
+            optimizer.apply(grads, variables)
+            return stats, norm, finite, state
+
+        rows = self.per_replica_batch
+        local_replicas = self.local_replicas
+
+        def replica_rows(batch):
+            def block(context):
+                r = context.replica_id_in_sync_group % local_replicas
+                return tf.nest.map_structure(lambda v: v[r * rows : (r + 1) * rows], batch)
+
+            return self.strategy.experimental_distribute_values_from_function(block)
+
+        @tf.function
+        def train_step(iterator, state, stop):
+            batch = replica_rows(next(iterator))
+            stats, norm, finite, state = self.strategy.run(replica_step, args=(batch, state, stop))
+            first = lambda v: self.strategy.experimental_local_results(v)[0]
+            finite = first(finite)
+            self.step.assign_add(1)
+            self.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+            return first(stats), first(norm), finite, state
+
+        return train_step
+
+    def train_step(self, stop=False, preempted=False):
+        """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
+
+        Args:
+          stop: this worker's time budget is spent: every worker stops after
+            this step.
+          preempted: this worker got SIGTERM: every worker stops after this
+            step.
+
+        Returns:
+          The statistics summed over replicas, "preempted", "time" or None
+          (what any worker asked for), the global gradient norm, and whether
+          the step was finite (applied).
+        """
+        values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0]
+        flag = self.strategy.experimental_distribute_values_from_function(
+            lambda _: tf.constant(values, tf.float32)
+        )
+        stats, norm, finite, self.state = self._train_step(self.iterator, self.state, flag)
+        stats = stats.numpy()
+        reason = None
+        if stats[_SIGNAL_STOP] > 0:
+            reason = "preempted"
+        elif stats[_TIME_STOP] > 0:
+            reason = "time"
+        return stats[:_TIME_STOP], reason, float(norm), bool(finite)
+
+    # === Carried state and input position ===
+
+    def distribute_state(self, local_states=None):
+        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
+        shape = self.task.carried_state_shape()
+        if shape is None:
+            return []
+        dtype = self.model.compute_dtype
+
+        def value(context, index):
+            local = context.replica_id_in_sync_group % self.local_replicas
+            if local_states is None:
+                return tf.zeros(shape, dtype)
+            return tf.constant(local_states[local][index], dtype)
+
+        return [
+            self.strategy.experimental_distribute_values_from_function(
+                lambda ctx, i=i: value(ctx, i)
+            )
+            for i in range(2)
+        ]
+
+    def _local_state_arrays(self):
+        local = self.strategy.experimental_local_results
+        h, c = self.state
+        return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
+
+    def _input_layout(self):
+        return {
+            "num_workers": self.num_workers,
+            "worker": self.worker,
+            "rows": self.per_replica_batch * self.local_replicas,
+            "seed": self.config.seed,
+            **self.task.input_layout(),
+        }
+
+    def save(self):
+        """Checkpoints the step: per-worker state first, then the shared checkpoint."""
+        step = int(self.step.numpy())
+        model_dir, keep = self.config.model_dir, self.config.keep_checkpoints + 1
+        if self.state:
+            checkpointing.save_carried_state(
+                model_dir, self.worker, step, self._local_state_arrays(), keep=keep
+            )
+        checkpointing.save_input_state(
+            model_dir, self.worker, step, self.iterator, self._input_layout(), keep=keep
+        )
+        self.manager.save(checkpoint_number=step)
+
+    def restore(self):
+        """Restores the newest checkpoint with this worker's state; returns its path or None."""
+        restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
+        if not restored:
+            return None
+        step, model_dir = int(self.step.numpy()), self.config.model_dir
+        shape = self.task.carried_state_shape()
+        if shape is not None:
+            self.state = self.distribute_state(
+                checkpointing.load_carried_state(
+                    model_dir, self.worker, step, self.local_replicas, shape
+                )
+            )
+        checkpointing.restore_input_state(
+            model_dir, self.worker, step, self.iterator, self._input_layout()
+        )
+        return restored
+
+    # === The run ===
+
+    def train(self, finalize=True):
+        """Runs to `max_steps` or the time budget; returns the results dict.
+
+        Args:
+          finalize: end with a synchronization of all workers. A caller with
+            more chief-only work to do (an export) passes False and calls
+            `strategy.finalize` itself afterwards, so no worker exits while
+            another still runs (the survivor would log a crash).
+
+        Raises:
+          strategy_lib.PeerWorkerError: another worker stopped mid-run (its
+            collectives failed after the heartbeat timeout); relaunching all
+            workers resumes from the last checkpoint.
+          PreemptedError: SIGTERM reached a worker; all of them checkpointed
+            the same step (exit with `EXIT_PREEMPTED`; relaunching resumes).
+          TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
+        """
+        try:
+            with self._sigterm_requests_stop():
+                return self._train(finalize)
+        except PEER_ERRORS as e:
+            if self.num_workers <= 1:
+                raise
+            latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.chief else None
+            raise strategy_lib.PeerWorkerError(
+                f"worker {self.worker} stops at step {int(self.step.numpy())}: a peer worker "
+                f"stopped ({_error_summary(e)}). Relaunch every worker with the same command to "
+                "resume from the last checkpoint"
+                + (f" ({os.path.basename(latest)})." if latest else ".")
+            ) from e
+
+    @contextlib.contextmanager
+    def _sigterm_requests_stop(self):
+        """While training, SIGTERM sets `self._sigterm` instead of killing the process.
+
+        The handler does nothing else: it runs between two Python bytecodes
+        (after a collective returns, at the latest), and the step loop turns
+        the flag into an agreed stop. Outside training the previous handler
+        is back, so a SIGTERM during start-up or export still ends the
+        process at once. Signals reach only the main thread.
+        """
+        self._sigterm = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            del signum, frame
+            self._sigterm = True
+
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _train(self, finalize):
+        restored = self.restore()
+        start_step = int(self.step.numpy())
+        self.summary_writer(TRAIN_SUMMARY_SUBDIR)
+        self._write_config_files()
+        self._log_start(start_step)
+        begin = time.monotonic()
+        stopped_by, last_saved = self._run_steps(start_step, begin, bool(restored))
+        step = int(self.step.numpy())
+        if last_saved != step:
+            self.save()
+        if stopped_by == "preempted":
+            self._stop_preempted(step)
+        results = self._results(stopped_by, begin)
+        self._finish(results, finalize)
+        return results
+
+    def _stop_preempted(self, step):
+        """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
+        for _, writer in self._writers.values():
+            writer.flush()
+        # No final evaluation or results: a preemption notice leaves little
+        # time, and the run is not finished.
+        strategy_lib.finalize(self.strategy)
+        raise PreemptedError(
+            f"worker {self.worker} stopped at step {step} on SIGTERM, after checkpointing it "
+            f"(exit status {EXIT_PREEMPTED}); relaunch the same command to resume.",
+            step,
+        )
+
+    def _write_config_files(self):
+        if self.chief:
+            for name, text in self.task.config_files().items():
+                fileio.write_text_atomic(os.path.join(self.config.model_dir, name), text)
+
+    def _log_start(self, start_step):
+        config = self.config
+        logging.info(
+            "%s: %d worker(s), %d replica(s), global batch %d (%d per replica)%s, %s, XLA %s, "
+            "from step %d to %d.",
+            self.task.title,
+            self.num_workers,
+            self.strategy.num_replicas_in_sync,
+            config.batch_size,
+            self.per_replica_batch,
+            self.task.describe(),
+            config.precision,
+            "on" if self.jit else "off",
+            start_step,
+            config.max_steps,
+        )
+
+    def _run_steps(self, start_step, begin, restored):
+        """The step loop with its cadence; returns (stopped_by, last saved step).
+
+        Raises:
+          TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
+        """
+        config = self.config
+        deadline = begin + config.max_minutes * 60 if config.max_minutes else None
+        window = _Window(begin)
+        step, last_saved = start_step, start_step if restored else -1
+        nonfinite_run, save_due = 0, False
+        while step < config.max_steps:
+            out_of_time = deadline is not None and time.monotonic() >= deadline
+            stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm)
+            step = int(self.step.numpy())
+            nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
+            window.add(stats)
+            if step % config.log_every_steps == 0 or step == config.max_steps:
+                self._log_progress(step, window, norm, finite, deadline)
+                window = _Window(time.monotonic())
+            # A checkpoint falling due inside a non-finite stretch waits for
+            # the next finite step: saving then would rotate good checkpoints
+            # out for a run that may be diverging. Every worker sees the same
+            # all-reduced verdict, so they all save at the same step.
+            save_due = save_due or step % config.checkpoint_every_steps == 0
+            if save_due and finite:
+                self.save()
+                last_saved, save_due = step, False
+            for every, callback in self.task.periodic():
+                if every and step % every == 0:
+                    callback(step)
+            if stop == "time":
+                logging.info(
+                    "Time budget of %.1f minutes reached at step %d.", config.max_minutes, step
+                )
+                return stop, last_saved
+            if stop == "preempted":
+                logging.warning("SIGTERM: every worker stops at step %d and checkpoints it.", step)
+                return stop, last_saved
+        return "max_steps", last_saved
+
+    def _count_nonfinite(self, step, run, finite, norm, last_saved):
+        """The length of the current non-finite stretch; raises when it is too long."""
+        if finite:
+            if run:
+                logging.info("step %d: finite again after %d skipped step(s).", step, run)
+            return 0
+        run += 1
+        if run == 1:
+            logging.warning(
+                "step %d: non-finite gradients (|grad| %s): the update is skipped.", step, norm
+            )
+        if run < self.config.max_nonfinite_steps:
+            return run
+        for _, writer in self._writers.values():
+            writer.flush()
+        # Every worker reaches this at the same step (the verdict is
+        # all-reduced); a last synchronization lets them exit together.
+        strategy_lib.finalize(self.strategy)
+        kept = f"ckpt-{last_saved}" if last_saved >= 0 else "none yet"
+        raise TrainingDivergedError(
+            f"training diverged: {run} non-finite steps in a row (steps {step - run + 1} to "
+            f"{step}, --max_nonfinite_steps={self.config.max_nonfinite_steps}); no update was "
+            f"applied and the last checkpoint ({kept}) holds the last finite weights. Lower "
+            "--lr or --clip_norm (or check the input) before resuming."
+        )
+
+    def _log_progress(self, step, window, norm, finite, deadline):
+        now = time.monotonic()
+        seconds = now - window.start
+        text, scalars = self.task.progress(step, window.total, window.steps, seconds)
+        remaining = (self.config.max_steps - step) * seconds / max(window.steps, 1)
+        if deadline is not None:
+            remaining = min(remaining, max(deadline - now, 0.0))
+        lr = self.learning_rate()
+        logging.info(
+            "step %d/%d  %s  |grad| %.3f%s  lr %.2e  ETA %s",
+            step,
+            self.config.max_steps,
+            text,
+            norm,
+            "" if finite else " (skipped: non-finite)",
+            lr,
+            _format_duration(remaining),
+        )
+        scale = optimizer_lib.loss_scale(self.optimizer)
+        with self.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+            tf.summary.scalar("gradient_norm", norm)
+            tf.summary.scalar("learning_rate", lr)
+            tf.summary.scalar("skipped_steps", int(self.skipped.numpy()))
+            if scale is not None:
+                tf.summary.scalar("loss_scale", float(scale.numpy()))
+
+    def learning_rate(self):
+        """The current learning rate as a float."""
+        lr = self.optimizer.learning_rate
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+    def _results(self, stopped_by, begin):
+        results = {
+            "step": int(self.step.numpy()),
+            "skipped_steps": int(self.skipped.numpy()),
+            "train_minutes": (time.monotonic() - begin) / 60,
+            "stopped_by": stopped_by,
+            # Equal on every worker of a healthy run: replicas apply identical
+            # reduced gradients.
+            "weights_sha256": weights_checksum(self.model.weights),
+        }
+        results.update(self.task.results(results["step"]))
+        return results
+
+    def _finish(self, results, finalize):
+        for _, writer in self._writers.values():
+            writer.flush()
+        if finalize:
+            strategy_lib.finalize(self.strategy)
+        if self.chief:
+            fileio.write_json_atomic(os.path.join(self.config.model_dir, RESULTS_FILE), results)
+        else:
+            for path, _ in self._writers.values():
+                strategy_lib.remove_temp_dirpath(path, self.strategy)
+            strategy_lib.remove_temp_dirpath(self.checkpoint_dir, self.strategy)
+
+
+class _Window:
+    """Statistics summed over the steps since the last progress line."""
+
+    def __init__(self, start):
+        self.start = start
+        self.total = None
+        self.steps = 0
+
+    def add(self, stats):
+        self.total = stats.astype(np.float64) if self.total is None else self.total + stats
+        self.steps += 1
+
+
+def _error_summary(error):
+    """The line of a TensorFlow error that says what happened.
+
+    Graph execution errors start with boilerplate and an indented traceback
+    of where the op was defined; the cause is a later, unindented line.
+    """
+    boilerplate = ("Graph execution error", "Detected at node", "[[", "The error could be from")
+    for line in (getattr(error, "message", "") or str(error)).splitlines():
+        if line.strip() and not line[0].isspace() and not line.startswith(boilerplate):
+            return line.strip()[:300]
+    return type(error).__name__
+
+
+def _format_duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
