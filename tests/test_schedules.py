@@ -130,7 +130,7 @@ def test_budget_planner_predicts_from_the_settled_rate():
     # Then 2 steps a second: 600 s left hold 1200 more steps.
     assert planner.plan(610, now=400.0) == 610 + 1200
     # A faster machine is capped by max_steps; after the deadline, nothing more.
-    assert planner.plan(4000, now=500.0) == 10_000
+    assert planner.plan(6000, now=500.0) == 10_000
     assert planner.plan(4100, now=1200.0) == 4100
     with pytest.raises(ValueError, match="bad budget planner settings"):
         schedules.BudgetPlanner(max_steps=0, deadline=1.0)
