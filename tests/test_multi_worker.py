@@ -296,7 +296,7 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     def step():
         nonlocal h, c
         stats, norm, finite, h, c = trainer._train_step(  # pylint: disable=protected-access
-            trainer.iterator, h, c, go
+            trainer.iterator, h, c, go, go
         )
         return float(stats.numpy()[0]), float(norm), bool(finite)
 

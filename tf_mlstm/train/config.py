@@ -14,6 +14,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
+SCHEDULE_LENGTHS = ("budget", "steps")
 
 # Files and folders of a run's --model_dir.
 CONFIG_FILE = "config.json"
@@ -61,6 +62,7 @@ class TrainConfig(JsonConfig):
     warmup_steps: int = 0
     lr_decay: str = "linear"
     total_steps: int = 0  # 0 = max_steps
+    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
     clip_norm: float = 1.0
     precision: str = "float32"
     allreduce_dtype: str = "float32"
@@ -106,6 +108,7 @@ class TrainConfig(JsonConfig):
             "lr_scaling": schedules.SCALINGS,
             "lr_decay": schedules.DECAYS,
             "allreduce_dtype": ("float32", "float16"),
+            "schedule_length": SCHEDULE_LENGTHS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -137,3 +140,8 @@ class TrainConfig(JsonConfig):
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
+
+    @property
+    def plans_for_budget(self):
+        """Whether the decay's end is planned from the time budget while training."""
+        return self.schedule_length == "budget" and self.max_minutes > 0

@@ -73,13 +73,13 @@ def build_model(config):
     return MLSTMLanguageModel.from_train_config(config)
 
 
-def build_schedule(config):
-    """The learning-rate schedule for `config`."""
+def build_schedule(config, plan=None):
+    """The learning-rate schedule for `config` (following `plan` when given)."""
     peak = schedules.peak_learning_rate(
         config.lr, config.batch_size, config.lr_base_batch, config.lr_scaling, config.max_lr or None
     )
     return schedules.LargeBatchSchedule(
-        peak, config.schedule_steps, config.warmup_steps, config.lr_decay
+        peak, config.schedule_steps, config.warmup_steps, config.lr_decay, plan=plan
     )
 
 
@@ -117,8 +117,11 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         with self.strategy.scope():
             self.model = build_model(config)
+            self.plan = None
+            if config.plans_for_budget:
+                self.plan = schedules.SchedulePlan(config.schedule_steps, config.warmup_steps)
             self.optimizer = optimizer_lib.build_optimizer(
-                build_schedule(config), config.clip_norm, config.precision
+                build_schedule(config, self.plan), config.clip_norm, config.precision
             )
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -131,6 +134,7 @@ class Trainer:
             optimizer=self.optimizer,
             step=self.step,
             skipped=self.skipped,
+            **(self.plan.variables() if self.plan else {}),
         )
         self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
         self.manager = tf.train.CheckpointManager(
@@ -203,9 +207,11 @@ class Trainer:
             grads = tape.gradient(scaled, model.trainable_variables)
             return bits, chars, grads, h, c
 
-        def replica_step(batch, h, c, stop):
+        def replica_step(batch, h, c, stop, planned):
             bits, chars, grads, h, c = forward_backward(batch, h, c)
-            stats = tf.stack([bits, chars, stop])
+            # The stop flag and the locally planned schedule length travel
+            # with the statistics, so every worker acts on the same sums.
+            stats = tf.stack([bits, chars, stop, planned])
             bundle = [tf.cast(g, reduce_dtype) if reduce_dtype else g for g in grads]
             context = tf.distribute.get_replica_context()
             if reduce_dtype is None:
@@ -234,12 +240,20 @@ class Trainer:
 
             return self.strategy.experimental_distribute_values_from_function(block)
 
+        replicas = float(self.strategy.num_replicas_in_sync)
+
         @tf.function
-        def train_step(iterator, h, c, stop):
+        def train_step(iterator, h, c, stop, planned):
             batch = replica_rows(next(iterator))
-            stats, norm, finite, h, c = self.strategy.run(replica_step, args=(batch, h, c, stop))
+            stats, norm, finite, h, c = self.strategy.run(
+                replica_step, args=(batch, h, c, stop, planned)
+            )
             first = lambda v: self.strategy.experimental_local_results(v)[0]
             finite = first(finite)
+            if self.plan is not None:
+                # The mean of the workers' plans: one value everywhere.
+                agreed = tf.cast(tf.round(first(stats)[3] / replicas), tf.int64)
+                self.plan.advance(self.optimizer.iterations, agreed)
             self.step.assign_add(1)
             self.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
             return first(stats), first(norm), finite, h, c
@@ -272,6 +286,12 @@ class Trainer:
         return self.strategy.experimental_distribute_values_from_function(
             lambda _: tf.constant(value, tf.float32)
         )
+
+    def _planner(self, deadline):
+        """Predicts the last step the time budget holds (None without a budget plan)."""
+        if self.plan is None or deadline is None:
+            return None
+        return schedules.BudgetPlanner(self.config.schedule_steps, deadline)
 
     # --- bookkeeping --------------------------------------------------------
     def save(self, h, c):
@@ -393,13 +413,19 @@ class Trainer:
         step = start_step
         stop_requested = False
         last_saved = start_step if restored else -1
+        planner = self._planner(deadline)
         while step < config.max_steps:
             out_of_time = deadline is not None and time.monotonic() >= deadline
+            planned = planner.plan(step) if planner else 0
             stats, norm, finite, h, c = self._train_step(
-                self.iterator, h, c, self._stop_flag(1.0 if out_of_time else 0.0)
+                self.iterator,
+                h,
+                c,
+                self._stop_flag(1.0 if out_of_time else 0.0),
+                self._stop_flag(float(planned)),
             )
             step = int(self.step.numpy())
-            bits, chars, stop = (float(x) for x in stats.numpy())
+            bits, chars, stop, _ = (float(x) for x in stats.numpy())
             window_bits += bits
             window_chars += chars
             window_steps += 1
@@ -438,6 +464,10 @@ class Trainer:
             "skipped_steps": int(self.skipped.numpy()),
             "train_minutes": (time.monotonic() - begin) / 60,
             "stopped_by": "time" if stop_requested else "max_steps",
+            "schedule_steps": (
+                int(self.plan.planned_steps.numpy()) if self.plan else config.schedule_steps
+            ),
+            "final_learning_rate": self._learning_rate(),
             # Equal on every worker of a healthy run: replicas apply identical
             # reduced gradients.
             "weights_sha256": weights_checksum(self.model.weights),
@@ -480,15 +510,12 @@ class Trainer:
         remaining = (self.config.max_steps - step) * per_step
         if deadline is not None:
             remaining = min(remaining, max(deadline - now, 0.0))
-        lr = float(
-            self.optimizer.learning_rate.numpy()
-            if hasattr(self.optimizer.learning_rate, "numpy")
-            else self.optimizer.learning_rate
-        )
+        lr = self._learning_rate()
+        planned = f"  schedule ends at {int(self.plan.planned_steps.numpy())}" if self.plan else ""
         scale = optimizer_lib.loss_scale(self.optimizer)
         logging.info(
             "step %d/%d  loss %.4f  bits/char %.4f  chars/s %.0f  |grad| %.3f%s"
-            "  lr %.2e  ETA %s",
+            "  lr %.2e%s  ETA %s",
             step,
             self.config.max_steps,
             bpc * math.log(2),
@@ -497,6 +524,7 @@ class Trainer:
             norm,
             "" if finite else " (skipped: non-finite)",
             lr,
+            planned,
             _format_duration(remaining),
         )
         with writer.as_default(step=step):
@@ -508,6 +536,11 @@ class Trainer:
             tf.summary.scalar("skipped_steps", int(self.skipped.numpy()))
             if scale is not None:
                 tf.summary.scalar("loss_scale", float(scale.numpy()))
+
+    def _learning_rate(self):
+        """The rate the next update will use."""
+        rate = self.optimizer.learning_rate
+        return float(rate.numpy() if hasattr(rate, "numpy") else rate)
 
     def _log_validation(self, writer, step, max_batches):
         result = self.validate(max_batches)
