@@ -85,7 +85,7 @@ def test_planned_schedule_with_a_fixed_plan_equals_the_step_schedule(decay):
 
 
 def test_a_shorter_plan_bends_the_decay_to_end_there_without_a_jump():
-    plan = schedules.SchedulePlan(1000, warmup_steps=0)
+    plan = schedules.SchedulePlan(1000, warmup_steps=0, cooldown_fraction=1.0)
     schedule = schedules.LargeBatchSchedule(1.0, 1000, 0, "linear", plan=plan)
     rates = []
     for iteration in range(400):
@@ -100,6 +100,31 @@ def test_a_shorter_plan_bends_the_decay_to_end_there_without_a_jump():
     np.testing.assert_allclose(steps[99:], 0.901 / 301, rtol=1e-4)
     assert float(plan.progress) == pytest.approx(1.0)
     assert float(schedule(400)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_the_rate_follows_the_recipe_then_cools_down_to_the_budgets_end():
+    plan = schedules.SchedulePlan(1000, warmup_steps=0, cooldown_fraction=0.2)
+    schedule = schedules.LargeBatchSchedule(1.0, 1000, 0, "linear", plan=plan)
+    rates = []
+    for iteration in range(500):
+        rates.append(float(schedule(iteration)))
+        plan.advance(iteration + 1, planned_steps=500)
+    steps = -np.diff(rates)
+    # The recipe's slope (1/1000) until the last 20% of the 500-step budget,
+    # then the rest of the rate (0.6) spread over the last 100 updates.
+    np.testing.assert_allclose(steps[:399], 1e-3, rtol=1e-4)
+    np.testing.assert_allclose(steps[400:], 0.6 / 100, rtol=1e-4)
+    assert rates[400] == pytest.approx(0.6, abs=1e-6)
+    assert float(plan.progress) == pytest.approx(1.0)
+
+
+def test_a_budget_beyond_the_recipe_changes_nothing():
+    fixed = schedules.LargeBatchSchedule(1.0, total_steps=300, warmup_steps=10)
+    plan = schedules.SchedulePlan(300, warmup_steps=10)
+    planned = schedules.LargeBatchSchedule(1.0, 300, 10, plan=plan)
+    for iteration in range(300):
+        assert float(planned(iteration)) == pytest.approx(float(fixed(iteration)), abs=1e-6)
+        plan.advance(iteration + 1, planned_steps=300)
 
 
 def test_a_skipped_update_does_not_advance_the_decay():

@@ -18,15 +18,24 @@ A time budget (`--max_minutes`) that ends a run before `total` would cut the
 decay short: on a machine half as fast as the one a recipe was tuned on, a
 linear decay stops at half its peak. `SchedulePlan` lets the run move the
 decay's end while it trains: `BudgetPlanner` predicts from the measured step
-rate how many steps the budget holds, and the decay progress p becomes a
+rate the step E at which the budget ends, and the decay progress p becomes a
 variable advanced once per applied update,
 
-    p(t + 1) = p(t) + (1 - p(t)) / (total(t) - t)       for t >= warmup,
+    p(t + 1) = p(t) + (1 - p(t)) / (aim(t) - t)          for t >= warmup,
 
-which equals (t - warmup) / (total - warmup) while `total` stays fixed and,
-when the plan changes, bends the remaining decay to end at the new total
-without a jump in the rate. The plan and the progress are checkpointed with
-the step, so a resumed run continues the same decay.
+which equals (t - warmup) / (aim - warmup) while the aim stays fixed and,
+when the aim moves, bends the remaining decay to end there without a jump
+in the rate. The aim is the recipe's own `total` until the run enters the
+last `cooldown_fraction` of the predicted budget (E - t <= f (E - warmup)),
+and E from then on: the run follows the recipe's rate while it has budget to
+spare and then cools down to zero exactly when the budget ends (the
+warmup-stable-decay pattern). Aiming at E from the start measured worse
+here: in a run that held 40% of its planned steps, decaying over the whole
+budget ended at 2.234 validation bits/char against 2.123 for the recipe's
+schedule cut by the budget, as a short run is still far from where a low
+rate pays, and early predictions of E are the least reliable. The plan and
+the progress are checkpointed with the step, so a resumed run continues the
+same decay.
 """
 
 import math
@@ -146,17 +155,24 @@ class SchedulePlan:
     does not advance the optimizer, does not advance the decay either).
 
     Args:
-      total_steps: the initial planned length (`--max_steps` or `--total_steps`).
+      total_steps: the recipe's schedule length (`--total_steps` or `--max_steps`).
       warmup_steps: the decay starts after these many updates.
+      cooldown_fraction: the share of the predicted budget (after warmup)
+        over which the rate cools down to the budget's end; 1 decays over
+        the whole budget from the start.
     """
 
-    def __init__(self, total_steps, warmup_steps=0):
+    def __init__(self, total_steps, warmup_steps=0, cooldown_fraction=0.2):
         if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
             raise ValueError(
                 f"a schedule plan needs 0 <= warmup_steps <= total_steps and total_steps > 0, "
                 f"got warmup_steps={warmup_steps}, total_steps={total_steps}."
             )
+        if not 0 < cooldown_fraction <= 1:
+            raise ValueError(f"cooldown_fraction must be in (0, 1], got {cooldown_fraction}.")
+        self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
+        self.cooldown_fraction = float(cooldown_fraction)
         self.planned_steps = tf.Variable(
             int(total_steps), dtype=tf.int64, trainable=False, name="planned_steps"
         )
@@ -179,8 +195,8 @@ class SchedulePlan:
 
         Args:
           iterations: the optimizer's update count after this step.
-          planned_steps: optionally a new planned length, agreed by all
-            workers; it can only move the end past the current iteration.
+          planned_steps: optionally the predicted end of the budget, agreed by
+            all workers (never before the current iteration).
 
         Returns:
           The new progress (a float64 tensor).
@@ -192,7 +208,13 @@ class SchedulePlan:
         # The update just applied used the rate at iteration t = iterations - 1.
         t = iterations - 1
         applied = tf.greater(iterations, self.advanced)
-        remaining = tf.cast(tf.maximum(self.planned_steps - t, 1), tf.float64)
+        end = self.planned_steps
+        cooling = tf.cast(end - t, tf.float64) <= self.cooldown_fraction * tf.cast(
+            end - self.warmup_steps, tf.float64
+        )
+        # The planner never predicts past the recipe's total, so the aim only moves earlier.
+        aim = tf.where(cooling, end, tf.constant(self.total_steps, tf.int64))
+        remaining = tf.cast(tf.maximum(aim - t, 1), tf.float64)
         moved = self.progress + (1.0 - self.progress) / remaining
         decaying = tf.logical_and(applied, t >= self.warmup_steps)
         self.progress.assign(tf.clip_by_value(tf.where(decaying, moved, self.progress), 0.0, 1.0))
