@@ -111,3 +111,36 @@ def test_time_budget_stops_cleanly_then_evaluates_and_exports(tmp_path):
     assert results["stopped_by"] == "time" and 0 < results["step"] < 100000
     assert "validation_bits_per_char" in results
     assert (tmp_path / "m" / "export" / str(results["step"]) / "saved_model.pb").exists()
+
+
+@pytest.mark.slow
+def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_path):
+    # A schedule planned for far more steps than 20 seconds hold: the step
+    # schedule is cut near its peak; the budget plan cools the rate down to
+    # zero at the deadline. Both run side by side, so they see the same machine.
+    common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.33", "--lr=0.004"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    procs = {
+        mode: subprocess.Popen(
+            _train_cmd(tmp_path / mode, *common, f"--schedule_length={mode}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        for mode in ("budget", "steps")
+    }
+    results, logs = {}, {}
+    for mode, proc in procs.items():
+        _, logs[mode] = proc.communicate(timeout=300)
+        assert proc.returncode == 0, logs[mode][-3000:]
+        results[mode] = json.loads((tmp_path / mode / "results.json").read_text())
+    for result in results.values():
+        assert result["stopped_by"] == "time" and result["step"] > 20
+    cut, planned = results["steps"], results["budget"]
+    assert "schedule_steps" not in cut and cut["final_learning_rate"] > 0.9 * 0.004
+    # The plan ends within a few steps of where the budget stopped the run.
+    assert planned["schedule_steps"] < 1.2 * planned["step"]
+    assert planned["final_learning_rate"] < 0.2 * 0.004
+    assert "schedule ends at" in logs["budget"] and "schedule ends at" not in logs["steps"]

@@ -112,6 +112,13 @@ def define_finetune_flags():
         "evaluate as at a normal end.",
     )
     flags.DEFINE_enum(
+        "schedule_length",
+        _default("schedule_length"),
+        list(train_config_lib.SCHEDULE_LENGTHS),
+        "budget: with --max_minutes, the rate cools down to its end when the budget ends "
+        "(predicted from the step rate); steps: the decay ends at --max_steps.",
+    )
+    flags.DEFINE_enum(
         "precision",
         _default("precision"),
         list(train_config_lib.PRECISIONS),

@@ -102,6 +102,16 @@ def define_optimization_flags():
     flags.DEFINE_integer(
         "total_steps", _default("total_steps"), "Schedule length in steps (0 = --max_steps)."
     )
+    flags.DEFINE_enum(
+        "schedule_length",
+        _default("schedule_length"),
+        list(config_lib.SCHEDULE_LENGTHS),
+        "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
+        "end over the last 20%% of the budget, so the decay ends when the budget does "
+        "(predicted from the measured step rate, re-planned as the run goes; --total_steps "
+        "if that comes first); steps: the decay ends at --total_steps, and a budget stop "
+        "cuts it short.",
+    )
     flags.DEFINE_float(
         "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
     )

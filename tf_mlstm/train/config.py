@@ -16,6 +16,7 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
 ALLREDUCE_DTYPES = ("float32", "float16")
+SCHEDULE_LENGTHS = ("budget", "steps")
 
 # Files and folders of a run's --model_dir.
 CONFIG_FILE = "config.json"
@@ -70,6 +71,7 @@ class TrainConfig(JsonConfig):
     warmup_steps: int = 0
     lr_decay: str = "linear"
     total_steps: int = 0  # 0 = max_steps
+    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
     clip_norm: float = 1.0
     precision: str = "float32"
     allreduce_dtype: str = "float32"
@@ -118,6 +120,7 @@ class TrainConfig(JsonConfig):
             "lr_scaling": schedules.SCALINGS,
             "lr_decay": schedules.DECAYS,
             "allreduce_dtype": ALLREDUCE_DTYPES,
+            "schedule_length": SCHEDULE_LENGTHS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -149,3 +152,4 @@ class TrainConfig(JsonConfig):
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
+

@@ -67,6 +67,7 @@ from absl import logging
 from tf_mlstm import fileio
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train import optimizer as optimizer_lib
+from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.train.config import RESULTS_FILE
@@ -82,8 +83,9 @@ PEER_ERRORS = (
 # Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
 # EX_TEMPFAIL: a temporary condition, relaunching resumes).
 EXIT_PREEMPTED = 75
-# Positions of the stop flags at the end of the all-reduced statistics.
-_TIME_STOP, _SIGNAL_STOP = -2, -1
+# Positions of the stop flags and the budget's predicted end (summed over
+# replicas) at the end of the all-reduced statistics.
+_TIME_STOP, _SIGNAL_STOP, _PLANNED_END = -3, -2, -1
 # The folder of the training summaries inside --model_dir.
 TRAIN_SUMMARY_SUBDIR = "train"
 
@@ -277,8 +279,18 @@ class Runner:
         config = self.config
         with self.strategy.scope():
             self.model, self.variables = self.task.build_model(self)
+            schedule = self.task.learning_rate()
+            self.plan = None
+            if (
+                config.schedule_length == "budget"
+                and config.max_minutes > 0
+                and isinstance(schedule, schedules.LargeBatchSchedule)
+            ):
+                # The decay's end follows the time budget (see schedules.py).
+                self.plan = schedules.SchedulePlan(schedule.total_steps, schedule.warmup_steps)
+                schedule.plan = self.plan
             self.optimizer = optimizer_lib.build_optimizer(
-                self.task.learning_rate(), config.clip_norm, config.precision
+                schedule, config.clip_norm, config.precision
             )
             self.optimizer.build(self.variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -300,6 +312,7 @@ class Runner:
             optimizer=self.optimizer,
             step=self.step,
             skipped=self.skipped,
+            **(self.plan.variables() if self.plan else {}),
         )
         self.checkpoint_dir = os.path.join(self.config.model_dir, CHECKPOINT_SUBDIR)
         self.manager = tf.train.CheckpointManager(
@@ -363,19 +376,25 @@ class Runner:
 
             return self.strategy.experimental_distribute_values_from_function(block)
 
+        replicas = float(self.strategy.num_replicas_in_sync)
+
         @tf.function
         def train_step(iterator, state, stop):
             batch = replica_rows(next(iterator))
             stats, norm, finite, state = self.strategy.run(replica_step, args=(batch, state, stop))
             first = lambda v: self.strategy.experimental_local_results(v)[0]
             finite = first(finite)
+            if self.plan is not None:
+                # The mean of the workers' predictions: one value everywhere.
+                agreed = tf.cast(tf.round(first(stats)[_PLANNED_END] / replicas), tf.int64)
+                self.plan.advance(optimizer.iterations, agreed)
             self.step.assign_add(1)
             self.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
             return first(stats), first(norm), finite, state
 
         return train_step
 
-    def train_step(self, stop=False, preempted=False):
+    def train_step(self, stop=False, preempted=False, planned_end=0):
         """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
 
         Args:
@@ -383,13 +402,15 @@ class Runner:
             this step.
           preempted: this worker got SIGTERM: every worker stops after this
             step.
+          planned_end: this worker's prediction of the step at which the time
+            budget ends (used with a budget plan; the workers' mean is applied).
 
         Returns:
           The statistics summed over replicas, "preempted", "time" or None
           (what any worker asked for), the global gradient norm, and whether
           the step was finite (applied).
         """
-        values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0]
+        values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0, float(planned_end)]
         flag = self.strategy.experimental_distribute_values_from_function(
             lambda _: tf.constant(values, tf.float32)
         )
@@ -590,9 +611,13 @@ class Runner:
         window = _Window(begin)
         step, last_saved = start_step, start_step if restored else -1
         nonfinite_run, save_due = 0, False
+        planner = None
+        if self.plan is not None and deadline is not None:
+            planner = schedules.BudgetPlanner(self.plan.total_steps, deadline)
         while step < config.max_steps:
             out_of_time = deadline is not None and time.monotonic() >= deadline
-            stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm)
+            planned_end = planner.plan(step) if planner else 0
+            stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm, planned_end)
             step = int(self.step.numpy())
             nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
             window.add(stats)
@@ -654,14 +679,16 @@ class Runner:
         if deadline is not None:
             remaining = min(remaining, max(deadline - now, 0.0))
         lr = self.learning_rate()
+        planned = f"  schedule ends at {int(self.plan.planned_steps.numpy())}" if self.plan else ""
         logging.info(
-            "step %d/%d  %s  |grad| %.3f%s  lr %.2e  ETA %s",
+            "step %d/%d  %s  |grad| %.3f%s  lr %.2e%s  ETA %s",
             step,
             self.config.max_steps,
             text,
             norm,
             "" if finite else " (skipped: non-finite)",
             lr,
+            planned,
             _format_duration(remaining),
         )
         scale = optimizer_lib.loss_scale(self.optimizer)
@@ -688,7 +715,10 @@ class Runner:
             # Equal on every worker of a healthy run: replicas apply identical
             # reduced gradients.
             "weights_sha256": weights_checksum(self.model.weights),
+            "final_learning_rate": self.learning_rate(),
         }
+        if self.plan is not None:
+            results["schedule_steps"] = int(self.plan.planned_steps.numpy())
         results.update(self.task.results(results["step"]))
         return results
 

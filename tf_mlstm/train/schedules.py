@@ -13,9 +13,33 @@ expresses that family:
                final_fraction ** p (exponential)
 
 with p clipped to [0, 1].
+
+A time budget (`--max_minutes`) that ends a run before `total` would cut the
+decay short: on a machine half as fast as the one a recipe was tuned on, a
+linear decay stops at half its peak. `SchedulePlan` lets the run move the
+decay's end while it trains: `BudgetPlanner` predicts from the measured step
+rate the step E at which the budget ends, and the decay progress p becomes a
+variable advanced once per applied update,
+
+    p(t + 1) = p(t) + (1 - p(t)) / (aim(t) - t)          for t >= warmup,
+
+which equals (t - warmup) / (aim - warmup) while the aim stays fixed and,
+when the aim moves, bends the remaining decay to end there without a jump
+in the rate. The aim is the recipe's own `total` until the run enters the
+last `cooldown_fraction` of the predicted budget (E - t <= f (E - warmup)),
+and E from then on: the run follows the recipe's rate while it has budget to
+spare and then cools down to zero exactly when the budget ends (the
+warmup-stable-decay pattern). Aiming at E from the start measured worse
+here: in a run that held 40% of its planned steps, decaying over the whole
+budget ended at 2.234 validation bits/char against 2.123 for the recipe's
+schedule cut by the budget, as a short run is still far from where a low
+rate pays, and early predictions of E are the least reliable. The plan and
+the progress are checkpointed with the step, so a resumed run continues the
+same decay.
 """
 
 import math
+import time
 
 import keras
 import tensorflow as tf
@@ -64,9 +88,14 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
       warmup_steps: linear warmup steps from 0.
       decay: constant | linear | cosine | exponential.
       final_fraction: for exponential decay, lr(total) / peak.
+      plan: an optional `SchedulePlan`: the decay then follows its progress
+        variable (its planned length may change during the run) instead of
+        the fixed `total_steps`.
     """
 
-    def __init__(self, peak_lr, total_steps, warmup_steps=0, decay="linear", final_fraction=0.01):
+    def __init__(
+        self, peak_lr, total_steps, warmup_steps=0, decay="linear", final_fraction=0.01, plan=None
+    ):
         if decay not in DECAYS:
             raise ValueError(f"lr decay must be one of {DECAYS}, got {decay!r}.")
         if total_steps <= 0:
@@ -82,14 +111,18 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.decay = decay
         self.final_fraction = float(final_fraction)
+        self.plan = plan
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
         peak = tf.constant(self.peak_lr, tf.float32)
         warm = float(max(self.warmup_steps, 1))
         warmup = peak * tf.minimum(step + 1.0, warm) / warm
-        span = float(max(self.total_steps - self.warmup_steps, 1))
-        p = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
+        if self.plan is not None:
+            p = tf.cast(self.plan.progress, tf.float32)
+        else:
+            span = float(max(self.total_steps - self.warmup_steps, 1))
+            p = tf.clip_by_value((step - self.warmup_steps) / span, 0.0, 1.0)
         if self.decay == "constant":
             factor = tf.ones_like(p)
         elif self.decay == "linear":
@@ -110,3 +143,135 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "decay": self.decay,
             "final_fraction": self.final_fraction,
         }
+
+
+class SchedulePlan:
+    """The decay's planned end and its progress, as checkpointable variables.
+
+    Create it under the strategy scope and checkpoint `variables()` with the
+    model: `planned_steps` (the decay ends there), `progress` (p in [0, 1],
+    float64 so thousands of updates add no visible rounding) and `advanced`
+    (the optimizer iterations already counted, so a skipped update, which
+    does not advance the optimizer, does not advance the decay either).
+
+    Args:
+      total_steps: the recipe's schedule length (`--total_steps` or `--max_steps`).
+      warmup_steps: the decay starts after these many updates.
+      cooldown_fraction: the share of the predicted budget (after warmup)
+        over which the rate cools down to the budget's end; 1 decays over
+        the whole budget from the start.
+    """
+
+    def __init__(self, total_steps, warmup_steps=0, cooldown_fraction=0.2):
+        if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                f"a schedule plan needs 0 <= warmup_steps <= total_steps and total_steps > 0, "
+                f"got warmup_steps={warmup_steps}, total_steps={total_steps}."
+            )
+        if not 0 < cooldown_fraction <= 1:
+            raise ValueError(f"cooldown_fraction must be in (0, 1], got {cooldown_fraction}.")
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.cooldown_fraction = float(cooldown_fraction)
+        self.planned_steps = tf.Variable(
+            int(total_steps), dtype=tf.int64, trainable=False, name="planned_steps"
+        )
+        self.progress = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="decay_progress")
+        self.advanced = tf.Variable(0, dtype=tf.int64, trainable=False, name="decay_advanced")
+
+    def variables(self):
+        """The variables to checkpoint, by name."""
+        return {
+            "planned_steps": self.planned_steps,
+            "decay_progress": self.progress,
+            "decay_advanced": self.advanced,
+        }
+
+    def advance(self, iterations, planned_steps=None):
+        """Moves the decay on by the updates applied since the last call.
+
+        Call once per training step, after the update, in cross-replica
+        context (or eagerly), with the same value on every worker.
+
+        Args:
+          iterations: the optimizer's update count after this step.
+          planned_steps: optionally the predicted end of the budget, agreed by
+            all workers (never before the current iteration).
+
+        Returns:
+          The new progress (a float64 tensor).
+        """
+        iterations = tf.cast(iterations, tf.int64)
+        if planned_steps is not None:
+            planned = tf.maximum(tf.cast(planned_steps, tf.int64), iterations)
+            self.planned_steps.assign(planned)
+        # The update just applied used the rate at iteration t = iterations - 1.
+        t = iterations - 1
+        applied = tf.greater(iterations, self.advanced)
+        end = self.planned_steps
+        cooling = tf.cast(end - t, tf.float64) <= self.cooldown_fraction * tf.cast(
+            end - self.warmup_steps, tf.float64
+        )
+        # The planner never predicts past the recipe's total, so the aim only moves earlier.
+        aim = tf.where(cooling, end, tf.constant(self.total_steps, tf.int64))
+        remaining = tf.cast(tf.maximum(aim - t, 1), tf.float64)
+        moved = self.progress + (1.0 - self.progress) / remaining
+        decaying = tf.logical_and(applied, t >= self.warmup_steps)
+        self.progress.assign(tf.clip_by_value(tf.where(decaying, moved, self.progress), 0.0, 1.0))
+        self.advanced.assign(tf.maximum(self.advanced, iterations))
+        return self.progress
+
+
+class BudgetPlanner:
+    """Predicts the step at which a time budget will end the run.
+
+    The rate is measured over this launch's steps after `settle_steps` (the
+    first steps pay for tracing and compilation), so evaluation, sampling
+    and checkpoint pauses that recur during the run count against it as they
+    will until the end. A small `margin` of the remaining time is left for
+    the last checkpoint before the deadline.
+
+    Args:
+      max_steps: the plan never goes past this.
+      deadline: the budget's end, in `clock` seconds.
+      settle_steps: steps of this launch not measured.
+      margin: share of the remaining time not planned for.
+      clock: the time source (seconds).
+    """
+
+    def __init__(self, max_steps, deadline, settle_steps=20, margin=0.02, clock=time.monotonic):
+        if max_steps <= 0 or settle_steps < 0 or not 0 <= margin < 1:
+            raise ValueError(
+                f"bad budget planner settings: max_steps={max_steps}, "
+                f"settle_steps={settle_steps}, margin={margin}."
+            )
+        self.max_steps = int(max_steps)
+        self.deadline = float(deadline)
+        self.settle_steps = int(settle_steps)
+        self.margin = float(margin)
+        self.clock = clock
+        self._first_step = None
+        self._mark = None  # (step, time) where measuring started
+
+    def plan(self, step, now=None):
+        """The predicted final step after `step` (done), or `max_steps` while still settling.
+
+        Args:
+          step: steps done so far (global).
+          now: the time; `clock()` by default.
+
+        Returns:
+          An int in [step, max_steps].
+        """
+        now = self.clock() if now is None else now
+        if self._first_step is None:
+            self._first_step = step
+        if self._mark is None:
+            if step - self._first_step >= self.settle_steps:
+                self._mark = (step, now)
+            return self.max_steps
+        steps, seconds = step - self._mark[0], now - self._mark[1]
+        if steps <= 0 or seconds <= 0:
+            return self.max_steps
+        left = max(self.deadline - now, 0.0) * (1.0 - self.margin)
+        return int(min(self.max_steps, step + math.floor(steps / seconds * left)))

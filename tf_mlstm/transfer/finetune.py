@@ -95,6 +95,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     seed: int = 0
     # Budget and bookkeeping.
     max_minutes: float = 0.0  # 0 = no time budget
+    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
     max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     log_every_steps: int = 25
     eval_every_steps: int = 0  # 0 = only at the end
@@ -105,6 +106,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     all_reduce: str = "auto"
     cluster_resolver: str = "tf_config"
     num_gpus: int = -1
+    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
 
     @property
     def label_keys(self):
@@ -148,6 +150,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "distribution_strategy": train_config_lib.STRATEGIES,
             "all_reduce": train_config_lib.ALL_REDUCE,
             "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
+            "schedule_length": train_config_lib.SCHEDULE_LENGTHS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -156,7 +159,13 @@ class FinetuneConfig(train_config_lib.JsonConfig):
                 )
         if not self.lr > 0:
             raise ValueError(f"--lr must be positive, got {self.lr}.")
-        for name in ("lm_loss_weight", "clip_norm", "eval_every_steps", "max_minutes"):
+        for name in (
+            "lm_loss_weight",
+            "clip_norm",
+            "eval_every_steps",
+            "max_minutes",
+            "collective_timeout_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
         if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
