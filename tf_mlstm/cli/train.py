@@ -107,7 +107,7 @@ def define_optimization_flags():
         _default("schedule_length"),
         list(config_lib.SCHEDULE_LENGTHS),
         "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
-        "end over the last 20%% of the budget, so the decay ends when the budget does "
+        "end over the last fifth of the budget, so the decay ends when the budget does "
         "(predicted from the measured step rate, re-planned as the run goes; --total_steps "
         "if that comes first); steps: the decay ends at --total_steps, and a budget stop "
         "cuts it short.",
