@@ -324,3 +324,64 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
         assert finite and np.isfinite(bits) and np.isfinite(norm)
     assert int(trainer.skipped.numpy()) == skipped
     assert int(trainer.step.numpy()) == 1 + skipped + 1 + 3
+
+
+def _run_until_checkpoint(proc, model_dir, step, log_path, within_s=120):
+    deadline = time.monotonic() + within_s
+    while not (model_dir / "checkpoints" / f"ckpt-{step}.index").exists():
+        assert proc.poll() is None, pathlib.Path(log_path).read_text()[-4000:]
+        assert time.monotonic() < deadline, f"no checkpoint at step {step} within {within_s} s"
+        time.sleep(0.05)
+
+
+def test_a_frozen_worker_is_caught_by_the_heartbeat(tmp_path, data_dir):
+    model_dir = tmp_path / "run"
+    args = _train_args(model_dir, data_dir, "--max_steps=100000", "--checkpoint_every_steps=10")
+    proc = _launch(2, tmp_path / "log.txt", args, grace_s=60)
+    pids = {}
+    try:
+        _run_until_checkpoint(proc, model_dir, 10, tmp_path / "log.txt")
+        pids = _worker_pids(proc.pid)
+        # SIGSTOP freezes every thread of the worker, its heartbeats too.
+        os.kill(pids[1], signal.SIGSTOP)
+        frozen = time.monotonic()
+        deadline = frozen + HEARTBEAT_TIMEOUT_S + 30
+        while "a peer worker" not in _worker_text((tmp_path / "log.txt").read_text(), 0):
+            assert time.monotonic() < deadline, "the survivor did not notice the frozen peer"
+            time.sleep(0.1)
+        noticed = time.monotonic() - frozen
+    finally:
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=90) if proc.poll() is None else None
+        if proc.poll() is None:
+            proc.kill()
+    survivor = _worker_text((tmp_path / "log.txt").read_text(errors="replace"), 0)
+    assert "Relaunch every worker" in survivor and "Traceback" not in survivor, survivor[-3000:]
+    assert noticed < HEARTBEAT_TIMEOUT_S + 30, noticed
+    assert proc.returncode != 0
+
+
+def test_a_live_but_stuck_peer_hits_the_collective_timeout(tmp_path, data_dir):
+    # The chief spends far longer than the timeout in a chief-only sample
+    # (alive, heartbeating, but not at the all-reduce): the other worker's
+    # collective times out with one clear line instead of waiting forever.
+    model_dir = tmp_path / "run"
+    args = _train_args(
+        model_dir,
+        data_dir,
+        "--max_steps=100",
+        "--sample_every_steps=5",
+        "--sample_length=300000",
+        "--collective_timeout_s=4",
+    )
+    code, log = _run_launcher(2, tmp_path / "log.txt", args, timeout=240)
+    follower = _worker_text(log, 1)
+    assert code != 0, log[-4000:]
+    assert (
+        "did not reach the all-reduce within --collective_timeout_s=4" in follower
+    ), follower[-4000:]
+    assert "Traceback" not in follower

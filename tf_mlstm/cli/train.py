@@ -197,6 +197,13 @@ def define_distribution_flags():
         "Where multi_worker reads the cluster from.",
     )
     flags.DEFINE_integer("num_gpus", _default("num_gpus"), "GPUs per worker (-1 = all visible).")
+    flags.DEFINE_float(
+        "collective_timeout_s",
+        _default("collective_timeout_s"),
+        "multi_worker: a gradient all-reduce that waits longer than this for a peer fails "
+        "with one clear line (a peer that is alive but stuck; 0 = wait forever). Must "
+        "exceed the longest pause of the slowest worker (the first step's compilation).",
+    )
 
 
 def define_train_flags():

@@ -93,6 +93,7 @@ class TrainConfig(JsonConfig):
     all_reduce: str = "auto"
     cluster_resolver: str = "tf_config"
     num_gpus: int = -1  # -1 = all visible
+    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""
@@ -132,6 +133,11 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"--lr must be positive, got {self.lr}.")
         if self.clip_norm < 0 or self.max_minutes < 0 or self.max_lr < 0:
             raise ValueError("--clip_norm, --max_minutes and --max_lr must be >= 0.")
+        if not 0 <= self.collective_timeout_s < float("inf"):
+            raise ValueError(
+                f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
+                f"{self.collective_timeout_s}."
+            )
         if self.warmup_steps < 0 or self.warmup_steps > self.schedule_steps:
             raise ValueError(
                 f"--warmup_steps must be in [0, {self.schedule_steps}] "

@@ -262,6 +262,7 @@ class Runner:
             num_gpus=None if config.num_gpus < 0 else config.num_gpus,
             all_reduce=config.all_reduce,
             cluster_resolver=config.cluster_resolver,
+            collective_timeout_s=config.collective_timeout_s,
         )
         self.chief = strategy_lib.is_chief(self.strategy)
         _, self.worker, self.num_workers = strategy_lib.worker_info(self.strategy)
@@ -516,9 +517,15 @@ class Runner:
             if self.num_workers <= 1:
                 raise
             latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.chief else None
+            what = "stopped"
+            if isinstance(e, tf.errors.DeadlineExceededError):
+                what = (
+                    "did not reach the all-reduce within --collective_timeout_s="
+                    f"{self.config.collective_timeout_s:g} (stuck, or far slower)"
+                )
             raise strategy_lib.PeerWorkerError(
                 f"worker {self.worker} stops at step {int(self.step.numpy())}: a peer worker "
-                f"stopped ({_error_summary(e)}). Relaunch every worker with the same command to "
+                f"{what} ({_error_summary(e)}). Relaunch every worker with the same command to "
                 "resume from the last checkpoint"
                 + (f" ({os.path.basename(latest)})." if latest else ".")
             ) from e

@@ -19,6 +19,14 @@ with the failure modes of multi-worker startup made explicit:
   (TensorFlow 2.21's default is 10 s; measured on loopback, a survivor's step
   fails 2-3 s after its peer is SIGKILLed with a 2 s heartbeat timeout, and
   about 9 s after with the default).
+* A peer that is alive but never reaches the next collective (a deadlock, a
+  stuck filesystem, a job far slower than the others) still sends
+  heartbeats, so only a collective timeout ends the wait:
+  `collective_timeout_s` makes each collective fail with
+  `tf.errors.DeadlineExceededError` after that long. It must exceed the
+  longest legitimate gap between two steps of the slowest worker (the first
+  step's XLA compilation, a chief-only sample or export), hence the generous
+  default of 30 minutes.
 
 The helpers `is_chief`, `worker_info`, `write_dirpath`, `remove_temp_dirpath`
 and `finalize` cover what a custom training loop needs around the strategy:
@@ -69,6 +77,7 @@ def get_distribution_strategy(
     cluster_resolver: str = "tf_config",
     timeout_s: float = 300,
     heartbeat_timeout_s: float = 10,
+    collective_timeout_s: float = 0,
 ) -> tf.distribute.Strategy:
     """Builds a distribution strategy by name.
 
@@ -92,6 +101,9 @@ def get_distribution_strategy(
         leader and 5 s on the other workers).
       heartbeat_timeout_s: multi_worker only: how long a silent worker is
         presumed alive; after it, the others' collectives fail.
+      collective_timeout_s: multi_worker only: how long one collective may
+        wait for its peers before it fails (0 = forever); catches a peer that
+        is alive (heartbeats) but stuck.
 
     Returns:
       The strategy.
@@ -114,12 +126,15 @@ def get_distribution_strategy(
             f"timeout_s and heartbeat_timeout_s must be > 0, got {timeout_s} and "
             f"{heartbeat_timeout_s}"
         )
+    if not collective_timeout_s >= 0:
+        raise ValueError(f"collective_timeout_s must be >= 0, got {collective_timeout_s}")
 
     if strategy == "default":
         return tf.distribute.get_strategy()
     if strategy == "multi_worker":
         return _multi_worker_strategy(
-            num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s
+            num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s,
+            collective_timeout_s,
         )
 
     gpus = _num_local_gpus(num_gpus)
@@ -300,7 +315,9 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
 # === Multi-worker ===
 
 
-def _multi_worker_strategy(num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s):
+def _multi_worker_strategy(
+    num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s, collective_timeout_s
+):
     resolver, cluster, task_type, task_id = _resolve_cluster(cluster_resolver, num_gpus)
     if cluster_resolver == "tf_config":
         gpus = _restrict_visible_gpus(num_gpus)
@@ -310,7 +327,8 @@ def _multi_worker_strategy(num_gpus, all_reduce, cluster_resolver, timeout_s, he
     if all_reduce == "nccl" and not gpus:
         raise ValueError("all_reduce='nccl' needs GPUs, but this worker uses none")
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=_COMMUNICATION[all_reduce]
+        implementation=_COMMUNICATION[all_reduce],
+        timeout_seconds=float(collective_timeout_s) or None,
     )
     if not cluster:
         logging.info("multi_worker: no cluster configured, running as a single worker")
