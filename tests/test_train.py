@@ -115,10 +115,10 @@ def test_time_budget_stops_cleanly_then_evaluates_and_exports(tmp_path):
 
 @pytest.mark.slow
 def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_path):
-    # A schedule planned for far more steps than 20 seconds hold: the step
+    # A schedule planned for far more steps than 45 seconds hold: the step
     # schedule is cut near its peak; the budget plan cools the rate down to
     # zero at the deadline. Both run side by side, so they see the same machine.
-    common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.33", "--lr=0.004"]
+    common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.75", "--lr=0.004"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs = {
         mode: subprocess.Popen(
@@ -137,7 +137,7 @@ def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_p
         assert proc.returncode == 0, logs[mode][-3000:]
         results[mode] = json.loads((tmp_path / mode / "results.json").read_text())
     for result in results.values():
-        assert result["stopped_by"] == "time" and result["step"] > 20
+        assert result["stopped_by"] == "time" and result["step"] >= 30, results
     cut, planned = results["steps"], results["budget"]
     assert "schedule_steps" not in cut and cut["final_learning_rate"] > 0.9 * 0.004
     # The plan ends within a few steps of where the budget stopped the run.
