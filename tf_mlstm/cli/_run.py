@@ -60,7 +60,7 @@ def train_and_export(config):
         saved_model.export_saved_model(
             saved_model.ServingModule(model),
             export_dir,
-            metadata={"config": config.to_json(), "results": results},
+            metadata={"config": trainer.config.to_json(), "results": results},
         )
         results["export_dir"] = export_dir
     strategy_lib.finalize(trainer.strategy)

@@ -44,6 +44,7 @@ from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.config import RESULTS_FILE
 from tf_mlstm.train import evaluation
+from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
@@ -57,15 +58,6 @@ _PEER_ERRORS = (
     tf.errors.AbortedError,
     tf.errors.CancelledError,
 )
-
-
-def resolve_jit(choice):
-    """`auto` means XLA on accelerators only: measured slower on CPU here."""
-    if choice == "auto":
-        return bool(
-            tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
-        )
-    return choice == "true"
 
 
 def build_model(config):
@@ -93,6 +85,8 @@ class Trainer:
     """
 
     def __init__(self, config, train_files, validation_files):
+        # Concrete precision and XLA from the hardware (an existing run keeps its precision).
+        config = hardware.resolve_run_config(config, os.path.join(config.model_dir, CONFIG_FILE))
         self.config = config
         self.train_files = list(train_files)
         self.validation_files = list(validation_files)
@@ -112,7 +106,7 @@ class Trainer:
             )
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
-        self.jit = resolve_jit(config.jit_compile)
+        self.jit = config.jit_compile == "true"
         tf.random.set_seed(config.seed)
         keras.utils.set_random_seed(config.seed)
         with self.strategy.scope():

@@ -53,7 +53,7 @@ from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.config import RESULTS_FILE
-from tf_mlstm.train.loop import resolve_jit
+from tf_mlstm.train import hardware
 
 FEATURES = ("cell", "mean")
 THRESHOLD_METRICS = ("accuracy", "f1")
@@ -89,7 +89,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     lr_decay: str = "linear"
     clip_norm: float = 1.0
     max_steps: int = 1000
-    precision: str = "float32"
+    precision: str = "auto"
     jit_compile: str = "auto"
     seed: int = 0
     # Bookkeeping.
@@ -138,7 +138,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "feature": FEATURES,
             "threshold_metric": THRESHOLD_METRICS,
             "lr_decay": schedules.DECAYS,
-            "precision": train_config_lib.PRECISIONS,
+            "precision": train_config_lib.PRECISION_CHOICES,
             "jit_compile": train_config_lib.JIT_CHOICES,
             "distribution_strategy": train_config_lib.STRATEGIES,
             "all_reduce": train_config_lib.ALL_REDUCE,
@@ -467,6 +467,9 @@ class Finetuner:
     """
 
     def __init__(self, config):
+        config = hardware.resolve_run_config(
+            config, os.path.join(config.model_dir, FINETUNE_CONFIG_FILE)
+        )
         self.config = config
         self.strategy = strategy_lib.get_distribution_strategy(
             config.distribution_strategy,
@@ -516,7 +519,7 @@ class Finetuner:
             strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
             max_to_keep=config.keep_checkpoints,
         )
-        self.jit = resolve_jit(config.jit_compile)
+        self.jit = config.jit_compile == "true"
 
     def _load_data(self):
         config = self.config
