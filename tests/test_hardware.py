@@ -71,8 +71,18 @@ def test_cpuinfo_parsing_reads_the_model_and_extensions():
     machine = _machine(AMX_XEON)
     assert machine.cpu_model == "Intel(R) Xeon(R) Platinum 8480+"
     assert machine.cpu_extensions == (
-        "sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
-        "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "avx_vnni",
+        "avx512f",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
     )
     arm = _machine(GRAVITON)
     assert arm.cpu_model == "unknown"
@@ -153,7 +163,9 @@ def test_config_validation_accepts_auto():
 
 def test_run_config_resolves_auto_to_concrete_values(tmp_path):
     config = TrainConfig(model_dir=str(tmp_path))
-    resolved = hardware.resolve_run_config(config, str(tmp_path / "config.json"), _machine(AMX_XEON))
+    resolved = hardware.resolve_run_config(
+        config, str(tmp_path / "config.json"), _machine(AMX_XEON)
+    )
     assert (resolved.precision, resolved.jit_compile) == ("mixed_bfloat16", "false")
     resolved = hardware.resolve_run_config(config, str(tmp_path / "none"), _machine(AVX2_EPYC))
     assert (resolved.precision, resolved.jit_compile) == ("float32", "true")
@@ -194,13 +206,23 @@ def test_unreadable_recorded_config_and_impossible_combinations_are_one_line(tmp
 
 def _train(model_dir, *extra):
     command = [
-        sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={model_dir}",
-        "--hidden_size=16", "--embedding_size=8", "--seq_length=16", "--batch_size=4",
-        "--eval_every_steps=0", "--sample_every_steps=0", "--log_every_steps=1", *extra,
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.train",
+        f"--model_dir={model_dir}",
+        "--hidden_size=16",
+        "--embedding_size=8",
+        "--seq_length=16",
+        "--batch_size=4",
+        "--eval_every_steps=0",
+        "--sample_every_steps=0",
+        "--log_every_steps=1",
+        *extra,
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
-                          cwd=REPO, errors="replace")
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO, errors="replace"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -43,10 +43,12 @@ import numpy as np
 
 FLAGS = flags.FLAGS
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+CHECKS = ("train", "featurize", "mirrored", "demo")
 
 
 def define_flags():
     """Defines the acceptance run's flags (defaults: the paper's sizes on GPUs)."""
+    flags.DEFINE_list("checks", list(CHECKS), f"Which checks to run, from {list(CHECKS)}.")
     flags.DEFINE_integer("hidden", 4096, "mLSTM units of the speed and featurization runs.")
     flags.DEFINE_integer("batch", 256, "Rows per replica (GPU) of the speed runs.")
     flags.DEFINE_integer("seq", 256, "Characters per row per step (truncated BPTT).")
@@ -365,6 +367,9 @@ def _check_flags():
     for name in ("warmup", "replicas", "cpu_replicas"):
         if FLAGS[name].value < 0:
             raise app.UsageError(f"--{name} must be >= 0, got {FLAGS[name].value}")
+    unknown = [name for name in FLAGS.checks if name not in CHECKS]
+    if unknown:
+        raise app.UsageError(f"--checks: unknown {unknown}; choose from {list(CHECKS)}")
     if FLAGS.demo_steps < 10:
         raise app.UsageError("--demo_steps must be >= 10 to compare first and last tenths")
 
@@ -409,49 +414,55 @@ def main(argv):
         data_dir = demo.build_demo_tfrecords(os.path.join(work_dir, "demo_data"))
         train_files = tfrecord.split_files(data_dir, "train")
 
-        train = {
-            "hidden": FLAGS.hidden,
-            "batch_per_replica": FLAGS.batch,
-            "seq": FLAGS.seq,
-            "jit_compile": FLAGS.jit_compile == "true",
-        }
-        for precision in (FLAGS.precision, FLAGS.baseline_precision):
-            logging.info("Speed: %s, H=%d, %d rows per replica.", precision, FLAGS.hidden, FLAGS.batch)
-            train[precision] = check_speed(
-                precision, strategy, num_gpus, replicas, train_files, work_dir, memory
-            )
-        train["speedup"] = (
-            train[FLAGS.precision]["chars_per_s"] / train[FLAGS.baseline_precision]["chars_per_s"]
-        )
-        summary["train"] = train
+        if "train" in FLAGS.checks:
+            train = {
+                "hidden": FLAGS.hidden,
+                "batch_per_replica": FLAGS.batch,
+                "seq": FLAGS.seq,
+                "jit_compile": FLAGS.jit_compile == "true",
+            }
+            for precision in (FLAGS.precision, FLAGS.baseline_precision):
+                logging.info(
+                    "Speed: %s, H=%d, %d rows/replica.", precision, FLAGS.hidden, FLAGS.batch
+                )
+                train[precision] = check_speed(
+                    precision, strategy, num_gpus, replicas, train_files, work_dir, memory
+                )
+            fast, base = train[FLAGS.precision], train[FLAGS.baseline_precision]
+            train["speedup"] = fast["chars_per_s"] / base["chars_per_s"]
+            summary["train"] = train
 
-        logging.info("Featurization: %s, H=%d.", FLAGS.precision, FLAGS.hidden)
-        summary["featurize"] = check_featurize(
-            FLAGS.precision, _demo_texts(FLAGS.featurize_texts), memory
-        )
+        if "featurize" in FLAGS.checks:
+            logging.info("Featurization: %s, H=%d.", FLAGS.precision, FLAGS.hidden)
+            summary["featurize"] = check_featurize(
+                FLAGS.precision, _demo_texts(FLAGS.featurize_texts), memory
+            )
 
         mirror_replicas = num_gpus if gpus else len(cpu_devices)
-        if mirror_replicas >= 2:
+        if "mirrored" in FLAGS.checks and mirror_replicas >= 2:
             logging.info("Mirrored vs one device: %d replicas.", mirror_replicas)
             stand_in = (
                 _cpu_devices_as_replicas(cpu_devices) if cpu_devices else contextlib.nullcontext()
             )
             with stand_in:
-                summary["mirrored"] = check_mirrored(mirror_replicas, num_gpus, train_files, work_dir)
+                summary["mirrored"] = check_mirrored(
+                    mirror_replicas, num_gpus, train_files, work_dir
+                )
             if not summary["mirrored"]["weights_equal"]:
                 failures.append("mirrored weights differ from the one-device run")
-        else:
+        elif "mirrored" in FLAGS.checks:
             summary["mirrored"] = {"skipped": "needs 2+ GPUs (or --cpu_replicas=2 on a CPU)"}
 
-        logging.info("Demo run: %d steps in %s.", FLAGS.demo_steps, FLAGS.precision)
-        summary["demo"] = check_demo(FLAGS.precision, num_gpus, train_files, work_dir)
-        for key, what in (
-            ("loss_falls", "demo loss did not fall"),
-            ("loss_scale_ok", "demo loss scale non-finite or collapsing"),
-            ("skipped_ok", "too many skipped demo steps"),
-        ):
-            if not summary["demo"][key]:
-                failures.append(what)
+        if "demo" in FLAGS.checks:
+            logging.info("Demo run: %d steps in %s.", FLAGS.demo_steps, FLAGS.precision)
+            summary["demo"] = check_demo(FLAGS.precision, num_gpus, train_files, work_dir)
+            for key, what in (
+                ("loss_falls", "demo loss did not fall"),
+                ("loss_scale_ok", "demo loss scale non-finite or collapsing"),
+                ("skipped_ok", "too many skipped demo steps"),
+            ):
+                if not summary["demo"][key]:
+                    failures.append(what)
     summary["failures"] = failures
     summary["passed"] = not failures
     summary["wall_s"] = time.monotonic() - begin

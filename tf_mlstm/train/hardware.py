@@ -78,9 +78,10 @@ TENSOR_CORE_CAPABILITY = (7, 0)
 
 # --jit_compile=auto: (device kind, precision) -> (XLA on?, why). Every CPU
 # entry is a measurement of this project's training step with its hand-written
-# sequence gradient (tools/benchmark.py, docs/performance.md); the GPU entries
-# are the recipes' choice, not yet measured side by side (tools/gpu_check.py
-# measures the XLA step on a GPU).
+# sequence gradient (tools/benchmark.py, docs/performance.md). The GPU entries
+# are the GPU recipes' choice and have not been measured side by side by this
+# project yet (`tools/benchmark.py --jit=false,true` on a GPU does that).
+_GPU_XLA = "on GPUs XLA fuses the per-step gate arithmetic into few kernels (recipe choice)"
 JIT_TABLE = {
     ("cpu", "float32"): (
         True,
@@ -97,15 +98,9 @@ JIT_TABLE = {
         "not measured; XLA's CPU backend keeps the products from oneDNN as with bfloat16, and "
         "float16 is slow on CPUs either way",
     ),
-    ("gpu", "float32"): (True, "XLA fuses the per-step gate arithmetic on GPUs (recipe choice)"),
-    ("gpu", "mixed_float16"): (
-        True,
-        "XLA fuses the per-step gate arithmetic on GPUs (recipe choice)",
-    ),
-    ("gpu", "mixed_bfloat16"): (
-        True,
-        "XLA fuses the per-step gate arithmetic on GPUs (recipe choice)",
-    ),
+    ("gpu", "float32"): (True, _GPU_XLA),
+    ("gpu", "mixed_float16"): (True, _GPU_XLA),
+    ("gpu", "mixed_bfloat16"): (True, _GPU_XLA),
 }
 
 
@@ -138,7 +133,7 @@ class GpuInfo:
         capability = self.compute_capability
         return {
             "name": self.name,
-            "compute_capability": None if capability is None else "%d.%d" % tuple(capability),
+            "compute_capability": None if capability is None else "{}.{}".format(*capability),
         }
 
 
@@ -351,7 +346,9 @@ def recorded_precision(path):
     try:
         values = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e}); cannot read the run's precision.") from None
+        raise ValueError(
+            f"{path}: not valid JSON ({e}); cannot read the run's precision."
+        ) from None
     if not isinstance(values, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(values).__name__}.")
     precision = values.get("precision")
