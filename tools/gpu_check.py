@@ -1,6 +1,9 @@
 """GPU acceptance run: one command, one JSON summary of what a GPU machine does with this project.
 
-  python tools/gpu_check.py                  # a GPU machine: the paper's sizes, under 8 minutes
+  python tools/gpu_check.py      # a GPU machine, the paper's sizes
+
+Sized to finish in under 8 minutes on one modern GPU; not yet timed on one (no GPU was at hand
+when it was written), so read `wall_s` in the summary and shrink --steps/--demo_steps if needed.
 
 Everything runs through the project's own training code (`tf_mlstm.train.loop.Trainer`, the
 step, optimizer, loss scaling and all-reduce that `tf-mlstm-train` uses) and its featurizer
