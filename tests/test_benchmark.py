@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tf_mlstm.train import hardware
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BENCHMARK = REPO / "tools" / "benchmark.py"
 TRAIN_KEYS = {
@@ -79,6 +81,14 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
                 if r["mode"] == "train" and r["impl"] == record["impl"]
             ]
             assert record["train_ratio"] == pytest.approx(record["chars_per_s"] / max(train))
+    # Every line says what it ran on, as this machine's cpuinfo does.
+    model, _ = hardware.read_cpuinfo()
+    for record in records:
+        assert record["cpu_model"] == model, record
+        assert record["cpu_extensions"] == list(hardware.detect(gpus=()).cpu_extensions)
+        assert isinstance(record["gpus"], list)
+        for gpu in record["gpus"]:
+            assert set(gpu) == {"name", "compute_capability"}
     (convert,) = [r for r in records if r["mode"] == "convert"]
     assert convert["records"] == 300 and convert["mb_per_s"] > 0
     (pipeline,) = [r for r in records if r["mode"] == "pipeline"]
@@ -110,6 +120,9 @@ def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
         sys.path.remove(str(BENCHMARK.parent))
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f amx_tile amx_bf16\n")
+    assert benchmark.cpu_has_bfloat16_units(str(cpuinfo))
+    cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_bf16\n")
+    # Measured where auto does not choose it (AVX512-BF16 without AMX).
     assert benchmark.cpu_has_bfloat16_units(str(cpuinfo))
     cpuinfo.write_text("processor : 0\nflags : fpu avx2 avx512f avx512_vnni\n")
     assert not benchmark.cpu_has_bfloat16_units(str(cpuinfo))

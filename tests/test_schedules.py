@@ -68,7 +68,7 @@ def test_config_validation_and_json_round_trip():
     with pytest.raises(ValueError, match="--batch_size must be positive"):
         TrainConfig(batch_size=0).validate()
     with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs"):
-        TrainConfig(allreduce_dtype="float16").validate()
+        TrainConfig(precision="float32", allreduce_dtype="float16").validate()
 
 
 @pytest.mark.parametrize("decay", ["linear", "cosine", "exponential"])

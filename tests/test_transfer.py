@@ -21,6 +21,7 @@ from tf_mlstm.models import featurize
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
+from tf_mlstm.train import hardware
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
 TEXTS = [
@@ -364,6 +365,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     assert summary["feature_kinds"] == ["cell", "mean"]
     results = json.loads((out / "results.json").read_text())
     assert results["test_accuracy"] == summary["test_accuracy"]
+    # --precision defaults to auto; the results record what this machine chose.
+    auto, _ = hardware.resolve_precision("auto", hardware.detect())
+    assert results["config"]["precision"] == auto
     assert [row["num_labeled"] for row in results["num_labeled"]] == [10, 48]
     assert results["data"]["train"]["examples"] == 48
     assert len(results["c_sweep"]) == len(logistic.DEFAULT_C_GRID)

@@ -31,6 +31,12 @@ the rate of the step's own recurrent product shape (batch x H @ H x 4H) and
 `skinny_fm_gflops` that of the feature-major orientation the mLSTM loop uses
 (4H x H @ H x batch).
 
+Every line also says what it ran on: `cpu_model`, `cpu_extensions` (the vector and
+matrix extensions oneDNN can use: avx2, avx512f, avx512_bf16, amx_bf16, ...) and `gpus`
+(name and compute capability each), from `tf_mlstm.train.hardware`; the same summary is
+logged once at the start. A number means little without them: the same step runs 5.7x
+faster or slower in bfloat16 depending on whether the CPU has AMX.
+
 FLOPs per character (multiply-adds count 2; see docs/performance.md):
   mlstm train      6 (H·H + H·4H) + 6·256·H   forward and two backward products of the
                                               recurrent matrices and the head; the input
@@ -75,6 +81,8 @@ RESULT_KEYS = (
     "skinny_gflops",
     "skinny_fm_gflops",
 )
+# What every line (train, featurize, pipeline, convert) says about the machine.
+HARDWARE_KEYS = ("cpu_model", "cpu_extensions", "gpus")
 
 
 def define_flags():
@@ -163,17 +171,23 @@ _COMPUTE_DTYPES = {
 
 
 def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
-    """Whether the CPU multiplies bfloat16 matrices in hardware (AMX or AVX512-BF16).
+    """Whether the CPU multiplies bfloat16 in hardware (AMX or AVX512-BF16).
 
-    There oneDNN runs bfloat16 products several times faster than float32, so
-    `mixed_bfloat16` is worth measuring on the CPU too.
+    There oneDNN runs bfloat16 products faster than float32, so `mixed_bfloat16`
+    is worth measuring on the CPU too. This is wider than what `--precision=auto`
+    picks bfloat16 for (AMX only, see `tf_mlstm.train.hardware`): measuring the
+    AVX512-BF16-only chips here is how that choice gets revisited.
+
+    Args:
+      cpuinfo: the cpuinfo file; a missing one means no.
+
+    Returns:
+      A bool.
     """
-    try:
-        with open(cpuinfo) as f:
-            words = set(f.read().split())
-    except OSError:
-        return False
-    return bool(words & {"amx_bf16", "avx512_bf16"})
+    from tf_mlstm.train import hardware
+
+    _, cpu_flags = hardware.read_cpuinfo(cpuinfo)
+    return bool(cpu_flags & {"amx_bf16", "avx512_bf16"})
 
 
 def _peak_rss_mb():
@@ -585,11 +599,15 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     import tensorflow as tf
 
+    from tf_mlstm.train import hardware
+
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     if FLAGS.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
-    gpu = bool(tf.config.list_physical_devices("GPU"))
+    machine = hardware.detect()
+    logging.info("Hardware: %s.", machine.describe())
+    gpu = bool(machine.gpus)
     modes = _choices(FLAGS.modes, MODES, "modes")
     impls = _choices(FLAGS.impls, IMPLS, "impls")
     default_precisions = (
@@ -611,6 +629,7 @@ def main(argv):
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "tensorflow": tf.__version__,
+        **machine.to_dict(),
     }
     rates = MatrixRates(tf)
     train_rate = {}

@@ -121,8 +121,9 @@ def define_finetune_flags():
     flags.DEFINE_enum(
         "precision",
         _default("precision"),
-        list(train_config_lib.PRECISIONS),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+        list(train_config_lib.PRECISION_CHOICES),
+        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: as tf-mlstm-train "
+        "(from the hardware; a resumed run keeps its recorded precision).",
     )
     flags.DEFINE_enum(
         "allreduce_dtype",
@@ -134,7 +135,7 @@ def define_finetune_flags():
         "jit_compile",
         _default("jit_compile"),
         list(train_config_lib.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto = on for GPUs and TPUs.",
+        "XLA-compile the per-replica step; auto: as tf-mlstm-train (from the hardware).",
     )
     flags.DEFINE_integer(
         "seed", _default("seed"), "Random seed (initialization, shuffling, held-out split)."

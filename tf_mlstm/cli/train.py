@@ -5,7 +5,11 @@ With no flags it trains a small model on the embedded demo corpus (the
 SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
 
   tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
-      --hidden_size=4096 --batch_size=256 --precision=mixed_float16
+      --hidden_size=4096 --batch_size=256
+
+Precision and XLA default to `auto`, decided from the hardware at start-up
+(`tf_mlstm/train/hardware.py`); the run folder's config.json records the
+concrete values.
 
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
 run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
@@ -118,8 +122,10 @@ def define_optimization_flags():
     flags.DEFINE_enum(
         "precision",
         _default("precision"),
-        list(config_lib.PRECISIONS),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling.",
+        list(config_lib.PRECISION_CHOICES),
+        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: mixed_float16 on GPUs "
+        "with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32; "
+        "a resumed run keeps the precision its config.json records.",
     )
     flags.DEFINE_enum(
         "allreduce_dtype",
@@ -131,8 +137,8 @@ def define_optimization_flags():
         "jit_compile",
         _default("jit_compile"),
         list(config_lib.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto = on for GPUs "
-        "and TPUs, off on CPU where it measured slower.",
+        "XLA-compile the per-replica step; auto = on for GPUs and for float32 on CPUs, off "
+        "for 16-bit policies on CPUs (measured; table in tf_mlstm/train/hardware.py).",
     )
     flags.DEFINE_integer("seed", _default("seed"), "Random seed.")
 

@@ -48,8 +48,10 @@ def save_carried_state(model_dir, worker, step, local_states, keep=3):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     arrays = {}
     for index, (h, c) in enumerate(local_states):
-        arrays[f"h{index}"] = h
-        arrays[f"c{index}"] = c
+        # float32 holds float16 and bfloat16 values exactly; NumPy's .npz has no bfloat16
+        # and would store it as raw 2-byte voids that no dtype can be cast from.
+        arrays[f"h{index}"] = np.asarray(h, np.float32)
+        arrays[f"c{index}"] = np.asarray(c, np.float32)
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
@@ -86,7 +88,17 @@ def load_carried_state(model_dir, worker, step, replicas, shape):
                 path,
             )
             return None
-        return [(arrays[f"h{i}"], arrays[f"c{i}"]) for i in range(replicas)]
+        return [
+            (_state_array(arrays[f"h{i}"]), _state_array(arrays[f"c{i}"]))
+            for i in range(replicas)
+        ]
+
+
+def _state_array(array):
+    """A saved state array as float32; older files hold bfloat16 as raw 2-byte voids."""
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        array = array.view(tf.bfloat16.as_numpy_dtype)
+    return array.astype(np.float32)
 
 
 def restore_latest(checkpoint, checkpoint_dir):

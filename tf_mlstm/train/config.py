@@ -10,8 +10,10 @@ import math
 
 from tf_mlstm.data import pipeline
 from tf_mlstm.train import schedules
+from tf_mlstm.train.hardware import AUTO
+from tf_mlstm.train.hardware import PRECISION_CHOICES
+from tf_mlstm.train.hardware import PRECISIONS  # noqa: F401 (re-exported: concrete policies)
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
@@ -73,9 +75,9 @@ class TrainConfig(JsonConfig):
     total_steps: int = 0  # 0 = max_steps
     schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
     clip_norm: float = 1.0
-    precision: str = "float32"
+    precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
     allreduce_dtype: str = "float32"
-    jit_compile: str = "auto"
+    jit_compile: str = AUTO  # likewise
     seed: int = 0
     # Budget and bookkeeping.
     max_steps: int = 600
@@ -114,7 +116,7 @@ class TrainConfig(JsonConfig):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got " f"{getattr(self, name)}.")
         choices = {
-            "precision": PRECISIONS,
+            "precision": PRECISION_CHOICES,
             "distribution_strategy": STRATEGIES,
             "all_reduce": ALL_REDUCE,
             "jit_compile": JIT_CHOICES,
@@ -147,7 +149,8 @@ class TrainConfig(JsonConfig):
             pipeline.parse_source_repeats(self.source_repeats)
         except ValueError as error:
             raise ValueError(f"--{error}") from None
-        if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
+        # With auto the check waits for the resolved config (hardware.resolve_run_config).
+        if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
             raise ValueError(
                 "--allreduce_dtype=float16 needs "
                 "--precision=mixed_float16 (its loss scaling keeps "

@@ -7,11 +7,14 @@ language model's part (model, data, loss, validation, samples) in
 `lm_task.py`. This module keeps the entry points callers use.
 """
 
+import os
+
+from tf_mlstm.train import hardware
+from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.lm_task import build_model  # noqa: F401 (re-exported)
 from tf_mlstm.train.lm_task import build_schedule  # noqa: F401 (re-exported)
 from tf_mlstm.train.runner import Runner
-from tf_mlstm.train.runner import resolve_jit  # noqa: F401 (re-exported)
 from tf_mlstm.train.runner import weights_checksum  # noqa: F401 (re-exported)
 
 
@@ -25,6 +28,8 @@ class Trainer(Runner):
     """
 
     def __init__(self, config, train_files, validation_files):
+        # Concrete precision and XLA from the hardware (an existing run keeps its precision).
+        config = hardware.resolve_run_config(config, os.path.join(config.model_dir, CONFIG_FILE))
         super().__init__(LanguageModelTask(config, train_files, validation_files), config)
 
 

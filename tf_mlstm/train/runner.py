@@ -108,15 +108,6 @@ class TrainingDivergedError(RuntimeError):
     """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
 
 
-def resolve_jit(choice):
-    """`auto` means XLA on accelerators only: measured slower on CPU here."""
-    if choice == "auto":
-        return bool(
-            tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
-        )
-    return choice == "true"
-
-
 def weights_checksum(variables):
     """SHA-256 (hex, 16 digits) of the variables' values, in order."""
     digest = hashlib.sha256()
@@ -274,7 +265,12 @@ class Runner:
             )
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
-        self.jit = resolve_jit(config.jit_compile)
+        if "auto" in (config.precision, config.jit_compile):
+            raise ValueError(
+                "the runner needs a concrete --precision and --jit_compile: resolve `auto` "
+                "with tf_mlstm.train.hardware.resolve_run_config first."
+            )
+        self.jit = config.jit_compile == "true"
 
     def _build_model_and_optimizer(self):
         config = self.config

@@ -52,6 +52,7 @@ from tf_mlstm.train import schedules
 from tf_mlstm.train.config import CHECKPOINT_SUBDIR
 from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.config import RESULTS_FILE
+from tf_mlstm.train import hardware
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 
@@ -89,7 +90,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     lr_decay: str = "linear"
     clip_norm: float = 1.0
     max_steps: int = 1000
-    precision: str = "float32"
+    precision: str = "auto"
     allreduce_dtype: str = "float32"
     jit_compile: str = "auto"
     seed: int = 0
@@ -145,7 +146,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             "feature": FEATURES,
             "threshold_metric": THRESHOLD_METRICS,
             "lr_decay": schedules.DECAYS,
-            "precision": train_config_lib.PRECISIONS,
+            "precision": train_config_lib.PRECISION_CHOICES,
             "jit_compile": train_config_lib.JIT_CHOICES,
             "distribution_strategy": train_config_lib.STRATEGIES,
             "all_reduce": train_config_lib.ALL_REDUCE,
@@ -714,6 +715,10 @@ class Finetuner(Runner):
     """
 
     def __init__(self, config):
+        # Concrete precision and XLA from the hardware (an existing run keeps its precision).
+        config = hardware.resolve_run_config(
+            config, os.path.join(config.model_dir, FINETUNE_CONFIG_FILE)
+        )
         super().__init__(FinetuneTask(config), config)
 
     @property

@@ -1,0 +1,428 @@
+"""What this machine computes on, and the precision and XLA setting that suit it.
+
+Machines differ from day to day, and the fastest settings differ with them: on
+a CPU with bfloat16 matrix units `mixed_bfloat16` trains 1.5-1.7x faster than
+float32, on one without them bfloat16 is emulated and the same recipe ran 5.7x
+slower. So `--precision=auto` and `--jit_compile=auto` are decided here, from
+`/proc/cpuinfo` and the GPUs TensorFlow sees, by the rules and measurements
+written down below, never by which machine a recipe was tuned on.
+
+`resolve_run_config` turns a config's `auto` values into concrete ones before
+a run starts, so the run folder's config.json, a resume and every later tool
+read what was actually used. An existing run keeps the precision it was
+started with: a resume on other hardware does not switch it silently.
+"""
+
+import dataclasses
+import json
+import os
+import platform
+
+from absl import logging
+
+CPUINFO = "/proc/cpuinfo"
+
+# The precision policies a run computes in, and the choice that is resolved here.
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+AUTO = "auto"
+PRECISION_CHOICES = (AUTO,) + PRECISIONS
+
+# CPU extensions worth reporting beside a benchmark number: the vector widths
+# and the low-precision dot-product and matrix units oneDNN can use (x86), and
+# their AArch64 counterparts. Listed in this order where present.
+REPORTED_EXTENSIONS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx_vnni",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+    "asimd",
+    "asimdhp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+)
+
+# The CPU flags that make mixed_bfloat16 the automatic choice.
+#
+# amx_bf16 (Intel AMX, Sapphire Rapids and later): oneDNN runs bfloat16
+# products on the tile units. Measured here: a 2048^3 product 679 vs 174
+# GFLOP/s in float32, the training step 1.5-1.7x faster (H = 512-1024), at a
+# cost of +0.005 bits/char over the first 1,200 steps of the CPU recipe.
+#
+# avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5) does NOT qualify. Its
+# instruction is a dot product of bfloat16 pairs into float32 lanes: at most
+# twice the float32 rate for the products, against 3-4x from AMX. The step
+# measured here spends about half its time outside the products (a 3.5x faster
+# product gave a 1.6x faster step), so the bound there is about 1.35x, and
+# what oneDNN reaches on those chips was never measured by this project. The
+# downside of a wrong bfloat16 choice is large (emulated bfloat16 ran the CPU
+# recipe 5.7x slower on an AVX2-only EPYC) and the upside small, so auto keeps
+# float32 there; pass --precision=mixed_bfloat16 to try it. The AArch64 `bf16`
+# feature is left out for the same reason (unmeasured).
+BFLOAT16_MATRIX_FLAGS = frozenset({"amx_bf16"})
+
+# Tensor cores (float16 matrix units) arrived with compute capability 7.0
+# (Volta); older GPUs run float16 products at best at twice the float32 rate
+# and some far slower, so mixed_float16 is chosen only from 7.0 up.
+TENSOR_CORE_CAPABILITY = (7, 0)
+
+# --jit_compile=auto: (device kind, precision) -> (XLA on?, why). Every CPU
+# entry is a measurement of this project's training step with its hand-written
+# sequence gradient (tools/benchmark.py, docs/performance.md). The GPU entries
+# are the GPU recipes' choice and have not been measured side by side by this
+# project yet (`tools/benchmark.py --jit=false,true` on a GPU does that).
+_GPU_XLA = "on GPUs XLA fuses the per-step gate arithmetic into few kernels (recipe choice)"
+JIT_TABLE = {
+    ("cpu", "float32"): (
+        True,
+        "measured 1.13-1.15x faster than the graph step on an AVX2-only CPU (H = 512 and 768) "
+        "and 7-16% faster on an AVX-512 CPU at H = 512; at H = 1024 within 5% either way",
+    ),
+    ("cpu", "mixed_bfloat16"): (
+        False,
+        "XLA's CPU backend does not hand bfloat16 products to oneDNN: 3.2k vs 19.2k chars/s "
+        "without XLA at H = 512 on an AMX CPU",
+    ),
+    ("cpu", "mixed_float16"): (
+        False,
+        "not measured; XLA's CPU backend keeps the products from oneDNN as with bfloat16, and "
+        "float16 is slow on CPUs either way",
+    ),
+    ("gpu", "float32"): (True, _GPU_XLA),
+    ("gpu", "mixed_float16"): (True, _GPU_XLA),
+    ("gpu", "mixed_bfloat16"): (True, _GPU_XLA),
+}
+
+
+# === Detection ===
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as TensorFlow reports it.
+
+    Attributes:
+      name: the device name, e.g. "NVIDIA H100 80GB HBM3".
+      compute_capability: (major, minor), or None where TensorFlow gives none
+        (non-CUDA GPUs).
+    """
+
+    name: str
+    compute_capability: tuple | None = None
+
+    @property
+    def has_tensor_cores(self):
+        """Whether the GPU has float16 matrix units (compute capability >= 7.0)."""
+        return (
+            self.compute_capability is not None
+            and tuple(self.compute_capability) >= TENSOR_CORE_CAPABILITY
+        )
+
+    def to_dict(self):
+        """JSON-ready fields: name and "major.minor" capability (or None)."""
+        capability = self.compute_capability
+        return {
+            "name": self.name,
+            "compute_capability": None if capability is None else "{}.{}".format(*capability),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """The CPU and GPUs a process computes on.
+
+    Attributes:
+      cpu_model: the CPU's model name ("unknown" where it is not reported).
+      cpu_flags: every feature flag of the CPU (the `flags` line on x86, the
+        `Features` line on AArch64).
+      gpus: the GPUs TensorFlow sees, in device order.
+    """
+
+    cpu_model: str
+    cpu_flags: frozenset = frozenset()
+    gpus: tuple = ()
+
+    @property
+    def cpu_extensions(self):
+        """The reported vector/matrix extensions this CPU has, in a fixed order."""
+        return tuple(name for name in REPORTED_EXTENSIONS if name in self.cpu_flags)
+
+    @property
+    def bfloat16_matrix_units(self):
+        """Whether the CPU multiplies bfloat16 matrices fast enough to pick it (AMX)."""
+        return bool(self.cpu_flags & BFLOAT16_MATRIX_FLAGS)
+
+    def to_dict(self):
+        """JSON-ready summary: cpu_model, cpu_extensions, gpus."""
+        return {
+            "cpu_model": self.cpu_model,
+            "cpu_extensions": list(self.cpu_extensions),
+            "gpus": [gpu.to_dict() for gpu in self.gpus],
+        }
+
+    def describe(self):
+        """One log line: the CPU, its extensions and the GPUs."""
+        extensions = " ".join(self.cpu_extensions) or "none reported"
+        text = f"CPU {self.cpu_model} ({extensions})"
+        if self.gpus:
+            gpus = ", ".join(
+                f"{g.name} (compute capability {g.to_dict()['compute_capability'] or 'unknown'})"
+                for g in self.gpus
+            )
+            return f"{text}; {len(self.gpus)} GPU(s): {gpus}"
+        return f"{text}; no GPU"
+
+
+def parse_cpuinfo(text):
+    """The model name and feature flags of the first processor in a cpuinfo text.
+
+    Args:
+      text: the contents of /proc/cpuinfo (x86 or AArch64 layout).
+
+    Returns:
+      (model name or "unknown", frozenset of flags).
+    """
+    model, features = None, None
+    for line in text.splitlines():
+        if not line.strip():
+            if model is not None and features is not None:
+                break  # the first processor block is enough; all cores match
+            continue
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and model is None:
+            model = value.strip()
+        elif key in ("flags", "features") and features is None:
+            features = frozenset(value.split())
+    return model or "unknown", features or frozenset()
+
+
+def read_cpuinfo(path=CPUINFO):
+    """`parse_cpuinfo` of `path`; a missing file (not Linux) gives no flags.
+
+    Args:
+      path: the cpuinfo file.
+
+    Returns:
+      (model name, frozenset of flags). Without the file the model is what
+      `platform.processor()` says and the flags are empty, so every automatic
+      choice falls back to float32.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse_cpuinfo(f.read())
+    except OSError:
+        return platform.processor() or "unknown", frozenset()
+
+
+def list_gpus():
+    """The GPUs TensorFlow sees, with their compute capability.
+
+    Reads physical devices only, so it may run before a strategy restricts the
+    visible GPUs.
+
+    Returns:
+      A tuple of `GpuInfo`.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    gpus = []
+    for device in tf.config.list_physical_devices("GPU"):
+        try:
+            details = tf.config.experimental.get_device_details(device)
+        except (ValueError, RuntimeError):  # no details for this device type
+            details = {}
+        capability = details.get("compute_capability")
+        gpus.append(
+            GpuInfo(
+                name=details.get("device_name", device.name),
+                compute_capability=tuple(capability) if capability else None,
+            )
+        )
+    return tuple(gpus)
+
+
+def detect(cpuinfo_path=CPUINFO, gpus=None):
+    """This machine's `Hardware`.
+
+    Args:
+      cpuinfo_path: where to read the CPU from.
+      gpus: the GPUs to assume; None asks TensorFlow.
+
+    Returns:
+      A `Hardware`.
+    """
+    model, flags = read_cpuinfo(cpuinfo_path)
+    return Hardware(model, flags, list_gpus() if gpus is None else tuple(gpus))
+
+
+# === Resolution ===
+
+
+def resolve_precision(choice, hardware, use_gpus=True):
+    """The precision policy `choice` stands for on `hardware`.
+
+    `auto`: mixed_float16 when the run computes on GPUs that all have tensor
+    cores; mixed_bfloat16 on a CPU with bfloat16 matrix units (see
+    `BFLOAT16_MATRIX_FLAGS`); float32 otherwise. Any other choice is returned
+    as it is.
+
+    Args:
+      choice: "auto" or a precision policy name.
+      hardware: a `Hardware`.
+      use_gpus: whether the run places its work on the GPUs (False with
+        --num_gpus=0).
+
+    Returns:
+      (precision, reason): the policy name and a phrase saying why.
+    """
+    if choice != AUTO:
+        return choice, "set explicitly"
+    if use_gpus and hardware.gpus:
+        # Every replica must run the same policy; the slowest GPU decides.
+        if all(gpu.has_tensor_cores for gpu in hardware.gpus):
+            return "mixed_float16", "GPUs with tensor cores (compute capability >= 7.0)"
+        return "float32", "a GPU without tensor cores (compute capability < 7.0 or unknown)"
+    if hardware.bfloat16_matrix_units:
+        units = ", ".join(sorted(hardware.cpu_flags & BFLOAT16_MATRIX_FLAGS))
+        return "mixed_bfloat16", f"CPU with bfloat16 matrix units ({units})"
+    return "float32", "CPU without bfloat16 matrix units (no amx_bf16)"
+
+
+def resolve_jit(choice, precision, hardware, use_gpus=True):
+    """Whether the per-replica step is XLA-compiled, from `JIT_TABLE` for `auto`.
+
+    Args:
+      choice: "auto", "true" or "false".
+      precision: the resolved precision policy (not "auto").
+      hardware: a `Hardware`.
+      use_gpus: whether the run places its work on the GPUs.
+
+    Returns:
+      (on, reason): a bool and a phrase saying why.
+
+    Raises:
+      ValueError: `choice` or `precision` is not one this module knows.
+    """
+    if choice in ("true", "false"):
+        return choice == "true", "set explicitly"
+    if choice != AUTO:
+        raise ValueError(f"--jit_compile must be one of auto, true, false; got {choice!r}.")
+    if precision not in PRECISIONS:
+        raise ValueError(f"resolve_jit needs a resolved precision, got {precision!r}.")
+    kind = "gpu" if use_gpus and hardware.gpus else "cpu"
+    return JIT_TABLE[(kind, precision)]
+
+
+def recorded_precision(path):
+    """The precision an existing run recorded in its config file, or None.
+
+    Args:
+      path: the run's config JSON (config.json, finetune_config.json).
+
+    Returns:
+      The recorded policy name, or None when the file does not exist or holds
+      no concrete precision.
+
+    Raises:
+      ValueError: the file exists but is not a JSON object (named in the message).
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}: not valid JSON ({e}); cannot read the run's precision."
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(values).__name__}.")
+    precision = values.get("precision")
+    return precision if precision in PRECISIONS else None
+
+
+def resolve_run_config(config, recorded_config_path, hardware=None):
+    """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
+
+    An existing run's recorded precision wins over `auto`, so a resume on
+    other hardware continues in the precision the run started with. An
+    explicit precision that differs from the recorded one is honoured with a
+    warning. `auto` XLA is decided for this machine on every start: it changes
+    speed, not what is trained.
+
+    Each worker of a multi-worker run resolves on its own hardware; on a
+    cluster of unlike machines, or when only the chief can read the run
+    folder, pass --precision and --jit_compile explicitly so all agree.
+
+    Args:
+      config: a frozen dataclass with `precision`, `jit_compile` and
+        optionally `num_gpus` fields (TrainConfig, FinetuneConfig).
+      recorded_config_path: the run folder's config JSON, read if it exists.
+      hardware: a `Hardware`; None detects this machine.
+
+    Returns:
+      The config with concrete values (re-validated when it has `validate`).
+
+    Raises:
+      ValueError: the recorded file is unreadable, or the resolved config is
+        invalid (e.g. --allreduce_dtype=float16 when auto chose bfloat16).
+    """
+    if config.precision != AUTO and config.jit_compile != AUTO:
+        return config
+    hardware = hardware or detect()
+    use_gpus = getattr(config, "num_gpus", -1) != 0
+    logging.info("Hardware: %s.", hardware.describe())
+    recorded = recorded_precision(recorded_config_path)
+    precision, reason = resolve_precision(config.precision, hardware, use_gpus)
+    if recorded and recorded != precision:
+        if config.precision == AUTO:
+            logging.warning(
+                "Precision %s: the run in %s was started in it (auto would choose %s here: %s).",
+                recorded,
+                os.path.dirname(recorded_config_path) or ".",
+                precision,
+                reason,
+            )
+            precision, reason = recorded, f"recorded in {recorded_config_path}"
+        else:
+            logging.warning(
+                "--precision=%s changes the precision of the run in %s, started in %s.",
+                precision,
+                os.path.dirname(recorded_config_path) or ".",
+                recorded,
+            )
+    jit, jit_reason = resolve_jit(config.jit_compile, precision, hardware, use_gpus)
+    logging.info(
+        "Precision %s (%s: %s); XLA %s (%s: %s).",
+        precision,
+        config.precision,
+        reason,
+        "on" if jit else "off",
+        config.jit_compile,
+        jit_reason,
+    )
+    resolved = dataclasses.replace(
+        config, precision=precision, jit_compile="true" if jit else "false"
+    )
+    if hasattr(resolved, "validate"):
+        try:
+            resolved.validate()
+        except ValueError as e:
+            if config.precision != AUTO:
+                raise
+            raise ValueError(f"{e} (--precision=auto chose {precision}: {reason})") from None
+    return resolved
