@@ -258,7 +258,8 @@ def test_default_training_records_the_concrete_choice_and_a_resume_keeps_it(tmp_
     assert config["jit_compile"] in ("true", "false")
     assert f"Precision {expected_precision} (auto:" in proc.stderr
     # The exported model's metadata carries the same concrete config.
-    exported = json.loads((model_dir / "export" / "assets.extra" / "meta.json").read_text())
+    # (TensorFlow Serving layout: one numbered folder per exported step.)
+    exported = json.loads((model_dir / "export" / "2" / "assets.extra" / "meta.json").read_text())
     assert json.loads(exported["config"])["precision"] == expected_precision
 
     # A run started in another precision resumes in it under the default auto.
