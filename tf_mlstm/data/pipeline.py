@@ -14,9 +14,13 @@ end with padding, and `weights` marks the real targets, so every byte of
 every document is scored exactly once.
 
 Order (as in tensorflow/models input pipelines): list shard files -> split
-them by input pipeline -> (shuffle files) -> interleave readers -> parse ->
-(repeat documents by source) -> (shuffle documents) -> frame -> window ->
-batch rows -> prefetch.
+them by input pipeline -> (shuffle files) -> interleave readers -> (repeat)
+-> parse -> (repeat documents by source) -> (shuffle documents) -> frame ->
+window -> batch rows -> prefetch. The repeat comes after the readers, not
+before: repeating the file list would make shards without records an
+endless loop of empty reads, whereas an epoch without records ends the
+repeat (training checks for records before it starts, see
+`tfrecord.nonempty_files`).
 
 Training can oversample the documents of some input files (a small
 in-domain corpus beside a large general one): `source_repeats` rules
@@ -128,7 +132,8 @@ def document_dataset(
       shuffle: shuffle shard order each epoch (seeded).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer (0 = no shuffling).
-      repeat: cycle through the shards forever.
+      repeat: cycle through the shards forever (or end at once if they hold
+        no record).
       cycle_length: shards read in parallel.
       source_repeats: `parse_source_repeats` rules: documents whose source
         matches a rule are repeated its count of times (before the shuffle).
@@ -155,8 +160,6 @@ def document_dataset(
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
     ds = ds.interleave(
         lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
         cycle_length=min(cycle_length, len(files)),
@@ -164,6 +167,10 @@ def document_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+    if repeat:
+        # Each epoch reshuffles the shards; an epoch with no record at all
+        # ends the dataset instead of repeating forever.
+        ds = ds.repeat()
     fields = (tfrecord.TEXT_FEATURE, tfrecord.SOURCE_FEATURE)
     ds = ds.map(
         lambda record: tuple(tfrecord.parse_example(record)[k] for k in fields),
