@@ -190,26 +190,55 @@ def document_dataset(
     return ds
 
 
-def corpus_documents(paths, text_keys, text_mode="line"):
+def corpus_documents(
+    paths,
+    text_keys,
+    text_mode="line",
+    max_document_bytes=readers.DEFAULT_MAX_DOCUMENT_BYTES,
+    errors=None,
+):
     """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
 
     Reads with `tf_mlstm.data.readers`, so bad records are counted and
     reported exactly as in conversion.
 
+    A file that cannot be read as a whole (corrupt gzip, CSV without a text
+    column, permission denied) ends the stream early: raised inside tf.data
+    it would come out as an opaque op error with a traceback, so it is
+    appended to `errors` instead, for the caller to raise once the dataset
+    has been consumed.
+
     Args:
         paths: corpus files.
         text_keys: keys/columns tried in order for the text.
         text_mode: plain-text files: "line" or "file".
+        max_document_bytes: longest record read (see `readers.read_documents`).
+        errors: a list that receives the `readers.InputError` that ended the
+            stream, if any. None: such an error is raised inside tf.data.
 
     Returns:
         A dataset of tf.string document texts.
+
+    Raises:
+        FileNotFoundError: a file does not exist.
     """
     paths = list(paths)
-    readers.read_documents(paths, text_keys, text_mode=text_mode)  # Fail fast.
+    read = lambda: readers.read_documents(  # noqa: E731
+        paths, text_keys, text_mode=text_mode, max_document_bytes=max_document_bytes
+    )
+    read()  # Fail fast on missing files and bad arguments.
 
     def generate():
-        for doc in readers.read_documents(paths, text_keys, text_mode=text_mode):
-            yield doc.text.encode("utf-8")
+        try:
+            for doc in read():
+                yield doc.text.encode("utf-8")
+        except (readers.InputError, OSError, tf.errors.OpError) as e:
+            if errors is None:
+                raise
+            if not isinstance(e, readers.InputError):
+                message = getattr(e, "message", None) or str(e)
+                e = readers.InputError(f"cannot read the corpus: {message.strip()[:300]}")
+            errors.append(e)
 
     return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((), tf.string))
 
