@@ -93,7 +93,7 @@ def test_bad_raw_corpus_is_one_error_line(tmp_path):
     )
 
 
-def test_incomplete_tfrecord_folder_is_one_error_line(tmp_path):
+def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
 
     model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
@@ -101,7 +101,9 @@ def test_incomplete_tfrecord_folder_is_one_error_line(tmp_path):
     corpus.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "tf"
     convert.convert(convert.ConvertConfig(inputs=str(corpus), output_dir=str(out), num_shards=1,
-                                          split_weights=(1, 1, 1)))
+                                          split_weights=(3, 1, 1)))
+    with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
+        eval_cli.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
     (out / tfrecord.INCOMPLETE_MARKER).write_text("")
     with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
         eval_cli.evaluate_data(str(model_dir), str(out), ["text"], split="train")

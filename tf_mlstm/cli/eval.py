@@ -77,6 +77,10 @@ def evaluate_data(
     errors = []  # A raw corpus file that could not be read ends its stream here.
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
+        if not tfrecord.nonempty_files(files):
+            raise ValueError(
+                f"no records to score: the {len(files)} {split} shards of {data} are empty"
+            )
         documents = pipeline.document_dataset(files)
     else:
         documents = pipeline.corpus_documents(
