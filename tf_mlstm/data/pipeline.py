@@ -223,9 +223,12 @@ def corpus_documents(
         FileNotFoundError: a file does not exist.
     """
     paths = list(paths)
-    read = lambda: readers.read_documents(  # noqa: E731
-        paths, text_keys, text_mode=text_mode, max_document_bytes=max_document_bytes
-    )
+
+    def read():
+        return readers.read_documents(
+            paths, text_keys, text_mode=text_mode, max_document_bytes=max_document_bytes
+        )
+
     read()  # Fail fast on missing files and bad arguments.
 
     def generate():
