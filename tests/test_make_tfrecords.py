@@ -461,10 +461,14 @@ def test_nonempty_files_and_unreadable_shards(tmp_path):
             writer.write(doc)
     train = writer.paths["train"]
     assert tfrecord.nonempty_files(train) == train[:2]
-    bad = tmp_path / "bad.tfrecord"
-    bad.write_bytes(b"not a tfrecord at all, just text")
-    with pytest.raises(ValueError, match=r"bad\.tfrecord: not a readable TFRecord file"):
-        tfrecord.nonempty_files([*train, str(bad)])
+    with tfrecord.ShardedWriter(str(tmp_path / "gz"), 3, compression="GZIP") as writer:
+        writer.write(Document("one"))
+    gzipped = writer.paths["train"]
+    assert tfrecord.nonempty_files(gzipped) == gzipped[:1]
+    bad = tmp_path / "gz" / "bad.tfrecord.gz"
+    bad.write_bytes(b"not gzip at all, just text")
+    with pytest.raises(ValueError, match=r"bad\.tfrecord\.gz: not a readable GZIP TFRecord file"):
+        tfrecord.nonempty_files([*gzipped, str(bad)])
 
 
 def _examples(path):

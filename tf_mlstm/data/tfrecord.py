@@ -25,7 +25,9 @@ repeating input pipeline spin.
 """
 
 import concurrent.futures
+import gzip
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -191,21 +193,28 @@ def check_complete(folder: str) -> None:
 
 
 def _has_record(path: str, compression: str) -> bool:
+    # A TFRecord file without records is empty (uncompressed) or an empty
+    # gzip stream, and any record is at least 16 bytes: one byte tells. Read
+    # in Python, this costs a fraction of a millisecond; a tf.data pipeline
+    # per file costs tens.
     try:
-        for _ in tf.data.TFRecordDataset(path, compression_type=compression).take(1):
-            return True
-    except tf.errors.OpError as e:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            if compression == "GZIP":
+                with gzip.GzipFile(fileobj=f) as stream:
+                    return bool(stream.read(1))
+            return bool(f.read(1))
+    except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
+        message = getattr(e, "message", None) or str(e)
         raise ValueError(
-            f"{path}: not a readable TFRecord file ({e.message.strip().splitlines()[0][:200]})"
+            f"{path}: not a readable {compression or 'uncompressed'} TFRecord file ({message})"
         ) from None
-    return False
 
 
 def nonempty_files(files: Sequence[str]) -> list[str]:
     """The files that hold at least one record, in order.
 
-    Reads the first record of each file, a few files at once (object stores
-    answer slowly but in parallel).
+    Reads the first byte of each file's records, a few files at once (object
+    stores answer slowly but in parallel).
 
     Args:
         files: TFRecord files, all gzip or all uncompressed.
@@ -214,8 +223,8 @@ def nonempty_files(files: Sequence[str]) -> list[str]:
         The files with records.
 
     Raises:
-        ValueError: If a file is not a readable TFRecord file (the message
-            names it), or compression is mixed.
+        ValueError: If a file cannot be read (a ".gz" file that is not gzip,
+            say; the message names it), or compression is mixed.
     """
     files = list(files)
     if not files:
