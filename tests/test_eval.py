@@ -73,3 +73,41 @@ def test_missing_data_is_one_error_line(tmp_path):
     assert "absent.jsonl" in proc.stderr and "Traceback" not in proc.stderr
     proc = _eval(f"--model_dir={tmp_path / 'nomodel'}", f"--data={tmp_path}")
     assert proc.returncode == 1 and "config.json" in proc.stderr
+
+
+def test_bad_raw_corpus_is_one_error_line(tmp_path):
+    import gzip  # pylint: disable=g-import-not-at-top
+
+    model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
+    data = gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in TEXTS * 300).encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.jsonl\.gz: truncated or corrupt gzip file"):
+        eval_cli.evaluate_data(str(model_dir), str(cut), ["text"], batch_size=2, seq_length=8)
+    columns = tmp_path / "cols.csv"
+    columns.write_text("label,body\n1,hello\n")
+    proc = _eval(f"--model_dir={model_dir}", f"--data={columns}", "--text_key=text")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [
+        line for line in proc.stderr.splitlines() if line.startswith("E") and "eval.py" in line
+    ]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"{columns}: no text column: none of ['text'] in its header, which has the columns "
+        "['label', 'body']"
+    )
+
+
+def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "tf"
+    convert.convert(convert.ConvertConfig(inputs=str(corpus), output_dir=str(out), num_shards=1,
+                                          split_weights=(3, 1, 1)))
+    with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
+        eval_cli.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
+    (out / tfrecord.INCOMPLETE_MARKER).write_text("")
+    with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
+        eval_cli.evaluate_data(str(model_dir), str(out), ["text"], split="train")

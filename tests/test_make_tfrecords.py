@@ -1,5 +1,6 @@
 """Tests for the TFRecord schema and writer, the converter and its binary."""
 
+import gzip
 import json
 import math
 import os
@@ -354,3 +355,225 @@ def test_shared_amazon_electronics(tmp_path, shared_data):
     assert written["records"] == 2000
     ratings = [r for _, _, r in _read_records(tfrecord.split_files(str(tmp_path), "train"))]
     assert len(ratings) == 1996 and set(ratings) <= {1.0, 2.0, 4.0, 5.0}
+
+
+def test_cli_max_document_bytes_default_matches_the_readers():
+    assert make_tfrecords._MAX_DOCUMENT_BYTES == readers.DEFAULT_MAX_DOCUMENT_BYTES
+
+
+# === Bounded open files, complete-or-refused output folders ===
+
+
+def _shard_contents(writer):
+    return {
+        os.path.basename(path): [t for t, _, _ in _read_records([path])]
+        for paths in writer.paths.values()
+        for path in paths
+    }
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_writer_through_part_files_writes_the_same_shards(tmp_path, compression):
+    docs = _docs(500)
+    direct = tfrecord.ShardedWriter(str(tmp_path / "direct"), 7, (10, 1, 1), compression)
+    with direct:
+        direct_splits = [direct.write(doc) for doc in docs]
+    # Three shard files open at most, and a spill every few hundred bytes.
+    parted = tfrecord.ShardedWriter(
+        str(tmp_path / "parted"), 7, (10, 1, 1), compression, max_open_files=3, spill_bytes=600
+    )
+    assert parted.spills and not direct.spills
+    with parted:
+        parted_splits = [parted.write(doc) for doc in docs]
+        assert len(os.listdir(tmp_path / "parted" / tfrecord.SPILL_SUBDIR)) > 9 * 2
+    assert parted_splits == direct_splits
+    assert _shard_contents(parted) == _shard_contents(direct)
+    assert sorted(os.listdir(tmp_path / "parted")) == sorted(os.listdir(tmp_path / "direct"))
+    assert parted.split_stats() == direct.split_stats()
+
+
+def test_writer_through_part_files_discards_them_on_error(tmp_path):
+    with pytest.raises(RuntimeError, match="input broke"):
+        with tfrecord.ShardedWriter(str(tmp_path), 5, max_open_files=2, spill_bytes=100) as w:
+            for doc in _docs(50):
+                w.write(doc)
+            raise RuntimeError("input broke")
+    assert os.listdir(tmp_path) == []
+
+
+def _convert(tmp_path, inputs, out, **kwargs):
+    kwargs.setdefault("num_shards", 2)
+    return convert.convert(convert.ConvertConfig(inputs=str(inputs), output_dir=str(out), **kwargs))
+
+
+def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"line {i}\n" for i in range(30)), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"out is not empty \(1 entries, such as notes\.md\)"):
+        _convert(tmp_path, corpus, out)
+    assert os.listdir(out) == ["notes.md"]  # Untouched.
+    _convert(tmp_path, corpus, out, overwrite=True, split_weights=(1, 1, 1))
+    first = sorted(os.listdir(out))
+    assert "validation-00000-of-00002.tfrecord" in first
+    assert tfrecord.INCOMPLETE_MARKER not in first
+    with pytest.raises(FileExistsError, match="pass --overwrite"):
+        _convert(tmp_path, corpus, out)
+    # Another layout: the old shards go, the user's file stays.
+    stats = _convert(tmp_path, corpus, out, overwrite=True, num_shards=3, max_documents=6)
+    assert sorted(os.listdir(out)) == [
+        "notes.md",
+        "stats.json",
+        "test-00000-of-00001.tfrecord",
+        *[f"train-0000{i}-of-00003.tfrecord" for i in range(3)],
+        "validation-00000-of-00001.tfrecord",
+    ]
+    assert stats["records"] == 6
+    assert json.loads((out / "stats.json").read_text())["records"] == 6
+
+
+def test_failed_conversion_leaves_a_folder_that_is_refused(tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": f"review {i}"}) + "\n" for i in range(50)))
+    out = tmp_path / "out"
+    _convert(tmp_path, good, out)
+    assert tfrecord.split_files(str(out), "train")  # Complete: readable.
+    cut = tmp_path / "cut.jsonl.gz"
+    data = gzip.compress(good.read_bytes() * 40)
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(readers.InputError, match="truncated or corrupt gzip"):
+        _convert(tmp_path, f"{good},{cut}", out, overwrite=True, interleave=False)
+    # Partial shards, the marker, and no stats.json: the old one went first.
+    assert sorted(os.listdir(out)) == [
+        tfrecord.INCOMPLETE_MARKER,
+        "test-00000-of-00001.tfrecord",
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+        "validation-00000-of-00001.tfrecord",
+    ]
+    for spec in (str(out), f"{out}/train-*"):
+        with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
+            tfrecord.split_files(spec, "train")
+
+
+def test_nonempty_files_and_unreadable_shards(tmp_path):
+    with tfrecord.ShardedWriter(str(tmp_path), 4) as writer:
+        for doc in _docs(2):
+            writer.write(doc)
+    train = writer.paths["train"]
+    assert tfrecord.nonempty_files(train) == train[:2]
+    with tfrecord.ShardedWriter(str(tmp_path / "gz"), 3, compression="GZIP") as writer:
+        writer.write(Document("one"))
+    gzipped = writer.paths["train"]
+    assert tfrecord.nonempty_files(gzipped) == gzipped[:1]
+    bad = tmp_path / "gz" / "bad.tfrecord.gz"
+    bad.write_bytes(b"not gzip at all, just text")
+    with pytest.raises(ValueError, match=r"bad\.tfrecord\.gz: not a readable GZIP TFRecord file"):
+        tfrecord.nonempty_files([*gzipped, str(bad)])
+
+
+def _examples(path):
+    """The records of a gzip shard as protos (map order in bytes varies between processes).
+
+    A plain iterator: faster than tf.data over hundreds of files.
+    """
+    options = tf.io.TFRecordOptions(compression_type="GZIP")
+    return [
+        tf.train.Example.FromString(record)
+        for record in tf.compat.v1.io.tf_record_iterator(str(path), options)
+    ]
+
+
+def _limit_open_files(count):
+    import resource  # pylint: disable=g-import-not-at-top
+
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
+@pytest.mark.slow
+def test_binary_writes_300_shards_under_256_open_files(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"document {i}\n" for i in range(700)), encoding="utf-8")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_mlstm.cli.make_tfrecords",
+            f"--input={corpus}",
+            f"--output_dir={out}",
+            "--num_shards=300",
+            "--split=100,1,1",
+            "--gzip",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_open_files(256),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    names = sorted(os.listdir(out))
+    assert len(names) == 300 + 3 + 3 + 1  # Shards of each split, and stats.json.
+    assert tfrecord.SPILL_SUBDIR not in names and tfrecord.INCOMPLETE_MARKER not in names
+    # The same records in the same shards as with every shard open (round
+    # robin: train document k in shard k % 300).
+    with tfrecord.ShardedWriter(str(tmp_path / "direct"), 300, (100, 1, 1), "GZIP") as writer:
+        for i in range(700):
+            writer.write(Document(f"document {i}", source=str(corpus), line=i + 1))
+    assert not writer.spills
+    for paths in writer.paths.values():
+        for path in paths:
+            name = os.path.basename(path)
+            assert _examples(out / name) == _examples(path), name
+    assert [t for t, _, _ in _read_records([str(out / "train-00007-of-00300.tfrecord.gz")])] == [
+        "document 7",
+        "document 313",  # Six validation and test documents came before.
+        "document 619",
+    ]
+    assert json.loads((out / "stats.json").read_text())["records"] == 700
+
+
+@pytest.mark.slow
+def test_binary_skips_and_reports_bad_records_and_refuses_a_full_folder(tmp_path):
+    jsonl = tmp_path / "a.jsonl"
+    with open(jsonl, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "first", "label": 1}) + "\n")
+        f.write('{"text": "huge label", "label": 99999999999999999999}\n')
+        f.write(json.dumps({"text": "x" * (3 << 20), "label": 0}) + "\n")
+        f.write(json.dumps({"text": "last", "label": 0}) + "\n")
+    csv_path = tmp_path / "b.csv"
+    csv_path.write_text('label,text\n1,ok\n0,"open quote\n1,after\n', encoding="utf-8")
+    out = tmp_path / "out"
+    args = [
+        f"--input={jsonl},{csv_path}",
+        f"--output_dir={out}",
+        "--num_shards=1",
+        "--label_key=label",
+        "--max_document_bytes=100000",
+    ]
+    result = _run_binary(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records"] == 4  # first, last, ok, after.
+    assert stats["skipped"]["by_reason"] == {
+        "bad_label": 1,
+        "record_too_long": 1,
+        "unterminated_quote": 1,
+    }
+    assert f"{jsonl}:3: line of 3,145,7" in result.stderr  # Logged with file and line.
+    assert f"{csv_path}:3: quoted field still open" in result.stderr
+
+    again = _run_binary(*args)
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    errors = _error_lines(again.stderr)
+    assert len(errors) == 1 and errors[0].endswith(
+        f"output directory {out} is not empty (4 entries, such as stats.json): pass "
+        "--overwrite to replace its data, or choose another directory"
+    )

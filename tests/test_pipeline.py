@@ -181,3 +181,34 @@ def test_oversampled_training_input_resumes_exactly_from_a_checkpoint(tmp_path):
     tf.train.Checkpoint(iterator=resumed).restore(path)
     got = [next(resumed)["inputs"].numpy() for _ in range(4)]
     np.testing.assert_array_equal(np.stack(got), np.stack(want))
+
+
+def _first_batches(dataset, count, timeout=60):
+    """Up to `count` batches, read in a thread: a hang fails the test instead of stalling it."""
+    import threading  # pylint: disable=g-import-not-at-top
+
+    out = []
+
+    def read():
+        out.extend(b["inputs"].numpy() for b in dataset.take(count))
+        out.append("done")
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert out and out[-1] == "done", f"no end after {timeout} s: the input pipeline spins"
+    return out[:-1]
+
+
+def test_training_input_over_empty_shards_ends_instead_of_spinning(tmp_path):
+    with tfrecord.ShardedWriter(str(tmp_path), 3) as writer:
+        pass
+    files = writer.paths["train"]
+    assert _first_batches(pipeline.lm_dataset(files, 2, 16, training=True), 1) == []
+
+
+def test_training_input_skips_empty_shards_and_repeats_the_rest(tmp_path):
+    files = _write_shards(tmp_path, count=3, shards=6)  # Shards 3, 4 and 5 stay empty.
+    assert tfrecord.nonempty_files(files) == files[:3]
+    batches = _first_batches(pipeline.lm_dataset(files, 2, 8, training=True, seed=1), 200)
+    assert len(batches) == 200  # Repeats the few documents for ever.

@@ -326,3 +326,114 @@ def test_interleave_spreads_files_by_size(tmp_path):
     assert [d.text for d in docs if d.text.startswith("big")] == [f"big {i}" for i in range(90)]
     sequential = list(readers.read_documents([str(big), str(small)], ["text"]))
     assert [d.text for d in sequential][:90] == [f"big {i}" for i in range(90)]
+
+
+# === Bad input that must be skipped, counted and located, never crash or swallow ===
+
+
+def test_labels_and_ratings_beyond_tfrecord_ranges_are_skipped(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text(
+        '{"text": "int64 max", "label": 9223372036854775807}\n'
+        '{"text": "past int64", "label": 9223372036854775808}\n'
+        '{"text": "huge float label", "label": 1e300}\n'
+        '{"text": "past float32", "label": 1, "rating": 1e39}\n'
+        '{"text": "past float64", "label": 1, "rating": 1' + "0" * 400 + "}\n"
+        '{"text": "fine", "label": 1, "rating": -3.4e38}\n',
+        encoding="utf-8",
+    )
+    docs, log = _read([str(path)], label_key="label")
+    assert [(d.text, d.label) for d in docs] == [("int64 max", 2**63 - 1), ("fine", 1)]
+    assert log.counts == {"bad_label": 2, "bad_rating": 2}
+    assert log.examples["bad_label"][0].startswith(f"{path}:2: 'label': label 9223372036854775808")
+    assert "beyond the int64 range" in log.examples["bad_label"][1]
+    assert log.examples["bad_rating"][0].startswith(f"{path}:4: 'rating': rating 1e+39 is beyond")
+    assert log.examples["bad_rating"][1].startswith(f"{path}:5: 'rating': not a finite number")
+    assert len(log.examples["bad_rating"][1]) < 200  # The 400-digit value is not echoed whole.
+
+
+def test_csv_unterminated_quote_skips_one_line_and_reads_on(tmp_path):
+    path = tmp_path / "quotes.csv"
+    path.write_text(
+        "label,text\n"
+        "1,first\n"
+        '0,"stray quote, then more\n'  # Closed by the quote on line 5: wrong field count.
+        "1,second\n"
+        '0,"third, quoted"\n'
+        '1,"multi\nline"\n'
+        '0,"never closed\n'
+        "1,fourth\n"
+        "0,fifth\n",
+        encoding="utf-8",
+    )
+    docs, log = _read([str(path)], label_key="label")
+    assert [(d.text, d.line) for d in docs] == [
+        ("first", 2),
+        ("second", 4),
+        ("third, quoted", 5),
+        ("multi line", 6),
+        ("fourth", 9),
+        ("fifth", 10),
+    ]
+    assert log.counts == {"bad_csv_row": 1, "unterminated_quote": 1}
+    assert log.examples["bad_csv_row"] == [
+        f"{path}:3: 3 fields, the header has 2 (over 3 lines; the lines after its first were "
+        "read on)"
+    ]
+    assert log.examples["unterminated_quote"][0].startswith(
+        f"{path}:8: quoted field still open at the end of the file"
+    )
+
+
+def test_csv_record_limit_bounds_an_open_quote(tmp_path):
+    path = tmp_path / "long.csv"
+    rows = "".join(f"1,row {i}\n" for i in range(200))
+    path.write_text("label,text\n" + '0,"open\n' + rows, encoding="utf-8")
+    docs, log = _read([str(path)], label_key="label", max_document_bytes=100)
+    assert [d.text for d in docs] == [f"row {i}" for i in range(200)]
+    assert log.counts == {"record_too_long": 1}
+    assert log.examples["record_too_long"][0].startswith(
+        f"{path}:2: record longer than --max_document_bytes=100 over "
+    )
+
+
+@pytest.mark.parametrize("name", ["big.jsonl", "big.txt", "big.csv"])
+def test_a_20_mb_line_is_skipped_in_bounded_memory(tmp_path, name):
+    import tracemalloc
+
+    path = tmp_path / name
+    header = b"text\n" if name.endswith(".csv") else b""
+    record = (lambda text: json.dumps({"text": text}).encode()) if "json" in name else str.encode
+    with open(path, "wb") as f:
+        f.write(header + record("before") + b"\n")
+        f.write(record("x" * (20 << 20)) + b"\n")
+        f.write(record("after") + b"\n" + record("y" * 1500))  # No final newline, too long.
+    tracemalloc.start()
+    try:
+        docs, log = _read([str(path)], max_document_bytes=1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    first = 2 if header else 1
+    assert [(d.text, d.line) for d in docs] == [("before", first), ("after", first + 2)]
+    assert log.counts == {"record_too_long": 2}
+    example = log.examples["record_too_long"][0]
+    assert example.startswith(f"{path}:{first + 1}: ") and "longer than" in example
+    assert log.examples["record_too_long"][1].startswith(f"{path}:{first + 3}: ")
+    assert peak < 6 << 20, f"peak {peak / 2**20:.1f} MiB for a 20 MiB line"
+
+
+def test_file_mode_skips_a_file_past_the_limit(tmp_path):
+    small, big = tmp_path / "small.txt", tmp_path / "big.txt"
+    small.write_text("short\nfile\n", encoding="utf-8")
+    big.write_text("word " * 100 + "\n" + "more\n" * 50, encoding="utf-8")
+    docs, log = _read([str(big), str(small)], text_mode="file", max_document_bytes=200)
+    assert [d.text for d in docs] == ["short file"]
+    assert log.counts == {"record_too_long": 1}
+    assert log.examples["record_too_long"][0].startswith(f"{big}:1: file (at least) of ")
+
+
+def test_max_document_bytes_must_be_positive(tmp_path):
+    path = _write_jsonl(tmp_path / "a.jsonl", IMDB_RECORDS)
+    with pytest.raises(ValueError, match="max_document_bytes must be >= 1"):
+        readers.read_documents([path], ["text"], max_document_bytes=0)

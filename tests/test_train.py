@@ -144,3 +144,94 @@ def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_p
     assert planned["schedule_steps"] < 1.2 * planned["step"]
     assert planned["final_learning_rate"] < 0.2 * 0.004
     assert "schedule ends at" in logs["budget"] and "schedule ends at" not in logs["steps"]
+
+
+
+# === Right data in the right split, checked before training ===
+
+SMALL = [
+    "--hidden_size=16",
+    "--embedding_size=8",
+    "--seq_length=16",
+    "--batch_size=4",
+    "--max_steps=4",
+    "--total_steps=4",
+    "--eval_every_steps=0",
+    "--sample_every_steps=0",
+    "--log_every_steps=2",
+    "--checkpoint_every_steps=4",
+]
+
+
+def _shards(folder, docs, num_shards=2, split=(4, 1, 1)):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data.readers import Document  # pylint: disable=g-import-not-at-top
+
+    with tfrecord.ShardedWriter(str(folder), num_shards, split) as writer:
+        for i in range(docs):
+            writer.write(Document(f"review number {i} was quite good"))
+    return writer.paths
+
+
+def _resolve(train_data, validation_data="", model_dir="unused"):
+    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(train_data=str(train_data), validation_data=validation_data,
+                         model_dir=str(model_dir))
+    return _run.resolve_data(config)
+
+
+def test_glob_train_data_validates_on_the_validation_split_not_the_training_files(tmp_path):
+    paths = _shards(tmp_path / "data", 12, num_shards=3)
+    train, validation = _resolve(f"{tmp_path}/data/train-*")
+    assert train == paths["train"] and validation == paths["validation"]
+    assert _resolve(tmp_path / "data") == (train, validation)
+    with pytest.raises(ValueError, match=r"takes in 2 held-out shards such as .*test-00000"):
+        _resolve(f"{tmp_path}/data/*.tfrecord")
+
+
+def test_empty_shards_are_left_out_and_all_empty_is_an_error(tmp_path, caplog):
+    paths = _shards(tmp_path / "some", 2, num_shards=4, split=(1000, 1, 1))
+    train, validation = _resolve(tmp_path / "some")
+    assert train == paths["train"][:2] and validation == []
+    assert "2 of the 4 train shards of" in caplog.text
+    assert "hold no records: training without validation" in caplog.text
+    _shards(tmp_path / "none", 0)
+    with pytest.raises(ValueError, match=rf"no training records: every train shard of {tmp_path}"):
+        _resolve(tmp_path / "none")
+    with pytest.raises(ValueError, match="no training records"):
+        _resolve(f"{tmp_path}/none/train-*")
+
+
+def test_incomplete_conversion_is_refused_before_training(tmp_path):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    _shards(tmp_path / "data", 12)
+    (tmp_path / "data" / tfrecord.INCOMPLETE_MARKER).write_text("")
+    proc = _run(_train_cmd(tmp_path / "m", f"--train_data={tmp_path / 'data'}"), timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{tmp_path / 'data'}: incomplete TFRecord data" in proc.stderr
+    assert "re-run tf-mlstm-make-tfrecords" in proc.stderr
+
+
+@pytest.mark.slow
+def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(tmp_path):
+    _shards(tmp_path / "empty", 0)
+    start = time.monotonic()
+    proc = _run(_train_cmd(tmp_path / "m0", f"--train_data={tmp_path / 'empty'}"), timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"no training records: every train shard of {tmp_path / 'empty'} is empty" in proc.stderr
+    assert not (tmp_path / "m0" / "checkpoints").exists()
+    assert time.monotonic() - start < 120
+
+    # Three documents, all train: the validation shard is empty.
+    _shards(tmp_path / "data", 3, num_shards=1, split=(1000, 1, 1))
+    cmd = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={tmp_path / 'm'}",
+           f"--train_data={tmp_path / 'data'}/train-*", *SMALL]
+    proc = _run(cmd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "hold no records: training without validation" in proc.stderr
+    results = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert results["step"] == 4 and "validation_bits_per_char" not in results
+    assert results["validation"] == "none: no validation shards with records"
+    assert (tmp_path / "m" / "export" / "4" / "saved_model.pb").exists()

@@ -60,6 +60,12 @@ def evaluate_data(
 
     Returns:
         dict with `bits_per_char`, `chars`, `chars_per_s`.
+
+    Raises:
+        FileNotFoundError: no data or no model where the flags point.
+        ValueError: the data holds nothing to score, a TFRecord folder is
+            incomplete, or a raw corpus file cannot be read as a whole
+            (`readers.InputError`, naming the file).
     """
     from tf_mlstm.data import pipeline  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
@@ -68,13 +74,28 @@ def evaluate_data(
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
     model, _ = saved_model.load_trained_model(model_dir)
+    errors = []  # A raw corpus file that could not be read ends its stream here.
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
+        if not tfrecord.nonempty_files(files):
+            raise ValueError(
+                f"no records to score: the {len(files)} {split} shards of {data} are empty"
+            )
         documents = pipeline.document_dataset(files)
     else:
-        documents = pipeline.corpus_documents(readers.expand_inputs(data), text_keys, text_mode)
+        documents = pipeline.corpus_documents(
+            readers.expand_inputs(data), text_keys, text_mode, errors=errors
+        )
     dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
-    return evaluation.evaluate(model, dataset.prefetch(2), max_batches)
+    try:
+        result = evaluation.evaluate(model, dataset.prefetch(2), max_batches)
+    except ValueError:
+        if errors:  # The cause of "no characters to score".
+            raise errors[0] from None
+        raise
+    if errors:
+        raise errors[0]
+    return result
 
 
 def main(argv):

@@ -3,7 +3,9 @@
 Reads JSON lines (the Amazon dump, IMDB), CSV/TSV with a header, or plain
 text, each optionally gzip-compressed, normalizes the text and writes
 `{split}-NNNNN-of-NNNNN.tfrecord` shards plus a `stats.json` that counts
-records per split and every skipped record by reason.
+records per split and every skipped record by reason. A non-empty output
+directory is refused unless `--overwrite`; a conversion that stops early
+leaves a folder that training and evaluation refuse until it is re-run.
 
     tf-mlstm-make-tfrecords \\
         --input='reviews/*.json.gz' --output_dir=data/amazon --num_shards=1000
@@ -14,6 +16,11 @@ records per split and every skipped record by reason.
 
 import sys
 from typing import TYPE_CHECKING
+
+try:
+    import resource
+except ImportError:  # Not POSIX: no open-file limit to raise.
+    resource = None
 
 from absl import app
 from absl import flags
@@ -29,6 +36,8 @@ if TYPE_CHECKING:
 _REQUIRED_FLAGS = ("input", "output_dir")
 # Also checked by ConvertConfig against readers.TEXT_MODES.
 _TEXT_MODES = ("line", "file")
+# readers.DEFAULT_MAX_DOCUMENT_BYTES, which cannot be imported before TensorFlow.
+_MAX_DOCUMENT_BYTES = 1 << 20
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -98,6 +107,21 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=0,
         flag_values=fv,
     )
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Replace the shards and stats.json of a non-empty --output_dir; without it such a "
+        "directory is refused.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "max_document_bytes",
+        _MAX_DOCUMENT_BYTES,
+        "Longest input record in bytes (a line; a CSV record; a file with --text_mode=file); "
+        "longer ones are skipped and counted, never held in memory.",
+        lower_bound=1,
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "stats_file",
         None,
@@ -159,6 +183,8 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
             max_documents=flag_values.max_documents,
             interleave=flag_values.interleave_inputs,
             stats_file=flag_values.stats_file or None,
+            overwrite=flag_values.overwrite,
+            max_document_bytes=flag_values.max_document_bytes,
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from e
@@ -169,6 +195,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(flags.FLAGS)
+    _raise_open_file_limit()
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
@@ -182,6 +209,23 @@ def main(argv: list[str]) -> None:
         # I/O, so its errors are file errors (permission denied, ...).
         logging.error("%s", e)
         sys.exit(1)
+
+
+def _raise_open_file_limit() -> None:
+    """Raises the soft open-file limit to the hard one.
+
+    With all shards open, 1000 shards need more than the usual soft limit of
+    1024 files; the writer falls back to part files when the limit stays low,
+    which costs a second pass over the output.
+    """
+    if resource is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # Some systems cap below the hard limit; the writer copes.
 
 
 def run() -> None:

@@ -4,11 +4,18 @@
 `read_documents` into a `ShardedWriter`, shows a progress line when stderr is
 a terminal, and writes a JSON stats file: record and byte counts per split,
 throughput, and every skipped record counted by reason with examples.
+
+A conversion never mixes with what was in its output folder: a folder that
+is not empty is refused unless `overwrite` is set, and then its old shards
+and stats go before anything new is written. From the start to the very end
+the folder holds `tfrecord.INCOMPLETE_MARKER`; the stats file is written
+last, atomically, and only then is the marker removed. Training and
+evaluation refuse a folder with the marker, so a crashed conversion (even one
+that overwrote an older data set) is never read as data.
 """
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -17,6 +24,7 @@ from typing import Any, TextIO
 from absl import logging
 import tensorflow as tf
 
+from tf_mlstm import fileio
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 
@@ -48,6 +56,11 @@ class ConvertConfig:
             `readers.read_documents`) rather than one file after another.
         stats_file: Where to write the JSON stats; None for
             `<output_dir>/stats.json`.
+        overwrite: Replace the shards and stats of a non-empty output folder
+            (other files there are left alone); otherwise such a folder is
+            refused.
+        max_document_bytes: Longest input record, in bytes (see
+            `readers.read_documents`); longer ones are skipped and counted.
 
     Raises:
         ValueError: If a field is out of range.
@@ -65,6 +78,8 @@ class ConvertConfig:
     max_documents: int = 0
     interleave: bool = True
     stats_file: str | None = None
+    overwrite: bool = False
+    max_document_bytes: int = readers.DEFAULT_MAX_DOCUMENT_BYTES
 
     def __post_init__(self):
         if not self.inputs.strip(" ,"):
@@ -86,11 +101,62 @@ class ConvertConfig:
             )
         if self.max_documents < 0:
             raise ValueError(f"max_documents must be >= 0, got {self.max_documents}")
+        if self.max_document_bytes < 1:
+            raise ValueError(f"max_document_bytes must be >= 1, got {self.max_document_bytes}")
 
     @property
     def stats_path(self) -> str:
         """The stats file to write."""
         return self.stats_file or os.path.join(self.output_dir, "stats.json")
+
+
+def _marker(output_dir: str) -> str:
+    return os.path.join(output_dir, tfrecord.INCOMPLETE_MARKER)
+
+
+def _prepare_output_dir(config: ConvertConfig) -> None:
+    """Refuses a non-empty output folder, or empties it of a former conversion.
+
+    The incomplete marker goes in first, so that from here until the end of
+    the conversion, a crash leaves a folder that is refused as data.
+
+    Raises:
+        FileExistsError: If the folder is not empty and `overwrite` is not set.
+    """
+    output_dir = config.output_dir
+    if tf.io.gfile.isdir(output_dir):
+        entries = sorted(tf.io.gfile.listdir(output_dir))
+        if entries and not config.overwrite:
+            raise FileExistsError(
+                f"output directory {output_dir} is not empty ({len(entries)} entries, such as "
+                f"{entries[0].rstrip('/')}): pass --overwrite to replace its data, or choose "
+                "another directory"
+            )
+    elif tf.io.gfile.exists(output_dir):
+        raise FileExistsError(f"output directory {output_dir} is a file")
+    fileio.write_text_atomic(
+        _marker(output_dir),
+        "tf-mlstm-make-tfrecords is writing this folder, or stopped before the end; "
+        "re-run it with --overwrite.\n",
+    )
+    if not config.overwrite:
+        return
+    old = [config.stats_path, os.path.join(output_dir, "stats.json")]
+    for split in tfrecord.SPLITS:
+        old += tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*{tfrecord.TFRECORD_SUFFIX}*"))
+    removed = 0
+    spill_dir = os.path.join(output_dir, tfrecord.SPILL_SUBDIR)
+    if tf.io.gfile.isdir(spill_dir):
+        tf.io.gfile.rmtree(spill_dir)
+        removed += 1
+    for path in dict.fromkeys(old):
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+            removed += 1
+    if removed:
+        logging.info(
+            "--overwrite: removed %d files of a former conversion in %s", removed, output_dir
+        )
 
 
 class _Progress:
@@ -132,10 +198,12 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         readers.InputError: If an input file as a whole is unreadable.
         NoDocumentsError: If no document was written (the stats file is
             still written, to show what was skipped).
-        FileExistsError: If `output_dir` holds shards of another layout.
+        FileExistsError: If `output_dir` is not empty and `overwrite` is not
+            set.
     """
     start = time.monotonic()
     paths = readers.expand_inputs(config.inputs)
+    _prepare_output_dir(config)
     skip_log = readers.SkipLog()
     read_stats = readers.ReadStats()
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
@@ -156,6 +224,7 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         skip_log=skip_log,
         read_stats=read_stats,
         interleave=config.interleave,
+        max_document_bytes=config.max_document_bytes,
     )
     records = 0
     try:
@@ -193,9 +262,9 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         "compression": "GZIP" if config.gzip else None,
         "warnings": warnings,
     }
-    tf.io.gfile.makedirs(os.path.dirname(config.stats_path) or ".")
-    with tf.io.gfile.GFile(config.stats_path, "w") as f:
-        f.write(json.dumps(stats, indent=2) + "\n")
+    # Last, and atomically: a stats file means every shard is complete.
+    fileio.write_json_atomic(config.stats_path, stats)
+    tf.io.gfile.remove(_marker(config.output_dir))
 
     skip_log.log_summary()
     for warning in warnings:

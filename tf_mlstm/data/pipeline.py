@@ -14,9 +14,13 @@ end with padding, and `weights` marks the real targets, so every byte of
 every document is scored exactly once.
 
 Order (as in tensorflow/models input pipelines): list shard files -> split
-them by input pipeline -> (shuffle files) -> interleave readers -> parse ->
-(repeat documents by source) -> (shuffle documents) -> frame -> window ->
-batch rows -> prefetch.
+them by input pipeline -> (shuffle files) -> interleave readers -> (repeat)
+-> parse -> (repeat documents by source) -> (shuffle documents) -> frame ->
+window -> batch rows -> prefetch. The repeat comes after the readers, not
+before: repeating the file list would make shards without records an
+endless loop of empty reads, whereas an epoch without records ends the
+repeat (training checks for records before it starts, see
+`tfrecord.nonempty_files`).
 
 Training can oversample the documents of some input files (a small
 in-domain corpus beside a large general one): `source_repeats` rules
@@ -128,7 +132,8 @@ def document_dataset(
       shuffle: shuffle shard order each epoch (seeded).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer (0 = no shuffling).
-      repeat: cycle through the shards forever.
+      repeat: cycle through the shards forever (or end at once if they hold
+        no record).
       cycle_length: shards read in parallel.
       source_repeats: `parse_source_repeats` rules: documents whose source
         matches a rule are repeated its count of times (before the shuffle).
@@ -155,8 +160,6 @@ def document_dataset(
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        ds = ds.repeat()
     ds = ds.interleave(
         lambda f: tf.data.TFRecordDataset(f, compression_type=compression),
         cycle_length=min(cycle_length, len(files)),
@@ -164,6 +167,10 @@ def document_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+    if repeat:
+        # Each epoch reshuffles the shards; an epoch with no record at all
+        # ends the dataset instead of repeating forever.
+        ds = ds.repeat()
     fields = (tfrecord.TEXT_FEATURE, tfrecord.SOURCE_FEATURE)
     ds = ds.map(
         lambda record: tuple(tfrecord.parse_example(record)[k] for k in fields),
@@ -183,26 +190,58 @@ def document_dataset(
     return ds
 
 
-def corpus_documents(paths, text_keys, text_mode="line"):
+def corpus_documents(
+    paths,
+    text_keys,
+    text_mode="line",
+    max_document_bytes=readers.DEFAULT_MAX_DOCUMENT_BYTES,
+    errors=None,
+):
     """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
 
     Reads with `tf_mlstm.data.readers`, so bad records are counted and
     reported exactly as in conversion.
 
+    A file that cannot be read as a whole (corrupt gzip, CSV without a text
+    column, permission denied) ends the stream early: raised inside tf.data
+    it would come out as an opaque op error with a traceback, so it is
+    appended to `errors` instead, for the caller to raise once the dataset
+    has been consumed.
+
     Args:
         paths: corpus files.
         text_keys: keys/columns tried in order for the text.
         text_mode: plain-text files: "line" or "file".
+        max_document_bytes: longest record read (see `readers.read_documents`).
+        errors: a list that receives the `readers.InputError` that ended the
+            stream, if any. None: such an error is raised inside tf.data.
 
     Returns:
         A dataset of tf.string document texts.
+
+    Raises:
+        FileNotFoundError: a file does not exist.
     """
     paths = list(paths)
-    readers.read_documents(paths, text_keys, text_mode=text_mode)  # Fail fast.
+
+    def read():
+        return readers.read_documents(
+            paths, text_keys, text_mode=text_mode, max_document_bytes=max_document_bytes
+        )
+
+    read()  # Fail fast on missing files and bad arguments.
 
     def generate():
-        for doc in readers.read_documents(paths, text_keys, text_mode=text_mode):
-            yield doc.text.encode("utf-8")
+        try:
+            for doc in read():
+                yield doc.text.encode("utf-8")
+        except (readers.InputError, OSError, tf.errors.OpError) as e:
+            if errors is None:
+                raise
+            if not isinstance(e, readers.InputError):
+                message = getattr(e, "message", None) or str(e)
+                e = readers.InputError(f"cannot read the corpus: {message.strip()[:300]}")
+            errors.append(e)
 
     return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((), tf.string))
 

@@ -18,6 +18,12 @@ cannot be used is skipped and counted in a `SkipLog` under a reason, with
 the first examples kept as "path:line: message"; nothing is dropped
 silently. Errors that concern a whole file (missing, corrupt gzip, CSV
 without a text column) raise instead.
+
+Memory stays bounded whatever the input: a record (a line; a CSV record,
+which may span lines; a whole file in "file" text mode) longer than
+`max_document_bytes` is skipped as `record_too_long` without ever being held
+whole, and a CSV quote left open is skipped as `unterminated_quote` at its
+line, the lines after it being read again rather than swallowed.
 """
 
 import collections
@@ -50,6 +56,11 @@ BAD_LABEL = "bad_label"
 MISSING_RATING = "missing_rating"
 BAD_RATING = "bad_rating"
 BAD_CSV_ROW = "bad_csv_row"
+RECORD_TOO_LONG = "record_too_long"
+UNTERMINATED_QUOTE = "unterminated_quote"
+
+DEFAULT_MAX_DOCUMENT_BYTES = 1 << 20
+"""Longest record read (1 MiB); reviews are a few KiB, the longest Amazon ones ~32 KiB."""
 
 TEXT_MODES = ("line", "file")
 AUTO_RATING_KEYS = ("overall", "rating")
@@ -61,6 +72,8 @@ _CHUNK_BYTES = 1 << 20
 # Files read at once when interleaving inputs.
 _MAX_OPEN_FILES = 64
 _UTF8_BOM = b"\xef\xbb\xbf"
+_INT64_MAX = (1 << 63) - 1
+_FLOAT32_MAX = 3.4028234663852886e38
 _LABEL_NAMES = {"pos": 1, "positive": 1, "neg": 0, "negative": 0, "true": 1, "false": 0}
 
 
@@ -85,6 +98,13 @@ class Document:
     rating: float | None = None
     source: str = ""
     line: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _LongLine:
+    """Stands for a line longer than the record limit: only its length is kept."""
+
+    length: int
 
 
 @dataclasses.dataclass
@@ -209,7 +229,8 @@ def parse_label(value: Any) -> int:
             "false" (0), in any case.
 
     Returns:
-        The label, >= 0 (-1 is reserved for "unknown" in TFRecords).
+        The label, in [0, 2**63 - 1] (-1 is reserved for "unknown" in TFRecords,
+        which store labels as int64).
 
     Raises:
         ValueError: If `value` is none of these.
@@ -228,8 +249,18 @@ def parse_label(value: Any) -> int:
         if name.isdigit():
             label = int(name)
     if label is None or label < 0:
-        raise ValueError(f"not a label (a non-negative integer, bool, pos or neg): {value!r}")
+        raise ValueError(
+            f"not a label (a non-negative integer, bool, pos or neg): {_shorten(value)}"
+        )
+    if label > _INT64_MAX:
+        raise ValueError(f"label {_shorten(value)} is beyond the int64 range of TFRecords")
     return label
+
+
+def _shorten(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters: a skip example must stay one short line."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else "a huge int"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_rating(value: Any) -> float:
@@ -239,21 +270,21 @@ def parse_rating(value: Any) -> float:
         value: An int, a float, or a string holding a number.
 
     Returns:
-        The rating as a finite float.
+        The rating as a float, finite in float32 (as TFRecords store it).
 
     Raises:
-        ValueError: If `value` is not a finite number.
+        ValueError: If `value` is not a number within the float32 range.
     """
     rating = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        rating = float(value)
-    elif isinstance(value, str):
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         try:
             rating = float(value)
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: an int past float64.
             pass
     if rating is None or not math.isfinite(rating):
-        raise ValueError(f"not a finite number: {value!r}")
+        raise ValueError(f"not a finite number: {_shorten(value)}")
+    if abs(rating) > _FLOAT32_MAX:
+        raise ValueError(f"rating {_shorten(value)} is beyond the float32 range of TFRecords")
     return rating
 
 
@@ -266,6 +297,7 @@ def read_documents(
     skip_log: SkipLog | None = None,
     read_stats: ReadStats | None = None,
     interleave: bool = False,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
 ) -> Iterator[Document]:
     """Streams normalized documents from corpus files.
 
@@ -288,14 +320,18 @@ def read_documents(
         interleave: Spread every file over the whole stream (documents drawn
             from the file least far through, by size) instead of reading the
             files one after another.
+        max_document_bytes: Longest record, in input bytes: a line (JSON
+            lines, plain text), a CSV/TSV record, or a whole file in "file"
+            text mode. Longer ones are skipped as `record_too_long` and never
+            held in memory whole.
 
     Returns:
         An iterator of `Document`s; their text is normalized and never empty.
 
     Raises:
         FileNotFoundError: If a file does not exist (raised by the call).
-        ValueError: If `text_keys` is empty or `text_mode` is unknown (raised
-            by the call).
+        ValueError: If `text_keys` is empty, `text_mode` is unknown or
+            `max_document_bytes` is not positive (raised by the call).
         InputError: While iterating, if a gzip file is truncated or corrupt,
             or a CSV/TSV file has no header or no text column; the message
             names the file.
@@ -309,6 +345,8 @@ def read_documents(
         raise ValueError("text_keys must name at least one key")
     if text_mode not in TEXT_MODES:
         raise ValueError(f"text_mode must be one of {TEXT_MODES}, got {text_mode!r}")
+    if max_document_bytes < 1:
+        raise ValueError(f"max_document_bytes must be >= 1, got {max_document_bytes}")
     paths = list(paths)
     for path in paths:
         if not tf.io.gfile.exists(path):
@@ -316,7 +354,7 @@ def read_documents(
     log_at_end = skip_log is None
     skip_log = SkipLog() if skip_log is None else skip_log
     read_stats = ReadStats() if read_stats is None else read_stats
-    fields = _RecordFields(text_keys, label_key, rating_key, skip_log)
+    fields = _RecordFields(text_keys, label_key, rating_key, skip_log, max_document_bytes)
     # A separate generator, so that bad arguments and missing files fail at
     # the call rather than at the first next(), possibly much later.
     return _stream_documents(paths, fields, text_mode, read_stats, log_at_end, interleave)
@@ -377,15 +415,15 @@ def _file_documents(
         stream: BinaryIO = stack.enter_context(tf.io.gfile.GFile(path, "rb"))
         if gzipped:
             stream = stack.enter_context(gzip.open(stream, "rb"))
-        lines = _iter_lines(stream, path, read_stats, gzipped)
+        lines = _iter_lines(stream, path, read_stats, gzipped, fields.max_bytes)
         if kind == "json":
             yield from _read_json_lines(lines, path, fields)
         elif kind in ("csv", "tsv"):
             yield from _read_delimited(lines, path, "\t" if kind == "tsv" else ",", fields)
         elif text_mode == "line":
-            yield from _read_text_lines(lines, path, fields.skip_log)
+            yield from _read_text_lines(lines, path, fields)
         else:
-            yield from _read_text_file(lines, path, fields.skip_log)
+            yield from _read_text_file(lines, path, fields)
 
 
 def _file_kind(path: str) -> str:
@@ -402,17 +440,21 @@ def _file_kind(path: str) -> str:
 
 
 def _iter_lines(
-    stream: BinaryIO, path: str, read_stats: ReadStats, gzipped: bool
-) -> Iterator[bytes]:
+    stream: BinaryIO, path: str, read_stats: ReadStats, gzipped: bool, max_bytes: int
+) -> Iterator[bytes | _LongLine]:
     """Yields the lines of a binary stream without their b"\\n".
 
     Reads 1 MiB chunks: GFile's own readline costs a Python call per line.
-    A UTF-8 byte-order mark at the start is dropped.
+    A UTF-8 byte-order mark at the start is dropped. A line longer than
+    `max_bytes` is yielded as a `_LongLine`: its bytes are dropped as they
+    arrive, so memory stays within `max_bytes` plus a chunk and time linear
+    however long the line is.
 
     Raises:
         InputError: If a gzip stream is truncated or corrupt.
     """
-    tail = b""
+    tail: list[bytes] = []  # The pieces of the line not yet complete.
+    tail_bytes = 0
     first = True
     while True:
         try:
@@ -430,11 +472,24 @@ def _iter_lines(
             if chunk.startswith(_UTF8_BOM):
                 chunk = chunk[len(_UTF8_BOM) :]
         lines = chunk.split(b"\n")
-        lines[0] = tail + lines[0]
-        tail = lines.pop()
-        yield from lines
-    if tail:
-        yield tail
+        if len(lines) == 1:  # No line ends in this chunk.
+            tail_bytes += len(chunk)
+            if tail_bytes <= max_bytes:
+                tail.append(chunk)
+            else:
+                tail = []  # Too long: only its length is kept from here on.
+            continue
+        tail_bytes += len(lines[0])
+        yield b"".join(tail) + lines[0] if tail_bytes <= max_bytes else _LongLine(tail_bytes)
+        last = lines.pop()
+        middle = lines[1:]
+        if middle and max(map(len, middle)) > max_bytes:
+            middle = [line if len(line) <= max_bytes else _LongLine(len(line)) for line in middle]
+        yield from middle
+        tail_bytes = len(last)
+        tail = [last] if tail_bytes <= max_bytes else []
+    if tail_bytes:
+        yield b"".join(tail) if tail_bytes <= max_bytes else _LongLine(tail_bytes)
 
 
 class _RecordFields:
@@ -446,11 +501,22 @@ class _RecordFields:
         label_key: str | None,
         rating_key: str | None,
         skip_log: SkipLog,
+        max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     ):
         self.text_keys = text_keys
         self.label_key = label_key
         self.rating_key = rating_key
         self.skip_log = skip_log
+        self.max_bytes = max_bytes
+
+    def skip_too_long(self, path: str, line: int, length: int, what: str = "line") -> None:
+        """Counts a record longer than the limit."""
+        self.skip_log.add(
+            RECORD_TOO_LONG,
+            path,
+            line,
+            f"{what} of {length:,} bytes is longer than --max_document_bytes={self.max_bytes:,}",
+        )
 
     def document(
         self, record: Mapping[str, Any], path: str, line: int, empty_is_null: bool = False
@@ -513,10 +579,13 @@ class _RecordFields:
 
 
 def _read_json_lines(
-    lines: Iterable[bytes], path: str, fields: _RecordFields
+    lines: Iterable[bytes | _LongLine], path: str, fields: _RecordFields
 ) -> Iterator[Document]:
     skip = fields.skip_log.add
     for line_number, raw in enumerate(lines, 1):
+        if isinstance(raw, _LongLine):
+            fields.skip_too_long(path, line_number, raw.length)
+            continue
         if not raw or raw.isspace():
             skip(EMPTY_LINE, path, line_number, "blank line")
             continue
@@ -544,20 +613,110 @@ def _read_json_lines(
             yield document
 
 
+class _BadRecord(Exception):
+    """Raised by `_CsvLines` into `csv.reader` to abandon the record being read."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class _CsvLines:
+    """The lines of a CSV/TSV file, fed to `csv.reader` one record at a time.
+
+    `csv.reader` pulls lines until its record is complete, so a quote left
+    open would pull the rest of the file into one field. This source numbers
+    the lines, stops a record that grows past `max_bytes` or reaches the end
+    of the file still open (raising `_BadRecord` through the reader), and
+    after any bad record `restart` puts back the lines after its first, so
+    only that first line is lost. The put-back lines are at most `max_bytes`.
+
+    Args:
+        lines: The file's lines, as from `_iter_lines`.
+        max_bytes: Longest record.
+    """
+
+    def __init__(self, lines: Iterable[bytes | _LongLine], max_bytes: int):
+        self._lines = enumerate(lines, 1)
+        self._max_bytes = max_bytes
+        self._pending: collections.deque[tuple[int, bytes | _LongLine]] = collections.deque()
+        self._record: list[tuple[int, bytes | _LongLine]] = []
+        self._bytes = 0
+
+    def begin(self) -> None:
+        """Starts a record: call before each `next` on the reader."""
+        self._record = []
+        self._bytes = 0
+
+    @property
+    def start_line(self) -> int:
+        """First line of the current record."""
+        return self._record[0][0] if self._record else 0
+
+    @property
+    def line_count(self) -> int:
+        """Lines in the current record."""
+        return len(self._record)
+
+    def restart(self) -> None:
+        """Drops the current record's first line; its other lines are read again."""
+        self._pending.extendleft(reversed(self._record[1:]))
+        self._record = []
+
+    def __iter__(self) -> "_CsvLines":
+        return self
+
+    def __next__(self) -> str:
+        if self._pending:
+            number, raw = self._pending.popleft()
+        else:
+            try:
+                number, raw = next(self._lines)
+            except StopIteration:
+                if self._record:  # csv.reader asked for more: a quote is open.
+                    raise _BadRecord(
+                        UNTERMINATED_QUOTE,
+                        f"quoted field still open at the end of the file (after "
+                        f"{len(self._record)} lines); the lines after it were read on",
+                    ) from None
+                raise
+        self._record.append((number, raw))
+        self._bytes += (raw.length if isinstance(raw, _LongLine) else len(raw)) + 1
+        if isinstance(raw, _LongLine) or self._bytes > self._max_bytes:
+            lines = len(self._record)
+            raise _BadRecord(
+                RECORD_TOO_LONG,
+                f"record longer than --max_document_bytes={self._max_bytes:,}"
+                + (
+                    f" over {lines} lines (a quote left open?); the lines after its first "
+                    "were read on"
+                    if lines > 1
+                    else ""
+                ),
+            )
+        # surrogateescape keeps undecodable bytes as lone surrogates, so the
+        # csv module can still find record boundaries; the record is then
+        # skipped.
+        return raw.decode("utf-8", "surrogateescape") + "\n"
+
+
 def _read_delimited(
-    lines: Iterable[bytes], path: str, delimiter: str, fields: _RecordFields
+    lines: Iterable[bytes | _LongLine], path: str, delimiter: str, fields: _RecordFields
 ) -> Iterator[Document]:
-    """Reads CSV/TSV records; quoted fields may span lines."""
+    """Reads CSV/TSV records; quoted fields may span lines, up to the record limit."""
     skip = fields.skip_log.add
-    # surrogateescape keeps undecodable bytes as lone surrogates, so the csv
-    # module can still find record boundaries; the record is then skipped.
-    text_lines = (raw.decode("utf-8", "surrogateescape") + "\n" for raw in lines)
-    reader = csv.reader(text_lines, delimiter=delimiter)
+    # The record limit is enforced by _CsvLines; the csv module's own field
+    # limit (128 KiB by default, process-wide) must not cut below it.
+    if csv.field_size_limit() < fields.max_bytes:
+        csv.field_size_limit(fields.max_bytes)
+    source = _CsvLines(lines, fields.max_bytes)
+    reader = csv.reader(source, delimiter=delimiter)
+    source.begin()
     try:
         header = next(reader)
     except StopIteration:
         raise InputError(f"{path}: empty file, expected a header row") from None
-    except csv.Error as e:
+    except (csv.Error, _BadRecord) as e:
         raise InputError(f"{path}:1: unreadable header row ({e})") from e
     header = [name.strip() for name in header]
     if not any(key in header for key in fields.text_keys):
@@ -565,23 +724,33 @@ def _read_delimited(
             f"{path}: no text column: none of {list(fields.text_keys)} in its header, "
             f"which has the columns {header}"
         )
-    end_line = reader.line_num
     while True:
-        start_line = end_line + 1
+        source.begin()
         try:
             row = next(reader)
         except StopIteration:
             break
-        except csv.Error as e:
-            end_line = reader.line_num
-            skip(BAD_CSV_ROW, path, start_line, f"unparsable row ({e})")
+        except _BadRecord as e:
+            skip(e.reason, path, source.start_line, str(e))
+            source.restart()
             continue
-        end_line = reader.line_num
+        except csv.Error as e:
+            skip(BAD_CSV_ROW, path, source.start_line, f"unparsable row ({e})")
+            source.restart()
+            continue
+        start_line = source.start_line
         if not row:
             skip(EMPTY_LINE, path, start_line, "blank line")
             continue
         if len(row) != len(header):
-            skip(BAD_CSV_ROW, path, start_line, f"{len(row)} fields, the header has {len(header)}")
+            lines_read = source.line_count
+            message = f"{len(row)} fields, the header has {len(header)}"
+            if lines_read > 1:
+                # Most likely a stray quote that joined the next lines to this
+                # record: they are read again on their own.
+                message += f" (over {lines_read} lines; the lines after its first were read on)"
+            skip(BAD_CSV_ROW, path, start_line, message)
+            source.restart()
             continue
         try:
             delimiter.join(row).encode("utf-8")
@@ -593,8 +762,14 @@ def _read_delimited(
             yield document
 
 
-def _read_text_lines(lines: Iterable[bytes], path: str, skip_log: SkipLog) -> Iterator[Document]:
+def _read_text_lines(
+    lines: Iterable[bytes | _LongLine], path: str, fields: _RecordFields
+) -> Iterator[Document]:
+    skip_log = fields.skip_log
     for line_number, raw in enumerate(lines, 1):
+        if isinstance(raw, _LongLine):
+            fields.skip_too_long(path, line_number, raw.length)
+            continue
         if not raw or raw.isspace():
             skip_log.add(EMPTY_LINE, path, line_number, "blank line")
             continue
@@ -609,8 +784,20 @@ def _read_text_lines(lines: Iterable[bytes], path: str, skip_log: SkipLog) -> It
         yield Document(text, None, None, path, line_number)
 
 
-def _read_text_file(lines: Iterable[bytes], path: str, skip_log: SkipLog) -> Iterator[Document]:
-    data = b"\n".join(lines)
+def _read_text_file(
+    lines: Iterable[bytes | _LongLine], path: str, fields: _RecordFields
+) -> Iterator[Document]:
+    skip_log = fields.skip_log
+    pieces = []
+    size = -1  # No newline before the first line.
+    for raw in lines:
+        size += 1 + (raw.length if isinstance(raw, _LongLine) else len(raw))
+        if size > fields.max_bytes:
+            # The rest of the file is not read: the document is lost anyway.
+            fields.skip_too_long(path, 1, size, what="file (at least)")
+            return
+        pieces.append(raw)
+    data = b"\n".join(pieces)
     try:
         text = normalize_text(data.decode("utf-8"))
     except UnicodeDecodeError as e:

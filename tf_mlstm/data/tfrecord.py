@@ -15,9 +15,19 @@ A corpus is written as shards named `{split}-{index:05d}-of-{count:05d}.tfrecord
 `ShardedWriter` assigns documents to splits by fixed weights (1000/1/1 in the
 paper) in a deterministic interleaved pattern and to shards of a split round
 robin; `split_files` finds a split's shards again for the training pipeline.
+
+A folder being written holds `INCOMPLETE_MARKER` until the conversion has
+finished (see `tf_mlstm.data.convert`); `split_files` refuses such a folder,
+so a crashed conversion is never trained or evaluated on. Folders without
+the marker (finished, written by older versions, or by other tools) are read.
+`nonempty_files` drops shards without records, which would otherwise make a
+repeating input pipeline spin.
 """
 
+import concurrent.futures
+import gzip
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +45,17 @@ SPLITS = ("train", "validation", "test")
 TFRECORD_SUFFIX = ".tfrecord"
 GZIP_SUFFIX = ".gz"
 _COMPRESSIONS = (None, "GZIP")
+INCOMPLETE_MARKER = "_CONVERSION_INCOMPLETE"
+"""File present in an output folder from the start to the end of a conversion."""
+SPILL_SUBDIR = "_shard_parts"
+"""Where `ShardedWriter` keeps buffered records when it cannot hold every shard open."""
+# Files ShardedWriter holds open at most, of the process's open-file limit:
+# the rest is left to input files (up to 64 when interleaving), TensorFlow
+# and Python.
+_OPEN_FILES_SHARE = 4
+_DEFAULT_MAX_OPEN_FILES = 256
+_SPILL_BYTES = 128 << 20
+_PROBE_THREADS = 16
 # zlib level 1 compresses review text to 46% instead of 40% (the default
 # level 6) but at 5x the speed, which keeps the single-threaded converter
 # above 20 MB/s of input; readers decompress any level.
@@ -133,16 +154,85 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
     Raises:
         ValueError: If `split` is not one of `SPLITS`.
         FileNotFoundError: If nothing matches.
+        IncompleteDataError: If a folder of the files holds a conversion that
+            has not finished.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     pattern = data_dir_or_glob
     if tf.io.gfile.isdir(data_dir_or_glob):
+        check_complete(data_dir_or_glob)
         pattern = os.path.join(data_dir_or_glob, f"{split}-*{TFRECORD_SUFFIX}*")
     files = sorted(tf.io.gfile.glob(pattern))
+    for folder in sorted({os.path.dirname(f) for f in files}):
+        check_complete(folder)
     if not files:
         raise FileNotFoundError(f"no {split} TFRecord files match {pattern}")
     return files
+
+
+class IncompleteDataError(ValueError):
+    """A TFRecord folder whose conversion did not finish."""
+
+
+def check_complete(folder: str) -> None:
+    """Raises if `folder` holds a conversion that has not finished.
+
+    Args:
+        folder: A TFRecord folder.
+
+    Raises:
+        IncompleteDataError: If `INCOMPLETE_MARKER` is there.
+    """
+    if tf.io.gfile.exists(os.path.join(folder or ".", INCOMPLETE_MARKER)):
+        raise IncompleteDataError(
+            f"{folder}: incomplete TFRecord data (its conversion did not finish; "
+            f"{INCOMPLETE_MARKER} is still there): re-run tf-mlstm-make-tfrecords into it "
+            "with --overwrite"
+        )
+
+
+def _has_record(path: str, compression: str) -> bool:
+    # A TFRecord file without records is empty (uncompressed) or an empty
+    # gzip stream, and any record is at least 16 bytes: one byte tells. Read
+    # in Python, this costs a fraction of a millisecond; a tf.data pipeline
+    # per file costs tens.
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            if compression == "GZIP":
+                with gzip.GzipFile(fileobj=f) as stream:
+                    return bool(stream.read(1))
+            return bool(f.read(1))
+    except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
+        message = getattr(e, "message", None) or str(e)
+        raise ValueError(
+            f"{path}: not a readable {compression or 'uncompressed'} TFRecord file ({message})"
+        ) from None
+
+
+def nonempty_files(files: Sequence[str]) -> list[str]:
+    """The files that hold at least one record, in order.
+
+    Reads the first byte of each file's records, a few files at once (object
+    stores answer slowly but in parallel).
+
+    Args:
+        files: TFRecord files, all gzip or all uncompressed.
+
+    Returns:
+        The files with records.
+
+    Raises:
+        ValueError: If a file cannot be read (a ".gz" file that is not gzip,
+            say; the message names it), or compression is mixed.
+    """
+    files = list(files)
+    if not files:
+        return []
+    compression = compression_type(files)
+    with concurrent.futures.ThreadPoolExecutor(min(_PROBE_THREADS, len(files))) as pool:
+        has = list(pool.map(lambda path: _has_record(path, compression), files))
+    return [path for path, keep in zip(files, has) if keep]
 
 
 def compression_type(files: Sequence[str]) -> str:
@@ -196,9 +286,16 @@ class ShardedWriter:
     deterministic, and interleaved rather than in blocks, so with (1000, 1, 1)
     every 1002 documents hold 1000 train, 1 validation and 1 test document,
     the first validation and test documents being the 335th and 669th. Within
-    a split, documents go to its shards round robin. All shard files are open
-    at once (one per shard), and every shard file is created, even one that
-    receives no document.
+    a split, documents go to its shards round robin. Every shard file is
+    created, even one that receives no document.
+
+    When every shard fits within `max_open_files`, all shard files are open
+    at once and written as documents come. Otherwise (1000 shards under the
+    usual limit of 1024 open files) records are buffered in memory up to
+    `spill_bytes`, then appended to per-shard part files under
+    `SPILL_SUBDIR`, one file open at a time, and `close` assembles each shard
+    from its parts. Either way the shards hold the same records in the same
+    order.
 
     Use as a context manager (or call `open` and `close`):
 
@@ -207,11 +304,18 @@ class ShardedWriter:
                 writer.write(doc)
         print(writer.split_stats())
 
+    Leaving the `with` block by an exception discards the buffered records
+    rather than assembling shards.
+
     Args:
         output_dir: Directory for the shards; created if missing.
         num_train_shards: Number of train shards, >= 1.
         split_weights: Positive integer weights (train, validation, test).
         compression: None, or "GZIP" for gzip-compressed shards ("*.gz").
+        max_open_files: Most shard files open at once; None for a quarter of
+            the process's open-file limit.
+        spill_bytes: Records buffered before they go to part files, when not
+            every shard can be open.
 
     Raises:
         ValueError: If an argument is out of range.
@@ -223,6 +327,8 @@ class ShardedWriter:
         num_train_shards: int,
         split_weights: Sequence[int] = (1000, 1, 1),
         compression: str | None = None,
+        max_open_files: int | None = None,
+        spill_bytes: int = _SPILL_BYTES,
     ):
         split_weights = tuple(split_weights)
         if num_train_shards < 1:
@@ -237,6 +343,8 @@ class ShardedWriter:
         compression = compression.upper() if compression else None
         if compression not in _COMPRESSIONS:
             raise ValueError(f"compression must be None or 'GZIP', got {compression!r}")
+        if max_open_files is not None and max_open_files < 1:
+            raise ValueError(f"max_open_files must be >= 1, got {max_open_files}")
         self._output_dir = output_dir
         self._weights = split_weights
         self._total_weight = sum(split_weights)
@@ -249,7 +357,15 @@ class ShardedWriter:
             ]
             for split, count in self._shard_counts.items()
         }
+        self._max_open_files = max_open_files or _default_max_open_files()
+        self._spill_bytes = spill_bytes
+        self._open = False
+        # Direct mode: one writer per shard. Spill mode: records per shard.
         self._writers: dict[str, list[tf.io.TFRecordWriter]] | None = None
+        self._buffers: dict[str, list[list[bytes]]] | None = None
+        self._parts: dict[str, list[list[str]]] = {}
+        self._buffered = 0
+        self._spills = 0
         self._current = [0] * len(SPLITS)  # Smooth weighted round robin state.
         self._next_shard = [0] * len(SPLITS)
         self._records = [0] * len(SPLITS)
@@ -260,8 +376,13 @@ class ShardedWriter:
         """The shard files per split."""
         return {split: list(paths) for split, paths in self._paths.items()}
 
+    @property
+    def spills(self) -> bool:
+        """Whether the shards go through part files (too many to hold open)."""
+        return sum(self._shard_counts.values()) > self._max_open_files
+
     def open(self) -> "ShardedWriter":
-        """Creates the output directory and opens every shard file.
+        """Creates the output directory and opens the shard files.
 
         Returns:
             self.
@@ -272,7 +393,7 @@ class ShardedWriter:
                 compression): `split_files` would read them as part of the
                 data set.
         """
-        if self._writers is not None:
+        if self._open:
             return self
         tf.io.gfile.makedirs(self._output_dir)
         ours = {path for paths in self._paths.values() for path in paths}
@@ -290,15 +411,26 @@ class ShardedWriter:
                 f"{stale[0]}, which would be read with the new ones; remove them or "
                 "choose another output directory"
             )
-        options = tf.io.TFRecordOptions(
+        if self.spills:
+            spill_dir = os.path.join(self._output_dir, SPILL_SUBDIR)
+            if tf.io.gfile.exists(spill_dir):  # Left by a conversion that crashed.
+                tf.io.gfile.rmtree(spill_dir)
+            tf.io.gfile.makedirs(spill_dir)
+            self._buffers = {split: [[] for _ in paths] for split, paths in self._paths.items()}
+            self._parts = {split: [[] for _ in paths] for split, paths in self._paths.items()}
+        else:
+            self._writers = {
+                split: [tf.io.TFRecordWriter(path, self._options()) for path in paths]
+                for split, paths in self._paths.items()
+            }
+        self._open = True
+        return self
+
+    def _options(self) -> tf.io.TFRecordOptions:
+        return tf.io.TFRecordOptions(
             compression_type=self._compression or "",
             compression_level=_GZIP_LEVEL if self._compression else None,
         )
-        self._writers = {
-            split: [tf.io.TFRecordWriter(path, options) for path in paths]
-            for split, paths in self._paths.items()
-        }
-        return self
 
     def write(self, doc: Document) -> str:
         """Writes one document to the next shard of its split.
@@ -312,7 +444,7 @@ class ShardedWriter:
         Raises:
             RuntimeError: If the writer is not open.
         """
-        if self._writers is None:
+        if not self._open:
             raise RuntimeError("ShardedWriter.write called before open() or after close()")
         current = self._current
         for i, weight in enumerate(self._weights):
@@ -323,20 +455,76 @@ class ShardedWriter:
         split = SPLITS[chosen]
         text = doc.text.encode("utf-8")
         shard = self._next_shard[chosen]
-        self._writers[split][shard].write(_serialize(text, doc))
+        record = _serialize(text, doc)
+        if self._writers is not None:
+            self._writers[split][shard].write(record)
+        else:
+            self._buffers[split][shard].append(record)
+            self._buffered += len(record)
+            if self._buffered >= self._spill_bytes:
+                self._spill()
         self._next_shard[chosen] = (shard + 1) % self._shard_counts[split]
         self._records[chosen] += 1
         self._bytes[chosen] += len(text)
         return split
 
+    def _spill(self) -> None:
+        """Appends every shard's buffered records to a new part file of that shard."""
+        for split, buffers in self._buffers.items():
+            for shard, records in enumerate(buffers):
+                if not records:
+                    continue
+                name = os.path.basename(self._paths[split][shard])
+                part = os.path.join(
+                    self._output_dir, SPILL_SUBDIR, f"{name}.part-{self._spills:06d}"
+                )
+                with tf.io.TFRecordWriter(part) as writer:
+                    for record in records:
+                        writer.write(record)
+                self._parts[split][shard].append(part)
+                records.clear()
+        self._spills += 1
+        self._buffered = 0
+
     def close(self) -> None:
-        """Flushes and closes every shard file; safe to call twice."""
-        if self._writers is None:
+        """Writes out and closes every shard file; safe to call twice."""
+        if not self._open:
             return
-        writers, self._writers = self._writers, None
-        for split_writers in writers.values():
-            for writer in split_writers:
-                writer.close()
+        self._open = False
+        if self._writers is not None:
+            writers, self._writers = self._writers, None
+            for split_writers in writers.values():
+                for writer in split_writers:
+                    writer.close()
+            return
+        buffers, self._buffers = self._buffers, None
+        for split, paths in self._paths.items():
+            for shard, path in enumerate(paths):
+                with tf.io.TFRecordWriter(path, self._options()) as writer:
+                    parts = self._parts[split][shard]
+                    if parts:
+                        for batch in tf.data.TFRecordDataset(parts).batch(1024):
+                            for record in batch.numpy():
+                                writer.write(record)
+                    for record in buffers[split][shard]:
+                        writer.write(record)
+                buffers[split][shard] = []
+        self._discard_parts()
+
+    def _discard_parts(self) -> None:
+        spill_dir = os.path.join(self._output_dir, SPILL_SUBDIR)
+        if tf.io.gfile.exists(spill_dir):
+            tf.io.gfile.rmtree(spill_dir)
+        self._parts = {}
+
+    def abort(self) -> None:
+        """Closes without assembling buffered shards (the output is abandoned)."""
+        if self._writers is not None or not self._open:
+            self.close()
+            return
+        self._open = False
+        self._buffers = None
+        self._discard_parts()
 
     def split_stats(self) -> dict[str, dict[str, int]]:
         """Returns `{split: {"records", "bytes", "shards"}}`; bytes of text."""
@@ -352,5 +540,20 @@ class ShardedWriter:
     def __enter__(self) -> "ShardedWriter":
         return self.open()
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _default_max_open_files() -> int:
+    """A share of the soft open-file limit (1024 on most Linux systems)."""
+    try:
+        import resource  # pylint: disable=g-import-not-at-top (POSIX only)
+    except ImportError:
+        return _DEFAULT_MAX_OPEN_FILES
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(1, soft // _OPEN_FILES_SHARE)

@@ -217,7 +217,8 @@ class LanguageModelTask(Task):
     def results(self, step):
         final = self._log_validation(step, 0)
         if not final:
-            return {}
+            # Said in the results too, not only in the start-up warning.
+            return {"validation": "none: no validation shards with records"}
         return {
             "validation_bits_per_char": final["bits_per_char"],
             "validation_chars": final["chars"],
