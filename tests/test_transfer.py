@@ -16,8 +16,8 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
-from tf_mlstm.export.saved_model import load_trained_model
 from tf_mlstm.models import featurize
+from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic

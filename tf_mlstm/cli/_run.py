@@ -8,12 +8,12 @@ import os
 
 from absl import logging
 
+from tf_mlstm import rundir
 from tf_mlstm.data import demo
 from tf_mlstm.data import tfrecord
 from tf_mlstm.export import saved_model
 from tf_mlstm.train import loop
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.config import EXPORT_SUBDIR
 
 
 def resolve_data(config):
@@ -55,8 +55,8 @@ def train_and_export(config):
     trainer = loop.Trainer(config, train_files, validation_files)
     results = trainer.train(finalize=False)
     if strategy_lib.is_chief(trainer.strategy):
-        model, _ = saved_model.load_trained_model(config.model_dir)
-        export_dir = os.path.join(config.model_dir, EXPORT_SUBDIR)
+        model, _ = rundir.load_trained_model(config.model_dir)
+        export_dir = rundir.export_dir(config.model_dir)
         saved_model.export_saved_model(
             saved_model.ServingModule(model),
             export_dir,

@@ -64,10 +64,10 @@ def evaluate_data(
     from tf_mlstm.data import pipeline  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
-    model, _ = saved_model.load_trained_model(model_dir)
+    model, _ = rundir.load_trained_model(model_dir)
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
         documents = pipeline.document_dataset(files)

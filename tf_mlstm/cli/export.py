@@ -69,6 +69,7 @@ def export(config):
       FileNotFoundError: a missing model or classifier.
       ValueError: a classifier that does not fit the model.
     """
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
@@ -86,7 +87,7 @@ def export(config):
             "nonzero_weights": classifier.nonzero_weights,
             "neuron": {"index": classifier.neuron.index, "kind": kind, "unit": unit},
         }
-    model, train_config = saved_model.load_trained_model(config.model_dir)
+    model, train_config = rundir.load_trained_model(config.model_dir)
     try:
         module = saved_model.ServingModule(model, window=config.window, classifier=head)
     except ValueError as e:

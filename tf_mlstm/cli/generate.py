@@ -95,12 +95,12 @@ def generate_texts(config, model=None, sampler=None):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import featurize  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
 
     if model is None:
-        model, _ = saved_model.load_trained_model(config.model_dir)
+        model, _ = rundir.load_trained_model(config.model_dir)
     prompt = normalize_text(config.prompt)
     ids, _, _ = featurize.texts_to_ids(tf.constant([prompt] * config.num_samples))
     out = sampling.sample_ids(

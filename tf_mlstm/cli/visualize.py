@@ -127,12 +127,12 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(VisualizeConfig)
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
     try:
         texts = read_texts(config)
-        model, _ = saved_model.load_trained_model(config.model_dir)
+        model, _ = rundir.load_trained_model(config.model_dir)
         written = visualize.write_visualization(
             model, texts, config.neuron, config.output_dir, config.width, config.scale or None
         )

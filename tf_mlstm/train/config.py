@@ -9,17 +9,11 @@ import json
 
 from tf_mlstm.data import pipeline
 from tf_mlstm.train import schedules
+from tf_mlstm.train.strategy import ALL_REDUCE
+from tf_mlstm.train.strategy import STRATEGIES
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
-ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
-
-# Files and folders of a run's --model_dir.
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-CHECKPOINT_SUBDIR = "checkpoints"
-EXPORT_SUBDIR = "export"
 
 
 class JsonConfig:

@@ -24,7 +24,6 @@ relaunch resumes where it stopped.
 """
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -34,15 +33,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import rundir
 from tf_mlstm.data import pipeline
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.models.sampling import make_sampler
 from tf_mlstm.models.sampling import sample_text
 from tf_mlstm.train import checkpointing
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
-from tf_mlstm.train.config import RESULTS_FILE
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
@@ -132,7 +129,7 @@ class Trainer:
             step=self.step,
             skipped=self.skipped,
         )
-        self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
+        self.checkpoint_dir = rundir.checkpoint_dir(config.model_dir)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
             strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
@@ -345,6 +342,7 @@ class Trainer:
 
     def _train(self, finalize):
         config = self.config
+        rundir.begin_run(config.model_dir, {rundir.CONFIG_FILE: config}, chief=self.chief)
         restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
         start_step = int(self.step.numpy())
         state = None
@@ -355,6 +353,7 @@ class Trainer:
                 start_step,
                 self.local_replicas,
                 (self.per_replica_batch, config.hidden_size),
+                tf.as_dtype(self.model.compute_dtype),
             )
             checkpointing.restore_input_state(
                 config.model_dir, self.worker, start_step, self.iterator, self._input_layout()
@@ -369,10 +368,6 @@ class Trainer:
         val_writer = tf.summary.create_file_writer(
             strategy_lib.write_dirpath(os.path.join(config.model_dir, "validation"), self.strategy)
         )
-        if self.chief:
-            tf.io.gfile.makedirs(config.model_dir)
-            with tf.io.gfile.GFile(os.path.join(config.model_dir, CONFIG_FILE), "w") as f:
-                f.write(config.to_json())
         logging.info(
             "Training: %d worker(s), %d replica(s), global batch %d (%d per "
             "replica) x %d chars, %s, XLA %s, from step %d to %d.",
@@ -455,8 +450,7 @@ class Trainer:
         if finalize:
             strategy_lib.finalize(self.strategy)
         if self.chief:
-            with tf.io.gfile.GFile(os.path.join(config.model_dir, RESULTS_FILE), "w") as f:
-                f.write(json.dumps(results, indent=2, sort_keys=True))
+            rundir.write_results(config.model_dir, results)
         else:
             strategy_lib.remove_temp_dirpath(summary_dir, self.strategy)
         return results

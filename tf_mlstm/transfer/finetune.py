@@ -42,22 +42,20 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data.text import DOC_START
-from tf_mlstm.export import saved_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train import config as train_config_lib
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
-from tf_mlstm.train.config import RESULTS_FILE
+from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
+from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train.loop import resolve_jit
 
 FEATURES = ("cell", "mean")
 THRESHOLD_METRICS = ("accuracy", "f1")
-FINETUNE_CONFIG_FILE = "finetune_config.json"
 _PAD = 0  # Never in normalized text (a control character); the reset hides it anyway.
 
 
@@ -483,7 +481,7 @@ class Finetuner:
             )
         self.labels = config.label_keys
         self._load_data()
-        base, self.base_config = saved_model.load_trained_model(config.init_model_dir)
+        base, self.base_config = rundir.load_trained_model(config.init_model_dir)
         tf.random.set_seed(config.seed)
         keras.utils.set_random_seed(config.seed)
         with self.strategy.scope():
@@ -510,7 +508,7 @@ class Finetuner:
             optimizer=self.optimizer,
             step=self.step,
         )
-        self.checkpoint_dir = os.path.join(config.model_dir, CHECKPOINT_SUBDIR)
+        self.checkpoint_dir = rundir.checkpoint_dir(config.model_dir)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
             strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
@@ -610,24 +608,18 @@ class Finetuner:
     def train(self):
         """Fine-tunes to `max_steps`, chooses thresholds, returns the results dict."""
         config = self.config
-        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            logging.info("Resumed from %s", latest)
+        rundir.begin_run(
+            config.model_dir,
+            {rundir.CONFIG_FILE: self.base_config, FINETUNE_CONFIG_FILE: config},
+            chief=self.chief,
+        )
+        latest = rundir.restore_checkpoint(self.checkpoint, self.checkpoint_dir)
         start_step = int(self.step.numpy())
         dataset = self.strategy.distribute_datasets_from_function(
             lambda context: self._dataset_fn(context, start_step)
         )
         iterator = iter(dataset)
         train_step = self._make_train_step()
-        if self.chief:
-            tf.io.gfile.makedirs(config.model_dir)
-            for name, text in (
-                (CONFIG_FILE, self.base_config.to_json()),
-                (FINETUNE_CONFIG_FILE, config.to_json()),
-            ):
-                with tf.io.gfile.GFile(os.path.join(config.model_dir, name), "w") as f:
-                    f.write(text)
         logging.info(
             "Fine-tuning %s (%s features, labels %s) on %d texts: %d replica(s), global "
             "batch %d x %d bytes, %s, XLA %s, steps %d to %d.",
@@ -690,8 +682,7 @@ class Finetuner:
         results = self._final_results(step, time.monotonic() - begin, history)
         strategy_lib.finalize(self.strategy)
         if self.chief:
-            with tf.io.gfile.GFile(os.path.join(config.model_dir, RESULTS_FILE), "w") as f:
-                f.write(json.dumps(results, indent=2, sort_keys=True))
+            rundir.write_results(config.model_dir, results)
         else:
             strategy_lib.remove_temp_dirpath(
                 strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy), self.strategy
@@ -760,9 +751,9 @@ def load_finetuned_model(model_dir):
         config = FinetuneConfig.from_json(f.read())
     with tf.io.gfile.GFile(paths[RESULTS_FILE]) as f:
         results = json.loads(f.read())
-    encoder, _ = saved_model.load_trained_model(model_dir)
+    encoder, _ = rundir.load_trained_model(model_dir)
     model = SequenceClassifier(encoder, len(config.label_keys), config.feature)
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    tf.train.Checkpoint(classifier=model.classifier).restore(latest).expect_partial()
+    restorer = tf.train.Checkpoint(classifier=model.classifier)
+    rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
     thresholds = np.array([results["thresholds"][name] for name in config.label_keys])
     return model, config, thresholds
