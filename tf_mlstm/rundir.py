@@ -452,19 +452,22 @@ def restore_checkpoint(checkpoint, directory, partial=False):
             )
             damaged.append(os.path.basename(prefix))
             continue
+        # A full restore is a training run resuming; a partial one loads a model.
+        verb = "Restored" if partial else "Resumed from"
         if damaged:
             logging.warning(
-                "Resumed from %s, the newest intact checkpoint (skipped %s).",
+                "%s %s, the newest intact checkpoint (skipped %s).",
+                verb,
                 prefix,
                 ", ".join(damaged),
             )
         else:
-            logging.info("Resumed from %s", prefix)
+            logging.info("%s %s", verb, prefix)
         return prefix
     if damaged:
         raise RunDirError(
-            f"{directory}: no intact checkpoint ({', '.join(damaged)} are missing files or "
-            "damaged; see the warnings); move them away to start the run afresh."
+            f"{directory}: no intact checkpoint (missing or damaged: {', '.join(damaged)}; see "
+            "the warnings); move them away to start the run afresh."
         )
     return None
 
@@ -500,11 +503,11 @@ def load_trained_model(model_dir, checkpoint=None, precision="float32"):
             raise RunDirError(
                 f"checkpoint {checkpoint} is missing or damaged ({_first_line(error)})."
             ) from None
+        logging.info("Restored %s", checkpoint)
     else:
         checkpoint = restore_checkpoint(restorer, checkpoint_dir(model_dir), partial=True)
         if not checkpoint:
             raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
-    logging.info("Loaded %s", checkpoint)
     return model, config
 
 
