@@ -300,6 +300,7 @@ def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint
     )
     whole_dir, parts_dir = _ram_dir("whole"), _ram_dir("parts")
     whole = _train(dataclasses.replace(base, model_dir=whole_dir, max_steps=12), files)
+    assert not _warnings(caplog)
 
     _train(dataclasses.replace(base, model_dir=parts_dir, max_steps=8), files)
     resumed = _train(dataclasses.replace(base, model_dir=parts_dir, max_steps=12), files)
@@ -312,6 +313,7 @@ def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint
     # The newest checkpoint cut short: the run resumes from the one before.
     data = os.path.join(rundir.checkpoint_dir(whole_dir), "ckpt-12.data-00000-of-00001")
     content = tf.io.gfile.GFile(data, "rb").read()
+    tf.io.gfile.remove(data)  # ram:// appends to a file opened for writing
     with tf.io.gfile.GFile(data, "wb") as f:
         f.write(content[: len(content) // 2])
     caplog.set_level(logging.INFO)

@@ -323,7 +323,9 @@ def acquire_lock(model_dir):
     if path in _HELD and _read_lock(path) == _HELD[path]:
         return path
     record = _lock_record()
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    # Not named `path` + suffix: some filesystems (ram://) report a file as
+    # existing when another one's name extends it.
+    tmp = os.path.join(model_dir, f".lock-{uuid.uuid4().hex}.tmp")
     fileio.write_json_atomic(tmp, record)
     try:
         try:
