@@ -116,16 +116,20 @@ def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
         )
         return None
     stacked = _read_state(path)
-    want = (replicas, 2) + tuple(shape)
-    if stacked.shape != want or (dtype is not None and tf.as_dtype(stacked.dtype) != dtype):
+    if stacked.shape != (replicas, 2) + tuple(shape):
         logging.warning(
-            "Carried state in %s was saved for another replica layout or precision (%s %s, "
-            "now %s %s): the recurrent state restarts from zeros.",
+            "Carried state in %s was saved for another replica layout: the recurrent state "
+            "restarts from zeros.",
             path,
-            stacked.shape,
+        )
+        return None
+    if dtype is not None and tf.as_dtype(stacked.dtype) != dtype:
+        logging.warning(
+            "Carried state in %s was saved in %s, not %s: the recurrent state restarts from "
+            "zeros.",
+            path,
             tf.as_dtype(stacked.dtype).name,
-            want,
-            tf.as_dtype(dtype).name if dtype is not None else "any",
+            tf.as_dtype(dtype).name,
         )
         return None
     return [(stacked[i, 0], stacked[i, 1]) for i in range(replicas)]
