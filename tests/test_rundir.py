@@ -78,7 +78,9 @@ def test_resume_refuses_a_new_shape_or_precision_and_logs_safe_changes(tmp_path,
         rundir.begin_run(model_dir, {rundir.CONFIG_FILE: changed})
     assert rundir.read_config(model_dir) == saved  # untouched
     with pytest.raises(rundir.RunDirError, match="--weight_norm=False \\(saved True\\)"):
-        rundir.begin_run(model_dir, {rundir.CONFIG_FILE: dataclasses.replace(saved, weight_norm=False)})
+        rundir.begin_run(
+            model_dir, {rundir.CONFIG_FILE: dataclasses.replace(saved, weight_norm=False)}
+        )
 
     caplog.set_level(logging.INFO)
     longer = dataclasses.replace(saved, max_steps=24, lr=1e-3, log_every_steps=5)
@@ -98,7 +100,11 @@ def test_finetune_resume_rules(tmp_path):
     _fake_checkpoint(model_dir)
     with pytest.raises(rundir.RunDirError, match=r"--lm_loss_weight=0.5 \(saved 0.0\)"):
         rundir.begin_run(
-            model_dir, {**configs, rundir.FINETUNE_CONFIG_FILE: dataclasses.replace(saved, lm_loss_weight=0.5)}
+            model_dir,
+            {
+                **configs,
+                rundir.FINETUNE_CONFIG_FILE: dataclasses.replace(saved, lm_loss_weight=0.5),
+            },
         )
     with pytest.raises(rundir.RunDirError, match=r"\(config.json\): --hidden_size=32 \(saved 16\)"):
         rundir.begin_run(model_dir, {**configs, rundir.CONFIG_FILE: TrainConfig(hidden_size=32)})
@@ -135,40 +141,66 @@ def test_lock_is_held_until_released_and_names_its_holder(tmp_path):
 
 
 def test_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path, caplog):
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     stale = {"host": socket.gethostname(), "pid": int(gone.stdout), "started": "earlier"}
     path = _lock_path(str(tmp_path))
     with open(path, "w") as f:
         json.dump(stale, f)
     rundir.acquire_lock(str(tmp_path))
     assert json.loads(open(path).read())["pid"] == os.getpid()
-    assert any("Taking over the lock" in m and f"pid {stale['pid']}" in m for m in _warnings(caplog))
+    assert any(
+        "Taking over the lock" in m and f"pid {stale['pid']}" in m for m in _warnings(caplog)
+    )
 
 
 @pytest.mark.slow
 def test_second_chief_on_one_model_dir_is_refused(tmp_path):
     """A live run holds the folder; a duplicate launch of the binary stops with one line."""
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys; from tf_mlstm import rundir; rundir.acquire_lock(sys.argv[1]); "
-         "print('locked', flush=True); sys.stdin.read()", str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tf_mlstm import rundir; rundir.acquire_lock(sys.argv[1]); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
         second = subprocess.run(
-            [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={tmp_path}",
-             "--hidden_size=8", "--embedding_size=8", "--max_steps=1"],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "tf_mlstm.cli.train",
+                f"--model_dir={tmp_path}",
+                "--hidden_size=8",
+                "--embedding_size=8",
+                "--max_steps=1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         )
         assert second.returncode == 1 and "Traceback" not in second.stderr
-        errors = [line for line in second.stderr.splitlines() if line.startswith("E")
-                  and "cuda" not in line]
+        errors = [
+            line
+            for line in second.stderr.splitlines()
+            if line.startswith("E") and "cuda" not in line
+        ]
         assert len(errors) == 1, second.stderr[-3000:]
-        assert f"{tmp_path} is in use by another run (host {socket.gethostname()}, " \
-               f"pid {holder.pid}" in errors[0]
+        assert (
+            f"{tmp_path} is in use by another run (host {socket.gethostname()}, "
+            f"pid {holder.pid}" in errors[0]
+        )
         assert not (tmp_path / rundir.CHECKPOINT_SUBDIR).exists()
     finally:
         holder.communicate("", timeout=60)
@@ -205,7 +237,10 @@ def test_restore_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, da
 
     for prefix in ("ckpt-1", "ckpt-2"):
         os.remove(os.path.join(directory, prefix + ".data-00000-of-00001"))
-    with pytest.raises(rundir.RunDirError, match=r"no intact checkpoint \(missing or damaged: ckpt-3, ckpt-2, ckpt-1;"):
+    with pytest.raises(
+        rundir.RunDirError,
+        match=r"no intact checkpoint \(missing or damaged: ckpt-3, ckpt-2, ckpt-1;",
+    ):
         rundir.restore_checkpoint(tf.train.Checkpoint(v=value), directory)
 
 
@@ -289,14 +324,20 @@ def _train(config, files):
 
 
 @pytest.mark.slow
-def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint(
-    tmp_path, caplog
-):
+def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint(tmp_path, caplog):
     files = tf.io.gfile.glob(os.path.join(demo.build_demo_tfrecords(str(tmp_path)), "train-*"))
     base = TrainConfig(
-        hidden_size=16, embedding_size=8, seq_length=16, batch_size=4, total_steps=12,
-        checkpoint_every_steps=4, log_every_steps=4, eval_every_steps=0, sample_every_steps=0,
-        precision="mixed_bfloat16", jit_compile="false",
+        hidden_size=16,
+        embedding_size=8,
+        seq_length=16,
+        batch_size=4,
+        total_steps=12,
+        checkpoint_every_steps=4,
+        log_every_steps=4,
+        eval_every_steps=0,
+        sample_every_steps=0,
+        precision="mixed_bfloat16",
+        jit_compile="false",
     )
     whole_dir, parts_dir = _ram_dir("whole"), _ram_dir("parts")
     whole = _train(dataclasses.replace(base, model_dir=whole_dir, max_steps=12), files)

@@ -287,9 +287,8 @@ def _holder_gone(record):
 
 
 def _describe_holder(record):
-    return (
-        f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}"
-        + (f", command {record['command']!r}" if record.get("command") else "")
+    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}" + (
+        f", command {record['command']!r}" if record.get("command") else ""
     )
 
 

@@ -125,8 +125,7 @@ def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
         return None
     if dtype is not None and tf.as_dtype(stacked.dtype) != dtype:
         logging.warning(
-            "Carried state in %s was saved in %s, not %s: the recurrent state restarts from "
-            "zeros.",
+            "Carried state in %s was saved in %s, not %s: the recurrent state restarts from zeros.",
             path,
             tf.as_dtype(stacked.dtype).name,
             tf.as_dtype(dtype).name,

@@ -46,12 +46,12 @@ from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
+from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train import config as train_config_lib
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
-from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train.loop import resolve_jit
 
 FEATURES = ("cell", "mean")
