@@ -16,8 +16,8 @@ import keras
 import tensorflow as tf
 
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
+from tf_mlstm.rundir import CHECKPOINT_SUBDIR
+from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train.config import TrainConfig
 
 TINY_TRAIN_FLAGS = (

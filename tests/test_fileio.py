@@ -33,3 +33,12 @@ def test_read_json_errors_name_the_file(tmp_path):
     (tmp_path / "bad.json").write_text('{"a": ')
     with pytest.raises(ValueError, match="bad.json: not valid JSON"):
         fileio.read_json(str(tmp_path / "bad.json"))
+
+
+def test_bytes_are_written_as_they_are(tmp_path):
+    path = str(tmp_path / "state.tensor")
+    data = bytes(range(256)) * 3
+    fileio.write_text_atomic(path, b"old")
+    fileio.write_text_atomic(path, data)
+    assert (tmp_path / "state.tensor").read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.tensor"]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from _models import tiny_trained_model_dir
-from tf_mlstm.export.saved_model import load_trained_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.transfer import finetune
 

@@ -173,9 +173,9 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     assert saved["weights_sha256"] == results["weights_sha256"]
     assert _latest_checkpoint_step(model_dir) == 6
     assert (model_dir / "export" / "6" / "saved_model.pb").exists()
-    assert sorted(p.name for p in (model_dir / "carried_state").glob("*step-6.npz")) == [
-        "worker-0-step-6.npz",
-        "worker-1-step-6.npz",
+    assert sorted(p.name for p in (model_dir / "carried_state").glob("*step-6.*")) == [
+        "worker-0-step-6.tensor",
+        "worker-1-step-6.tensor",
     ]
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

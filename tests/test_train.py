@@ -63,9 +63,20 @@ def test_bad_flag_is_one_clear_line(tmp_path):
     assert "no train TFRecord files match" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _checkpoint_steps(model_dir):
+    return sorted(int(p.name[len("ckpt-") : -len(".index")])
+                  for p in (model_dir / "checkpoints").glob("ckpt-*.index"))
+
+
 @pytest.mark.slow
-def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path):
-    whole = _run(_train_cmd(tmp_path / "whole", "--max_steps=16"))
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, precision):
+    """Killed at a checkpoint with steps left, the same command ends with identical weights.
+
+    The carried recurrent state is saved in the compute dtype, so this holds
+    for 16-bit states too.
+    """
+    whole = _run(_train_cmd(tmp_path / "whole", "--max_steps=16", f"--precision={precision}"))
     assert whole.returncode == 0, whole.stderr[-3000:]
     reference = _losses(whole.stderr)
     assert sorted(reference) == list(range(1, 17))
@@ -74,33 +85,46 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path):
     results = json.loads((model_dir / "results.json").read_text())
     assert results["step"] == 16 and results["validation_bits_per_char"] > 0
     config = json.loads((model_dir / "config.json").read_text())
-    assert config["hidden_size"] == 32
+    assert config["hidden_size"] == 32 and config["precision"] == precision
     # Versioned by the final step, as TensorFlow Serving loads it.
     assert os.listdir(model_dir / "export") == ["16"]
     assert (model_dir / "export" / "16" / "saved_model.pb").exists()
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     assert '"validation_bits_per_char"' in whole.stdout.splitlines()[-1]
+    assert not (model_dir / "run.lock").exists()
 
-    # A run killed partway and started again with the same command.
+    # The same run with a budget it cannot reach (the schedule is fixed by
+    # --total_steps), killed as soon as its first checkpoint is written: it
+    # always has steps left, and the kill lands at a checkpoint boundary or
+    # within the next interval.
     killed_dir = tmp_path / "killed"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen(_train_cmd(killed_dir, "--max_steps=16"), cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and not list(killed_dir.glob("checkpoints/ckpt-8.index")):
-        time.sleep(0.05)
+    proc = subprocess.Popen(
+        _train_cmd(killed_dir, "--max_steps=1000000", f"--precision={precision}"),
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not _checkpoint_steps(killed_dir) and proc.poll() is None:
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert list(killed_dir.glob("checkpoints/ckpt-*.index")), "no checkpoint before the kill"
-    resumed = _run(_train_cmd(killed_dir, "--max_steps=16"))
+    saved = _checkpoint_steps(killed_dir)
+    assert saved and max(saved) < 16, f"checkpoints at the kill: {saved}"
+    assert (killed_dir / "run.lock").exists()  # the killed chief never released it
+
+    resumed = _run(_train_cmd(killed_dir, "--max_steps=16", f"--precision={precision}"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resumed from" in resumed.stderr
+    assert f"Resumed from {killed_dir / 'checkpoints'}/ckpt-{max(saved)}" in resumed.stderr
+    assert "Taking over the lock" in resumed.stderr
+    assert "--max_steps 1000000 -> 16" in resumed.stderr
+    assert "restarts from zeros" not in resumed.stderr
     after = _losses(resumed.stderr)
-    assert max(after) == 16 and min(after) > 1
-    # Same data position, same carried state, same weights: same losses.
+    assert min(after) == max(saved) + 1 and max(after) == 16
     for step, loss in after.items():
         assert loss == pytest.approx(reference[step], abs=2e-4), step
-    assert json.loads((killed_dir / "results.json").read_text())["step"] == 16
+    # Same data position, same carried state, same weights: bit-identical.
+    final = json.loads((killed_dir / "results.json").read_text())
+    assert final["step"] == 16 and final["weights_sha256"] == results["weights_sha256"]
 
 
 @pytest.mark.slow

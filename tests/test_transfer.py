@@ -16,8 +16,8 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
-from tf_mlstm.export.saved_model import load_trained_model
 from tf_mlstm.models import featurize
+from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
@@ -467,6 +467,17 @@ def test_run_transfer_errors(tmp_path, review_csvs):
                 model_dir=str(model_dir), train=review_csvs["train"], output_dir="x", val_fraction=1
             )
         )
+    # The training run's own folder: its results.json is not the transfer's to replace.
+    (model_dir / "results.json").write_text('{"step": 20}')
+    with pytest.raises(
+        ValueError,
+        match=r"--output_dir=.*/m is a model folder \(it holds config.json\); writing here "
+        r"would replace the run's results.json: give a folder of its own, e.g. .*/m/transfer",
+    ):
+        experiment.run_transfer(
+            dataclasses.replace(config, train=review_csvs["train"], output_dir=str(model_dir))
+        )
+    assert json.loads((model_dir / "results.json").read_text()) == {"step": 20}
     one_class = tmp_path / "one.csv"
     one_class.write_text("label,sentence\n1,good\n1,fine\n")
     with pytest.raises(ValueError, match="one.csv: binary classification needs exactly two"):

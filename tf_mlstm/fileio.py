@@ -24,7 +24,7 @@ def write_text_atomic(path, text):
 
     Args:
       path: destination file (its folder is created).
-      text: the whole content.
+      text: the whole content (str, or bytes for a binary file).
 
     Raises:
       tf.errors.OpError: the filesystem refused (permissions, full disk); the
@@ -35,7 +35,7 @@ def write_text_atomic(path, text):
         tf.io.gfile.makedirs(folder)
     tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
     try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
+        with tf.io.gfile.GFile(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         tf.io.gfile.rename(tmp, path, overwrite=True)
     except BaseException:

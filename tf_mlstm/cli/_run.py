@@ -6,15 +6,15 @@ flags parsed (a usage error answers at once).
 
 import os
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
+from tf_mlstm import rundir
 from tf_mlstm.data import demo
 from tf_mlstm.data import tfrecord
 from tf_mlstm.export import saved_model
 from tf_mlstm.train import loop
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.config import EXPORT_SUBDIR
 
 
 def resolve_data(config):
@@ -120,7 +120,7 @@ def train_and_export(config):
     Raises:
       ValueError: `model_dir/export` holds something not written by an export.
     """
-    export_base = os.path.join(config.model_dir, EXPORT_SUBDIR)
+    export_base = rundir.export_dir(config.model_dir)
     saved_model.check_export_base(export_base)
     train_files, validation_files = resolve_data(config)
     trainer = loop.Trainer(config, train_files, validation_files)

@@ -147,12 +147,12 @@ def classify(config, stdin=None):
       FileNotFoundError: a missing model, classifier or input.
       ValueError: a classifier that does not fit the model, or no text.
     """
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
     classifier = logistic.LogisticClassifier.load(config.classifier)
-    model, _ = saved_model.load_trained_model(config.model_dir)
+    model, _ = rundir.load_trained_model(config.model_dir)
     if model.hidden_size != classifier.hidden_size:
         raise ValueError(
             f"{config.classifier}: fitted on a {classifier.hidden_size}-unit model, but "

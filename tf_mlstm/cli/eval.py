@@ -67,13 +67,13 @@ def evaluate_data(
             incomplete, or a raw corpus file cannot be read as a whole
             (`readers.InputError`, naming the file).
     """
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import pipeline  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
-    model, _ = saved_model.load_trained_model(model_dir)
+    model, _ = rundir.load_trained_model(model_dir)
     errors = []  # A raw corpus file that could not be read ends its stream here.
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)

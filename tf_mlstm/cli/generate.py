@@ -128,14 +128,14 @@ def generate_texts(config, model=None, sampler=None):
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import featurize  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     if model is None:
-        model, _ = saved_model.load_trained_model(config.model_dir)
+        model, _ = rundir.load_trained_model(config.model_dir)
     unit, value = neuron_lib.held_unit(
         config.classifier,
         model.hidden_size,

@@ -18,7 +18,6 @@ checkpoint: rerun the same command to resume.
 """
 
 import json
-import os
 import sys
 
 from absl import app

@@ -51,7 +51,12 @@ def define_transfer_flags():
         "value, negative below (e.g. --label_key=overall --label_threshold=4 for Amazon stars). "
         "Unset: the label is already a class.",
     )
-    flags.DEFINE_string("output_dir", None, "Where results, classifier and plots are written.")
+    flags.DEFINE_string(
+        "output_dir",
+        None,
+        "Where results, classifier and plots are written; not a model folder (its results.json "
+        "belongs to the run).",
+    )
     flags.DEFINE_string(
         "features",
         "cell",

@@ -144,14 +144,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(VisualizeConfig)
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
     try:
         texts = read_texts(config)
-        model, _ = saved_model.load_trained_model(config.model_dir)
+        model, _ = rundir.load_trained_model(config.model_dir)
         unit, sign, neuron = neuron_lib.drawn_unit(
             config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
         )

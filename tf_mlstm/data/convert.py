@@ -19,10 +19,11 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any
+from typing import TextIO
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
 from tf_mlstm import fileio
 from tf_mlstm.data import readers

@@ -35,11 +35,15 @@ import heapq
 import json
 import math
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+from typing import BinaryIO
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
 from tf_mlstm.data.text import normalize_text
 

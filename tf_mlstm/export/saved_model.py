@@ -44,14 +44,14 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import fileio
+from tf_mlstm import rundir
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
-from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
-from tf_mlstm.train.config import TrainConfig
+
+# Documented import path (docs/transfer.md); the run folder's owner defines it.
+from tf_mlstm.rundir import load_trained_model  # noqa: F401 pylint: disable=unused-import
 
 SERVING_WINDOW = 256
 DEFAULT_MAX_TEXT_BYTES = 65536
@@ -69,41 +69,6 @@ _OLD_PREFIX = ".old-export-"
 
 class ExportDirError(ValueError):
     """The export folder holds something this module did not write."""
-
-
-def load_trained_model(model_dir, checkpoint=None, precision="float32"):
-    """Rebuilds a run's model and loads its newest checkpoint.
-
-    Args:
-      model_dir: a `tf-mlstm-train` model folder (has config.json).
-      checkpoint: a specific checkpoint path (default: the newest).
-      precision: the dtype policy to compute in. float32 (the default) is
-        what serving exports; a mixed policy keeps the float32 weights and
-        runs the products in 16 bits, which is what makes featurizing large
-        corpora fast on GPUs and on CPUs with bfloat16 units.
-
-    Returns:
-      (model, config).
-
-    Raises:
-      FileNotFoundError: no config or no checkpoint in `model_dir`.
-    """
-    config_path = os.path.join(model_dir, CONFIG_FILE)
-    if not tf.io.gfile.exists(config_path):
-        raise FileNotFoundError(
-            f"{model_dir}: no {CONFIG_FILE}; is it a " "tf-mlstm-train --model_dir?"
-        )
-    with tf.io.gfile.GFile(config_path) as f:
-        config = TrainConfig.from_json(f.read())
-    checkpoint = checkpoint or tf.train.latest_checkpoint(
-        os.path.join(model_dir, CHECKPOINT_SUBDIR)
-    )
-    if not checkpoint:
-        raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
-    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
-    tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial()
-    logging.info("Loaded %s", checkpoint)
-    return model, config
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -511,8 +476,7 @@ def export_trained_model(
       ValueError: a classifier that does not fit the model, or a bad limit.
     """
     check_export_base(base_dir)
-    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    model, train_config = load_trained_model(model_dir, checkpoint)
+    model, train_config, checkpoint = rundir.load_trained_checkpoint(model_dir)
     version = checkpoint_step(checkpoint)
     module = ServingModule(
         model,

@@ -3,10 +3,13 @@
 A `tf.train.Checkpoint` holds the model, the optimizer (with its loss
 scale) and the step counter; only the chief's copy is kept. What differs
 between workers is written by each worker beside it, in the shared model
-folder:
+folder (names from `tf_mlstm.rundir`):
 
 * the recurrent state each replica carries across batches (not a variable),
-  as `carried_state/worker-<id>-step-<step>.npz`;
+  as `carried_state/worker-<id>-step-<step>.tensor`: one serialized
+  `TensorProto` [replicas, 2 (h, c), rows, units] in the compute dtype, so a
+  bfloat16 or float16 state comes back bit for bit (NumPy's `.npz` has no
+  bfloat16: it reads back as raw bytes);
 * the position of the worker's input iterator, as a small checkpoint
   `input_state/worker-<id>/step-<step>` with the input layout it belongs to
   in `step-<step>.json` (every worker reads its own shards, so one iterator
@@ -15,53 +18,77 @@ folder:
 A resumed run reloads both when the step and the layout match, so the loss
 trajectory continues exactly. When the layout changed (a checkpoint from N
 workers resumed on M), the state starts from zeros and the input from the
-start of this worker's shards, and the log says so.
+start of this worker's shards, and the log says so. All file access goes
+through `tf.io.gfile`, so a `gs://` (or any TensorFlow filesystem) model
+folder resumes as exactly as a local one.
 """
 
-import glob
+import io
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.framework import tensor_pb2
 
-_STATE_DIR = "carried_state"
-_INPUT_DIR = "input_state"
+from tf_mlstm import fileio
+from tf_mlstm import rundir
+
+_STATE_SUFFIX = ".tensor"
+_LEGACY_STATE_SUFFIX = ".npz"  # written by earlier versions; read for their resumes
 
 
-def _state_path(model_dir, worker, step):
-    return os.path.join(model_dir, _STATE_DIR, f"worker-{worker}-step-{step}.npz")
+def _state_path(model_dir, worker, step, suffix=_STATE_SUFFIX):
+    return os.path.join(rundir.carried_state_dir(model_dir), f"worker-{worker}-step-{step}{suffix}")
+
+
+def _step_of(path):
+    match = re.search(r"step-(\d+)(\.[a-z]+)?$", path)
+    return int(match.group(1)) if match else -1
 
 
 def save_carried_state(model_dir, worker, step, local_states, keep=3):
-    """Writes this worker's per-replica [h, c] arrays atomically.
+    """Writes this worker's per-replica [h, c] atomically, in their own dtype.
 
     Args:
       model_dir: the run's folder (shared by all workers).
       worker: this worker's index.
       step: the global step the state belongs to.
-      local_states: list over local replicas of (h, c) numpy arrays.
+      local_states: list over local replicas of (h, c) arrays or tensors, all
+        of one shape and dtype.
       keep: how many of this worker's newest files to keep.
     """
-    path = _state_path(model_dir, worker, step)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    arrays = {}
-    for index, (h, c) in enumerate(local_states):
-        # float32 holds float16 and bfloat16 values exactly; NumPy's .npz has no bfloat16
-        # and would store it as raw 2-byte voids that no dtype can be cast from.
-        arrays[f"h{index}"] = np.asarray(h, np.float32)
-        arrays[f"c{index}"] = np.asarray(c, np.float32)
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-    pattern = os.path.join(model_dir, _STATE_DIR, f"worker-{worker}-step-*.npz")
-    files = sorted(glob.glob(pattern), key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    stacked = tf.stack([tf.stack([h, c]) for h, c in local_states])
+    fileio.write_text_atomic(
+        _state_path(model_dir, worker, step), tf.io.serialize_tensor(stacked).numpy()
+    )
+    pattern = os.path.join(rundir.carried_state_dir(model_dir), f"worker-{worker}-step-*")
+    files = sorted(tf.io.gfile.glob(pattern), key=_step_of)
     for old in files[:-keep]:
-        os.remove(old)
+        tf.io.gfile.remove(old)
 
 
-def load_carried_state(model_dir, worker, step, replicas, shape):
+def _read_state(path):
+    """The saved array [replicas, 2, rows, units] at `path`, in its saved dtype."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    if path.endswith(_LEGACY_STATE_SUFFIX):
+        with np.load(io.BytesIO(data)) as arrays:
+            replicas = len(arrays.files) // 2
+            stacked = np.stack(
+                [np.stack([arrays[f"h{i}"], arrays[f"c{i}"]]) for i in range(replicas)]
+            )
+        if stacked.dtype.kind == "V" and stacked.dtype.itemsize == 2:
+            # NumPy saved bfloat16 as anonymous 2-byte records.
+            stacked = stacked.view(tf.bfloat16.as_numpy_dtype)
+        return stacked
+    dtype = tf.as_dtype(tensor_pb2.TensorProto.FromString(data).dtype)
+    return tf.io.parse_tensor(data, dtype).numpy()
+
+
+def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
     """Returns the saved per-replica (h, c) list, or None if it doesn't fit.
 
     Args:
@@ -70,52 +97,57 @@ def load_carried_state(model_dir, worker, step, replicas, shape):
       step: the restored checkpoint's step.
       replicas: local replicas now.
       shape: expected (rows, units) of each array.
+      dtype: the compute dtype now (None: any); a state saved in another one
+        does not fit.
+
+    Returns:
+      A list over local replicas of (h, c) NumPy arrays in the saved dtype,
+      or None (with a warning) when the state restarts from zeros.
     """
     path = _state_path(model_dir, worker, step)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
+        legacy = _state_path(model_dir, worker, step, _LEGACY_STATE_SUFFIX)
+        path = legacy if tf.io.gfile.exists(legacy) else None
+    if path is None:
         logging.warning(
-            "No carried state for worker %d at step %d: the "
-            "recurrent state restarts from zeros.",
+            "No carried state for worker %d at step %d: the recurrent state restarts from zeros.",
             worker,
             step,
         )
         return None
-    with np.load(path) as arrays:
-        if len(arrays.files) != 2 * replicas or arrays["h0"].shape != tuple(shape):
-            logging.warning(
-                "Carried state in %s was saved for another replica "
-                "layout: the recurrent state restarts from zeros.",
-                path,
-            )
-            return None
-        return [
-            (_state_array(arrays[f"h{i}"]), _state_array(arrays[f"c{i}"]))
-            for i in range(replicas)
-        ]
-
-
-def _state_array(array):
-    """A saved state array as float32; older files hold bfloat16 as raw 2-byte voids."""
-    if array.dtype.kind == "V" and array.dtype.itemsize == 2:
-        array = array.view(tf.bfloat16.as_numpy_dtype)
-    return array.astype(np.float32)
+    stacked = _read_state(path)
+    if stacked.shape != (replicas, 2) + tuple(shape):
+        logging.warning(
+            "Carried state in %s was saved for another replica layout: the recurrent state "
+            "restarts from zeros.",
+            path,
+        )
+        return None
+    if dtype is not None and tf.as_dtype(stacked.dtype) != dtype:
+        logging.warning(
+            "Carried state in %s was saved in %s, not %s: the recurrent state restarts from zeros.",
+            path,
+            tf.as_dtype(stacked.dtype).name,
+            tf.as_dtype(dtype).name,
+        )
+        return None
+    return [(stacked[i, 0], stacked[i, 1]) for i in range(replicas)]
 
 
 def restore_latest(checkpoint, checkpoint_dir):
-    """Restores the newest checkpoint in `checkpoint_dir`, if any.
+    """Restores the newest intact checkpoint in `checkpoint_dir`, if any.
 
     Returns:
       The restored checkpoint path, or None for a fresh start.
+
+    Raises:
+      rundir.RunDirError: checkpoints exist but none is intact.
     """
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info("Resumed from %s", latest)
-    return latest
+    return rundir.restore_checkpoint(checkpoint, checkpoint_dir)
 
 
 def _input_prefix(model_dir, worker, step):
-    return os.path.join(model_dir, _INPUT_DIR, f"worker-{worker}", f"step-{step}")
+    return os.path.join(rundir.input_state_dir(model_dir, worker), f"step-{step}")
 
 
 def save_input_state(model_dir, worker, step, iterator, layout, keep=3):
@@ -131,19 +163,18 @@ def save_input_state(model_dir, worker, step, iterator, layout, keep=3):
       keep: how many of this worker's newest positions to keep.
     """
     prefix = _input_prefix(model_dir, worker, step)
-    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    tf.io.gfile.makedirs(os.path.dirname(prefix))
     tf.train.Checkpoint(iterator=iterator).write(prefix)
-    tmp = prefix + ".json.tmp"
-    with open(tmp, "w") as f:
-        json.dump(layout, f, sort_keys=True)
     # The layout file last: its presence says the position is complete.
-    os.replace(tmp, prefix + ".json")
-    saved = glob.glob(os.path.join(os.path.dirname(prefix), "step-*.json"))
-    steps = sorted(int(os.path.basename(p)[len("step-") : -len(".json")]) for p in saved)
+    fileio.write_json_atomic(prefix + ".json", layout)
+    saved = tf.io.gfile.glob(_input_prefix(model_dir, worker, "*") + ".json")
+    steps = sorted(_step_of(p[: -len(".json")]) for p in saved)
     for old in steps[:-keep]:
         old_prefix = _input_prefix(model_dir, worker, old)
-        for path in glob.glob(old_prefix + ".*"):
-            os.remove(path)
+        # The layout file first: without it the rest is never read.
+        paths = tf.io.gfile.glob(old_prefix + ".*")
+        for path in sorted(paths, key=lambda p: not p.endswith(".json")):
+            tf.io.gfile.remove(path)
 
 
 def restore_input_state(model_dir, worker, step, iterator, layout):
@@ -154,7 +185,7 @@ def restore_input_state(model_dir, worker, step, iterator, layout):
       from the beginning of this worker's shards.
     """
     prefix = _input_prefix(model_dir, worker, step)
-    if not os.path.exists(prefix + ".json"):
+    if not tf.io.gfile.exists(prefix + ".json"):
         logging.warning(
             "No input position for worker %d at step %d: its input restarts from the "
             "beginning of its shards.",
@@ -162,8 +193,7 @@ def restore_input_state(model_dir, worker, step, iterator, layout):
             step,
         )
         return False
-    with open(prefix + ".json") as f:
-        saved = json.load(f)
+    saved = fileio.read_json(prefix + ".json")
     if saved != json.loads(json.dumps(layout)):
         logging.warning(
             "Input position in %s was saved for another input layout (%s, now %s): the "

@@ -20,12 +20,6 @@ JIT_CHOICES = ("auto", "true", "false")
 ALLREDUCE_DTYPES = ("float32", "float16")
 SCHEDULE_LENGTHS = ("budget", "steps")
 
-# Files and folders of a run's --model_dir.
-CONFIG_FILE = "config.json"
-RESULTS_FILE = "results.json"
-CHECKPOINT_SUBDIR = "checkpoints"
-EXPORT_SUBDIR = "export"
-
 
 class JsonConfig:
     """JSON round trip for frozen config dataclasses."""

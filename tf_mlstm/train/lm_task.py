@@ -21,9 +21,9 @@ from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.models.sampling import make_sampler
 from tf_mlstm.models.sampling import sample_text
+from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import schedules
-from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.runner import TRAIN_SUMMARY_SUBDIR
 from tf_mlstm.train.runner import Task
 
@@ -159,8 +159,8 @@ class LanguageModelTask(Task):
             hooks.append((config.sample_every_steps, self._log_sample))
         return hooks
 
-    def config_files(self):
-        return {CONFIG_FILE: self.config.to_json()}
+    def configs(self):
+        return {CONFIG_FILE: self.config}
 
     def validate(self, max_batches):
         """Validation bits/char (every worker computes it; the chief logs it)."""

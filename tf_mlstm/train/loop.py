@@ -9,8 +9,8 @@ language model's part (model, data, loss, validation, samples) in
 
 import os
 
+from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train import hardware
-from tf_mlstm.train.config import CONFIG_FILE
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.lm_task import build_model  # noqa: F401 (re-exported)
 from tf_mlstm.train.lm_task import build_schedule  # noqa: F401 (re-exported)

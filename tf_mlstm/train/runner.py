@@ -64,13 +64,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tf_mlstm import fileio
+from tf_mlstm import rundir
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import RESULTS_FILE
 
 # How a collective fails once the coordination service has noticed that a
 # peer task is gone (heartbeat timeout) or has cancelled the pending ops.
@@ -204,8 +202,8 @@ class Task:
         """[(every_steps, callback(step))] run on every worker at that cadence."""
         return []
 
-    def config_files(self):
-        """{file name: text} the chief writes into the model folder at start."""
+    def configs(self):
+        """{file name: config dataclass} checked on resume and written by the chief at start."""
         return {}
 
     def results(self, step):
@@ -311,7 +309,7 @@ class Runner:
             skipped=self.skipped,
             **(self.plan.variables() if self.plan else {}),
         )
-        self.checkpoint_dir = os.path.join(self.config.model_dir, CHECKPOINT_SUBDIR)
+        self.checkpoint_dir = rundir.checkpoint_dir(self.config.model_dir)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
             strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
@@ -479,7 +477,8 @@ class Runner:
         if shape is not None:
             self.state = self.distribute_state(
                 checkpointing.load_carried_state(
-                    model_dir, self.worker, step, self.local_replicas, shape
+                    model_dir, self.worker, step, self.local_replicas, shape,
+                    dtype=self.model.compute_dtype,
                 )
             )
         checkpointing.restore_input_state(
@@ -552,10 +551,12 @@ class Runner:
             signal.signal(signal.SIGTERM, previous)
 
     def _train(self, finalize):
+        # The run lock, and on resume the configs checked against their saved
+        # copies, before anything is restored or written.
+        rundir.begin_run(self.config.model_dir, self.task.configs(), chief=self.chief)
         restored = self.restore()
         start_step = int(self.step.numpy())
         self.summary_writer(TRAIN_SUMMARY_SUBDIR)
-        self._write_config_files()
         self._log_start(start_step)
         begin = time.monotonic()
         stopped_by, last_saved = self._run_steps(start_step, begin, bool(restored))
@@ -580,11 +581,6 @@ class Runner:
             f"(exit status {EXIT_PREEMPTED}); relaunch the same command to resume.",
             step,
         )
-
-    def _write_config_files(self):
-        if self.chief:
-            for name, text in self.task.config_files().items():
-                fileio.write_text_atomic(os.path.join(self.config.model_dir, name), text)
 
     def _log_start(self, start_step):
         config = self.config
@@ -731,7 +727,7 @@ class Runner:
         if finalize:
             strategy_lib.finalize(self.strategy)
         if self.chief:
-            fileio.write_json_atomic(os.path.join(self.config.model_dir, RESULTS_FILE), results)
+            rundir.write_results(self.config.model_dir, results)
         else:
             for path, _ in self._writers.values():
                 strategy_lib.remove_temp_dirpath(path, self.strategy)

@@ -50,8 +50,9 @@ from absl import logging
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.eager import context as tf_context
 
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
-ALL_REDUCE = ("auto", "ring", "nccl")
+from tf_mlstm.train.config import ALL_REDUCE
+from tf_mlstm.train.config import STRATEGIES
+
 CLUSTER_RESOLVERS = ("tf_config", "slurm")
 
 # Jobs that run the training loop and take part in collectives.

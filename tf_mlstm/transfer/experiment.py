@@ -10,7 +10,6 @@ plots to the output folder.
 """
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -19,14 +18,15 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import fileio
+from tf_mlstm import rundir
 from tf_mlstm.data import readers
-from tf_mlstm.export import saved_model
 from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import plots
 
-RESULTS_FILE = "results.json"
+RESULTS_FILE = rundir.RESULTS_FILE
 CLASSIFIER_FILE = "classifier.json"
 NEURON_PLOT = "neuron_histogram.png"
 CURVE_PLOT = "accuracy_vs_labeled.png"
@@ -270,8 +270,9 @@ def run_transfer(config):
       ValueError: a bad setting, or data without usable labeled records.
     """
     config.validate()
+    rundir.check_not_run_dir(config.output_dir, "output_dir")
     started = time.monotonic()
-    model, _ = saved_model.load_trained_model(config.model_dir, precision=config.precision)
+    model, _ = rundir.load_trained_model(config.model_dir, precision=config.precision)
     hidden = model.hidden_size
     train, evaluation = _read_splits(config)
 
@@ -359,8 +360,7 @@ def run_transfer(config):
         "seconds": round(time.monotonic() - started, 1),
         "files": files,
     }
-    with tf.io.gfile.GFile(os.path.join(config.output_dir, RESULTS_FILE), "w") as f:
-        f.write(json.dumps(results, indent=2))
+    fileio.write_json_atomic(os.path.join(config.output_dir, RESULTS_FILE), results)
     return results
 
 

@@ -43,22 +43,21 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data.text import DOC_START
-from tf_mlstm.export import saved_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.rundir import CONFIG_FILE
+from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
+from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train import config as train_config_lib
-from tf_mlstm.train import schedules
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
-from tf_mlstm.train.config import RESULTS_FILE
 from tf_mlstm.train import hardware
+from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 
 FEATURES = ("cell", "mean")
 THRESHOLD_METRICS = ("accuracy", "f1")
-FINETUNE_CONFIG_FILE = "finetune_config.json"
 _PAD = 0  # Never in normalized text (a control character); the reset hides it anyway.
 
 
@@ -505,7 +504,7 @@ class FinetuneTask(Task):
     def prepare(self, runner):
         self.runner = runner
         self._load_data()
-        self.base_model, self.base_config = saved_model.load_trained_model(
+        self.base_model, self.base_config = rundir.load_trained_model(
             self.config.init_model_dir
         )
         if len(self.train_ids) < runner.num_workers:
@@ -660,11 +659,8 @@ class FinetuneTask(Task):
             tf.summary.scalar("accuracy", metrics["accuracy"])
             tf.summary.scalar("f1", metrics["f1"])
 
-    def config_files(self):
-        return {
-            CONFIG_FILE: self.base_config.to_json(),
-            FINETUNE_CONFIG_FILE: self.config.to_json(),
-        }
+    def configs(self):
+        return {CONFIG_FILE: self.base_config, FINETUNE_CONFIG_FILE: self.config}
 
     def evaluate(self, split, thresholds=None):
         """Probabilities and metrics on one split (every worker computes them)."""
@@ -755,9 +751,9 @@ def load_finetuned_model(model_dir):
         config = FinetuneConfig.from_json(f.read())
     with tf.io.gfile.GFile(paths[RESULTS_FILE]) as f:
         results = json.loads(f.read())
-    encoder, _ = saved_model.load_trained_model(model_dir)
+    encoder, _ = rundir.load_trained_model(model_dir)
     model = SequenceClassifier(encoder, len(config.label_keys), config.feature)
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    tf.train.Checkpoint(classifier=model.classifier).restore(latest).expect_partial()
+    restorer = tf.train.Checkpoint(classifier=model.classifier)
+    rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
     thresholds = np.array([results["thresholds"][name] for name in config.label_keys])
     return model, config, thresholds

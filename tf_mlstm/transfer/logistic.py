@@ -275,11 +275,10 @@ class LogisticClassifier:
         return classifier
 
     def save(self, path):
-        """Writes `to_json()` to `path`."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        """Writes `to_json()` to `path` atomically (through `tf.io.gfile`)."""
+        from tf_mlstm import fileio  # pylint: disable=import-outside-toplevel
 
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(self.to_json())
+        fileio.write_text_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path):

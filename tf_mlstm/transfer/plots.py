@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
-import tensorflow as tf  # pylint: disable=wrong-import-position
+
+from tf_mlstm import fileio  # pylint: disable=wrong-import-position
 
 
 def _save(figure, path):
@@ -23,8 +24,7 @@ def _save(figure, path):
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
-    with tf.io.gfile.GFile(path, "wb") as f:
-        f.write(buffer.getvalue())
+    fileio.write_text_atomic(path, buffer.getvalue())
     return path
 
 

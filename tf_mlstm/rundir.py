@@ -1,0 +1,541 @@
+"""The run directory (`--model_dir`): its layout, config files, lock and trained model.
+
+Every tool that writes or reads a run folder goes through this module, so the
+names below are defined once:
+
+```
+MODEL_DIR/
+  config.json                  the language model's TrainConfig (tf-mlstm-train)
+  finetune_config.json         the FinetuneConfig (tf-mlstm-finetune runs only)
+  results.json                 the run's results, written when it ends
+  run.lock                     held by the chief while a run writes here
+  checkpoints/ckpt-<step>.*    model, optimizer (with loss scale) and step
+  carried_state/worker-<i>-step-<step>.tensor   each worker's recurrent state
+  input_state/worker-<i>/step-<step>.*          each worker's input position
+  export/                      the SavedModel of tf-mlstm-train
+  train/, validation/          TensorBoard events
+```
+
+What it guarantees:
+
+* A resumed run starts from the newest *intact* checkpoint: one whose files
+  are missing or truncated (a full disk, a copy cut short) is skipped with a
+  warning naming it (`restore_checkpoint`), for training and for
+  `load_trained_model` alike, instead of a silent restart from step 0 that
+  would rotate the intact ones away.
+* A resumed run may change its budget and bookkeeping (logged), never the
+  model's shape or precision (`begin_run` refuses with one line naming the
+  flags and both values).
+* One chief at a time: a second one (a duplicate launch, or `TF_CONFIG` set
+  with the default strategy) is refused with the holder's host, pid and
+  start time; a lock left by a process that is gone is taken over.
+* Files are replaced atomically (`tf_mlstm.fileio`), through `tf.io.gfile`,
+  so all of this holds on `gs://` and other TensorFlow filesystems too.
+
+Layering: this module sits below `train`, `export`, `transfer` and `cli`,
+which all import it. It imports `tf_mlstm.train.config` for `TrainConfig`,
+because `load_trained_model` must rebuild a model from `config.json`; that
+module is a leaf dataclass (it imports only `data.pipeline`,
+`train.schedules` and the strategy names of `train.strategy`, never the loop
+or the checkpointing, and none of them imports this module), so no import
+cycle arises. Fine-tuning's config class lives with fine-tuning; it reaches this
+module as an argument, never by import.
+"""
+
+import atexit
+import dataclasses
+import datetime
+import json
+import os
+import re
+import socket
+import sys
+import uuid
+
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm import fileio
+from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.train.config import TrainConfig
+
+# === Layout ===
+
+CONFIG_FILE = "config.json"
+FINETUNE_CONFIG_FILE = "finetune_config.json"
+RESULTS_FILE = "results.json"
+LOCK_FILE = "run.lock"
+CHECKPOINT_SUBDIR = "checkpoints"
+CARRIED_STATE_SUBDIR = "carried_state"
+INPUT_STATE_SUBDIR = "input_state"
+EXPORT_SUBDIR = "export"
+
+# Settings a checkpoint cannot be resumed under once they change, per config
+# file. A value is a function of the setting that must stay equal (None: the
+# setting itself).
+RESUME_FIXED = {
+    CONFIG_FILE: {
+        "hidden_size": None,
+        "embedding_size": None,
+        "weight_norm": None,
+        # The optimizer's variables differ (loss scale under mixed_float16),
+        # and the carried state is stored in the compute dtype.
+        "precision": None,
+    },
+    FINETUNE_CONFIG_FILE: {
+        "label_key": None,  # the classifier's outputs
+        "feature": None,
+        "precision": None,
+        # Whether the LM head is trained decides the optimizer's variables.
+        "lm_loss_weight": lambda weight: weight > 0,
+    },
+}
+
+
+class RunDirError(ValueError):
+    """A run folder that cannot be used as asked (in use, changed model, damaged)."""
+
+
+def checkpoint_dir(model_dir):
+    """The checkpoint folder of a run."""
+    return os.path.join(model_dir, CHECKPOINT_SUBDIR)
+
+
+def export_dir(model_dir):
+    """The SavedModel folder of a run."""
+    return os.path.join(model_dir, EXPORT_SUBDIR)
+
+
+def carried_state_dir(model_dir):
+    """The folder of the workers' carried recurrent states."""
+    return os.path.join(model_dir, CARRIED_STATE_SUBDIR)
+
+
+def input_state_dir(model_dir, worker):
+    """The folder of one worker's saved input positions."""
+    return os.path.join(model_dir, INPUT_STATE_SUBDIR, f"worker-{worker}")
+
+
+# === Config files ===
+
+
+def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
+    """Reads a config file of a run.
+
+    Args:
+      model_dir: the run folder.
+      config_class: the frozen config dataclass (with `from_json`) to build.
+      name: the file name in `model_dir`.
+
+    Returns:
+      The config.
+
+    Raises:
+      FileNotFoundError: no such file (the message says what folder it wanted).
+      ValueError: the file is not valid JSON.
+    """
+    path = os.path.join(model_dir, name)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    try:
+        return config_class.from_json(text)
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{path}: not a valid {config_class.__name__} ({error}).") from None
+
+
+def write_config(model_dir, config, name=CONFIG_FILE):
+    """Writes `config.to_json()` to `model_dir/name` atomically."""
+    fileio.write_text_atomic(os.path.join(model_dir, name), config.to_json() + "\n")
+
+
+def write_results(model_dir, results):
+    """Writes the results dict to `model_dir/results.json` atomically."""
+    fileio.write_json_atomic(os.path.join(model_dir, RESULTS_FILE), results)
+
+
+def check_resumed_config(model_dir, config, name=CONFIG_FILE):
+    """Compares a resumed run's config with the one its checkpoints were written under.
+
+    Changes of budget and bookkeeping (steps, learning rate, logging, data) are
+    logged; changes of the settings in `RESUME_FIXED[name]` (the model's shape,
+    the precision) are refused.
+
+    Args:
+      model_dir: the run folder.
+      config: the new config (a dataclass).
+      name: the config file it is saved as.
+
+    Returns:
+      {field: (saved, new)} of the changed settings (empty when none or when
+      no config was saved).
+
+    Raises:
+      RunDirError: a fixed setting changed; the message names each flag with
+        its saved and its new value.
+    """
+    path = os.path.join(model_dir, name)
+    if not tf.io.gfile.exists(path):
+        return {}
+    saved = fileio.read_json(path)
+    new = json.loads(json.dumps(dataclasses.asdict(config)))
+    changed = {k: (saved[k], v) for k, v in new.items() if k in saved and saved[k] != v}
+    fixed = RESUME_FIXED.get(name, {})
+    refused = []
+    for field, (old, value) in changed.items():
+        if field in fixed:
+            key = fixed[field] or (lambda v: v)
+            if key(old) != key(value):
+                refused.append(f"--{field}={_flag_value(value)} (saved {_flag_value(old)})")
+    if refused:
+        raise RunDirError(
+            f"{model_dir} holds checkpoints of another model or precision ({name}): "
+            f"{', '.join(refused)}. Resume with the saved values, or use a new --model_dir."
+        )
+    if changed:
+        logging.info(
+            "Resuming %s with changed settings (%s): %s.",
+            model_dir,
+            name,
+            ", ".join(
+                f"--{k} {_flag_value(old)} -> {_flag_value(v)}" for k, (old, v) in changed.items()
+            ),
+        )
+    return changed
+
+
+def _flag_value(value):
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def begin_run(model_dir, configs, chief=True):
+    """Starts or resumes a training run in `model_dir`.
+
+    The chief takes the run lock (held until the process exits); when the
+    folder has checkpoints, every worker checks each config against its saved
+    copy; the chief then writes the configs.
+
+    Args:
+      model_dir: the run folder (created).
+      configs: {file name: config dataclass}, e.g. `{CONFIG_FILE: train_config}`.
+      chief: whether this worker keeps the run's outputs.
+
+    Raises:
+      RunDirError: another live run holds the folder, or a config changes a
+        setting its checkpoints cannot be resumed under.
+    """
+    if chief:
+        tf.io.gfile.makedirs(model_dir)
+        acquire_lock(model_dir)
+    if list_checkpoints(checkpoint_dir(model_dir)):
+        for name, config in configs.items():
+            check_resumed_config(model_dir, config, name)
+    if chief:
+        for name, config in configs.items():
+            write_config(model_dir, config, name)
+
+
+# === The run lock ===
+
+_HELD = {}  # lock path -> the record this process wrote
+
+
+def _lock_record():
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": _process_start(os.getpid()),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.argv[0] or "python")] + sys.argv[1:])[:300],
+    }
+
+
+def _process_start(pid):
+    """The process's start time in clock ticks since boot (Linux), else None.
+
+    With the pid it tells a live holder from a later process that reuses its pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name (field 2) may hold spaces; it ends at the last ')'.
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _holder_gone(record):
+    """True when `record` names a process of this host that no longer runs."""
+    if record.get("host") != socket.gethostname():
+        return False  # another machine: no way to tell, so it counts as live
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return True
+    if pid == os.getpid():
+        # Our pid but not our lock: an earlier incarnation (containers restart
+        # with the same pid).
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    start = record.get("process_start")
+    now = _process_start(pid)
+    return start is not None and now is not None and start != now
+
+
+def _describe_holder(record):
+    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}" + (
+        f", command {record['command']!r}" if record.get("command") else ""
+    )
+
+
+def _read_lock(path):
+    try:
+        record = fileio.read_json(path)
+    except FileNotFoundError:
+        return None
+    except (ValueError, tf.errors.OpError):
+        return {}  # unreadable: not written by this module (its writes are atomic)
+    return record if isinstance(record, dict) else {}
+
+
+def acquire_lock(model_dir):
+    """Takes `model_dir`'s run lock for this process, until it exits.
+
+    The lock file holds host, pid and start time of its holder. A lock of a
+    process on this host that is gone is taken over with a warning; a lock
+    this process already holds is kept.
+
+    Args:
+      model_dir: the run folder (must exist).
+
+    Returns:
+      The lock file's path.
+
+    Raises:
+      RunDirError: another run (live, or on another host) holds the lock.
+    """
+    path = os.path.join(model_dir, LOCK_FILE)
+    if path in _HELD and _read_lock(path) == _HELD[path]:
+        return path
+    record = _lock_record()
+    # Not named `path` + suffix: some filesystems (ram://) report a file as
+    # existing when another one's name extends it.
+    tmp = os.path.join(model_dir, f".lock-{uuid.uuid4().hex}.tmp")
+    fileio.write_json_atomic(tmp, record)
+    try:
+        try:
+            tf.io.gfile.rename(tmp, path, overwrite=False)
+        except tf.errors.AlreadyExistsError:
+            holder = _read_lock(path)
+            if holder is None:  # released meanwhile
+                tf.io.gfile.rename(tmp, path, overwrite=False)
+            elif holder and not _holder_gone(holder):
+                raise RunDirError(
+                    f"{model_dir} is in use by another run ({_describe_holder(holder)}): stop "
+                    f"it or use another --model_dir; if that run is gone, delete {path}."
+                ) from None
+            else:
+                logging.warning(
+                    "Taking over the lock of %s from a run that is gone (%s).",
+                    model_dir,
+                    _describe_holder(holder) if holder else "unreadable lock file",
+                )
+                tf.io.gfile.rename(tmp, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
+    # Two starts racing past the checks above: the last rename wins, the
+    # other sees the winner's record here.
+    holder = _read_lock(path)
+    if holder != record:
+        raise RunDirError(
+            f"{model_dir} is in use by another run ({_describe_holder(holder or {})}) that "
+            "started at the same moment: use another --model_dir."
+        )
+    if not _HELD:
+        atexit.register(release_locks)
+    _HELD[path] = record
+    return path
+
+
+def release_locks():
+    """Removes the run locks this process holds (run at exit; safe to call twice)."""
+    for path, record in list(_HELD.items()):
+        try:
+            if _read_lock(path) == record:
+                tf.io.gfile.remove(path)
+        except tf.errors.OpError as error:
+            logging.warning("Could not remove the run lock %s: %s", path, error)
+        del _HELD[path]
+
+
+# === Checkpoints ===
+
+
+def _checkpoint_step(prefix):
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
+
+
+def list_checkpoints(directory):
+    """The checkpoint prefixes in `directory`, newest first.
+
+    Both the `checkpoint` state file's list and the `*.index` files count, so
+    a checkpoint whose files are gone, or a state file that is, still shows.
+
+    Args:
+      directory: a checkpoint folder (may be missing).
+
+    Returns:
+      A list of prefixes (paths without the `.index`/`.data-*` suffix).
+    """
+    if not tf.io.gfile.isdir(directory):
+        return []
+    prefixes = [p[: -len(".index")] for p in tf.io.gfile.glob(os.path.join(directory, "*.index"))]
+    state = tf.train.get_checkpoint_state(directory)  # None (logged) when unreadable
+    listed = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path and state.model_checkpoint_path not in listed:
+        listed.append(state.model_checkpoint_path)
+    for prefix in listed:
+        if not os.path.isabs(prefix) and "://" not in prefix:
+            prefix = os.path.join(directory, prefix)
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+    return sorted(prefixes, key=_checkpoint_step, reverse=True)
+
+
+def _first_line(error):
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    return text.strip().splitlines()[0][:300]
+
+
+def restore_checkpoint(checkpoint, directory, partial=False):
+    """Restores the newest intact checkpoint of `directory` into `checkpoint`.
+
+    A checkpoint whose files are missing or damaged is skipped with a warning
+    naming it and the reason; the next older one is tried.
+
+    Args:
+      checkpoint: a `tf.train.Checkpoint`.
+      directory: the checkpoint folder.
+      partial: the checkpoint may hold more than `checkpoint` (e.g. only the
+        model of a training checkpoint is wanted); otherwise every object of
+        `checkpoint` must be restored.
+
+    Returns:
+      The restored prefix, or None when the folder holds no checkpoint.
+
+    Raises:
+      RunDirError: checkpoints exist but none is intact (training must not
+        start over: it would rotate them away).
+      AssertionError: an intact checkpoint of another model (see
+        `check_resumed_config`, which the training tools run first).
+    """
+    damaged = []
+    for prefix in list_checkpoints(directory):
+        try:
+            status = checkpoint.restore(prefix)
+            if partial:
+                status.expect_partial()
+            else:
+                status.assert_existing_objects_matched()
+        except (tf.errors.OpError, IndexError) as error:
+            # A truncated data file reads short (IndexError); a missing one
+            # is NotFound.
+            logging.warning(
+                "Checkpoint %s is missing or damaged (%s): falling back to an older one.",
+                prefix,
+                _first_line(error),
+            )
+            damaged.append(os.path.basename(prefix))
+            continue
+        # A full restore is a training run resuming; a partial one loads a model.
+        verb = "Restored" if partial else "Resumed from"
+        if damaged:
+            logging.warning(
+                "%s %s, the newest intact checkpoint (skipped %s).",
+                verb,
+                prefix,
+                ", ".join(damaged),
+            )
+        else:
+            logging.info("%s %s", verb, prefix)
+        return prefix
+    if damaged:
+        raise RunDirError(
+            f"{directory}: no intact checkpoint (missing or damaged: {', '.join(damaged)}; see "
+            "the warnings); move them away to start the run afresh."
+        )
+    return None
+
+
+# === The trained model ===
+
+
+def load_trained_model(model_dir, checkpoint=None, precision="float32"):
+    """Rebuilds a run's model and loads its newest intact checkpoint.
+
+    Returns (model, config); see `load_trained_checkpoint`.
+    """
+    model, config, _ = load_trained_checkpoint(model_dir, checkpoint, precision)
+    return model, config
+
+
+def load_trained_checkpoint(model_dir, checkpoint=None, precision="float32"):
+    """Rebuilds a run's model and loads its newest intact checkpoint, naming it.
+
+    Args:
+      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
+      checkpoint: a specific checkpoint prefix (default: the newest intact).
+      precision: the dtype policy to compute in. float32 (the default) is
+        what serving exports; a mixed policy keeps the float32 weights and
+        runs the products in 16 bits, which is what makes featurizing large
+        corpora fast on GPUs and on CPUs with bfloat16 units.
+
+    Returns:
+      (model, config, the checkpoint prefix loaded).
+
+    Raises:
+      FileNotFoundError: no config or no checkpoint in `model_dir`.
+      RunDirError: no intact checkpoint, or the given one is damaged.
+    """
+    config = read_config(model_dir)
+    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
+    restorer = tf.train.Checkpoint(model=model)
+    if checkpoint:
+        try:
+            restorer.restore(checkpoint).expect_partial()
+        except (tf.errors.OpError, IndexError) as error:
+            raise RunDirError(
+                f"checkpoint {checkpoint} is missing or damaged ({_first_line(error)})."
+            ) from None
+        logging.info("Restored %s", checkpoint)
+    else:
+        checkpoint = restore_checkpoint(restorer, checkpoint_dir(model_dir), partial=True)
+        if not checkpoint:
+            raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
+    return model, config, checkpoint
+
+
+def check_not_run_dir(path, flag):
+    """Refuses an output folder that is a training run's folder.
+
+    Args:
+      path: the output folder a tool is about to write.
+      flag: its flag name, for the message.
+
+    Raises:
+      RunDirError: `path` holds a run (its config or checkpoints), whose
+        results.json the tool would overwrite.
+    """
+    for name in (CONFIG_FILE, CHECKPOINT_SUBDIR):
+        if tf.io.gfile.exists(os.path.join(path, name)):
+            raise RunDirError(
+                f"--{flag}={path} is a model folder (it holds {name}); writing here would "
+                f"replace the run's {RESULTS_FILE}: give a folder of its own, e.g. "
+                f"{os.path.join(path, 'transfer')}."
+            )
