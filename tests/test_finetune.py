@@ -229,7 +229,7 @@ def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
     # No --validation_data: 10% of the 320 training texts were held out.
     assert results[0]["train_examples"] == 288 and results[0]["validation"]["examples"] == 32
     losses = re.findall(r"\[worker (\d)\].*step (\d+)/20  loss ([0-9.]+)", err.getvalue())
-    by_worker = [sorted((s, l) for w, s, l in losses if w == k) for k in "01"]
+    by_worker = [sorted((s, v) for w, s, v in losses if w == k) for k in "01"]
     assert len(by_worker[0]) == 4 and by_worker[0] == by_worker[1]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["step"] == 20

@@ -57,7 +57,9 @@ def dataset_fn(input_context):
 
 keras.utils.set_random_seed(worker_id)  # initial values must come from the chief
 with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+    )
     optimizer = keras.optimizers.Adam(0.01)
     optimizer.build(model.trainable_variables)
 iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))

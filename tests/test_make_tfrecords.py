@@ -8,10 +8,10 @@ import pathlib
 import subprocess
 import sys
 
-from absl import app
-from absl import flags
 import pytest
 import tensorflow as tf
+from absl import app
+from absl import flags
 
 from tf_mlstm.cli import make_tfrecords
 from tf_mlstm.data import convert

@@ -19,8 +19,8 @@ import tensorflow as tf
 
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.export import saved_model
-from tf_mlstm.models import openai_weights
 from tf_mlstm.transfer import features
+from tf_mlstm.transfer import openai_weights
 
 HIDDEN = 16
 EMBED = 8

@@ -18,10 +18,10 @@ from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.models import featurize
 from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
-from tf_mlstm.train import hardware
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
 TEXTS = [

@@ -39,10 +39,10 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 FLAGS = flags.FLAGS
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")

@@ -55,8 +55,8 @@ from absl import logging
 from tf_mlstm import fileio
 from tf_mlstm.models.language_model import VOCAB_SIZE
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
-from tf_mlstm.train.config import CONFIG_FILE
+from tf_mlstm.rundir import CHECKPOINT_SUBDIR
+from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train.config import TrainConfig
 
 NUM_FILES = 15
