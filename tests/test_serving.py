@@ -21,7 +21,7 @@ from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.language_model import bits_per_char_from_logits
-from tf_mlstm.train.config import CHECKPOINT_SUBDIR
+from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 
