@@ -141,6 +141,12 @@ def define_finetune_flags():
         "seed", _default("seed"), "Random seed (initialization, shuffling, held-out split)."
     )
     flags.DEFINE_integer("log_every_steps", _default("log_every_steps"), "Progress line interval.")
+    flags.DEFINE_string(
+        "profile_steps",
+        _default("profile_steps"),
+        "START,END: capture a TensorBoard profile of the steps after START up to END into "
+        "MODEL_DIR/train (view it with the tensorboard-plugin-profile package).",
+    )
     flags.DEFINE_integer(
         "eval_every_steps",
         _default("eval_every_steps"),

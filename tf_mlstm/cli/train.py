@@ -163,6 +163,12 @@ def define_budget_flags():
     flags.DEFINE_integer(
         "log_every_steps", _default("log_every_steps"), "Progress line and TensorBoard interval."
     )
+    flags.DEFINE_string(
+        "profile_steps",
+        _default("profile_steps"),
+        "START,END: capture a TensorBoard profile of the steps after START up to END into "
+        "MODEL_DIR/train (view it with the tensorboard-plugin-profile package).",
+    )
     flags.DEFINE_integer(
         "eval_every_steps",
         _default("eval_every_steps"),

@@ -21,6 +21,29 @@ ALLREDUCE_DTYPES = ("float32", "float16")
 SCHEDULE_LENGTHS = ("budget", "steps")
 
 
+def profile_bounds(spec):
+    """`--profile_steps` "START,END" as (START, END): profile the steps after START up to END.
+
+    Returns:
+      None for "" (no profiling).
+
+    Raises:
+      ValueError: not two integers with 0 <= START < END.
+    """
+    if not spec:
+        return None
+    parts = [p.strip() for p in spec.split(",")]
+    try:
+        start, end = (int(p) for p in parts)
+    except ValueError:
+        start, end = -1, -1
+    if len(parts) != 2 or not 0 <= start < end:
+        raise ValueError(
+            f"--profile_steps must be START,END with 0 <= START < END (e.g. 20,25), got {spec!r}."
+        )
+    return start, end
+
+
 class JsonConfig:
     """JSON round trip for frozen config dataclasses."""
 
@@ -80,6 +103,7 @@ class TrainConfig(JsonConfig):
     checkpoint_every_steps: int = 200
     keep_checkpoints: int = 3
     log_every_steps: int = 25
+    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
     eval_every_steps: int = 200
     eval_batches: int = 20
     sample_every_steps: int = 200
@@ -144,6 +168,7 @@ class TrainConfig(JsonConfig):
         except ValueError as error:
             raise ValueError(f"--{error}") from None
         # With auto the check waits for the resolved config (hardware.resolve_run_config).
+        profile_bounds(self.profile_steps)
         if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
             raise ValueError(
                 "--allreduce_dtype=float16 needs "

@@ -53,6 +53,7 @@ periodic evaluations, config files and its final results.
 """
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import signal
@@ -63,12 +64,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorboard.plugins.hparams import api as hparams_api
 
 from tf_mlstm import rundir
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.train.config import profile_bounds
 
 # How a collective fails once the coordination service has noticed that a
 # peer task is gone (heartbeat timeout) or has cancelled the pending ops.
@@ -238,6 +241,7 @@ class Runner:
         self.iterator = iter(self._worker_dataset())
         self._setup_checkpoints()
         self._writers = {}
+        self._profiling = False
         self._sigterm = False
         self.state = self.distribute_state()
         self._train_step = self._make_train_step()
@@ -477,7 +481,11 @@ class Runner:
         if shape is not None:
             self.state = self.distribute_state(
                 checkpointing.load_carried_state(
-                    model_dir, self.worker, step, self.local_replicas, shape,
+                    model_dir,
+                    self.worker,
+                    step,
+                    self.local_replicas,
+                    shape,
                     dtype=self.model.compute_dtype,
                 )
             )
@@ -556,7 +564,7 @@ class Runner:
         rundir.begin_run(self.config.model_dir, self.task.configs(), chief=self.chief)
         restored = self.restore()
         start_step = int(self.step.numpy())
-        self.summary_writer(TRAIN_SUMMARY_SUBDIR)
+        self._record_hparams()
         self._log_start(start_step)
         begin = time.monotonic()
         stopped_by, last_saved = self._run_steps(start_step, begin, bool(restored))
@@ -581,6 +589,37 @@ class Runner:
             f"(exit status {EXIT_PREEMPTED}); relaunch the same command to resume.",
             step,
         )
+
+    def _record_hparams(self):
+        """The run's settings as TensorBoard HParams, so runs of a sweep compare side by side."""
+        values = {
+            name: value
+            for name, value in dataclasses.asdict(self.config).items()
+            if isinstance(value, (bool, int, float, str))
+        }
+        with self.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default():
+            hparams_api.hparams(
+                values, trial_id=os.path.basename(self.config.model_dir.rstrip("/"))
+            )
+
+    def _profile(self, step):
+        """Starts or stops the TensorBoard profiler at the `--profile_steps` bounds."""
+        bounds = profile_bounds(self.config.profile_steps)
+        if not bounds or not self.chief:
+            return
+        if step == bounds[0]:
+            logging.info(
+                "Profiling steps %d to %d into %s.", bounds[0] + 1, bounds[1], self._profile_dir
+            )
+            tf.profiler.experimental.start(self._profile_dir)
+            self._profiling = True
+        elif step == bounds[1] and self._profiling:
+            tf.profiler.experimental.stop()
+            self._profiling = False
+
+    @property
+    def _profile_dir(self):
+        return os.path.join(self.config.model_dir, TRAIN_SUMMARY_SUBDIR)
 
     def _log_start(self, start_step):
         config = self.config
@@ -614,6 +653,7 @@ class Runner:
         if self.plan is not None and deadline is not None:
             planner = schedules.BudgetPlanner(self.plan.total_steps, deadline)
         while step < config.max_steps:
+            self._profile(step)
             out_of_time = deadline is not None and time.monotonic() >= deadline
             planned_end = planner.plan(step) if planner else 0
             stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm, planned_end)

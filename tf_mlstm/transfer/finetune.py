@@ -98,6 +98,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
     max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     log_every_steps: int = 25
+    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
     eval_every_steps: int = 0  # 0 = only at the end
     checkpoint_every_steps: int = 500
     keep_checkpoints: int = 2
@@ -168,6 +169,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
+        train_config_lib.profile_bounds(self.profile_steps)
         if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
             raise ValueError(
                 "--allreduce_dtype=float16 needs --precision=mixed_float16 (its loss scaling "
