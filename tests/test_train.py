@@ -259,3 +259,25 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
     assert results["step"] == 4 and "validation_bits_per_char" not in results
     assert results["validation"] == "none: no validation shards with records"
     assert (tmp_path / "m" / "export" / "4" / "saved_model.pb").exists()
+
+
+def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
+    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    data = demo.build_demo_tfrecords(str(tmp_path / "demo"))
+    stats = json.loads((pathlib.Path(data) / "stats.json").read_text())["splits"]["train"]
+    files = tfrecord.split_files(data, "train")
+    config = TrainConfig(train_data=data, batch_size=8, seq_length=32, epochs=2.5).validate()
+    planned = _run.steps_for_epochs(config, files)
+    assert planned.max_steps == -(-int(2.5 * stats["bytes"]) // (8 * 32))
+    assert _run.steps_for_epochs(dataclasses.replace(config, epochs=0), files) == (
+        dataclasses.replace(config, epochs=0)
+    )
+    # Half the shards of the folder: half the characters.
+    half = _run.steps_for_epochs(config, files[: len(files) // 2])
+    assert half.max_steps == pytest.approx(planned.max_steps / 2, abs=1)
+    (pathlib.Path(data) / "stats.json").unlink()
+    with pytest.raises(ValueError, match="no stats.json to count the train characters from"):
+        _run.steps_for_epochs(config, files)

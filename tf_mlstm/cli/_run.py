@@ -4,6 +4,8 @@ Separate from the flag definitions so TensorFlow is imported only after the
 flags parsed (a usage error answers at once).
 """
 
+import dataclasses
+import math
 import os
 
 import tensorflow as tf
@@ -107,6 +109,31 @@ def _with_records(files, source, split):
     return kept
 
 
+def steps_for_epochs(config, train_files):
+    """`config` with `max_steps` for its `--epochs` (unchanged when epochs is 0).
+
+    One epoch is the training shards' characters (from the conversion's
+    stats.json, prorated by shard when a glob takes some of a folder's
+    shards) over the characters a step trains on.
+
+    Raises:
+      ValueError: a folder of the shards has no stats.json to count from.
+    """
+    if not config.epochs:
+        return config
+    chars = tfrecord.split_bytes(train_files, "train")
+    per_step = config.batch_size * config.seq_length
+    steps = max(1, math.ceil(config.epochs * chars / per_step))
+    logging.info(
+        "--epochs=%g: %d training characters / %d a step -> --max_steps=%d.",
+        config.epochs,
+        chars,
+        per_step,
+        steps,
+    )
+    return dataclasses.replace(config, max_steps=steps).validate()
+
+
 def train_and_export(config):
     """Trains, then (on the chief) exports the SavedModel as `model_dir/export/<step>`.
 
@@ -123,6 +150,7 @@ def train_and_export(config):
     export_base = rundir.export_dir(config.model_dir)
     saved_model.check_export_base(export_base)
     train_files, validation_files = resolve_data(config)
+    config = steps_for_epochs(config, train_files)
     trainer = loop.Trainer(config, train_files, validation_files)
     results = trainer.train(finalize=False)
     if strategy_lib.is_chief(trainer.strategy):

@@ -145,6 +145,13 @@ def define_optimization_flags():
 def define_budget_flags():
     flags.DEFINE_integer("max_steps", _default("max_steps"), "Stop after this many steps.")
     flags.DEFINE_float(
+        "epochs",
+        _default("epochs"),
+        "Instead of --max_steps: passes over the training shards, turned into steps from "
+        "the byte counts that tf-mlstm-make-tfrecords recorded in stats.json (global batch x "
+        "--seq_length characters a step; --source_repeats copies are not counted).",
+    )
+    flags.DEFINE_float(
         "max_minutes",
         _default("max_minutes"),
         "Stop cleanly after this wall-clock budget (0 = none), "

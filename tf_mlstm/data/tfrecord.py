@@ -26,6 +26,7 @@ repeating input pipeline spin.
 
 import concurrent.futures
 import gzip
+import json
 import os
 import zlib
 from collections.abc import Sequence
@@ -173,6 +174,42 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
 
 class IncompleteDataError(ValueError):
     """A TFRecord folder whose conversion did not finish."""
+
+
+def split_bytes(files: Sequence[str], split: str) -> int:
+    """Characters (UTF-8 bytes) of normalized text in `files`, from their folders' stats.json.
+
+    The conversion records each split's byte count; a folder of which only
+    some shards are named counts its share of the split's shards.
+
+    Args:
+      files: shards of `split`.
+      split: the split's name ("train", ...).
+
+    Returns:
+      The byte count (int).
+
+    Raises:
+      ValueError: a folder has no stats.json, or it records no such split.
+    """
+    by_folder: dict[str, int] = {}
+    for path in files:
+        folder = os.path.dirname(path)
+        by_folder[folder] = by_folder.get(folder, 0) + 1
+    total = 0.0
+    for folder, named in by_folder.items():
+        stats_path = os.path.join(folder, "stats.json")
+        if not tf.io.gfile.exists(stats_path):
+            raise ValueError(
+                f"{folder}: no stats.json to count the {split} characters from; convert the "
+                "corpus with tf-mlstm-make-tfrecords, or give --max_steps instead."
+            )
+        with tf.io.gfile.GFile(stats_path) as f:
+            record = json.load(f).get("splits", {}).get(split)
+        if not record or not record.get("shards"):
+            raise ValueError(f"{stats_path}: records no {split!r} split.")
+        total += record["bytes"] * min(named, record["shards"]) / record["shards"]
+    return int(total)
 
 
 def check_complete(folder: str) -> None:

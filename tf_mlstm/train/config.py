@@ -98,6 +98,7 @@ class TrainConfig(JsonConfig):
     seed: int = 0
     # Budget and bookkeeping.
     max_steps: int = 600
+    epochs: float = 0.0  # > 0: max_steps from the converted corpus's byte count
     max_minutes: float = 0.0
     max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
     checkpoint_every_steps: int = 200
@@ -151,8 +152,9 @@ class TrainConfig(JsonConfig):
                 )
         if self.lr <= 0:
             raise ValueError(f"--lr must be positive, got {self.lr}.")
-        if self.clip_norm < 0 or self.max_minutes < 0 or self.max_lr < 0:
-            raise ValueError("--clip_norm, --max_minutes and --max_lr must be >= 0.")
+        for name in ("clip_norm", "max_minutes", "max_lr", "epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
         if not 0 <= self.collective_timeout_s < float("inf"):
             raise ValueError(
                 f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
