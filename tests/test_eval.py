@@ -24,8 +24,13 @@ TEXTS = [
 
 def _eval(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "tf_mlstm.cli.eval", *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.eval", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -39,13 +44,20 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     want = float(tf.reduce_sum(bits) / tf.reduce_sum(chars))
     # In a stream, each document's framing byte is also predicted (except the
     # first of each row): the stream scores one more byte per later document.
-    raw = eval_cli.evaluate_data(str(model_dir), str(corpus), ["reviewText"], batch_size=1,
-                                 seq_length=16)
+    raw = eval_cli.evaluate_data(
+        str(model_dir), str(corpus), ["reviewText"], batch_size=1, seq_length=16
+    )
     assert raw["chars"] == int(tf.reduce_sum(chars)) + len(TEXTS) - 1
     assert 0.8 * want < raw["bits_per_char"] < 1.2 * want
     # The same corpus converted to TFRecords gives the same figure.
-    convert.convert(convert.ConvertConfig(inputs=str(corpus), output_dir=str(tmp_path / "tf"),
-                                          num_shards=1, split_weights=(1, 1, 1)))
+    convert.convert(
+        convert.ConvertConfig(
+            inputs=str(corpus),
+            output_dir=str(tmp_path / "tf"),
+            num_shards=1,
+            split_weights=(1, 1, 1),
+        )
+    )
     proc = _eval(f"--model_dir={model_dir}", f"--data={tmp_path / 'tf'}", "--split=train")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -59,8 +71,7 @@ def test_stream_score_matches_one_document(tmp_path):
     corpus.write_text(TEXTS[0] + "\n")
     ids, valid, _ = featurize.texts_to_ids(tf.constant(TEXTS[:1]), 8)
     bits, chars = featurize.score_ids(model, ids, valid, window=8)
-    got = eval_cli.evaluate_data(str(model_dir), str(corpus), ["text"], batch_size=2,
-                                 seq_length=8)
+    got = eval_cli.evaluate_data(str(model_dir), str(corpus), ["text"], batch_size=2, seq_length=8)
     np.testing.assert_allclose(got["bits_per_char"], float(bits[0] / chars[0]), rtol=1e-5)
     assert got["chars"] == int(chars[0])
 
@@ -104,8 +115,11 @@ def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "tf"
-    convert.convert(convert.ConvertConfig(inputs=str(corpus), output_dir=str(out), num_shards=1,
-                                          split_weights=(3, 1, 1)))
+    convert.convert(
+        convert.ConvertConfig(
+            inputs=str(corpus), output_dir=str(out), num_shards=1, split_weights=(3, 1, 1)
+        )
+    )
     with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
         eval_cli.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
     (out / tfrecord.INCOMPLETE_MARKER).write_text("")

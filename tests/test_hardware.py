@@ -204,27 +204,6 @@ def test_unreadable_recorded_config_and_impossible_combinations_are_one_line(tmp
         hardware.resolve_run_config(config, str(tmp_path / "none"), _machine(AMX_XEON))
 
 
-def test_bfloat16_carried_state_survives_a_save_and_load(tmp_path):
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    from tf_mlstm.train import checkpointing  # pylint: disable=g-import-not-at-top
-
-    h = tf.constant([[1.5, -3.0, 0.0078125]], tf.bfloat16).numpy()
-    c = tf.constant([[2.0, 0.5, -7.0]], tf.bfloat16).numpy()
-    checkpointing.save_carried_state(str(tmp_path), 0, 5, [(h, c)])
-    ((h2, c2),) = checkpointing.load_carried_state(str(tmp_path), 0, 5, 1, (1, 3))
-    np.testing.assert_array_equal(h2, h.astype(np.float32))
-    np.testing.assert_array_equal(c2, c.astype(np.float32))
-    assert tf.constant(h2, tf.bfloat16).numpy().tobytes() == h.tobytes()
-    # Files written before the fix hold bfloat16 as raw 2-byte voids.
-    legacy = next(tmp_path.glob("**/worker-0-step-5.npz"))
-    np.savez(str(legacy), h0=h, c0=c)
-    assert np.load(str(legacy))["h0"].dtype.kind == "V"
-    ((h3, _),) = checkpointing.load_carried_state(str(tmp_path), 0, 5, 1, (1, 3))
-    np.testing.assert_array_equal(h3, h.astype(np.float32))
-
-
 def _train(model_dir, *extra):
     command = [
         sys.executable,

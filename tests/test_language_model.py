@@ -93,8 +93,7 @@ def test_features_do_not_depend_on_the_batch():
     model = _model()
     texts = [
         "Loved it.",
-        "Arrived broken and the seller never answered. "
-        "Avoid this one at all costs, seriously." * 3,
+        "Arrived broken and the seller never answered. Avoid this one at all costs, seriously." * 3,
         "ok",
     ]
     ids, valid, _ = featurize.texts_to_ids(tf.constant(texts), 16)

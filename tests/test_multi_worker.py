@@ -319,11 +319,16 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     assert float(scale.numpy()) == old_scale  # no growth on the first good step
     # The good step applied an update; training goes on with finite losses.
     assert any(not np.array_equal(w0, w1) for w0, w1 in zip(before, weights()))
-    for _ in range(3):
+    # The scale found is the largest this batch fits; a later batch may still
+    # overflow at it once, and one more halving brings it back.
+    later_skips = 0
+    for _ in range(4):
         bits, norm, finite = step()
-        assert finite and np.isfinite(bits) and np.isfinite(norm)
-    assert int(trainer.skipped.numpy()) == skipped
-    assert int(trainer.step.numpy()) == 1 + skipped + 1 + 3
+        assert np.isfinite(bits)
+        later_skips += not finite
+    assert later_skips <= 1 and finite and np.isfinite(norm)
+    assert int(trainer.skipped.numpy()) == skipped + later_skips
+    assert int(trainer.step.numpy()) == 1 + skipped + 1 + 4
 
 
 def _run_until_checkpoint(proc, model_dir, step, log_path, within_s=120):
@@ -381,7 +386,7 @@ def test_a_live_but_stuck_peer_hits_the_collective_timeout(tmp_path, data_dir):
     code, log = _run_launcher(2, tmp_path / "log.txt", args, timeout=240)
     follower = _worker_text(log, 1)
     assert code != 0, log[-4000:]
-    assert (
-        "did not reach the all-reduce within --collective_timeout_s=4" in follower
-    ), follower[-4000:]
+    assert "did not reach the all-reduce within --collective_timeout_s=4" in follower, follower[
+        -4000:
+    ]
     assert "Traceback" not in follower

@@ -171,7 +171,7 @@ def test_bad_jsonl_lines_are_counted_with_file_and_line(tmp_path):
     assert log.total == 7
     examples = log.examples
     assert examples["malformed_json"] == [
-        f"{path}:2: malformed JSON: Unterminated string " "starting at (column 10)"
+        f"{path}:2: malformed JSON: Unterminated string starting at (column 10)"
     ]
     assert examples["missing_text_key"][0].startswith(f"{path}:3: none of the text keys")
     assert examples["invalid_utf8"] == [f"{path}:4: invalid UTF-8 at byte 14"]

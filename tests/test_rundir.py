@@ -66,7 +66,7 @@ def test_fresh_run_writes_its_config_and_any_change_is_fine(tmp_path):
 
 def test_resume_refuses_a_new_shape_or_precision_and_logs_safe_changes(tmp_path, caplog):
     model_dir = str(tmp_path / "run")
-    saved = TrainConfig(model_dir=model_dir, hidden_size=32, max_steps=16)
+    saved = TrainConfig(model_dir=model_dir, hidden_size=32, max_steps=16, precision="float32")
     rundir.begin_run(model_dir, {rundir.CONFIG_FILE: saved})
     _fake_checkpoint(model_dir)
     changed = dataclasses.replace(saved, hidden_size=64, precision="mixed_bfloat16", lr=1e-3)

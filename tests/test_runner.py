@@ -217,7 +217,7 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
     assert max(int(s) for s in _LOGGED_STEP.findall(first)) == stop_step
     # The stop step itself is checkpointed, with carried state and input position.
     assert _latest_checkpoint_step(model_dir) == stop_step
-    assert (model_dir / "carried_state" / f"worker-0-step-{stop_step}.npz").exists()
+    assert (model_dir / "carried_state" / f"worker-0-step-{stop_step}.tensor").exists()
     assert (model_dir / "input_state" / "worker-0" / f"step-{stop_step}.json").exists()
     assert not (model_dir / "results.json").exists()
 
@@ -277,7 +277,7 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
     assert "crashed" not in texts[0] + texts[1]
     assert _latest_checkpoint_step(model_dir) == stop_step
     for worker in range(2):
-        assert (model_dir / "carried_state" / f"worker-{worker}-step-{stop_step}.npz").exists()
+        assert (model_dir / "carried_state" / f"worker-{worker}-step-{stop_step}.tensor").exists()
 
     procs, logs = launch("second")
     try:

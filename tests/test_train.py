@@ -35,8 +35,9 @@ def _train_cmd(model_dir, *extra):
 
 def _run(cmd, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=REPO, errors="replace")
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, errors="replace"
+    )
     return proc
 
 
@@ -64,8 +65,10 @@ def test_bad_flag_is_one_clear_line(tmp_path):
 
 
 def _checkpoint_steps(model_dir):
-    return sorted(int(p.name[len("ckpt-") : -len(".index")])
-                  for p in (model_dir / "checkpoints").glob("ckpt-*.index"))
+    return sorted(
+        int(p.name[len("ckpt-") : -len(".index")])
+        for p in (model_dir / "checkpoints").glob("ckpt-*.index")
+    )
 
 
 @pytest.mark.slow
@@ -101,7 +104,10 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen(
         _train_cmd(killed_dir, "--max_steps=1000000", f"--precision={precision}"),
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
     while time.time() < deadline and not _checkpoint_steps(killed_dir) and proc.poll() is None:
@@ -170,7 +176,6 @@ def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_p
     assert "schedule ends at" in logs["budget"] and "schedule ends at" not in logs["steps"]
 
 
-
 # === Right data in the right split, checked before training ===
 
 SMALL = [
@@ -200,8 +205,9 @@ def _shards(folder, docs, num_shards=2, split=(4, 1, 1)):
 def _resolve(train_data, validation_data="", model_dir="unused"):
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
 
-    config = TrainConfig(train_data=str(train_data), validation_data=validation_data,
-                         model_dir=str(model_dir))
+    config = TrainConfig(
+        train_data=str(train_data), validation_data=validation_data, model_dir=str(model_dir)
+    )
     return _run.resolve_data(config)
 
 
@@ -250,8 +256,14 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
 
     # Three documents, all train: the validation shard is empty.
     _shards(tmp_path / "data", 3, num_shards=1, split=(1000, 1, 1))
-    cmd = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={tmp_path / 'm'}",
-           f"--train_data={tmp_path / 'data'}/train-*", *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.train",
+        f"--model_dir={tmp_path / 'm'}",
+        f"--train_data={tmp_path / 'data'}/train-*",
+        *SMALL,
+    ]
     proc = _run(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "hold no records: training without validation" in proc.stderr

@@ -613,7 +613,9 @@ def main(argv):
     default_precisions = (
         list(PRECISIONS)
         if gpu
-        else ["float32", "mixed_bfloat16"] if cpu_has_bfloat16_units() else ["float32"]
+        else ["float32", "mixed_bfloat16"]
+        if cpu_has_bfloat16_units()
+        else ["float32"]
     )
     precisions = _choices(FLAGS.precisions or default_precisions, PRECISIONS, "precisions")
     jits = _bools(FLAGS.jit, "jit")

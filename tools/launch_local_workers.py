@@ -25,7 +25,7 @@ def define_flags():
     flags.DEFINE_integer(
         "cpus_per_worker",
         None,
-        "Pin worker i to cores [i*K, (i+1)*K) and give TensorFlow K threads; " "unset: no pinning.",
+        "Pin worker i to cores [i*K, (i+1)*K) and give TensorFlow K threads; unset: no pinning.",
         lower_bound=1,
     )
     flags.DEFINE_integer(

@@ -45,8 +45,7 @@ def define_data_flags():
     flags.DEFINE_string(
         "validation_data",
         _default("validation_data"),
-        "Validation shards (folder or glob). Empty: the validation-* shards "
-        "beside --train_data.",
+        "Validation shards (folder or glob). Empty: the validation-* shards beside --train_data.",
     )
     flags.DEFINE_string(
         "model_dir",
@@ -130,7 +129,7 @@ def define_optimization_flags():
         "allreduce_dtype",
         _default("allreduce_dtype"),
         ["float32", "float16"],
-        "Gradient all-reduce dtype (float16 halves traffic; " "needs mixed_float16).",
+        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
     )
     flags.DEFINE_enum(
         "jit_compile",
@@ -184,7 +183,7 @@ def define_budget_flags():
     flags.DEFINE_integer(
         "eval_batches",
         _default("eval_batches"),
-        "Batches per periodic validation (the final one " "scores the whole validation split).",
+        "Batches per periodic validation (the final one scores the whole validation split).",
     )
     flags.DEFINE_integer(
         "sample_every_steps",

@@ -43,7 +43,7 @@ class MLSTM(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         recurrent_initializer="orthogonal",
         bias_initializer="zeros",
-        **kwargs
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.units = units
@@ -183,8 +183,7 @@ class MLSTM(keras.layers.Layer):
                 raise ValueError("MLSTM: `pool` is for inference only.")
             if valid is not None:
                 raise ValueError(
-                    "MLSTM: `valid` masks are for inference only; "
-                    "training streams have no padding."
+                    "MLSTM: `valid` masks are for inference only; training streams have no padding."
                 )
             outputs, h, c = recurrence.mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, ids=ids)
         else:

@@ -133,7 +133,7 @@ class TrainConfig(JsonConfig):
         )
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got " f"{getattr(self, name)}.")
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
         choices = {
             "precision": PRECISION_CHOICES,
             "distribution_strategy": STRATEGIES,
@@ -147,8 +147,7 @@ class TrainConfig(JsonConfig):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(
-                    f"--{name} must be one of {', '.join(allowed)}; got "
-                    f"{getattr(self, name)!r}."
+                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
                 )
         if self.lr <= 0:
             raise ValueError(f"--lr must be positive, got {self.lr}.")
@@ -182,4 +181,3 @@ class TrainConfig(JsonConfig):
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
-

@@ -532,6 +532,11 @@ class Runner:
                 "resume from the last checkpoint"
                 + (f" ({os.path.basename(latest)})." if latest else ".")
             ) from e
+        finally:
+            # The run is over (finished, stopped or failed): a later run in
+            # this process, or a relaunch, may take the folder.
+            if self.chief:
+                rundir.release_locks()
 
     @contextlib.contextmanager
     def _sigterm_requests_stop(self):

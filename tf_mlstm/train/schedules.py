@@ -68,7 +68,7 @@ def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=
         raise ValueError(f"lr scaling must be one of {SCALINGS}, got {scaling!r}.")
     if global_batch <= 0 or base_batch <= 0:
         raise ValueError(
-            "global_batch and base_batch must be positive, got " f"{global_batch} and {base_batch}."
+            f"global_batch and base_batch must be positive, got {global_batch} and {base_batch}."
         )
     ratio = global_batch / base_batch
     factor = {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[scaling]
@@ -102,10 +102,10 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(f"total_steps must be positive, got {total_steps}.")
         if not 0 <= warmup_steps <= total_steps:
             raise ValueError(
-                f"warmup_steps must be in [0, total_steps={total_steps}" f"], got {warmup_steps}."
+                f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}."
             )
         if decay == "exponential" and not 0 < final_fraction <= 1:
-            raise ValueError("final_fraction must be in (0, 1], got " f"{final_fraction}.")
+            raise ValueError(f"final_fraction must be in (0, 1], got {final_fraction}.")
         self.peak_lr = float(peak_lr)
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)

@@ -134,7 +134,11 @@ def get_distribution_strategy(
         return tf.distribute.get_strategy()
     if strategy == "multi_worker":
         return _multi_worker_strategy(
-            num_gpus, all_reduce, cluster_resolver, timeout_s, heartbeat_timeout_s,
+            num_gpus,
+            all_reduce,
+            cluster_resolver,
+            timeout_s,
+            heartbeat_timeout_s,
             collective_timeout_s,
         )
 

@@ -506,9 +506,7 @@ class FinetuneTask(Task):
     def prepare(self, runner):
         self.runner = runner
         self._load_data()
-        self.base_model, self.base_config = rundir.load_trained_model(
-            self.config.init_model_dir
-        )
+        self.base_model, self.base_config = rundir.load_trained_model(self.config.init_model_dir)
         if len(self.train_ids) < runner.num_workers:
             raise ValueError(
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
