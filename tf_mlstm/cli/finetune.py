@@ -21,19 +21,15 @@ stopped by SIGTERM after a checkpoint: rerun to resume).
 """
 
 import json
-import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm.cli._training import run_training
 from tf_mlstm.cli.train import define_distribution_flags
-from tf_mlstm.data import readers
 from tf_mlstm.train import config as train_config_lib
-from tf_mlstm.train import runner as runner_lib
 from tf_mlstm.train import schedules
-from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.transfer import finetune as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -169,20 +165,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     config = config_from_flags(finetune_lib.FinetuneConfig)
-    try:
-        results = finetune_lib.finetune(config)
-    except runner_lib.PreemptedError as e:
-        logging.warning("%s", e)
-        sys.exit(e.exit_status)
-    except (
-        FileNotFoundError,
-        ValueError,
-        readers.InputError,
-        strategy_lib.PeerWorkerError,
-        runner_lib.TrainingDivergedError,
-    ) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+    results = run_training(finetune_lib.finetune, config)
     results.pop("history", None)
     print(json.dumps(results, sort_keys=True))
 

@@ -18,13 +18,12 @@ checkpoint: rerun the same command to resume.
 """
 
 import json
-import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tf_mlstm.cli import _config
+from tf_mlstm.cli import _training
 from tf_mlstm.train import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -238,22 +237,8 @@ def main(argv):
     config = _config.config_from_flags(config_lib.TrainConfig)
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import strategy  # pylint: disable=g-import-not-at-top
 
-    try:
-        results = _run.train_and_export(config)
-    except runner.PreemptedError as e:
-        logging.warning("%s", e)
-        sys.exit(e.exit_status)
-    except (
-        FileNotFoundError,
-        ValueError,
-        strategy.PeerWorkerError,
-        runner.TrainingDivergedError,
-    ) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+    results = _training.run_training(_run.train_and_export, config)
     print(json.dumps(results, sort_keys=True))
 
 
