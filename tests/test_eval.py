@@ -100,7 +100,7 @@ def test_bad_raw_corpus_is_one_error_line(tmp_path):
     proc = _eval(f"--model_dir={model_dir}", f"--data={columns}", "--text_key=text")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     errors = [
-        line for line in proc.stderr.splitlines() if line.startswith("E") and "eval.py" in line
+        line for line in proc.stderr.splitlines() if line.startswith("E") and " _main.py:" in line
     ]
     assert len(errors) == 1 and errors[0].endswith(
         f"{columns}: no text column: none of ['text'] in its header, which has the columns "

@@ -24,13 +24,20 @@ from tf_mlstm.train import strategy as strategy_lib
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LAUNCHER = str(REPO / "tools" / "launch_local_workers.py")
 
-# Worker 1 fails with status 3 at once; worker 0 records its pid and sleeps.
+# Worker 0 records its pid and sleeps; worker 1 fails with status 3 as soon
+# as that pid is written (so the test does not race the start of worker 0).
 _FAILING_WORKER = """
 import json, os, sys, time
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 if index == 1:
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(sys.argv[1], "pid0")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     sys.exit(3)
-open(os.path.join(sys.argv[1], f"pid{index}"), "w").write(str(os.getpid()))
+path = os.path.join(sys.argv[1], f"pid{index}")
+with open(path + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(path + ".tmp", path)
 print("sleeping", flush=True)
 time.sleep(60)
 """

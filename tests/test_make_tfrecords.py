@@ -249,15 +249,11 @@ def _run_binary(*args):
 
 
 def _error_lines(stderr):
-    """The binary's absl error lines ("E1231 12:00:00.000 ... make_tfrecords.py:12] ...").
+    """The binary's absl error lines ("E1231 12:00:00.000 ... _main.py:12] ...").
 
     TensorFlow's own start-up lines (such as a failed CUDA probe) are left out.
     """
-    return [
-        line
-        for line in stderr.splitlines()
-        if line.startswith("E") and " make_tfrecords.py:" in line
-    ]
+    return [line for line in stderr.splitlines() if line.startswith("E") and " _main.py:" in line]
 
 
 @pytest.mark.slow

@@ -16,6 +16,8 @@ import uuid
 
 import tensorflow as tf
 
+from tf_mlstm import errors
+
 _TMP_MARK = ".tmp-"
 
 
@@ -63,4 +65,4 @@ def read_json(path):
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error}).") from None
+        raise errors.InvalidValueError(f"{path}: not valid JSON ({error}).") from None

@@ -55,6 +55,7 @@ import uuid
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train.config import TrainConfig
@@ -92,7 +93,7 @@ RESUME_FIXED = {
 }
 
 
-class RunDirError(ValueError):
+class RunDirError(errors.InvalidValueError):
     """A run folder that cannot be used as asked (in use, changed model, damaged)."""
 
 
@@ -142,7 +143,9 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
     try:
         return config_class.from_json(text)
     except (json.JSONDecodeError, TypeError) as error:
-        raise ValueError(f"{path}: not a valid {config_class.__name__} ({error}).") from None
+        raise errors.InvalidValueError(
+            f"{path}: not a valid {config_class.__name__} ({error})."
+        ) from None
 
 
 def write_config(model_dir, config, name=CONFIG_FILE):

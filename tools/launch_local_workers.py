@@ -8,14 +8,17 @@ Usage:
 Each worker gets its own `TF_CONFIG` (a loopback cluster on free ports), its
 output lines prefixed with `[worker i] `, and with `--cpus_per_worker=K` its
 own K cores and K-thread TensorFlow pools. When a worker fails the others
-are stopped and the launcher exits with the failed worker's status; SIGINT
-and SIGTERM are passed on to the workers.
+are stopped and the launcher exits with the failed worker's status. SIGINT
+and SIGTERM are passed on to the workers, and the launcher exits with the
+status they end with (75 for a training run that checkpointed; rerun to
+resume). A command that is not found is one error line and status 1.
 """
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from tf_mlstm.cli import _main
 from tf_mlstm.train import local_cluster
 
 
@@ -32,7 +35,10 @@ def define_flags():
         "base_port", 0, "First port of the cluster; 0 picks free ports.", lower_bound=0
     )
     flags.DEFINE_float(
-        "grace_s", 5.0, "Seconds a worker asked to stop gets before SIGKILL.", lower_bound=0
+        "grace_s",
+        30.0,
+        "Seconds a worker asked to stop gets (to checkpoint, for training) before SIGKILL.",
+        lower_bound=0,
     )
 
 
@@ -41,16 +47,16 @@ def main(argv):
     if not command:
         raise app.UsageError("give the training command after --, e.g. -- python train.py")
     flag_values = flags.FLAGS
-    try:
-        status = local_cluster.run_local_workers(
+    status = _main.run_body(
+        lambda _: local_cluster.run_local_workers(
             command,
             num_workers=flag_values.num_workers,
             cpus_per_worker=flag_values.cpus_per_worker,
             base_port=flag_values.base_port,
             grace_s=flag_values.grace_s,
-        )
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
+        ),
+        None,
+    )
     logging.info("workers finished with status %d", status)
     return status
 

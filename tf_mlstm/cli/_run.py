@@ -11,6 +11,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import demo
 from tf_mlstm.data import tfrecord
@@ -50,13 +51,13 @@ def resolve_data(config):
         if os.path.basename(path).startswith(tuple(f"{s}-" for s in tfrecord.SPLITS[1:]))
     ]
     if held_out:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"--train_data={train_data} takes in {len(held_out)} held-out shards such as "
             f"{held_out[0]}: give the data folder, or a glob of its train-* shards"
         )
     train_files = _with_records(train_files, train_data, "train")
     if not train_files:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"no training records: every train shard of {train_data} is empty; convert a corpus "
             "with documents into it (see its stats.json)"
         )

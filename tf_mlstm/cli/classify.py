@@ -18,11 +18,10 @@ import csv
 import dataclasses
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
 
@@ -174,27 +173,26 @@ def write_csv(stream, lines, probabilities, labels):
         writer.writerow([index, line, f"{probability:.6f}", int(label)])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(ClassifyConfig)
-    try:
-        lines, probabilities, labels = classify(config)
-        if config.output == "-":
-            write_csv(sys.stdout, lines, probabilities, labels)
-        else:
-            with open(config.output, "w", encoding="utf-8", newline="") as f:
-                write_csv(f, lines, probabilities, labels)
-    except (OSError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+def main(config):
+    """Classifies the input and writes the CSV."""
+    lines, probabilities, labels = classify(config)
+    if config.output == "-":
+        write_csv(sys.stdout, lines, probabilities, labels)
+    else:
+        with open(config.output, "w", encoding="utf-8", newline="") as f:
+            write_csv(f, lines, probabilities, labels)
     logging.info("Classified %d texts -> %s", len(lines), config.output)
 
 
 def run():
-    define_classify_flags()
-    flags.mark_flags_as_required(["model_dir", "classifier", "input", "output"])
-    app.run(main)
+    """Entry point of `tf-mlstm-classify`."""
+    _main.run_binary(
+        __name__,
+        define_classify_flags,
+        main,
+        ClassifyConfig,
+        required=["model_dir", "classifier", "input", "output"],
+    )
 
 
 if __name__ == "__main__":

@@ -11,14 +11,38 @@ document and reset between documents, as in training. The last line printed
 is one JSON object: {"bits_per_char": ..., "chars": ...}.
 """
 
-import json
-import sys
+import dataclasses
 
-from absl import app
 from absl import flags
 from absl import logging
 
-FLAGS = flags.FLAGS
+from tf_mlstm.cli import _flags
+from tf_mlstm.cli import _main
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """What to score. Field names match the flags."""
+
+    model_dir: str
+    data: str
+    text_key: tuple = _flags.TEXT_KEYS
+    text_mode: str = "line"
+    split: str = "test"
+    batch_size: int = 32
+    seq_length: int = 256
+    max_batches: int = 0
+
+    @property
+    def text_keys(self):
+        """The keys tried in order, blanks left out."""
+        return _flags.text_keys(self.text_key)
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.text_keys:
+            raise ValueError("--text_key must name at least one key")
+        return self
 
 
 def define_eval_flags():
@@ -26,18 +50,16 @@ def define_eval_flags():
     flags.DEFINE_string(
         "data", None, "TFRecord folder or glob, or comma-separated raw corpus files/globs."
     )
-    flags.DEFINE_string(
-        "text_key", "reviewText,text,sentence", "Raw corpora: text keys/columns tried in order."
-    )
+    _flags.define_text_key("Raw corpora: text keys/columns tried in order.")
     flags.DEFINE_enum(
         "text_mode", "line", ["line", "file"], "Raw plain text: document per line or per file."
     )
     flags.DEFINE_enum(
         "split", "test", ["train", "validation", "test"], "Split read from a TFRecord folder."
     )
-    flags.DEFINE_integer("batch_size", 32, "Document streams scored in parallel.")
-    flags.DEFINE_integer("seq_length", 256, "Characters per model call.")
-    flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).")
+    flags.DEFINE_integer("batch_size", 32, "Document streams scored in parallel.", lower_bound=1)
+    flags.DEFINE_integer("seq_length", 256, "Characters per model call.", lower_bound=1)
+    flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).", lower_bound=0)
 
 
 def _is_tfrecords(spec):
@@ -98,39 +120,30 @@ def evaluate_data(
     return result
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.batch_size <= 0 or FLAGS.seq_length <= 0:
-        raise app.UsageError("--batch_size and --seq_length must be positive.")
-    text_keys = [k for k in FLAGS.text_key.split(",") if k]
-    try:
-        result = evaluate_data(
-            FLAGS.model_dir,
-            FLAGS.data,
-            text_keys,
-            FLAGS.text_mode,
-            FLAGS.split,
-            FLAGS.batch_size,
-            FLAGS.seq_length,
-            FLAGS.max_batches,
-        )
-    except (FileNotFoundError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+def main(config):
+    """Scores the data; returns the final line's object."""
+    result = evaluate_data(
+        config.model_dir,
+        config.data,
+        config.text_keys,
+        config.text_mode,
+        config.split,
+        config.batch_size,
+        config.seq_length,
+        config.max_batches,
+    )
     logging.info(
         "%.4f bits/char over %d chars (%.0f chars/s)",
         result["bits_per_char"],
         result["chars"],
         result["chars_per_s"],
     )
-    print(json.dumps({"bits_per_char": result["bits_per_char"], "chars": result["chars"]}))
+    return {"bits_per_char": result["bits_per_char"], "chars": result["chars"]}
 
 
 def run():
-    define_eval_flags()
-    flags.mark_flags_as_required(["model_dir", "data"])
-    app.run(main)
+    """Entry point of `tf-mlstm-eval`."""
+    _main.run_binary(__name__, define_eval_flags, main, EvalConfig, required=["model_dir", "data"])
 
 
 if __name__ == "__main__":

@@ -22,14 +22,11 @@ trained in. The last line printed is one JSON object:
 """
 
 import dataclasses
-import json
-import sys
 
-from absl import app
 from absl import flags
-from absl import logging
 
-from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm import errors
+from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
 
@@ -52,7 +49,7 @@ class ExportConfig:
         for name in ("window", "max_text_bytes", "max_generate_length"):
             value = getattr(self, name)
             if value <= 0:
-                raise ValueError(f"--{name} must be positive, got {value}")
+                raise errors.InvalidValueError(f"--{name} must be positive, got {value}")
         return self
 
 
@@ -129,29 +126,18 @@ def export(config):
             metadata=metadata,
         )
     except saved_model.ExportDirError as e:
-        raise ValueError(f"--export_dir={e}") from None
+        raise errors.InvalidValueError(f"--export_dir={e}") from None
     except ValueError as e:
         if config.classifier and str(e).startswith("classifier "):
-            raise ValueError(f"{config.classifier}: {e}") from e
+            raise errors.InvalidValueError(f"{config.classifier}: {e}") from e
         raise
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(ExportConfig)
-    try:
-        done = export(config)
-    except (OSError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
-    print(json.dumps(done))
-
-
 def run():
-    define_export_flags()
-    flags.mark_flags_as_required(["model_dir", "export_dir"])
-    app.run(main)
+    """Entry point of `tf-mlstm-export`."""
+    _main.run_binary(
+        __name__, define_export_flags, export, ExportConfig, required=["model_dir", "export_dir"]
+    )
 
 
 if __name__ == "__main__":

@@ -20,16 +20,11 @@ budget, non-finite step handling and exit statuses (0 done, 1 error, 75
 stopped by SIGTERM after a checkpoint: rerun to resume).
 """
 
-import json
-
-from absl import app
 from absl import flags
 
-from tf_mlstm.cli._config import config_from_flags
-from tf_mlstm.cli._training import run_training
+from tf_mlstm.cli import _main
 from tf_mlstm.cli.train import define_distribution_flags
 from tf_mlstm.train import config as train_config_lib
-from tf_mlstm.train import schedules
 from tf_mlstm.transfer import finetune as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -94,7 +89,7 @@ def define_finetune_flags():
     flags.DEFINE_enum(
         "lr_decay",
         _default("lr_decay"),
-        list(schedules.DECAYS),
+        list(train_config_lib.DECAYS),
         "Decay after warmup, ending at --max_steps.",
     )
     flags.DEFINE_float(
@@ -161,20 +156,22 @@ def define_finetune_flags():
     define_distribution_flags()
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(finetune_lib.FinetuneConfig)
-    results = run_training(finetune_lib.finetune, config)
+def main(config):
+    """Fine-tunes; returns the results without the per-step history."""
+    results = finetune_lib.finetune(config)
     results.pop("history", None)
-    print(json.dumps(results, sort_keys=True))
+    return results
 
 
 def run():
     """Entry point of `tf-mlstm-finetune`."""
-    define_finetune_flags()
-    flags.mark_flags_as_required(["init_model_dir", "model_dir", "train_data"])
-    app.run(main)
+    _main.run_binary(
+        __name__,
+        define_finetune_flags,
+        main,
+        finetune_lib.FinetuneConfig,
+        required=["init_model_dir", "model_dir", "train_data"],
+    )
 
 
 if __name__ == "__main__":

@@ -23,13 +23,11 @@ printed as the prompt followed by its continuation; with several samples a
 
 import dataclasses
 import math
-import sys
 
-from absl import app
 from absl import flags
-from absl import logging
 
-from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm import errors
+from tf_mlstm.cli import _main
 from tf_mlstm.transfer.neuron import SENTIMENTS
 
 FLAGS = flags.FLAGS
@@ -54,16 +52,22 @@ class GenerateConfig:
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ValueError(f"--temperature must be a positive number, got {self.temperature}.")
+            raise errors.InvalidValueError(
+                f"--temperature must be a positive number, got {self.temperature}."
+            )
         if self.length <= 0 or self.num_samples <= 0:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--length and --num_samples must be positive, got {self.length} and "
                 f"{self.num_samples}."
             )
         if self.neuron is not None and self.neuron < -1:
-            raise ValueError(f"--neuron must be a unit index or -1 (none), got {self.neuron}.")
+            raise errors.InvalidValueError(
+                f"--neuron must be a unit index or -1 (none), got {self.neuron}."
+            )
         if self.sentiment is not None and not self.classifier:
-            raise ValueError("--sentiment needs --classifier (the neuron whose side it names).")
+            raise errors.InvalidValueError(
+                "--sentiment needs --classifier (the neuron whose side it names)."
+            )
         return self
 
 
@@ -162,15 +166,9 @@ def generate_texts(config, model=None, sampler=None):
     ]
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(GenerateConfig)
-    try:
-        texts = generate_texts(config)
-    except (FileNotFoundError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+def main(config):
+    """Prints the samples."""
+    texts = generate_texts(config)
     for index, text in enumerate(texts):
         if len(texts) > 1:
             print(f"=== sample {index + 1} ===")
@@ -179,9 +177,7 @@ def main(argv):
 
 def run():
     """Entry point of `tf-mlstm-generate`."""
-    define_generate_flags()
-    flags.mark_flags_as_required(["model_dir"])
-    app.run(main)
+    _main.run_binary(__name__, define_generate_flags, main, GenerateConfig, required=["model_dir"])
 
 
 if __name__ == "__main__":

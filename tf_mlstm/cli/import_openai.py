@@ -15,14 +15,11 @@ the folder and the model's sizes.
 """
 
 import dataclasses
-import json
-import sys
 
-from absl import app
 from absl import flags
-from absl import logging
 
-from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm import errors
+from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
 
@@ -37,7 +34,7 @@ class ImportConfig:
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not self.weights_dir or not self.model_dir:
-            raise ValueError("--weights_dir and --model_dir must not be empty.")
+            raise errors.InvalidValueError("--weights_dir and --model_dir must not be empty.")
         return self
 
 
@@ -49,25 +46,18 @@ def define_import_flags():
     flags.DEFINE_string("model_dir", None, "The run folder to create (must not hold a run).")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(ImportConfig)
+def main(config):
+    """Converts the arrays; returns the summary."""
     from tf_mlstm.transfer import openai_weights  # pylint: disable=g-import-not-at-top
 
-    try:
-        summary = openai_weights.import_openai_weights(config.weights_dir, config.model_dir)
-    except (FileNotFoundError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
-    print(json.dumps(summary))
+    return openai_weights.import_openai_weights(config.weights_dir, config.model_dir)
 
 
 def run():
     """Entry point of `tf-mlstm-import-openai`."""
-    define_import_flags()
-    flags.mark_flags_as_required(["weights_dir", "model_dir"])
-    app.run(main)
+    _main.run_binary(
+        __name__, define_import_flags, main, ImportConfig, required=["weights_dir", "model_dir"]
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ leaves a folder that training and evaluation refuse until it is re-run.
         --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
 """
 
-import sys
 from typing import TYPE_CHECKING
 
 try:
@@ -24,7 +23,9 @@ except ImportError:  # Not POSIX: no open-file limit to raise.
 
 from absl import app
 from absl import flags
-from absl import logging
+
+from tf_mlstm import errors
+from tf_mlstm.cli import _main
 
 if TYPE_CHECKING:
     from tf_mlstm.data.convert import ConvertConfig
@@ -190,25 +191,19 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
         raise app.UsageError(str(e)) from e
 
 
-def main(argv: list[str]) -> None:
-    """Converts the corpus; exits 1 with one error line on bad input."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(flags.FLAGS)
+def main(config: "ConvertConfig") -> None:
+    """Converts the corpus."""
     _raise_open_file_limit()
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
 
     try:
         convert.convert(config)
-    except (OSError, tf.errors.OpError, readers.InputError) as e:
-        # Input and output problems are the user's to fix: one line naming
-        # the file, not a stack trace. TensorFlow is used here only for file
-        # I/O, so its errors are file errors (permission denied, ...).
-        logging.error("%s", e)
-        sys.exit(1)
+    except tf.errors.OpError as e:
+        # TensorFlow is used here only for file I/O, so its errors are file
+        # errors (permission denied, ...): the user's to fix.
+        raise errors.UserError(errors.one_line(e)) from e
 
 
 def _raise_open_file_limit() -> None:
@@ -230,9 +225,13 @@ def _raise_open_file_limit() -> None:
 
 def run() -> None:
     """Entry point of `tf-mlstm-make-tfrecords`."""
-    define_flags()
-    flags.mark_flags_as_required(_REQUIRED_FLAGS)
-    app.run(main)
+    _main.run_binary(
+        __name__,
+        define_flags,
+        main,
+        lambda: config_from_flags(flags.FLAGS),
+        required=_REQUIRED_FLAGS,
+    )
 
 
 if __name__ == "__main__":

@@ -17,13 +17,9 @@ SIGTERM (preemption) stopped every worker at the same step after its
 checkpoint: rerun the same command to resume.
 """
 
-import json
-
-from absl import app
 from absl import flags
 
-from tf_mlstm.cli import _config
-from tf_mlstm.cli import _training
+from tf_mlstm.cli import _main
 from tf_mlstm.train import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -86,7 +82,7 @@ def define_optimization_flags():
     flags.DEFINE_enum(
         "lr_scaling",
         _default("lr_scaling"),
-        list(config_lib.schedules.SCALINGS),
+        list(config_lib.SCALINGS),
         "Scale --lr by global batch / --lr_base_batch.",
     )
     flags.DEFINE_integer(
@@ -97,7 +93,7 @@ def define_optimization_flags():
     flags.DEFINE_enum(
         "lr_decay",
         _default("lr_decay"),
-        list(config_lib.schedules.DECAYS),
+        list(config_lib.DECAYS),
         "Decay after warmup, reaching its end at --total_steps.",
     )
     flags.DEFINE_integer(
@@ -231,20 +227,17 @@ def define_train_flags():
     define_distribution_flags()
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = _config.config_from_flags(config_lib.TrainConfig)
+def main(config):
+    """Trains, evaluates and exports; returns the results."""
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
 
-    results = _training.run_training(_run.train_and_export, config)
-    print(json.dumps(results, sort_keys=True))
+    return _run.train_and_export(config)
 
 
 def run():
-    define_train_flags()
-    app.run(main)
+    """Entry point of `tf-mlstm-train`."""
+    _main.run_binary(__name__, define_train_flags, main, config_lib.TrainConfig)
 
 
 if __name__ == "__main__":

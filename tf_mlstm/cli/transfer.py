@@ -22,12 +22,11 @@ and accuracy_vs_labeled.png. The last line printed is
 one JSON object with `test_accuracy` and the other headline numbers.
 """
 
-import json
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
+
+from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
 
@@ -181,17 +180,11 @@ def headline(results):
     }
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags()
+def main(config):
+    """Fits and scores the classifier; returns the headline numbers."""
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
-    try:
-        results = experiment.run_transfer(config)
-    except (OSError, ValueError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
+    results = experiment.run_transfer(config)
     for name in ("train", "val", "test"):
         if results.get(f"{name}_accuracy") is not None:
             logging.info(
@@ -200,13 +193,18 @@ def main(argv):
                 results[f"{name}_accuracy"],
                 results["neuron"][f"{name}_accuracy"],
             )
-    print(json.dumps(headline(results)))
+    return headline(results)
 
 
 def run():
-    define_transfer_flags()
-    flags.mark_flags_as_required(["model_dir", "train", "output_dir"])
-    app.run(main)
+    """Entry point of `tf-mlstm-transfer`."""
+    _main.run_binary(
+        __name__,
+        define_transfer_flags,
+        main,
+        config_from_flags,
+        required=["model_dir", "train", "output_dir"],
+    )
 
 
 if __name__ == "__main__":

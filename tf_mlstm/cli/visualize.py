@@ -22,14 +22,12 @@ wins (a disagreement is logged); one of the two is needed.
 
 import dataclasses
 import itertools
-import json
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
-from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm import errors
+from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
 
@@ -53,15 +51,21 @@ class VisualizeConfig:
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if self.neuron is None and not self.classifier:
-            raise ValueError("give --neuron (a cell unit) or --classifier (its sentiment neuron).")
+            raise errors.InvalidValueError(
+                "give --neuron (a cell unit) or --classifier (its sentiment neuron)."
+            )
         if self.neuron is not None and self.neuron < 0:
-            raise ValueError(f"--neuron must be a unit index >= 0, got {self.neuron}.")
+            raise errors.InvalidValueError(
+                f"--neuron must be a unit index >= 0, got {self.neuron}."
+            )
         if min(self.max_texts, self.max_chars, self.width) <= 0:
-            raise ValueError("--max_texts, --max_chars and --width must be positive.")
+            raise errors.InvalidValueError("--max_texts, --max_chars and --width must be positive.")
         if self.scale < 0:
-            raise ValueError(f"--scale must be >= 0 (0 = automatic), got {self.scale}.")
+            raise errors.InvalidValueError(
+                f"--scale must be >= 0 (0 = automatic), got {self.scale}."
+            )
         if not self.input:
-            raise ValueError("--input must be text or files, got an empty string.")
+            raise errors.InvalidValueError("--input must be text or files, got an empty string.")
         return self
 
 
@@ -140,42 +144,39 @@ def read_texts(config):
     return [text[: config.max_chars] for text in texts]
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    config = config_from_flags(VisualizeConfig)
+def main(config):
+    """Draws the unit over the texts; returns the written files."""
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
-    try:
-        texts = read_texts(config)
-        model, _ = rundir.load_trained_model(config.model_dir)
-        unit, sign, neuron = neuron_lib.drawn_unit(
-            config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
-        )
-        written = visualize.write_visualization(
-            model,
-            texts,
-            unit,
-            config.output_dir,
-            config.width,
-            config.scale or None,
-            sign=sign,
-            source=neuron.describe() if neuron is not None and unit == neuron.unit else None,
-        )
-    except (FileNotFoundError, ValueError, readers.InputError) as e:
-        logging.error("%s", e)
-        sys.exit(1)
-    print(json.dumps({kind: written[kind] for kind in ("html", "png", "json")}))
+    texts = read_texts(config)
+    model, _ = rundir.load_trained_model(config.model_dir)
+    unit, sign, neuron = neuron_lib.drawn_unit(
+        config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
+    )
+    written = visualize.write_visualization(
+        model,
+        texts,
+        unit,
+        config.output_dir,
+        config.width,
+        config.scale or None,
+        sign=sign,
+        source=neuron.describe() if neuron is not None and unit == neuron.unit else None,
+    )
+    return {kind: written[kind] for kind in ("html", "png", "json")}
 
 
 def run():
     """Entry point of `tf-mlstm-visualize`."""
-    define_visualize_flags()
-    flags.mark_flags_as_required(["model_dir", "input", "output_dir"])
-    app.run(main)
+    _main.run_binary(
+        __name__,
+        define_visualize_flags,
+        main,
+        VisualizeConfig,
+        required=["model_dir", "input", "output_dir"],
+    )
 
 
 if __name__ == "__main__":

@@ -35,34 +35,8 @@ import tensorflow as tf
 
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.data.repeats import parse_source_repeats  # noqa: F401 (one import path)
 from tf_mlstm.data.text import DOC_START
-
-
-def parse_source_repeats(spec):
-    """Parses `PATTERN=COUNT,...` into `((pattern, count), ...)`.
-
-    Args:
-      spec: comma-separated rules, e.g. "*/amazon/*=8"; "" for none. A
-        pattern is a glob (`*`, `?`) over the record's whole source path.
-
-    Returns:
-      A tuple of (pattern, count) pairs, in the order given.
-
-    Raises:
-      ValueError: a rule that is not PATTERN=COUNT with COUNT an integer >= 1.
-    """
-    rules = []
-    for rule in (piece.strip() for piece in spec.split(",")):
-        if not rule:
-            continue
-        pattern, sep, count = rule.rpartition("=")
-        if not sep or not pattern or not count.strip().isdigit() or int(count) < 1:
-            raise ValueError(
-                f"source_repeats: {rule!r} is not PATTERN=COUNT with an integer COUNT >= 1 "
-                "(e.g. '*/amazon/*=8')"
-            )
-        rules.append((pattern.strip(), int(count)))
-    return tuple(rules)
 
 
 def _source_regex(pattern):

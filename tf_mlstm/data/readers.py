@@ -45,6 +45,7 @@ from typing import BinaryIO
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm.data.text import normalize_text
 
 # Skip reasons, as they appear in SkipLog counts and the stats file.
@@ -81,7 +82,7 @@ _FLOAT32_MAX = 3.4028234663852886e38
 _LABEL_NAMES = {"pos": 1, "positive": 1, "neg": 0, "negative": 0, "true": 1, "false": 0}
 
 
-class InputError(ValueError):
+class InputError(errors.InvalidValueError):
     """An input file as a whole cannot be read (corrupt gzip, no text column)."""
 
 

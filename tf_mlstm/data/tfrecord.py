@@ -34,6 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_mlstm import errors
 from tf_mlstm.data.readers import Document
 
 TEXT_FEATURE = "text"
@@ -159,7 +160,7 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
             has not finished.
     """
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        raise errors.InvalidValueError(f"split must be one of {SPLITS}, got {split!r}")
     pattern = data_dir_or_glob
     if tf.io.gfile.isdir(data_dir_or_glob):
         check_complete(data_dir_or_glob)
@@ -172,7 +173,7 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
     return files
 
 
-class IncompleteDataError(ValueError):
+class IncompleteDataError(errors.InvalidValueError):
     """A TFRecord folder whose conversion did not finish."""
 
 
@@ -200,14 +201,14 @@ def split_bytes(files: Sequence[str], split: str) -> int:
     for folder, named in by_folder.items():
         stats_path = os.path.join(folder, "stats.json")
         if not tf.io.gfile.exists(stats_path):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{folder}: no stats.json to count the {split} characters from; convert the "
                 "corpus with tf-mlstm-make-tfrecords, or give --max_steps instead."
             )
         with tf.io.gfile.GFile(stats_path) as f:
             record = json.load(f).get("splits", {}).get(split)
         if not record or not record.get("shards"):
-            raise ValueError(f"{stats_path}: records no {split!r} split.")
+            raise errors.InvalidValueError(f"{stats_path}: records no {split!r} split.")
         total += record["bytes"] * min(named, record["shards"]) / record["shards"]
     return int(total)
 
@@ -242,7 +243,7 @@ def _has_record(path: str, compression: str) -> bool:
             return bool(f.read(1))
     except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
         message = getattr(e, "message", None) or str(e)
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{path}: not a readable {compression or 'uncompressed'} TFRecord file ({message})"
         ) from None
 
@@ -287,7 +288,9 @@ def compression_type(files: Sequence[str]) -> str:
     """
     gzipped = {name.endswith(GZIP_SUFFIX) for name in files}
     if len(gzipped) > 1:
-        raise ValueError(f"mixed gzip and uncompressed TFRecord files: {list(files)[:4]} ...")
+        raise errors.InvalidValueError(
+            f"mixed gzip and uncompressed TFRecord files: {list(files)[:4]} ..."
+        )
     return "GZIP" if gzipped == {True} else ""
 
 
@@ -369,19 +372,21 @@ class ShardedWriter:
     ):
         split_weights = tuple(split_weights)
         if num_train_shards < 1:
-            raise ValueError(f"num_train_shards must be >= 1, got {num_train_shards}")
+            raise errors.InvalidValueError(f"num_train_shards must be >= 1, got {num_train_shards}")
         if len(split_weights) != len(SPLITS) or not all(
             isinstance(w, int) and w > 0 for w in split_weights
         ):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"split_weights must be {len(SPLITS)} positive integers "
                 f"(train, validation, test), got {split_weights}"
             )
         compression = compression.upper() if compression else None
         if compression not in _COMPRESSIONS:
-            raise ValueError(f"compression must be None or 'GZIP', got {compression!r}")
+            raise errors.InvalidValueError(
+                f"compression must be None or 'GZIP', got {compression!r}"
+            )
         if max_open_files is not None and max_open_files < 1:
-            raise ValueError(f"max_open_files must be >= 1, got {max_open_files}")
+            raise errors.InvalidValueError(f"max_open_files must be >= 1, got {max_open_files}")
         self._output_dir = output_dir
         self._weights = split_weights
         self._total_weight = sum(split_weights)

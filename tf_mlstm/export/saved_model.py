@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.data.text import DOC_START
@@ -67,7 +68,7 @@ _TMP_PREFIX = ".tmp-export-"
 _OLD_PREFIX = ".old-export-"
 
 
-class ExportDirError(ValueError):
+class ExportDirError(errors.InvalidValueError):
     """The export folder holds something this module did not write."""
 
 

@@ -15,6 +15,7 @@ import math
 
 import tensorflow as tf
 
+from tf_mlstm import errors
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models.featurize import texts_to_ids
 
@@ -152,7 +153,7 @@ def make_sampler(model):
 def _check_unit(name, index, hidden_size, allow_none):
     low = -1 if allow_none else 0
     if not low <= index < hidden_size:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{name} must be in [{low}, {hidden_size - 1}] (the model has {hidden_size} "
             f"cell units), got {index}."
         )
@@ -200,15 +201,15 @@ def sample_ids(
         prompt, or a unit index outside the model.
     """
     if not (temperature > 0 and math.isfinite(temperature)):
-        raise ValueError(f"temperature must be a positive number, got {temperature}.")
+        raise errors.InvalidValueError(f"temperature must be a positive number, got {temperature}.")
     if length < 0:
-        raise ValueError(f"length must be >= 0, got {length}.")
+        raise errors.InvalidValueError(f"length must be >= 0, got {length}.")
     _check_unit("neuron", neuron, model.hidden_size, allow_none=True)
     if trace_unit is not None:
         _check_unit("trace_unit", trace_unit, model.hidden_size, allow_none=False)
     prompt_ids = tf.cast(prompt_ids, tf.int32)
     if prompt_ids.shape.rank != 2 or prompt_ids.shape[1] == 0:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"prompt_ids must be [N, P] with P >= 1 (at least DOC_START), got shape "
             f"{prompt_ids.shape}."
         )

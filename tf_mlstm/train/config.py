@@ -8,8 +8,8 @@ import dataclasses
 import json
 import math
 
-from tf_mlstm.data import pipeline
-from tf_mlstm.train import schedules
+from tf_mlstm import errors
+from tf_mlstm.data.repeats import parse_source_repeats
 from tf_mlstm.train.hardware import AUTO
 from tf_mlstm.train.hardware import PRECISION_CHOICES
 from tf_mlstm.train.hardware import PRECISIONS  # noqa: F401 (re-exported: concrete policies)
@@ -19,6 +19,9 @@ ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
 ALLREDUCE_DTYPES = ("float32", "float16")
 SCHEDULE_LENGTHS = ("budget", "steps")
+# Learning-rate scaling with the batch and decay shapes (train/schedules.py).
+SCALINGS = ("none", "linear", "sqrt")
+DECAYS = ("constant", "linear", "cosine", "exponential")
 
 
 def profile_bounds(spec):
@@ -38,7 +41,7 @@ def profile_bounds(spec):
     except ValueError:
         start, end = -1, -1
     if len(parts) != 2 or not 0 <= start < end:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"--profile_steps must be START,END with 0 <= START < END (e.g. 20,25), got {spec!r}."
         )
     return start, end
@@ -51,12 +54,29 @@ class JsonConfig:
         """The config as sorted, indented JSON."""
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
-    def check_finite_floats(self):
-        """Raises ValueError naming the first float field that is NaN or infinite."""
+    # Integer fields that may be negative, with their smallest value
+    # (num_gpus: -1 = all visible). Every other integer field is a count, a
+    # size, a step or a seed: >= 0.
+    NEGATIVE_INTS = {"num_gpus": -1}
+
+    def check_numbers(self):
+        """Raises ValueError naming the first number field out of its range.
+
+        Floats must be finite; integers must be >= 0, or >= their entry in
+        `NEGATIVE_INTS`. Ranges particular to a field are `validate`'s.
+        """
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"--{field.name} must be a finite number, got {value}.")
+                raise errors.InvalidValueError(
+                    f"--{field.name} must be a finite number, got {value}."
+                )
+            if isinstance(value, int) and not isinstance(value, bool):
+                lowest = self.NEGATIVE_INTS.get(field.name, 0)
+                if value < lowest:
+                    raise errors.InvalidValueError(
+                        f"--{field.name} must be >= {lowest}, got {value}."
+                    )
 
     @classmethod
     def from_json(cls, text):
@@ -118,7 +138,7 @@ class TrainConfig(JsonConfig):
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""
-        self.check_finite_floats()
+        self.check_numbers()
         positive = (
             "hidden_size",
             "embedding_size",
@@ -133,45 +153,47 @@ class TrainConfig(JsonConfig):
         )
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
+                raise errors.InvalidValueError(
+                    f"--{name} must be positive, got {getattr(self, name)}."
+                )
         choices = {
             "precision": PRECISION_CHOICES,
             "distribution_strategy": STRATEGIES,
             "all_reduce": ALL_REDUCE,
             "jit_compile": JIT_CHOICES,
-            "lr_scaling": schedules.SCALINGS,
-            "lr_decay": schedules.DECAYS,
+            "lr_scaling": SCALINGS,
+            "lr_decay": DECAYS,
             "allreduce_dtype": ALLREDUCE_DTYPES,
             "schedule_length": SCHEDULE_LENGTHS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(
+                raise errors.InvalidValueError(
                     f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
                 )
         if self.lr <= 0:
-            raise ValueError(f"--lr must be positive, got {self.lr}.")
+            raise errors.InvalidValueError(f"--lr must be positive, got {self.lr}.")
         for name in ("clip_norm", "max_minutes", "max_lr", "epochs"):
             if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
+                raise errors.InvalidValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
         if not 0 <= self.collective_timeout_s < float("inf"):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
                 f"{self.collective_timeout_s}."
             )
         if self.warmup_steps < 0 or self.warmup_steps > self.schedule_steps:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--warmup_steps must be in [0, {self.schedule_steps}] "
                 f"(the schedule length), got {self.warmup_steps}."
             )
         try:
-            pipeline.parse_source_repeats(self.source_repeats)
+            parse_source_repeats(self.source_repeats)
         except ValueError as error:
-            raise ValueError(f"--{error}") from None
+            raise errors.InvalidValueError(f"--{error}") from None
         # With auto the check waits for the resolved config (hardware.resolve_run_config).
         profile_bounds(self.profile_steps)
         if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 "--allreduce_dtype=float16 needs "
                 "--precision=mixed_float16 (its loss scaling keeps "
                 "float16 gradient sums finite)."

@@ -20,6 +20,8 @@ import platform
 
 from absl import logging
 
+from tf_mlstm import errors
+
 CPUINFO = "/proc/cpuinfo"
 
 # The precision policies a run computes in, and the choice that is resolved here.
@@ -317,9 +319,13 @@ def resolve_jit(choice, precision, hardware, use_gpus=True):
     if choice in ("true", "false"):
         return choice == "true", "set explicitly"
     if choice != AUTO:
-        raise ValueError(f"--jit_compile must be one of auto, true, false; got {choice!r}.")
+        raise errors.InvalidValueError(
+            f"--jit_compile must be one of auto, true, false; got {choice!r}."
+        )
     if precision not in PRECISIONS:
-        raise ValueError(f"resolve_jit needs a resolved precision, got {precision!r}.")
+        raise errors.InvalidValueError(
+            f"resolve_jit needs a resolved precision, got {precision!r}."
+        )
     kind = "gpu" if use_gpus and hardware.gpus else "cpu"
     return JIT_TABLE[(kind, precision)]
 
@@ -346,11 +352,13 @@ def recorded_precision(path):
     try:
         values = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{path}: not valid JSON ({e}); cannot read the run's precision."
         ) from None
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(values).__name__}.")
+        raise errors.InvalidValueError(
+            f"{path}: expected a JSON object, got {type(values).__name__}."
+        )
     precision = values.get("precision")
     return precision if precision in PRECISIONS else None
 
@@ -424,5 +432,7 @@ def resolve_run_config(config, recorded_config_path, hardware=None):
         except ValueError as e:
             if config.precision != AUTO:
                 raise
-            raise ValueError(f"{e} (--precision=auto chose {precision}: {reason})") from None
+            raise errors.InvalidValueError(
+                f"{e} (--precision=auto chose {precision}: {reason})"
+            ) from None
     return resolved

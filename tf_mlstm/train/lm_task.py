@@ -16,6 +16,7 @@ import math
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm.data import pipeline
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
@@ -87,7 +88,7 @@ class LanguageModelTask(Task):
             return rules
         read, named, matches = pipeline.source_census(self.train_files, rules)
         if read and not named:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--source_repeats needs records that name their source file, but the "
                 f"first {read} records of {self.train_files[0]} name none: convert the corpus "
                 "again with this version of tf-mlstm-make-tfrecords."

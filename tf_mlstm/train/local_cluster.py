@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +28,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from absl import logging
+
+from tf_mlstm import errors
 
 HOST = "127.0.0.1"
 _POLL_S = 0.05
@@ -49,9 +52,11 @@ def pick_ports(num_workers: int, base_port: int = 0, host: str = HOST) -> list[i
         port is taken.
     """
     if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        raise errors.InvalidValueError(f"num_workers must be >= 1, got {num_workers}")
     if base_port and not 0 < base_port <= 65536 - num_workers:
-        raise ValueError(f"base_port {base_port} leaves no room for {num_workers} ports")
+        raise errors.InvalidValueError(
+            f"base_port {base_port} leaves no room for {num_workers} ports"
+        )
     # All sockets stay bound until every port is chosen, so the OS cannot
     # hand out one port twice; the workers bind them again a moment later.
     with contextlib.ExitStack() as stack:
@@ -62,7 +67,9 @@ def pick_ports(num_workers: int, base_port: int = 0, host: str = HOST) -> list[i
             try:
                 sock.bind((host, port))
             except OSError as e:
-                raise ValueError(f"port {port} on {host} is not free: {e.strerror}") from None
+                raise errors.InvalidValueError(
+                    f"port {port} on {host} is not free: {e.strerror}"
+                ) from None
             ports.append(sock.getsockname()[1])
     return ports
 
@@ -172,16 +179,24 @@ def run_local_workers(
 
     Returns:
       0 when every worker exits 0; otherwise the status of the first worker
-      to fail (128 + the signal for a worker killed by a signal), or 128 +
-      the signal when the launcher itself was interrupted.
+      to fail (128 + the signal for a worker killed by a signal). When the
+      launcher itself is sent SIGINT or SIGTERM, it passes the signal on and
+      returns the status the workers end with inside the grace period (75
+      for a training run that checkpointed on SIGTERM, so a scheduler sees
+      what a worker would have said), or 128 + the signal if they do not.
 
     Raises:
-      ValueError: an empty command or bad worker/port/CPU counts.
+      ValueError: an empty command, a program that is not found, or bad
+        worker/port/CPU counts.
     """
     if not command:
-        raise ValueError("no command to run")
+        raise errors.InvalidValueError("no command to run")
+    if shutil.which(command[0]) is None:
+        raise errors.InvalidValueError(
+            f"command not found: {command[0]!r} (not a file, nor on PATH)"
+        )
     if cpus_per_worker is not None and cpus_per_worker < 1:
-        raise ValueError(f"cpus_per_worker must be >= 1, got {cpus_per_worker}")
+        raise errors.InvalidValueError(f"cpus_per_worker must be >= 1, got {cpus_per_worker}")
     ports = pick_ports(num_workers, base_port)
     cores = core_sets(num_workers, cpus_per_worker) if cpus_per_worker else None
     logging.info(
@@ -258,9 +273,7 @@ class _Supervisor:
         """Waits for all workers; returns the run's exit status."""
         while True:
             if self._signal is not None:
-                # The signal went to the workers already; `stop_all` gives
-                # them the grace period to comply.
-                return 128 + self._signal
+                return self._status_after_signal()
             codes = [proc.poll() for proc in self._procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
@@ -270,6 +283,21 @@ class _Supervisor:
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(_POLL_S)
+
+    def _status_after_signal(self):
+        """The workers' status once they obeyed the forwarded signal, within the grace period."""
+        deadline = time.monotonic() + self._grace_s
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        codes = [proc.poll() for proc in self._procs]
+        failed = [code for code in codes if code not in (None, 0)]
+        if None in codes or not failed:
+            # Still running (`stop_all` ends them) or all done: the signal's own status.
+            return 128 + self._signal
+        return 128 - failed[0] if failed[0] < 0 else failed[0]
 
     def stop_all(self):
         """Stops any live worker: SIGTERM, then SIGKILL after the grace period."""

@@ -66,6 +66,7 @@ import tensorflow as tf
 from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
+from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train import optimizer as optimizer_lib
@@ -105,7 +106,7 @@ class PreemptedError(RuntimeError):
         self.step = step
 
 
-class TrainingDivergedError(RuntimeError):
+class TrainingDivergedError(errors.UserError, RuntimeError):
     """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
 
 
@@ -261,14 +262,14 @@ class Runner:
         _, self.worker, self.num_workers = strategy_lib.worker_info(self.strategy)
         replicas = self.strategy.num_replicas_in_sync
         if config.batch_size % replicas:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--batch_size={config.batch_size} (global) must be a "
                 f"multiple of the {replicas} replicas."
             )
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
         if "auto" in (config.precision, config.jit_compile):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 "the runner needs a concrete --precision and --jit_compile: resolve `auto` "
                 "with tf_mlstm.train.hardware.resolve_run_config first."
             )

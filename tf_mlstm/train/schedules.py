@@ -44,8 +44,9 @@ import time
 import keras
 import tensorflow as tf
 
-SCALINGS = ("none", "linear", "sqrt")
-DECAYS = ("constant", "linear", "cosine", "exponential")
+from tf_mlstm import errors
+from tf_mlstm.train.config import DECAYS
+from tf_mlstm.train.config import SCALINGS
 
 
 def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=None):
@@ -65,9 +66,9 @@ def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=
       ValueError: unknown scaling or non-positive sizes.
     """
     if scaling not in SCALINGS:
-        raise ValueError(f"lr scaling must be one of {SCALINGS}, got {scaling!r}.")
+        raise errors.InvalidValueError(f"lr scaling must be one of {SCALINGS}, got {scaling!r}.")
     if global_batch <= 0 or base_batch <= 0:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"global_batch and base_batch must be positive, got {global_batch} and {base_batch}."
         )
     ratio = global_batch / base_batch
@@ -97,15 +98,17 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self, peak_lr, total_steps, warmup_steps=0, decay="linear", final_fraction=0.01, plan=None
     ):
         if decay not in DECAYS:
-            raise ValueError(f"lr decay must be one of {DECAYS}, got {decay!r}.")
+            raise errors.InvalidValueError(f"lr decay must be one of {DECAYS}, got {decay!r}.")
         if total_steps <= 0:
-            raise ValueError(f"total_steps must be positive, got {total_steps}.")
+            raise errors.InvalidValueError(f"total_steps must be positive, got {total_steps}.")
         if not 0 <= warmup_steps <= total_steps:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"warmup_steps must be in [0, total_steps={total_steps}], got {warmup_steps}."
             )
         if decay == "exponential" and not 0 < final_fraction <= 1:
-            raise ValueError(f"final_fraction must be in (0, 1], got {final_fraction}.")
+            raise errors.InvalidValueError(
+                f"final_fraction must be in (0, 1], got {final_fraction}."
+            )
         self.peak_lr = float(peak_lr)
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
@@ -164,12 +167,14 @@ class SchedulePlan:
 
     def __init__(self, total_steps, warmup_steps=0, cooldown_fraction=0.2):
         if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"a schedule plan needs 0 <= warmup_steps <= total_steps and total_steps > 0, "
                 f"got warmup_steps={warmup_steps}, total_steps={total_steps}."
             )
         if not 0 < cooldown_fraction <= 1:
-            raise ValueError(f"cooldown_fraction must be in (0, 1], got {cooldown_fraction}.")
+            raise errors.InvalidValueError(
+                f"cooldown_fraction must be in (0, 1], got {cooldown_fraction}."
+            )
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
         self.cooldown_fraction = float(cooldown_fraction)
@@ -241,7 +246,7 @@ class BudgetPlanner:
 
     def __init__(self, max_steps, deadline, settle_steps=20, margin=0.02, clock=time.monotonic):
         if max_steps <= 0 or settle_steps < 0 or not 0 <= margin < 1:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"bad budget planner settings: max_steps={max_steps}, "
                 f"settle_steps={settle_steps}, margin={margin}."
             )

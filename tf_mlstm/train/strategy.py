@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 
 import tensorflow as tf
@@ -50,6 +51,7 @@ from absl import logging
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.eager import context as tf_context
 
+from tf_mlstm import errors
 from tf_mlstm.train.config import ALL_REDUCE
 from tf_mlstm.train.config import STRATEGIES
 
@@ -67,7 +69,7 @@ _COMMUNICATION = {
 _TEMP_ROOT_PREFIX = "tf_mlstm_workertemp_"
 
 
-class PeerWorkerError(RuntimeError):
+class PeerWorkerError(errors.UserError, RuntimeError):
     """Another worker of the cluster stopped (crashed, killed, preempted) mid-run."""
 
 
@@ -121,14 +123,18 @@ def get_distribution_strategy(
     _check_choice("all_reduce", all_reduce, ALL_REDUCE)
     _check_choice("cluster_resolver", cluster_resolver, CLUSTER_RESOLVERS)
     if num_gpus is not None and num_gpus < 0:
-        raise ValueError(f"num_gpus must be >= 0 or None (all visible), got {num_gpus}")
+        raise errors.InvalidValueError(
+            f"num_gpus must be >= 0 or None (all visible), got {num_gpus}"
+        )
     if timeout_s <= 0 or heartbeat_timeout_s <= 0:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"timeout_s and heartbeat_timeout_s must be > 0, got {timeout_s} and "
             f"{heartbeat_timeout_s}"
         )
     if not collective_timeout_s >= 0:
-        raise ValueError(f"collective_timeout_s must be >= 0, got {collective_timeout_s}")
+        raise errors.InvalidValueError(
+            f"collective_timeout_s must be >= 0, got {collective_timeout_s}"
+        )
 
     if strategy == "default":
         return tf.distribute.get_strategy()
@@ -144,10 +150,12 @@ def get_distribution_strategy(
 
     gpus = _num_local_gpus(num_gpus)
     if all_reduce == "nccl" and not gpus:
-        raise ValueError("all_reduce='nccl' needs GPUs, but this machine uses none")
+        raise errors.InvalidValueError("all_reduce='nccl' needs GPUs, but this machine uses none")
     if strategy == "one_device":
         if gpus > 1:
-            raise ValueError(f"strategy 'one_device' uses one device, got num_gpus={num_gpus}")
+            raise errors.InvalidValueError(
+                f"strategy 'one_device' uses one device, got num_gpus={num_gpus}"
+            )
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     devices = [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
     return tf.distribute.MirroredStrategy(
@@ -175,15 +183,19 @@ def parse_tf_config(env_value: str) -> dict:
     try:
         config = json.loads(env_value)
     except json.JSONDecodeError as e:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+        raise errors.InvalidValueError(f"TF_CONFIG is not valid JSON: {e}") from None
     if not isinstance(config, dict):
-        raise ValueError(f"TF_CONFIG must be a JSON object, got {type(config).__name__}")
+        raise errors.InvalidValueError(
+            f"TF_CONFIG must be a JSON object, got {type(config).__name__}"
+        )
     cluster = config.get("cluster")
     if not isinstance(cluster, dict) or not cluster:
-        raise ValueError('TF_CONFIG has no "cluster" object mapping job names to address lists')
+        raise errors.InvalidValueError(
+            'TF_CONFIG has no "cluster" object mapping job names to address lists'
+        )
     task = config.get("task")
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise ValueError('TF_CONFIG has no "task" object with "type" and "index"')
+        raise errors.InvalidValueError('TF_CONFIG has no "task" object with "type" and "index"')
     _check_cluster(cluster, task["type"], task["index"], source="TF_CONFIG")
     return config
 
@@ -330,7 +342,7 @@ def _multi_worker_strategy(
         # Slurm assigns GPUs to tasks itself through CUDA_VISIBLE_DEVICES.
         gpus = resolver.num_accelerators().get("GPU", 0)
     if all_reduce == "nccl" and not gpus:
-        raise ValueError("all_reduce='nccl' needs GPUs, but this worker uses none")
+        raise errors.InvalidValueError("all_reduce='nccl' needs GPUs, but this worker uses none")
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=_COMMUNICATION[all_reduce],
         timeout_seconds=float(collective_timeout_s) or None,
@@ -341,9 +353,12 @@ def _multi_worker_strategy(
             cluster_resolver=resolver, communication_options=options
         )
     if task_type not in _TRAINING_JOBS:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"multi_worker runs on 'chief' and 'worker' tasks, this task is '{task_type}'"
         )
+    _check_port_free(
+        cluster[task_type][task_id], f"{task_type} {task_id} at {cluster[task_type][task_id]}"
+    )
     ctx = tf_context.context()
     if ctx._initialized:  # pylint: disable=protected-access
         raise RuntimeError(
@@ -391,9 +406,27 @@ def _multi_worker_strategy(
     except tf.errors.UnknownError as e:
         if "gRPC server" not in str(e):
             raise
-        raise RuntimeError(
+        raise errors.UserError(
             f"multi_worker: {where} could not start its server; is the port in use?"
         ) from e
+
+
+def _check_port_free(address, where):
+    """Refuses a task whose own port is taken, before TensorFlow fails on it.
+
+    TensorFlow's server listens on every interface; with the port taken it
+    fails deep in its start-up, after the coordination service was set up.
+    """
+    port = int(address.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError as e:
+            raise errors.UserError(
+                f"multi_worker: port {port} of {where} is in use ({e.strerror}); stop the "
+                "process holding it or give this task another port in the cluster"
+            ) from None
 
 
 def _resolve_cluster(name, num_gpus):
@@ -409,7 +442,7 @@ def _resolve_cluster(name, num_gpus):
             resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(**kwargs)
             cluster = resolver.cluster_spec().as_dict()
         except (RuntimeError, ValueError, KeyError) as e:
-            raise ValueError(f"slurm cluster resolver: {e}") from None
+            raise errors.InvalidValueError(f"slurm cluster resolver: {e}") from None
         _check_cluster(cluster, resolver.task_type, resolver.task_id, source="Slurm")
         return resolver, cluster, resolver.task_type, resolver.task_id
 
@@ -424,22 +457,26 @@ def _resolve_cluster(name, num_gpus):
 def _check_cluster(cluster, task_type, task_index, source):
     for job, addresses in cluster.items():
         if not isinstance(addresses, list) or not addresses:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{source} cluster job '{job}' must be a non-empty list of host:port, "
                 f"got {addresses!r}"
             )
         for i, address in enumerate(addresses):
             if not _is_host_port(address):
-                raise ValueError(f"{source} address {address!r} of {job} {i} is not host:port")
+                raise errors.InvalidValueError(
+                    f"{source} address {address!r} of {job} {i} is not host:port"
+                )
     if not isinstance(task_type, str) or task_type not in cluster:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{source} task type {task_type!r} is not a job of the cluster "
             f"(jobs: {', '.join(sorted(cluster))})"
         )
     if isinstance(task_index, bool) or not isinstance(task_index, int):
-        raise ValueError(f"{source} task index must be an integer, got {task_index!r}")
+        raise errors.InvalidValueError(
+            f"{source} task index must be an integer, got {task_index!r}"
+        )
     if not 0 <= task_index < len(cluster[task_type]):
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{source} task index {task_index} is out of range for job '{task_type}' "
             f"with {len(cluster[task_type])} tasks"
         )
@@ -470,7 +507,9 @@ def _cluster_view(strategy):
 
 def _check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        raise errors.InvalidValueError(
+            f"unknown {name} {value!r}; choose one of {', '.join(choices)}"
+        )
 
 
 def _num_local_gpus(num_gpus):
@@ -478,7 +517,7 @@ def _num_local_gpus(num_gpus):
     if num_gpus is None:
         return available
     if num_gpus > available:
-        raise ValueError(f"num_gpus={num_gpus} but only {available} GPUs are visible")
+        raise errors.InvalidValueError(f"num_gpus={num_gpus} but only {available} GPUs are visible")
     return num_gpus
 
 

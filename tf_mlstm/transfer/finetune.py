@@ -121,7 +121,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
-        self.check_finite_floats()
+        self.check_numbers()
         for name in ("init_model_dir", "train_data", "model_dir"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} is required.")

@@ -20,6 +20,8 @@ import dataclasses
 
 from absl import logging
 
+from tf_mlstm import errors
+
 CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
 """Feature kinds that measure the cell state (see `featurize.FEATURE_KINDS`)."""
 SENTIMENTS = ("positive", "negative")
@@ -69,7 +71,9 @@ class SentimentNeuron:
           ValueError: an unknown sentiment.
         """
         if sentiment not in SENTIMENTS:
-            raise ValueError(f"sentiment must be one of {SENTIMENTS}, got {sentiment!r}.")
+            raise errors.InvalidValueError(
+                f"sentiment must be one of {SENTIMENTS}, got {sentiment!r}."
+            )
         direction = 1 if sentiment == "positive" else -1
         return float(self.threshold + direction * self.sign * spreads * self.spread)
 
@@ -108,14 +112,16 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)
     if hidden_size is not None and classifier.hidden_size != hidden_size:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{path}: fitted on a {classifier.hidden_size}-unit model, but the model has "
             f"{hidden_size} units"
         )
     if classifier.neuron.sign not in (1, -1):
-        raise ValueError(f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1")
+        raise errors.InvalidValueError(
+            f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1"
+        )
     if kind not in CELL_KINDS:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
             f"{unit}, which measures the hidden state; {tool} works on cell-state units (a "
             f"classifier fitted with --features among {', '.join(CELL_KINDS)}); choose a unit "
@@ -242,7 +248,7 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool):
     neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
     unit = resolve_unit(neuron, flag_unit)
     if unit is None:
-        raise ValueError("no unit to draw: give --neuron or --classifier.")
+        raise errors.InvalidValueError("no unit to draw: give --neuron or --classifier.")
     if neuron is None or unit != neuron.unit:
         logging.info("Drawing cell unit %d (--neuron).", unit)
         return unit, 1, neuron

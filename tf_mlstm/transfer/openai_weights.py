@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.models.language_model import VOCAB_SIZE
 from tf_mlstm.models.language_model import MLSTMLanguageModel
@@ -106,7 +107,7 @@ def _load_npy(path):
         with tf.io.gfile.GFile(path, "rb") as f:
             return np.load(f, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise ValueError(f"{path}: not a NumPy .npy array file ({e})") from None
+        raise errors.InvalidValueError(f"{path}: not a NumPy .npy array file ({e})") from None
 
 
 def load_openai_arrays(weights_dir):
@@ -144,7 +145,7 @@ def load_openai_arrays(weights_dir):
     raw = {i: _load_npy(array_path(weights_dir, i)) for i in range(NUM_FILES)}
     wmh, embedding = raw[7], raw[0]
     if wmh.ndim != 2 or wmh.shape[0] != wmh.shape[1] or embedding.ndim != 2:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{array_path(weights_dir, 7)} has shape {wmh.shape} and "
             f"{array_path(weights_dir, 0)} {embedding.shape}: want [H, H] (Wmh) and "
             f"[{VOCAB_SIZE}, E] (byte embedding); is this the release's model/ folder?"
@@ -155,14 +156,16 @@ def load_openai_arrays(weights_dir):
         path = array_path(weights_dir, index)
         array = raw[index]
         if array.shape != shape:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{path}: shape {tuple(array.shape)}, but the {what} of a {hidden}-unit model "
                 f"with a {embed}-wide embedding is {shape}"
             )
         if not np.issubdtype(array.dtype, np.floating):
-            raise ValueError(f"{path}: {array.dtype} values, want floating point ({what})")
+            raise errors.InvalidValueError(
+                f"{path}: {array.dtype} values, want floating point ({what})"
+            )
         if not np.all(np.isfinite(array)):
-            raise ValueError(f"{path}: non-finite values in the {what}")
+            raise errors.InvalidValueError(f"{path}: non-finite values in the {what}")
         arrays[name] = array.astype(np.float32)
     return arrays
 
@@ -177,7 +180,7 @@ def _exact_weight_norm_kernel(kernel, name):
     squared = np.sum(np.square(kernel.astype(np.float64)), axis=0)
     unmatched = np.flatnonzero((squared > 0) & (squared < _RELEASE_FLOOR))
     if len(unmatched):
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"cannot represent {name} exactly: columns {unmatched[:10].tolist()} have squared "
             f"length below {_RELEASE_FLOOR:g}, which the release leaves unnormalized and "
             "tf_mlstm's weight norm would normalize"
@@ -260,7 +263,7 @@ def build_model(arrays, name="mlstm_lm"):
     weights = tf_mlstm_weights(arrays)
     variables = {_relative_path(v): v for v in model.weights}
     if set(variables) != set(weights):
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"the model's weights {sorted(variables)} do not match the mapped arrays "
             f"{sorted(weights)}"
         )
@@ -292,7 +295,9 @@ def import_openai_weights(weights_dir, model_dir):
     """
     for existing in (CONFIG_FILE, CHECKPOINT_SUBDIR):
         if tf.io.gfile.exists(os.path.join(model_dir, existing)):
-            raise ValueError(f"{model_dir}: already holds {existing}; import into a new folder")
+            raise errors.InvalidValueError(
+                f"{model_dir}: already holds {existing}; import into a new folder"
+            )
     arrays = load_openai_arrays(weights_dir)
     model = build_model(arrays)
     hidden, embed = model.hidden_size, model.embedding_size
@@ -347,4 +352,4 @@ def _check_round_trip(model_dir, config, model):
     for variable in loaded.weights:
         path = _relative_path(variable)
         if not np.array_equal(variable.numpy(), want[path]):
-            raise ValueError(f"{checkpoint}: read back a different {path}")
+            raise errors.InvalidValueError(f"{checkpoint}: read back a different {path}")

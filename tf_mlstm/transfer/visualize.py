@@ -25,6 +25,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tf_mlstm import errors
 from tf_mlstm.data.text import encode_document
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import sampling
@@ -54,7 +55,7 @@ def unit_activations(model, texts, neuron):
       ValueError: `neuron` is outside the model.
     """
     if not 0 <= neuron < model.hidden_size:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"neuron must be in [0, {model.hidden_size - 1}] (the model has "
             f"{model.hidden_size} cell units), got {neuron}."
         )
@@ -98,7 +99,7 @@ def _rgb(values, scale):
 
 def _check_sign(sign):
     if sign not in (1, -1):
-        raise ValueError(f"sign must be +1 or -1, got {sign}.")
+        raise errors.InvalidValueError(f"sign must be +1 or -1, got {sign}.")
 
 
 def _sign_note(sign):
@@ -252,7 +253,9 @@ def write_visualization(
     if len(kept) < len(normalized):
         logging.warning("Skipped %d empty text(s).", len(normalized) - len(kept))
     if not kept:
-        raise ValueError("no text to visualize (every input text is empty after normalization).")
+        raise errors.InvalidValueError(
+            "no text to visualize (every input text is empty after normalization)."
+        )
     activations = unit_activations(model, kept, neuron)
     tf.io.gfile.makedirs(output_dir)
     paths = {

@@ -1,0 +1,66 @@
+"""The errors a user can fix, told apart from bugs.
+
+Every `tf-mlstm-*` binary catches these once (`tf_mlstm/cli/_main.py`):
+one error line and exit status 1. Anything else is a bug and keeps its
+traceback.
+
+- `UserError`: the base. Raise a subclass where the cause is something the
+  user gave or the machine holds: a flag, a file, a record, a cluster.
+- `InvalidValueError`: a value the user gave is wrong (a flag, an argument,
+  a file's or record's content). It is also a `ValueError`, so library
+  callers that catch `ValueError` keep working.
+- Operating-system errors (`OSError`: a missing file, a permission, a full
+  disk, a port in use) and TensorFlow's errors of the same kinds (see
+  `is_user_error`) count as user errors too: the fix is outside the code.
+"""
+
+
+class UserError(Exception):
+    """A problem the user can fix; its message is the whole report (one line)."""
+
+
+class InvalidValueError(UserError, ValueError):
+    """A flag, argument, file or record holds a value that cannot be used."""
+
+
+# TensorFlow's error codes for trouble outside the program: files that are
+# missing, unreadable or damaged, a full disk or exhausted memory, peers that
+# cannot be reached. By name, so this module never imports TensorFlow.
+_TF_ENVIRONMENT_ERRORS = (
+    "NotFoundError",
+    "AlreadyExistsError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "UnavailableError",
+    "DeadlineExceededError",
+    "DataLossError",
+)
+
+
+def is_user_error(error):
+    """Whether `error` is one a user can fix (reported in one line) or a bug.
+
+    Args:
+      error: an exception.
+
+    Returns:
+      True for a `UserError`, an `OSError`, or a TensorFlow error whose code
+      names trouble outside the program (missing, damaged or unwritable
+      files, exhausted resources, unreachable peers).
+    """
+    if isinstance(error, (UserError, OSError)):
+        return True
+    module = type(error).__module__ or ""
+    return module.startswith("tensorflow") and any(
+        cls.__name__ in _TF_ENVIRONMENT_ERRORS for cls in type(error).__mro__
+    )
+
+
+def one_line(error):
+    """`error`'s message on one line (TensorFlow's messages carry op context)."""
+    text = " ".join(str(error).split())
+    message = getattr(error, "message", None)
+    if isinstance(message, str) and message.strip():
+        text = " ".join(message.split())
+    return text or type(error).__name__
