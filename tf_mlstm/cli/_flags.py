@@ -19,3 +19,136 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
 def text_keys(values):
     """The keys of a `--text_key` list value, blanks left out, as a tuple."""
     return tuple(key.strip() for key in values if key.strip())
+
+
+def define_runner_flags(defaults, end_of_run="evaluate and export"):
+    """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
+
+    Optimization (rate, warmup, decay, clipping), the step and time budget,
+    the cadence (log, evaluate, checkpoint, profile), divergence handling,
+    precision, XLA, seed and distribution. Help texts describe what the
+    runner does, so both binaries say the same.
+
+    Args:
+      defaults: the binary's config with its defaults (a `TrainConfig` or a
+        `FinetuneConfig`); each flag's default is the field of its name.
+      end_of_run: what the binary does after the last step, for the help.
+    """
+    # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import config as config_lib
+
+    # pylint: enable=g-import-not-at-top
+
+    def default(name):
+        return getattr(defaults, name)
+
+    flags.DEFINE_float("lr", default("lr"), "Peak Adam learning rate.")
+    flags.DEFINE_integer("warmup_steps", default("warmup_steps"), "Linear warmup steps.")
+    flags.DEFINE_enum(
+        "lr_decay",
+        default("lr_decay"),
+        list(config_lib.DECAYS),
+        "Decay after warmup, reaching its end at the end of the schedule.",
+    )
+    flags.DEFINE_float(
+        "clip_norm", default("clip_norm"), "Global gradient-norm clipping (0 = off)."
+    )
+    flags.DEFINE_integer("max_steps", default("max_steps"), "Stop after this many steps.")
+    flags.DEFINE_float(
+        "max_minutes",
+        default("max_minutes"),
+        f"Stop cleanly after this wall-clock budget (0 = none), then {end_of_run} as at a "
+        "normal end.",
+    )
+    flags.DEFINE_enum(
+        "schedule_length",
+        default("schedule_length"),
+        list(config_lib.SCHEDULE_LENGTHS),
+        "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
+        "end over the last fifth of the budget, so the decay ends when the budget does "
+        "(predicted from the measured step rate, re-planned as the run goes); steps: the "
+        "decay ends at the schedule's last step, and a budget stop cuts it short.",
+    )
+    flags.DEFINE_integer(
+        "checkpoint_every_steps", default("checkpoint_every_steps"), "Checkpoint interval."
+    )
+    flags.DEFINE_integer("keep_checkpoints", default("keep_checkpoints"), "Checkpoints kept.")
+    flags.DEFINE_integer(
+        "max_nonfinite_steps",
+        default("max_nonfinite_steps"),
+        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
+        "checkpoint is the last finite one.",
+    )
+    flags.DEFINE_integer(
+        "log_every_steps", default("log_every_steps"), "Progress line and TensorBoard interval."
+    )
+    flags.DEFINE_string(
+        "profile_steps",
+        default("profile_steps"),
+        "START,END: capture a TensorBoard profile of the steps after START up to END into "
+        "MODEL_DIR/train (view it with the [profile] extra: tensorboard-plugin-profile).",
+    )
+    flags.DEFINE_integer(
+        "eval_every_steps",
+        default("eval_every_steps"),
+        "Validation interval (0 = only at the end).",
+    )
+    flags.DEFINE_enum(
+        "precision",
+        default("precision"),
+        list(config_lib.PRECISION_CHOICES),
+        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: mixed_float16 on GPUs "
+        "with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32; "
+        "a resumed run keeps the precision its config records.",
+    )
+    flags.DEFINE_enum(
+        "allreduce_dtype",
+        default("allreduce_dtype"),
+        list(config_lib.ALLREDUCE_DTYPES),
+        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
+    )
+    flags.DEFINE_enum(
+        "jit_compile",
+        default("jit_compile"),
+        list(config_lib.JIT_CHOICES),
+        "XLA-compile the per-replica step; auto = on for GPUs and for float32 on CPUs, off "
+        "for 16-bit policies on CPUs (measured; table in tf_mlstm/train/hardware.py).",
+    )
+    flags.DEFINE_integer("seed", default("seed"), "Random seed.")
+    define_distribution_flags(defaults)
+
+
+def define_distribution_flags(defaults):
+    """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
+    # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import config as config_lib
+
+    # pylint: enable=g-import-not-at-top
+
+    flags.DEFINE_enum(
+        "distribution_strategy",
+        defaults.distribution_strategy,
+        list(config_lib.STRATEGIES),
+        "default | one_device | mirrored (one machine, all "
+        "GPUs) | multi_worker (cluster from TF_CONFIG or Slurm).",
+    )
+    flags.DEFINE_enum(
+        "all_reduce",
+        defaults.all_reduce,
+        list(config_lib.ALL_REDUCE),
+        "Collective implementation for gradient all-reduce.",
+    )
+    flags.DEFINE_enum(
+        "cluster_resolver",
+        defaults.cluster_resolver,
+        ["tf_config", "slurm"],
+        "Where multi_worker reads the cluster from.",
+    )
+    flags.DEFINE_integer("num_gpus", defaults.num_gpus, "GPUs per worker (-1 = all visible).")
+    flags.DEFINE_float(
+        "collective_timeout_s",
+        defaults.collective_timeout_s,
+        "multi_worker: a gradient all-reduce that waits longer than this for a peer fails "
+        "with one clear line (a peer that is alive but stuck; 0 = wait forever). Must "
+        "exceed the longest pause of the slowest worker (the first step's compilation).",
+    )

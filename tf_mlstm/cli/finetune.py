@@ -22,9 +22,8 @@ stopped by SIGTERM after a checkpoint: rerun to resume).
 
 from absl import flags
 
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.cli.train import define_distribution_flags
-from tf_mlstm.train import config as train_config_lib
 from tf_mlstm.transfer import finetune as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -84,76 +83,7 @@ def define_finetune_flags():
     flags.DEFINE_integer(
         "batch_size", _default("batch_size"), "Global batch; split evenly over replicas."
     )
-    flags.DEFINE_float("lr", _default("lr"), "Peak Adam learning rate.")
-    flags.DEFINE_integer("warmup_steps", _default("warmup_steps"), "Linear warmup steps.")
-    flags.DEFINE_enum(
-        "lr_decay",
-        _default("lr_decay"),
-        list(train_config_lib.DECAYS),
-        "Decay after warmup, ending at --max_steps.",
-    )
-    flags.DEFINE_float(
-        "clip_norm", _default("clip_norm"), "Global gradient-norm clipping (0 = off)."
-    )
-    flags.DEFINE_integer("max_steps", _default("max_steps"), "Training steps.")
-    flags.DEFINE_float(
-        "max_minutes",
-        _default("max_minutes"),
-        "Stop cleanly after this wall-clock budget (0 = none), then choose thresholds and "
-        "evaluate as at a normal end.",
-    )
-    flags.DEFINE_enum(
-        "schedule_length",
-        _default("schedule_length"),
-        list(train_config_lib.SCHEDULE_LENGTHS),
-        "budget: with --max_minutes, the rate cools down to its end when the budget ends "
-        "(predicted from the step rate); steps: the decay ends at --max_steps.",
-    )
-    flags.DEFINE_enum(
-        "precision",
-        _default("precision"),
-        list(train_config_lib.PRECISION_CHOICES),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: as tf-mlstm-train "
-        "(from the hardware; a resumed run keeps its recorded precision).",
-    )
-    flags.DEFINE_enum(
-        "allreduce_dtype",
-        _default("allreduce_dtype"),
-        list(train_config_lib.ALLREDUCE_DTYPES),
-        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
-    )
-    flags.DEFINE_enum(
-        "jit_compile",
-        _default("jit_compile"),
-        list(train_config_lib.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto: as tf-mlstm-train (from the hardware).",
-    )
-    flags.DEFINE_integer(
-        "seed", _default("seed"), "Random seed (initialization, shuffling, held-out split)."
-    )
-    flags.DEFINE_integer("log_every_steps", _default("log_every_steps"), "Progress line interval.")
-    flags.DEFINE_string(
-        "profile_steps",
-        _default("profile_steps"),
-        "START,END: capture a TensorBoard profile of the steps after START up to END into "
-        "MODEL_DIR/train (view it with the tensorboard-plugin-profile package).",
-    )
-    flags.DEFINE_integer(
-        "eval_every_steps",
-        _default("eval_every_steps"),
-        "Validation interval (0 = only at the end).",
-    )
-    flags.DEFINE_integer(
-        "checkpoint_every_steps", _default("checkpoint_every_steps"), "Checkpoint interval."
-    )
-    flags.DEFINE_integer("keep_checkpoints", _default("keep_checkpoints"), "Checkpoints kept.")
-    flags.DEFINE_integer(
-        "max_nonfinite_steps",
-        _default("max_nonfinite_steps"),
-        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
-        "checkpoint is the last finite one.",
-    )
-    define_distribution_flags()
+    _flags.define_runner_flags(_DEFAULTS, end_of_run="choose thresholds and evaluate")
 
 
 def main(config):
