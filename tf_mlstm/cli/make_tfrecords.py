@@ -25,6 +25,7 @@ from absl import app
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 if TYPE_CHECKING:
@@ -56,9 +57,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values=fv,
     )
     flags.DEFINE_string("output_dir", None, "Directory for the TFRecord shards.", flag_values=fv)
-    flags.DEFINE_string(
+    flags.DEFINE_list(
         "text_key",
-        "reviewText,text,sentence",
+        list(_flags.TEXT_KEYS),
         "Comma-separated JSON keys / CSV columns of the text; the first present one wins.",
         flag_values=fv,
     )
@@ -164,7 +165,7 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
     Raises:
         app.UsageError: If a flag value is invalid.
     """
-    text_keys = tuple(key.strip() for key in flag_values.text_key.split(",") if key.strip())
+    text_keys = _flags.text_keys(flag_values.text_key)
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
     split_weights = parse_split(flag_values.split)

@@ -27,6 +27,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -41,7 +42,7 @@ class VisualizeConfig:
     input: str
     output_dir: str
     classifier: str = ""
-    text_key: str = "reviewText,text,sentence"
+    text_key: tuple = _flags.TEXT_KEYS
     text_mode: str = "line"
     max_texts: int = 10
     max_chars: int = 2000
@@ -86,9 +87,7 @@ def define_visualize_flags():
         "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
     )
     flags.DEFINE_string("output_dir", None, "Where the HTML, PNG and JSON files go.")
-    flags.DEFINE_string(
-        "text_key", defaults.text_key, "Corpus files: text keys/columns, first present wins."
-    )
+    _flags.define_text_key("Corpus files: text keys/columns, first present wins.")
     flags.DEFINE_enum(
         "text_mode",
         defaults.text_mode,
@@ -131,7 +130,7 @@ def read_texts(config):
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
 
     if _names_files(config.input):
-        keys = [key.strip() for key in config.text_key.split(",") if key.strip()]
+        keys = _flags.text_keys(config.text_key)
         documents = readers.read_documents(
             readers.expand_inputs(config.input), keys, text_mode=config.text_mode
         )
