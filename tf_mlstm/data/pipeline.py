@@ -33,10 +33,10 @@ import re
 
 import tensorflow as tf
 
+from tf_mlstm.data import framing
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.data.repeats import parse_source_repeats  # noqa: F401 (one import path)
-from tf_mlstm.data.text import DOC_START
 
 
 def _source_regex(pattern):
@@ -234,7 +234,7 @@ def window_dataset(documents, rows, seq_length, finite=False):
       `weights` [rows, seq_length] float32 (1 for real targets).
     """
     width = seq_length + 1
-    framed = documents.map(lambda t: (tf.strings.join([chr(DOC_START), t]), False))
+    framed = documents.map(lambda t: (framing.frame_bytes_tf(t), False))
     if finite:
         # One sentinel element tells the scan to flush the buffers.
         framed = framed.concatenate(tf.data.Dataset.from_tensors((tf.constant(""), True)))
