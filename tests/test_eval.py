@@ -13,6 +13,7 @@ import tensorflow as tf
 import _models
 from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.data import convert
+from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 
 TEXTS = [
@@ -39,7 +40,7 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     corpus = tmp_path / "reviews.jsonl"
     corpus.write_text("".join(json.dumps({"reviewText": t}) + "\n" for t in TEXTS))
     # Per-document reference: each text scored alone from a fresh state.
-    ids, valid, _ = featurize.texts_to_ids(tf.constant(TEXTS), 8)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant(TEXTS), pad_to_multiple=8)
     bits, chars = featurize.score_ids(model, ids, valid, window=8)
     want = float(tf.reduce_sum(bits) / tf.reduce_sum(chars))
     # In a stream, each document's framing byte is also predicted (except the
@@ -69,7 +70,7 @@ def test_stream_score_matches_one_document(tmp_path):
     model_dir, model = _models.write_untrained_model_dir(tmp_path / "m")
     corpus = tmp_path / "one.txt"
     corpus.write_text(TEXTS[0] + "\n")
-    ids, valid, _ = featurize.texts_to_ids(tf.constant(TEXTS[:1]), 8)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant(TEXTS[:1]), pad_to_multiple=8)
     bits, chars = featurize.score_ids(model, ids, valid, window=8)
     got = eval_cli.evaluate_data(str(model_dir), str(corpus), ["text"], batch_size=2, seq_length=8)
     np.testing.assert_allclose(got["bits_per_char"], float(bits[0] / chars[0]), rtol=1e-5)

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.layers import MLSTMCell
 from tf_mlstm.models import featurize
@@ -96,10 +97,10 @@ def test_features_do_not_depend_on_the_batch():
         "Arrived broken and the seller never answered. Avoid this one at all costs, seriously." * 3,
         "ok",
     ]
-    ids, valid, _ = featurize.texts_to_ids(tf.constant(texts), 16)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant(texts), pad_to_multiple=16)
     batched = featurize.featurize_ids(model, ids, valid, window=16)
     for index, text in enumerate(texts):
-        ids1, valid1, _ = featurize.texts_to_ids(tf.constant([text]), 16)
+        ids1, valid1, _, _ = framing.frame_ids_tf(tf.constant([text]), pad_to_multiple=16)
         alone = featurize.featurize_ids(model, ids1, valid1, window=16)
         for kind in featurize.FEATURE_KINDS:
             np.testing.assert_allclose(
@@ -110,7 +111,7 @@ def test_features_do_not_depend_on_the_batch():
 def test_final_cell_feature_equals_model_state():
     model = _model()
     text = "Works as advertised, five stars."
-    ids, valid, _ = featurize.texts_to_ids(tf.constant([text]), 8)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant([text]), pad_to_multiple=8)
     features = featurize.featurize_ids(model, ids, valid, window=8)
     raw = np.frombuffer(b"\n" + text.encode(), np.uint8).astype("int32")[None]
     _, (h, c) = model(raw)
@@ -121,7 +122,7 @@ def test_final_cell_feature_equals_model_state():
 def test_score_matches_the_training_loss():
     model = _model()
     text = "The handle snapped off on day two."
-    ids, valid, _ = featurize.texts_to_ids(tf.constant([text, "short"]), 8)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant([text, "short"]), pad_to_multiple=8)
     bits, chars = featurize.score_ids(model, ids, valid, window=8)
     raw = np.frombuffer(b"\n" + text.encode(), np.uint8).astype("int32")[None]
     logits, _ = model(raw[:, :-1])

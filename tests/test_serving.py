@@ -16,6 +16,7 @@ from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.cli import export as export_cli
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
@@ -48,7 +49,7 @@ def _fit_classifier(model, texts, labels):
 
 def test_left_aligned_prompts_end_in_the_state_of_each_prompt_alone(small_model):
     prompts = tf.constant(["hi", "", "a longer prompt"])
-    ids = saved_model.left_aligned_ids(prompts).numpy()
+    ids = framing.frame_ids_tf(prompts, "left", pad_id=DOC_START).ids.numpy()
     assert ids.shape == (3, 16)
     assert ids[1].tolist() == [DOC_START] * 16
     assert bytes(ids[0, -3:].tolist()) == b"\nhi" and set(ids[0, :-3]) == {DOC_START}

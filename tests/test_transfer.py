@@ -16,6 +16,7 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import hardware
@@ -76,7 +77,7 @@ def test_features_do_not_depend_on_batch_or_order(small_model):
         np.testing.assert_allclose(together[kind], alone[kind], atol=1e-5, err_msg=kind)
         np.testing.assert_allclose(pairs[kind][::-1], alone[kind], atol=1e-5, err_msg=kind)
     # The featurizer returns what featurize_ids gives one text on its own.
-    ids, valid, _ = featurize.texts_to_ids(tf.constant([TEXTS[1]]), 256)
+    ids, valid, _, _ = framing.frame_ids_tf(tf.constant([TEXTS[1]]), pad_to_multiple=256)
     direct = featurize.featurize_ids(small_model, ids, valid, 256)
     for kind in features.FEATURE_KINDS:
         np.testing.assert_allclose(alone[kind][1], direct[kind][0], atol=1e-6)

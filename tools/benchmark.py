@@ -444,6 +444,7 @@ def run_featurize(impl, hidden, batch, seq, precision, jit, between):
     """Featurization chars/s over sorted-by-length batches of review texts."""
     import tensorflow as tf
 
+    from tf_mlstm.data import framing
     from tf_mlstm.models import featurize
     from tf_mlstm.transfer import features as features_lib
 
@@ -475,8 +476,8 @@ def run_featurize(impl, hidden, batch, seq, precision, jit, between):
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def features_of(batch_texts):
-                ids, valid, _ = featurize.texts_to_ids(batch_texts, seq)
-                return compiled(ids, valid)
+                framed = framing.frame_ids_tf(batch_texts, pad_to_multiple=seq)
+                return compiled(framed.ids, framed.valid)
 
             featurizer._features_of = features_of
         run = lambda: featurizer(texts, progress=False)
@@ -506,7 +507,7 @@ def _keras_featurizer(model, texts, rows, window, jit):
     """Windows of sorted texts through the LSTM's inference pass, the state carried."""
     import tensorflow as tf
 
-    from tf_mlstm.models import featurize
+    from tf_mlstm.data import framing
     from tf_mlstm.transfer import features as features_lib
 
     order = np.argsort(features_lib.text_lengths(texts), kind="stable")
@@ -519,7 +520,8 @@ def _keras_featurizer(model, texts, rows, window, jit):
 
     def run():
         for batch_texts in batches:
-            ids, valid, _ = featurize.texts_to_ids(tf.constant(batch_texts), window)
+            framed = framing.frame_ids_tf(tf.constant(batch_texts), pad_to_multiple=window)
+            ids, valid = framed.ids, framed.valid
             h, c = model.initial_state(ids.shape[0])
             for start in range(0, ids.shape[1], window):
                 h, c = run_window(

@@ -133,8 +133,8 @@ def generate_texts(config, model=None, sampler=None):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.data import framing  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.models import featurize  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
@@ -149,7 +149,7 @@ def generate_texts(config, model=None, sampler=None):
         tool="tf-mlstm-generate",
     )
     prompt = normalize_text(config.prompt)
-    ids, _, _ = featurize.texts_to_ids(tf.constant([prompt] * config.num_samples))
+    ids = framing.frame_ids_tf(tf.constant([prompt] * config.num_samples)).ids
     out = sampling.sample_ids(
         model,
         ids,

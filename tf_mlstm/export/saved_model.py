@@ -46,6 +46,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
@@ -197,18 +198,20 @@ class ServingModule(tf.Module):
         )
 
     def _ids(self, text, signature):
+        """(ids, valid) of the texts, normalized and framed, in whole windows."""
         with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
             normalized = normalize_text_tf(text)
-        return featurize.texts_to_ids(normalized, self.window)
+        framed = framing.frame_ids_tf(normalized, pad_to_multiple=self.window)
+        return framed.ids, framed.valid
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def featurize(self, text):
-        ids, valid, _ = self._ids(text, "featurize")
+        ids, valid = self._ids(text, "featurize")
         return featurize.featurize_ids(self.model, ids, valid, self.window)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def score(self, text):
-        ids, valid, _ = self._ids(text, "score")
+        ids, valid = self._ids(text, "score")
         bits, chars = featurize.score_ids(self.model, ids, valid, self.window)
         # An empty text has no byte to score: NaN, never a perfect 0 bits/char.
         nan = tf.fill(tf.shape(chars), float("nan"))
@@ -238,7 +241,11 @@ class ServingModule(tf.Module):
             self._check_lengths(prompt, "generate: a prompt"),
         ]
         with tf.control_dependencies(checks):
-            ids = left_aligned_ids(normalize_text_tf(prompt))
+            normalized = normalize_text_tf(prompt)
+        # Padded on the left with DOC_START, which resets the state: every row
+        # ends in the state its prompt alone gives, and all rows continue from
+        # the last column together.
+        ids = framing.frame_ids_tf(normalized, "left", pad_id=DOC_START).ids
         sampler = sampling.make_sampler(self.model)
 
         def sample():
@@ -251,7 +258,7 @@ class ServingModule(tf.Module):
         return {"text": text}
 
     def _classify(self, text):
-        ids, valid, _ = self._ids(text, "classify")
+        ids, valid = self._ids(text, "classify")
         features = featurize.featurize_ids(self.model, ids, valid, self.window)
         x = tf.concat([features[kind] for kind in self.classifier.feature_kinds], axis=1)
         standardized = (x - self.classifier_mean) / self.classifier_scale
@@ -275,25 +282,6 @@ class ServingModule(tf.Module):
         if self.classifier is not None:
             signatures["classify"] = self.classify
         return signatures
-
-
-def left_aligned_ids(texts):
-    """Frames normalized texts as prompts, padded on the left.
-
-    The padding is `DOC_START`, which resets the state, so every row ends in
-    the state its text alone gives, and all rows continue from the last
-    column together.
-
-    Args:
-      texts: [N] tf.string of normalized texts.
-
-    Returns:
-      [N, T] int32 byte ids, each row `DOC_START`... `DOC_START` text.
-    """
-    ids, valid, lengths = featurize.texts_to_ids(texts)
-    ids = tf.reverse(tf.reverse_sequence(ids, lengths, seq_axis=1, batch_axis=0), axis=[1])
-    real = tf.reverse(valid, axis=[1]) > 0
-    return tf.where(real, ids, tf.fill(tf.shape(ids), DOC_START))
 
 
 def generated_text(ids):

@@ -1,4 +1,4 @@
-"""Inference over whole texts: byte encoding, windowed featurization, scoring.
+"""Inference over whole texts: windowed featurization and scoring.
 
 Texts of any length run through the model in windows of `window` bytes with
 the state carried, so memory depends on the window and not on the longest
@@ -7,12 +7,12 @@ adds nothing to pooled features or scores, so a text's features never depend
 on the batch it came in (the tests check this).
 
 All functions here are graph-friendly and back both the SavedModel
-signatures and the transfer tools.
+signatures and the transfer tools. They take the ids and mask of
+`tf_mlstm.data.framing.frame_ids_tf` (right padding).
 """
 
 import tensorflow as tf
 
-from tf_mlstm.data.text import DOC_START
 from tf_mlstm.layers import recurrence
 
 FEATURE_KINDS = (
@@ -37,32 +37,6 @@ The pooled kinds matter for small or briefly trained models, whose final state
 forgets most of a sentence (docs/transfer.md gives the measurements). The order
 is fixed: classifier files name kinds, and new kinds only ever go at the end.
 """
-
-
-def texts_to_ids(texts, pad_to_multiple=1):
-    """Frames normalized texts and turns them into padded byte ids.
-
-    Args:
-      texts: [N] tf.string of normalized texts (no framing byte).
-      pad_to_multiple: pad the time axis to a multiple of this.
-
-    Returns:
-      (ids [N, T] int32, valid [N, T] float32, lengths [N] int32); every row
-      starts with `DOC_START`.
-    """
-    framed = tf.strings.join([chr(DOC_START), texts])
-    chars = tf.strings.bytes_split(framed)
-    codes = tf.io.decode_raw(chars.flat_values, tf.uint8)
-    ragged = chars.with_flat_values(tf.cast(tf.reshape(codes, [-1]), tf.int32))
-    lengths = tf.cast(ragged.row_lengths(), tf.int32)
-    # At least 0: the max of an empty batch is the lowest int32.
-    longest = tf.maximum(tf.reduce_max(lengths), 0)
-    multiple = tf.constant(pad_to_multiple, tf.int32)
-    padded = (longest + multiple - 1) // multiple * multiple
-    ids = ragged.to_tensor(default_value=0)
-    ids = tf.pad(ids, [[0, 0], [0, padded - tf.shape(ids)[1]]])
-    valid = tf.sequence_mask(lengths, padded, dtype=tf.float32)
-    return ids, valid, lengths
 
 
 def _windows(model, ids, valid, window, body, initial, pool=False):

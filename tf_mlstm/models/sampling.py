@@ -16,8 +16,8 @@ import math
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
-from tf_mlstm.models.featurize import texts_to_ids
 
 PAD_ID = -1
 """Fills `sample_ids` rows after the `DOC_START` that ended them."""
@@ -261,7 +261,7 @@ def sample_text(
     Args and errors as in `sample_ids`; with `stop_at_doc_end` the text ends
     before the `DOC_START` that closed it.
     """
-    ids, _, _ = texts_to_ids(tf.constant([prompt]))
+    ids = framing.frame_ids_tf(tf.constant([prompt])).ids
     out = sample_ids(
         model,
         ids,

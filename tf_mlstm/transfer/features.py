@@ -21,6 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 
 FEATURE_KINDS = featurize.FEATURE_KINDS
@@ -134,8 +135,8 @@ class TextFeaturizer:
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def features_of(texts):
-            ids, valid, _ = featurize.texts_to_ids(texts, self.window)
-            features = featurize.featurize_ids(self.model, ids, valid, self.window)
+            framed = framing.frame_ids_tf(texts, pad_to_multiple=self.window)
+            features = featurize.featurize_ids(self.model, framed.ids, framed.valid, self.window)
             return {kind: features[kind] for kind in self.kinds}
 
         self._features_of = features_of
