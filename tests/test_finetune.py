@@ -73,12 +73,12 @@ def _small_encoder():
 def test_left_padding_gives_each_text_its_own_result(feature):
     model = finetune.SequenceClassifier(_small_encoder(), 2, feature)
     texts = ["a much longer text than the others", "short", "mid length"]
-    ids, lengths, _ = finetune.encode_left_padded(texts, 64)
+    ids, _, lengths, _ = finetune.frame_left_padded(texts, 64)
     for training in (False, True):
         logits, hidden = model(ids, lengths, training=training)
         lm = finetune.lm_loss_per_text(model, hidden, ids, lengths)
         for row, text in enumerate(texts):
-            one_ids, one_lengths, _ = finetune.encode_left_padded([text], 64)
+            one_ids, _, one_lengths, _ = finetune.frame_left_padded([text], 64)
             one_logits, one_hidden = model(one_ids, one_lengths, training=training)
             one_lm = finetune.lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
             np.testing.assert_allclose(logits[row], one_logits[0], rtol=1e-5, atol=1e-6)
@@ -86,9 +86,9 @@ def test_left_padding_gives_each_text_its_own_result(feature):
 
 
 def test_long_texts_are_cut_to_max_length():
-    ids, lengths, cut = finetune.encode_left_padded(["abcdef", "ab"], 4)
-    assert ids.tolist() == [[10, 97, 98, 99], [0, 10, 97, 98]]
-    assert lengths.tolist() == [4, 3] and cut == 1
+    ids, _, lengths, truncated = finetune.frame_left_padded(["abcdef", "ab"], 4)
+    assert ids.dtype == np.uint8 and ids.tolist() == [[10, 97, 98, 99], [0, 10, 97, 98]]
+    assert lengths.tolist() == [4, 3] and truncated.tolist() == [True, False]
 
 
 @pytest.mark.slow

@@ -44,8 +44,8 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import rundir
+from tf_mlstm.data import framing
 from tf_mlstm.data import readers
-from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
@@ -58,7 +58,6 @@ from tf_mlstm.train.runner import Task
 
 FEATURES = ("cell", "mean")
 THRESHOLD_METRICS = ("accuracy", "f1")
-_PAD = 0  # Never in normalized text (a control character); the reset hides it anyway.
 
 
 # === Config ===
@@ -280,8 +279,8 @@ def holdout_split(split, fraction, seed):
     return split.subset(kept), split.subset(held)
 
 
-def encode_left_padded(texts, max_length):
-    """Frames texts with `DOC_START` and pads them on the left.
+def frame_left_padded(texts, max_length):
+    """The fine-tuning rows: `framing.frame_ids` padded on the left, as uint8.
 
     Args:
       texts: normalized texts.
@@ -289,24 +288,14 @@ def encode_left_padded(texts, max_length):
         keep their first `max_length - 1` bytes.
 
     Returns:
-      (ids [N, T] uint8, lengths [N] int32, number of texts cut), with T the
-      longest framed text, at most `max_length`.
+      A `framing.FramedIds` of NumPy arrays.
     """
-    encoded = [bytes([DOC_START]) + text.encode("utf-8") for text in texts]
-    width = min(max_length, max(len(e) for e in encoded))
-    ids = np.full((len(encoded), width), _PAD, np.uint8)
-    lengths = np.zeros(len(encoded), np.int32)
-    for row, data in enumerate(encoded):
-        data = data[:width]
-        ids[row, width - len(data) :] = np.frombuffer(data, np.uint8)
-        lengths[row] = len(data)
-    return ids, lengths, sum(len(e) > width for e in encoded)
+    return framing.frame_ids(texts, "left", max_length=max_length, dtype=np.uint8)
 
 
-def _valid_mask(ids, lengths, dtype=tf.float32):
+def _valid_mask(ids, lengths):
     """[B, T] 1 on the framed text (the last `lengths` positions), 0 on padding."""
-    width = tf.shape(ids)[1]
-    return tf.cast(tf.range(width)[None, :] >= width - lengths[:, None], dtype)
+    return framing.valid_mask_tf(lengths, tf.shape(ids)[1], "left")
 
 
 # === Model ===
@@ -468,7 +457,8 @@ def classification_metrics(probabilities, labels, thresholds, label_names):
 
 def predict_probabilities(model, split, max_length, batch_size=64):
     """Sigmoid outputs of `model` for every text of `split`: [N, K] float32."""
-    ids, lengths, _ = encode_left_padded(split.texts, max_length)
+    framed = frame_left_padded(split.texts, max_length)
+    ids, lengths = framed.ids, framed.lengths
     predict = tf.function(
         lambda i, n: tf.sigmoid(model(i, n, training=False)[0]), reduce_retracing=True
     )
@@ -533,7 +523,9 @@ class FinetuneTask(Task):
         self.splits = {"train": train, "validation": validation}
         if config.test_data:
             self.splits["test"] = read_labeled(config.test_data, config.text_keys, self.labels)
-        self.train_ids, self.train_lengths, cut = encode_left_padded(train.texts, config.max_length)
+        framed = frame_left_padded(train.texts, config.max_length)
+        self.train_ids, self.train_lengths = framed.ids, framed.lengths
+        cut = int(framed.truncated.sum())
         if cut:
             logging.info("Cut %d training texts to --max_length=%d bytes.", cut, config.max_length)
 
