@@ -1,4 +1,4 @@
-"""Tests for tf_mlstm.data.text: normalization goldens, framing, graph parity."""
+"""Tests for tf_mlstm.data.text: normalization goldens, the document-start byte, graph parity."""
 
 import random
 
@@ -51,12 +51,9 @@ def test_normalize_text_rejects_bytes():
         text.normalize_text(b"abc")
 
 
-def test_encode_document_frames_with_doc_start():
+def test_doc_start_is_a_byte_normalized_text_never_holds():
     assert text.DOC_START == 10 and text.DOC_START_BYTE == b"\n"
-    assert text.encode_document("Hi<br/>there \u00e9") == b"\nHi there \xc3\xa9"
-    assert text.encode_document("") == b"\n"
-    # The framing byte occurs only at the start.
-    assert text.encode_document("a\nb\n\nc").count(b"\n") == 1
+    assert text.DOC_START_BYTE not in text.normalize_text("a\nb\n\nc").encode("utf-8")
 
 
 # Cases for the graph version: only the entities it knows (named common ones).

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import visualize as visualize_cli
-from tf_mlstm.data.text import encode_document
+from tf_mlstm.data import framing
 from tf_mlstm.transfer import visualize
 
 NEURON = 3
@@ -25,7 +25,7 @@ def lm(tmp_path_factory):
 
 def _cell_after_each_byte(model, text, unit):
     """The unit's cell state after every byte of the framed text, by prefixes."""
-    ids = tf.constant([list(encode_document(text))], tf.int32)
+    ids = tf.constant(framing.frame_ids([text]).ids)
     return np.array(
         [model.encode(ids[:, : t + 1], training=False)[1][1][0, unit] for t in range(ids.shape[1])]
     )

@@ -1,19 +1,17 @@
-"""Text normalization and byte encoding for review corpora.
+"""Text normalization for review corpora, and the document-start byte.
 
 Every document the model sees goes through `normalize_text` (or its in-graph
 twin `normalize_text_tf`, used by serving signatures that take raw strings),
 so training data, evaluation data and served requests agree byte for byte.
 
-Framing: in a training stream every document is framed as
-
-    b"\\n" + normalize_text(text).encode("utf-8")
-
-that is `DOC_START` (the byte 10, a newline) followed by the normalized UTF-8
-bytes. Normalized text never contains a newline (all whitespace collapses to
-single spaces), so a newline byte in the stream occurs exactly at document
-starts: the model resets its recurrent state wherever the input byte is
-`DOC_START`, and a sampler can stop at the next one. TFRecord files store the
-normalized text without the framing byte; the input pipeline adds it.
+`DOC_START` (the byte 10, a newline) starts every document in the byte
+stream the model reads; `tf_mlstm.data.framing` puts it there for every
+consumer. It is defined here because its meaning rests on the normalizer:
+normalized text never contains a newline (all whitespace collapses to single
+spaces), so a newline byte in the stream occurs exactly at document starts:
+the model resets its recurrent state wherever the input byte is `DOC_START`,
+and a sampler can stop at the next one. TFRecord files store the normalized
+text without the framing byte; the input pipeline adds it.
 """
 
 import functools
@@ -130,21 +128,6 @@ def normalize_text(text: str) -> str:
     # str.split() splits on exactly the characters Python's `\s` matches
     # (`str.isspace`), drops empty pieces, and so also strips.
     return " ".join(text.split())
-
-
-def encode_document(text: str) -> bytes:
-    """Encodes one document as it appears in a training stream.
-
-    Args:
-        text: Raw document text.
-
-    Returns:
-        `DOC_START` followed by the UTF-8 bytes of `normalize_text(text)`.
-
-    Raises:
-        TypeError: If `text` is not a `str`.
-    """
-    return DOC_START_BYTE + normalize_text(text).encode("utf-8")
 
 
 def normalize_text_tf(texts: tf.Tensor) -> tf.Tensor:

@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tf_mlstm import errors
-from tf_mlstm.data.text import encode_document
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import sampling
 
@@ -65,8 +65,7 @@ def unit_activations(model, texts, neuron):
     )
     activations = []
     for text in texts:
-        encoded = np.frombuffer(encode_document(text), np.uint8).astype(np.int32)
-        per_byte = trace_fn(tf.constant(encoded[None]))[0].numpy()
+        per_byte = trace_fn(tf.constant(framing.frame_ids([text]).ids))[0].numpy()
         # A character's value is the one after its last byte; byte 0 is the
         # framing DOC_START.
         last_byte = np.cumsum([len(ch.encode("utf-8")) for ch in text], dtype=np.int64)
