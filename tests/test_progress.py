@@ -1,0 +1,126 @@
+"""Tests for the progress of long jobs and for the jobs that report it."""
+
+import io
+import logging
+
+import pytest
+
+from tf_mlstm.progress import Progress
+from tf_mlstm.progress import format_duration
+
+
+class FakeClock:
+    """A clock that moves only when told."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def _lines(caplog, start):
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(start)]
+
+
+# === The helper ===
+
+
+def test_format_duration():
+    assert format_duration(0) == "0:00"
+    assert format_duration(70.9) == "1:10"
+    assert format_duration(3 * 3600 + 62) == "3:01:02"
+    assert format_duration(-5) == "0:00"
+
+
+def test_terminal_mode_redraws_one_line_and_ends_it():
+    clock, stream = FakeClock(), io.StringIO()
+    progress = Progress("Working", 100, "texts", stream=stream, terminal=True, clock=clock)
+    clock.now += 0.1
+    progress.update(10)
+    assert stream.getvalue() == ""  # Too soon to redraw.
+    clock.now += 0.15
+    progress.update(25, files=12345)
+    first = stream.getvalue()
+    assert first.startswith("\r[=======.......................] Working: 25/100 texts (25%)")
+    assert "100 texts/s, 0:00 left; 12,345 files" in first and "\n" not in first
+    clock.now += 0.25
+    progress.update(50, files=2)  # A shorter line: blanks are drawn over the rest.
+    second = stream.getvalue()[len(first) :]
+    assert second.startswith("\r[===============...............] Working: 50/100 texts (50%)")
+    assert len(second) == len(first)
+    progress.close()
+    progress.close()  # Once only.
+    final = stream.getvalue()[len(first) + len(second) :]
+    assert final.startswith(f"\r[{'=' * 15}{'.' * 15}] Working: 50/100 texts (50%), in 0:00")
+    assert final.endswith("\n") and final.count("\n") == 1
+
+
+def test_log_mode_logs_every_interval_with_done_total_rate_and_time_left(caplog):
+    caplog.set_level(logging.INFO)
+    clock, stream = FakeClock(), io.StringIO()
+    with Progress(
+        "Working", 100, "texts", log_interval_s=30, stream=stream, terminal=False, clock=clock
+    ) as progress:
+        for _ in range(6):
+            clock.now += 10
+            progress.advance(10)
+    assert stream.getvalue() == ""  # Nothing drawn, only logged.
+    assert _lines(caplog, "Working") == [
+        "Working: 30/100 texts (30%), 1 texts/s, 1:10 left",
+        "Working: 60/100 texts (60%), 1 texts/s, 0:40 left",
+        "Working: 60/100 texts (60%), in 1:00, 1 texts/s",
+    ]
+
+
+def test_log_mode_scales_units_and_counts(caplog):
+    caplog.set_level(logging.INFO)
+    clock = FakeClock()
+    progress = Progress(
+        "Reading", 8e6, "MB", scale=1e6, log_interval_s=1, terminal=False, clock=clock
+    )
+    clock.now += 2
+    progress.update(2e6, records=1500)
+    assert _lines(caplog, "Reading") == [
+        "Reading: 2.0/8.0 MB (25%), 1.0 MB/s, 0:06 left; 1,500 records"
+    ]
+
+
+def test_zero_and_unknown_totals(caplog):
+    caplog.set_level(logging.INFO)
+    clock, stream = FakeClock(), io.StringIO()
+    Progress("Nothing", 0, "texts", stream=stream, terminal=True, clock=clock).close()
+    assert stream.getvalue() == (f"\r[{'=' * 30}] Nothing: 0/0 texts (100%), in 0:00, 0 texts/s\n")
+    unknown = Progress("Scoring", None, "chars", log_interval_s=1, terminal=False, clock=clock)
+    clock.now += 4
+    unknown.update(2000)
+    unknown.close()
+    assert _lines(caplog, "Scoring") == [
+        "Scoring: 2,000 chars, 500 chars/s",
+        "Scoring: 2,000 chars, in 0:04, 500 chars/s",
+    ]
+
+
+def test_disabled_reports_nothing(caplog):
+    caplog.set_level(logging.INFO)
+    stream = io.StringIO()
+    for terminal in (True, False):
+        with Progress("Quiet", 10, "texts", enabled=False, stream=stream, terminal=terminal) as p:
+            p.update(10)
+    assert stream.getvalue() == "" and not _lines(caplog, "Quiet")
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="total must be >= 0, got -1"):
+        Progress("Working", -1, "texts")
+    with pytest.raises(ValueError, match="log_interval_s and scale must be positive"):
+        Progress("Working", 1, "texts", log_interval_s=0)
+
+
+def test_terminal_is_asked_of_the_stream():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert Progress("Working", 1, "texts", stream=Terminal()).terminal
+    assert not Progress("Working", 1, "texts", stream=io.StringIO()).terminal
