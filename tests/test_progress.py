@@ -5,6 +5,7 @@ import logging
 
 import pytest
 
+from tf_mlstm.data import convert
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import format_duration
 
@@ -124,3 +125,44 @@ def test_terminal_is_asked_of_the_stream():
 
     assert Progress("Working", 1, "texts", stream=Terminal()).terminal
     assert not Progress("Working", 1, "texts", stream=io.StringIO()).terminal
+
+
+# === Its users ===
+
+
+def _corpus(tmp_path, count=40):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"review number {i} of the corpus\n" for i in range(count)))
+    return path
+
+
+def test_conversion_reports_progress_in_input_bytes(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    corpus = _corpus(tmp_path)
+    stats = convert.convert(
+        convert.ConvertConfig(
+            inputs=str(corpus),
+            output_dir=str(tmp_path / "out"),
+            num_shards=1,
+            progress_interval_s=1e-9,
+        )
+    )
+    lines = _lines(caplog, "Converting:")
+    assert len(lines) >= 2  # At least one along the way, and the final one.
+    assert " MB (" in lines[0] and "MB/s" in lines[0] and " left; " in lines[0]
+    size_mb = corpus.stat().st_size / 1e6
+    assert lines[-1].startswith(f"Converting: {size_mb:.1f}/{size_mb:.1f} MB (100%), in ")
+    assert lines[-1].endswith(f"; {stats['records']} records")
+
+
+def test_conversion_with_max_documents_counts_records(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    convert.convert(
+        convert.ConvertConfig(
+            inputs=str(_corpus(tmp_path)),
+            output_dir=str(tmp_path / "out"),
+            num_shards=1,
+            max_documents=7,
+        )
+    )
+    assert _lines(caplog, "Converting:")[-1].startswith("Converting: 7/7 records (100%), in ")

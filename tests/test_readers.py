@@ -51,6 +51,10 @@ def test_gzip_jsonl_matches_plain(tmp_path):
         (d.text, d.label, d.line) for d in plain_docs
     ]
     assert stats.input_bytes == len(open(plain, "rb").read())  # Uncompressed bytes.
+    assert stats.stored_bytes == gz.stat().st_size  # Bytes as stored, for the progress.
+    plain_stats = readers.ReadStats()
+    _read([plain], label_key="label", read_stats=plain_stats)
+    assert plain_stats.stored_bytes == plain_stats.input_bytes == stats.input_bytes
 
 
 def test_truncated_gzip_raises_naming_the_file(tmp_path):

@@ -1,9 +1,10 @@
 """Corpus to sharded TFRecords: the library behind `tf-mlstm-make-tfrecords`.
 
 `convert(ConvertConfig(...))` streams documents from the input files through
-`read_documents` into a `ShardedWriter`, shows a progress line when stderr is
-a terminal, and writes a JSON stats file: record and byte counts per split,
-throughput, and every skipped record counted by reason with examples.
+`read_documents` into a `ShardedWriter`, reports its progress (a bar on a
+terminal, a log line now and then otherwise: `tf_mlstm.progress`), and
+writes a JSON stats file: record and byte counts per split, throughput, and
+every skipped record counted by reason with examples.
 
 A conversion never mixes with what was in its output folder: a folder that
 is not empty is refused unless `overwrite` is set, and then its old shards
@@ -17,10 +18,9 @@ that overwrote an older data set) is never read as data.
 import contextlib
 import dataclasses
 import os
-import sys
 import time
+from collections.abc import Iterator
 from typing import Any
-from typing import TextIO
 
 import tensorflow as tf
 from absl import logging
@@ -28,9 +28,10 @@ from absl import logging
 from tf_mlstm import fileio
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
+from tf_mlstm.progress import Progress
 
 _MB = 1e6
-_PROGRESS_INTERVAL_S = 0.25
 
 
 class NoDocumentsError(readers.InputError):
@@ -62,6 +63,8 @@ class ConvertConfig:
             refused.
         max_document_bytes: Longest input record, in bytes (see
             `readers.read_documents`); longer ones are skipped and counted.
+        progress_interval_s: Seconds between progress log lines when stderr
+            is not a terminal (on one, a bar is redrawn in place).
 
     Raises:
         ValueError: If a field is out of range.
@@ -81,6 +84,7 @@ class ConvertConfig:
     stats_file: str | None = None
     overwrite: bool = False
     max_document_bytes: int = readers.DEFAULT_MAX_DOCUMENT_BYTES
+    progress_interval_s: float = DEFAULT_LOG_INTERVAL_S
 
     def __post_init__(self):
         if not self.inputs.strip(" ,"):
@@ -104,6 +108,8 @@ class ConvertConfig:
             raise ValueError(f"max_documents must be >= 0, got {self.max_documents}")
         if self.max_document_bytes < 1:
             raise ValueError(f"max_document_bytes must be >= 1, got {self.max_document_bytes}")
+        if self.progress_interval_s <= 0:
+            raise ValueError(f"progress_interval_s must be > 0, got {self.progress_interval_s}")
 
     @property
     def stats_path(self) -> str:
@@ -160,27 +166,6 @@ def _prepare_output_dir(config: ConvertConfig) -> None:
         )
 
 
-class _Progress:
-    """A single self-overwriting status line, refreshed at most 4 times a second."""
-
-    def __init__(self, stream: TextIO):
-        self._stream = stream
-        self._start = time.monotonic()
-        self._last = 0.0
-
-    def update(self, records: int, input_bytes: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - self._last < _PROGRESS_INTERVAL_S:
-            return
-        self._last = now
-        elapsed = max(now - self._start, 1e-9)
-        self._stream.write(
-            f"\r{records:,} records, {input_bytes / _MB:,.1f} MB read, "
-            f"{input_bytes / _MB / elapsed:,.1f} MB/s  " + ("\n" if final else "")
-        )
-        self._stream.flush()
-
-
 def convert(config: ConvertConfig) -> dict[str, Any]:
     """Converts the input corpus into sharded TFRecords and writes stats.
 
@@ -205,18 +190,46 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
     start = time.monotonic()
     paths = readers.expand_inputs(config.inputs)
     _prepare_output_dir(config)
+    logging.info("Converting %d input files into %s", len(paths), config.output_dir)
     skip_log = readers.SkipLog()
     read_stats = readers.ReadStats()
-    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
-    logging.info("Converting %d input files into %s", len(paths), config.output_dir)
+    progress = _progress(config, paths)
+    writer = _open_writer(config)
+    documents = _read_documents(config, paths, skip_log, read_stats)
+    records = _write_documents(config, documents, writer, progress, read_stats)
+    stats = _conversion_stats(
+        config, paths, records, writer.split_stats(), read_stats, skip_log, start
+    )
+    _finish(config, stats)
+    _log_summary(config, stats, skip_log)
+    if not records:
+        raise NoDocumentsError(
+            f"no documents written from {len(paths)} input files: {skip_log.total} records "
+            f"skipped {skip_log.counts}; see {config.stats_path}"
+        )
+    return stats
 
-    writer = tfrecord.ShardedWriter(
+
+def _open_writer(config: ConvertConfig) -> tfrecord.ShardedWriter:
+    return tfrecord.ShardedWriter(
         config.output_dir,
         num_train_shards=config.num_shards,
         split_weights=config.split_weights,
-        compression="GZIP" if config.gzip else None,
+        compression=_compression(config),
     )
-    documents = readers.read_documents(
+
+
+def _compression(config: ConvertConfig) -> str | None:
+    return "GZIP" if config.gzip else None
+
+
+def _read_documents(
+    config: ConvertConfig,
+    paths: list[str],
+    skip_log: readers.SkipLog,
+    read_stats: readers.ReadStats,
+) -> Iterator[readers.Document]:
+    return readers.read_documents(
         paths,
         text_keys=config.text_keys,
         label_key=config.label_key,
@@ -227,30 +240,69 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         interleave=config.interleave,
         max_document_bytes=config.max_document_bytes,
     )
-    records = 0
-    try:
-        with writer, contextlib.closing(documents):
-            for doc in documents:
-                writer.write(doc)
-                records += 1
-                if progress:
-                    progress.update(records, read_stats.input_bytes)
-                if records == config.max_documents:
-                    break
-    finally:
-        if progress:
-            # Ends the status line, so that an error message starts on its own.
-            progress.update(records, read_stats.input_bytes, final=True)
-    seconds = time.monotonic() - start
 
-    splits = writer.split_stats()
+
+def _progress(config: ConvertConfig, paths: list[str]) -> Progress:
+    """The conversion's progress, in input bytes or documents.
+
+    The stored bytes read of the input files count against the sum of their
+    sizes; with `max_documents`, the documents written count against it (the
+    likelier end).
+    """
+    if config.max_documents:
+        total, unit, scale = config.max_documents, "records", 1.0
+    else:
+        total = sum(tf.io.gfile.stat(path).length for path in paths)
+        unit, scale = "MB", _MB
+    return Progress(
+        "Converting", total, unit, scale=scale, log_interval_s=config.progress_interval_s
+    )
+
+
+def _write_documents(
+    config: ConvertConfig,
+    documents: Iterator[readers.Document],
+    writer: tfrecord.ShardedWriter,
+    progress: Progress,
+    read_stats: readers.ReadStats,
+) -> int:
+    """Writes `documents` (up to `max_documents`); returns the count.
+
+    The writer and the progress are closed on the way out.
+    """
+    records = 0
+    # The progress closes first, on an error too, so the error starts on a line of its own.
+    with writer, contextlib.closing(documents), progress:
+        for doc in documents:
+            writer.write(doc)
+            records += 1
+            if config.max_documents:
+                progress.update(records)
+            else:
+                progress.update(read_stats.stored_bytes, records=records)
+            if records == config.max_documents:
+                break
+    return records
+
+
+def _conversion_stats(
+    config: ConvertConfig,
+    paths: list[str],
+    records: int,
+    splits: dict[str, dict[str, int]],
+    read_stats: readers.ReadStats,
+    skip_log: readers.SkipLog,
+    start: float,
+) -> dict[str, Any]:
+    """The stats file's content (see `convert`)."""
+    seconds = time.monotonic() - start
     warnings = [
         f"the {split} split received no documents ({records} in all, split weights "
         f"{config.split_weights})"
         for split in tfrecord.SPLITS
         if records and not splits[split]["records"]
     ]
-    stats = {
+    return {
         "records": records,
         "bytes": sum(split["bytes"] for split in splits.values()),
         "input_bytes": read_stats.input_bytes,
@@ -260,29 +312,29 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         "skipped": skip_log.to_dict(),
         "inputs": paths,
         "output_dir": config.output_dir,
-        "compression": "GZIP" if config.gzip else None,
+        "compression": _compression(config),
         "warnings": warnings,
     }
+
+
+def _finish(config: ConvertConfig, stats: dict[str, Any]) -> None:
+    """Writes the stats file, then removes the incomplete marker."""
     # Last, and atomically: a stats file means every shard is complete.
     fileio.write_json_atomic(config.stats_path, stats)
     tf.io.gfile.remove(_marker(config.output_dir))
 
+
+def _log_summary(config: ConvertConfig, stats: dict[str, Any], skip_log: readers.SkipLog) -> None:
     skip_log.log_summary()
-    for warning in warnings:
+    for warning in stats["warnings"]:
         logging.warning("%s", warning)
     logging.info(
         "Wrote %d documents (%.1f MB of text) from %.1f MB of input in %.1f s (%.1f MB/s); "
         "stats in %s",
-        records,
+        stats["records"],
         stats["bytes"] / _MB,
-        read_stats.input_bytes / _MB,
-        seconds,
+        stats["input_bytes"] / _MB,
+        stats["seconds"],
         stats["input_mb_per_second"],
         config.stats_path,
     )
-    if not records:
-        raise NoDocumentsError(
-            f"no documents written from {len(paths)} input files: {skip_log.total} records "
-            f"skipped {skip_log.counts}; see {config.stats_path}"
-        )
-    return stats

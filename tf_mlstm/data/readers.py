@@ -118,10 +118,14 @@ class ReadStats:
 
     Attributes:
         input_bytes: Uncompressed bytes read so far (grows in 1 MiB steps).
+        stored_bytes: Bytes of the files as stored (compressed, for gzip) read
+            so far; against the sum of the file sizes, the share of the input
+            read.
         files_read: Files opened so far.
     """
 
     input_bytes: int = 0
+    stored_bytes: int = 0
     files_read: int = 0
 
 
@@ -416,11 +420,10 @@ def _file_documents(
     kind = _file_kind(path)
     read_stats.files_read += 1
     with contextlib.ExitStack() as stack:
-        gzipped = path.lower().endswith(".gz")
-        stream: BinaryIO = stack.enter_context(tf.io.gfile.GFile(path, "rb"))
-        if gzipped:
-            stream = stack.enter_context(gzip.open(stream, "rb"))
-        lines = _iter_lines(stream, path, read_stats, gzipped, fields.max_bytes)
+        stored: BinaryIO = stack.enter_context(tf.io.gfile.GFile(path, "rb"))
+        compressed = stored if path.lower().endswith(".gz") else None
+        stream = stack.enter_context(gzip.open(stored, "rb")) if compressed else stored
+        lines = _iter_lines(stream, path, read_stats, fields.max_bytes, compressed)
         if kind == "json":
             yield from _read_json_lines(lines, path, fields)
         elif kind in ("csv", "tsv"):
@@ -445,7 +448,11 @@ def _file_kind(path: str) -> str:
 
 
 def _iter_lines(
-    stream: BinaryIO, path: str, read_stats: ReadStats, gzipped: bool, max_bytes: int
+    stream: BinaryIO,
+    path: str,
+    read_stats: ReadStats,
+    max_bytes: int,
+    compressed: BinaryIO | None = None,
 ) -> Iterator[bytes | _LongLine]:
     """Yields the lines of a binary stream without their b"\\n".
 
@@ -453,7 +460,9 @@ def _iter_lines(
     A UTF-8 byte-order mark at the start is dropped. A line longer than
     `max_bytes` is yielded as a `_LongLine`: its bytes are dropped as they
     arrive, so memory stays within `max_bytes` plus a chunk and time linear
-    however long the line is.
+    however long the line is. `compressed` is the stored file under a gzip
+    `stream` (None for an uncompressed one): its position counts the stored
+    bytes read.
 
     Raises:
         InputError: If a gzip stream is truncated or corrupt.
@@ -461,17 +470,24 @@ def _iter_lines(
     tail: list[bytes] = []  # The pieces of the line not yet complete.
     tail_bytes = 0
     first = True
+    stored_position = 0
     while True:
         try:
             chunk = stream.read(_CHUNK_BYTES)
         except (EOFError, OSError, zlib.error) as e:
-            if not gzipped:
+            if compressed is None:
                 raise
             # gzip.BadGzipFile is an OSError; a truncated file raises EOFError.
             raise InputError(f"{path}: truncated or corrupt gzip file ({e})") from e
         if not chunk:
             break
         read_stats.input_bytes += len(chunk)
+        if compressed is None:
+            read_stats.stored_bytes += len(chunk)
+        else:
+            position = compressed.tell()
+            read_stats.stored_bytes += position - stored_position
+            stored_position = position
         if first:
             first = False
             if chunk.startswith(_UTF8_BOM):
