@@ -5,9 +5,11 @@ import logging
 
 import pytest
 
+from _models import random_model
 from tf_mlstm.data import convert
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import format_duration
+from tf_mlstm.transfer import features
 
 
 class FakeClock:
@@ -166,3 +168,20 @@ def test_conversion_with_max_documents_counts_records(tmp_path, caplog):
         )
     )
     assert _lines(caplog, "Converting:")[-1].startswith("Converting: 7/7 records (100%), in ")
+
+
+def test_featurization_reports_progress_in_chars(caplog):
+    caplog.set_level(logging.INFO)
+    texts = ["a short one", "a somewhat longer text", ""]
+    chars = sum(len(t) for t in texts)
+    featurizer = features.TextFeaturizer(
+        random_model(), batch_size=1, kinds=("cell",), progress_interval_s=1e-9
+    )
+    featurizer(texts)
+    lines = _lines(caplog, "Featurizing:")
+    assert len(lines) >= 2
+    assert lines[-1].startswith(f"Featurizing: {chars}/{chars} chars (100%), in ")
+    assert lines[-1].endswith("; 3/3 texts")
+    caplog.clear()
+    featurizer(texts, progress=False)
+    assert not _lines(caplog, "Featurizing:")

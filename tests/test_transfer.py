@@ -110,19 +110,6 @@ def test_featurizer_keeps_only_requested_kinds(small_model):
         features.concat_features(out, ("mean",))
 
 
-def test_progress_bar_draws_on_request(capsys):
-    bar = features.ProgressBar(3, 30, enabled=True, min_interval=0.0)
-    bar.update(2, 20)
-    bar.update(1, 10)
-    bar.close()
-    err = capsys.readouterr().err
-    assert "3/3 texts" in err and err.endswith("\n")
-    quiet = features.ProgressBar(3, 30, enabled=False)
-    quiet.update(3, 30)
-    quiet.close()
-    assert capsys.readouterr().err == ""
-
-
 # === Logistic regression ===
 
 

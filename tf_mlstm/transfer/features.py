@@ -8,21 +8,21 @@ so a batch holds texts of similar length and little padding; the results
 come back in the input order. The padding is masked, so a text's features do
 not depend on the batch it ran in. The model runs in windows of 256 bytes
 with the state carried, in an inference-only compiled function (no gradient
-tape, no training-mode paths).
+tape, no training-mode paths). Progress is reported through
+`tf_mlstm.progress`.
 
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
 or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 (`tf_mlstm.transfer.logistic.select_feature_kinds`).
 """
 
-import sys
-import time
-
 import numpy as np
 import tensorflow as tf
 
 from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
+from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
+from tf_mlstm.progress import Progress
 
 FEATURE_KINDS = featurize.FEATURE_KINDS
 FEATURE_GROUPS = (
@@ -114,13 +114,20 @@ class TextFeaturizer:
       window: bytes per model call; the state carries across windows.
       kinds: which features to keep (all are computed together; keeping fewer
         saves host memory on large data sets).
+      progress_interval_s: seconds between progress log lines when stderr is
+        not a terminal.
 
     Raises:
       ValueError: a non-positive batch size or window, or an unknown kind.
     """
 
     def __init__(
-        self, model, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW, kinds=FEATURE_KINDS
+        self,
+        model,
+        batch_size=DEFAULT_BATCH_SIZE,
+        window=DEFAULT_WINDOW,
+        kinds=FEATURE_KINDS,
+        progress_interval_s=DEFAULT_LOG_INTERVAL_S,
     ):
         if batch_size <= 0 or window <= 0:
             raise ValueError(f"batch_size and window must be positive, got {batch_size}, {window}")
@@ -132,6 +139,7 @@ class TextFeaturizer:
         self.window = int(window)
         self.kinds = tuple(kinds)
         self.hidden_size = model.hidden_size
+        self.progress_interval_s = progress_interval_s
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def features_of(texts):
@@ -146,8 +154,10 @@ class TextFeaturizer:
 
         Args:
           texts: a sequence of normalized texts (str); "" is allowed.
-          progress: show a progress bar on stderr; None: only when stderr is a
-            terminal.
+          progress: False: report nothing. Otherwise (None too) the progress
+            in characters, as the cost of a text grows with its length: a bar
+            on stderr when it is a terminal, else a log line every
+            `progress_interval_s` seconds and one at the end.
 
         Returns:
           dict kind -> float32 [len(texts), H].
@@ -156,62 +166,18 @@ class TextFeaturizer:
         lengths = text_lengths(texts)
         order = np.argsort(lengths, kind="stable")
         out = {kind: np.zeros((len(texts), self.hidden_size), np.float32) for kind in self.kinds}
-        bar = ProgressBar(len(texts), int(lengths.sum()), enabled=progress)
-        for start in range(0, len(texts), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            batch = self._features_of(tf.constant([texts[i] for i in rows], tf.string))
-            for kind in self.kinds:
-                out[kind][rows] = batch[kind].numpy()
-            bar.update(len(rows), int(lengths[rows].sum()))
-        bar.close()
+        with Progress(
+            "Featurizing",
+            int(lengths.sum()),
+            "chars",
+            log_interval_s=self.progress_interval_s,
+            enabled=progress is not False,
+        ) as report:
+            for start in range(0, len(texts), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                batch = self._features_of(tf.constant([texts[i] for i in rows], tf.string))
+                for kind in self.kinds:
+                    out[kind][rows] = batch[kind].numpy()
+                done = start + len(rows)
+                report.advance(int(lengths[rows].sum()), texts=f"{done:,}/{len(texts):,}")
         return out
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr, drawn only on a terminal.
-
-    Args:
-      total: items to process.
-      total_chars: characters to process (the rate and the time left use them,
-        as the cost of a text grows with its length).
-      enabled: force on or off; None: on when stderr is a terminal.
-      min_interval: seconds between redraws.
-    """
-
-    def __init__(self, total, total_chars, enabled=None, min_interval=0.5):
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        self.enabled = bool(enabled) and total > 0
-        self.total = total
-        self.total_chars = max(total_chars, 1)
-        self.done = 0
-        self.chars = 0
-        self.start = time.monotonic()
-        self.last_draw = 0.0
-        self.min_interval = min_interval
-
-    def update(self, items, chars):
-        """Counts `items` texts of `chars` characters as done and redraws."""
-        self.done += items
-        self.chars += chars
-        now = time.monotonic()
-        if self.enabled and (now - self.last_draw >= self.min_interval or self.done >= self.total):
-            self.last_draw = now
-            self._draw(now - self.start)
-
-    def _draw(self, elapsed):
-        fraction = self.chars / self.total_chars
-        filled = int(30 * fraction)
-        rate = self.chars / max(elapsed, 1e-9)
-        left = (self.total_chars - self.chars) / rate if rate > 0 else 0.0
-        sys.stderr.write(
-            f"\r[{'=' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} texts "
-            f"{rate:,.0f} chars/s, {int(left) // 60}:{int(left) % 60:02d} left "
-        )
-        sys.stderr.flush()
-
-    def close(self):
-        """Ends the line."""
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
