@@ -4,11 +4,15 @@ import io
 import logging
 
 import pytest
+import tensorflow as tf
 
 from _models import random_model
 from tf_mlstm.data import convert
+from tf_mlstm.data import pipeline
+from tf_mlstm.data import tfrecord
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import format_duration
+from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 
 
@@ -185,3 +189,38 @@ def test_featurization_reports_progress_in_chars(caplog):
     caplog.clear()
     featurizer(texts, progress=False)
     assert not _lines(caplog, "Featurizing:")
+
+
+def test_evaluation_reports_progress_against_the_expected_chars(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "out"
+    convert.convert(
+        convert.ConvertConfig(
+            inputs=str(_corpus(tmp_path)),
+            output_dir=str(out),
+            num_shards=1,
+            split_weights=(1, 1, 1),
+        )
+    )
+    files = tfrecord.split_files(str(out), "test")
+    expected = evaluation.expected_chars(files, "test")
+    rows = 2
+    dataset = pipeline.window_dataset(pipeline.document_dataset(files), rows, 16, finite=True)
+    result = evaluation.evaluate(random_model(), dataset, expected=expected, progress=True)
+    # Each row's first byte is no target.
+    assert expected - rows <= result["chars"] <= expected
+    line = _lines(caplog, "Evaluating:")[-1]
+    assert line.startswith(f"Evaluating: {result['chars']:,}/{expected:,} chars (")
+    # No stats.json: the size is unknown.
+    assert evaluation.expected_chars([str(tmp_path / "elsewhere" / "x.tfrecord")], "test") is None
+    # Fewer batches than the data holds bound the total.
+    capped = evaluation._progress_total(dataset, 1, expected)
+    assert capped == rows * 16 < expected
+
+
+def test_evaluation_is_quiet_unless_asked(caplog):
+    caplog.set_level(logging.INFO)
+    documents = tf.data.Dataset.from_tensor_slices(["some text", "more text"])
+    dataset = pipeline.window_dataset(documents, 2, 8, finite=True)
+    evaluation.evaluate(random_model(), dataset)
+    assert not _lines(caplog, "Evaluating:")

@@ -97,6 +97,7 @@ def evaluate_data(
 
     model, _ = rundir.load_trained_model(model_dir)
     errors = []  # A raw corpus file that could not be read ends its stream here.
+    expected = None  # A raw corpus's size in characters is known only once read.
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
         if not tfrecord.nonempty_files(files):
@@ -104,13 +105,16 @@ def evaluate_data(
                 f"no records to score: the {len(files)} {split} shards of {data} are empty"
             )
         documents = pipeline.document_dataset(files)
+        expected = evaluation.expected_chars(files, split)
     else:
         documents = pipeline.corpus_documents(
             readers.expand_inputs(data), text_keys, text_mode, errors=errors
         )
     dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
     try:
-        result = evaluation.evaluate(model, dataset.prefetch(2), max_batches)
+        result = evaluation.evaluate(
+            model, dataset.prefetch(2), max_batches, expected=expected, progress=True
+        )
     except ValueError:
         if errors:  # The cause of "no characters to score".
             raise errors[0] from None

@@ -180,9 +180,6 @@ class IncompleteDataError(errors.InvalidValueError):
 def split_bytes(files: Sequence[str], split: str) -> int:
     """Characters (UTF-8 bytes) of normalized text in `files`, from their folders' stats.json.
 
-    The conversion records each split's byte count; a folder of which only
-    some shards are named counts its share of the split's shards.
-
     Args:
       files: shards of `split`.
       split: the split's name ("train", ...).
@@ -193,11 +190,30 @@ def split_bytes(files: Sequence[str], split: str) -> int:
     Raises:
       ValueError: a folder has no stats.json, or it records no such split.
     """
+    return split_counts(files, split)["bytes"]
+
+
+def split_counts(files: Sequence[str], split: str) -> dict[str, int]:
+    """Records and bytes of normalized text in `files`, from their folders' stats.json.
+
+    The conversion records each split's counts; a folder of which only some
+    shards are named counts its share of the split's shards.
+
+    Args:
+      files: shards of `split`.
+      split: the split's name ("train", ...).
+
+    Returns:
+      {"records": int, "bytes": int}.
+
+    Raises:
+      ValueError: a folder has no stats.json, or it records no such split.
+    """
     by_folder: dict[str, int] = {}
     for path in files:
         folder = os.path.dirname(path)
         by_folder[folder] = by_folder.get(folder, 0) + 1
-    total = 0.0
+    totals = {"records": 0.0, "bytes": 0.0}
     for folder, named in by_folder.items():
         stats_path = os.path.join(folder, "stats.json")
         if not tf.io.gfile.exists(stats_path):
@@ -209,8 +225,9 @@ def split_bytes(files: Sequence[str], split: str) -> int:
             record = json.load(f).get("splits", {}).get(split)
         if not record or not record.get("shards"):
             raise errors.InvalidValueError(f"{stats_path}: records no {split!r} split.")
-        total += record["bytes"] * min(named, record["shards"]) / record["shards"]
-    return int(total)
+        for key in totals:
+            totals[key] += record[key] * min(named, record["shards"]) / record["shards"]
+    return {key: int(value) for key, value in totals.items()}
 
 
 def check_complete(folder: str) -> None:

@@ -2,14 +2,17 @@
 
 The state is carried from batch to batch within each row (the rows are
 document streams from `tf_mlstm.data.pipeline`) and reset at every document
-start by the model itself, so the figure is the per-document one.
+start by the model itself, so the figure is the per-document one. On request
+the progress is reported through `tf_mlstm.progress`, in characters scored.
 """
 
 import time
 
 import tensorflow as tf
 
+from tf_mlstm.data import tfrecord
 from tf_mlstm.models.language_model import bits_per_char_from_logits
+from tf_mlstm.progress import Progress
 
 
 def make_eval_step(model, jit_compile=False):
@@ -24,7 +27,27 @@ def make_eval_step(model, jit_compile=False):
     return step
 
 
-def evaluate(model, dataset, max_batches=0, step_fn=None):
+def expected_chars(files, split):
+    """About how many characters an evaluation of TFRecord `files` scores.
+
+    Every byte of text and every document's start marker is a target, except
+    the first byte of each batch row.
+
+    Args:
+      files: shards of `split`.
+      split: the split's name ("test", ...).
+
+    Returns:
+      The count from the shards' stats.json, or None if they have none.
+    """
+    try:
+        counts = tfrecord.split_counts(files, split)
+    except ValueError:
+        return None
+    return counts["bytes"] + counts["records"]
+
+
+def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progress=False):
     """Scores every target of a finite dataset.
 
     Args:
@@ -33,6 +56,9 @@ def evaluate(model, dataset, max_batches=0, step_fn=None):
         training=False)`.
       max_batches: stop after this many batches (0 = all).
       step_fn: a step from `make_eval_step`, to reuse its compiled graph.
+      expected: characters the dataset holds (see `expected_chars`); None if
+        not known. Only the progress uses it.
+      progress: report the progress (a bar on a terminal, else log lines).
 
     Returns:
       dict with `bits_per_char`, `chars`, `chars_per_s`.
@@ -44,14 +70,17 @@ def evaluate(model, dataset, max_batches=0, step_fn=None):
     state = None
     total_bits, total_chars = 0.0, 0.0
     start = time.perf_counter()
-    for index, batch in enumerate(dataset):
-        if max_batches and index >= max_batches:
-            break
-        if state is None:
-            state = model.initial_state(batch["inputs"].shape[0])
-        bits, chars, state = step_fn(batch, state)
-        total_bits += float(bits)
-        total_chars += float(chars)
+    total = _progress_total(dataset, max_batches, expected)
+    with Progress("Evaluating", total, "chars", enabled=progress) as report:
+        for index, batch in enumerate(dataset):
+            if max_batches and index >= max_batches:
+                break
+            if state is None:
+                state = model.initial_state(batch["inputs"].shape[0])
+            bits, chars, state = step_fn(batch, state)
+            total_bits += float(bits)
+            total_chars += float(chars)
+            report.update(total_chars)
     if total_chars == 0:
         raise ValueError("evaluation data held no characters to score.")
     seconds = time.perf_counter() - start
@@ -60,3 +89,12 @@ def evaluate(model, dataset, max_batches=0, step_fn=None):
         "chars": int(total_chars),
         "chars_per_s": total_chars / max(seconds, 1e-9),
     }
+
+
+def _progress_total(dataset, max_batches, expected):
+    """`expected`, or less where `max_batches` of the dataset's shape hold fewer targets."""
+    shape = dataset.element_spec["targets"].shape
+    if not max_batches or not shape.is_fully_defined():
+        return expected
+    most = max_batches * shape.num_elements()
+    return most if expected is None else min(expected, most)
