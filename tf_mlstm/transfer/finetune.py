@@ -47,6 +47,7 @@ from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.data import readers
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.progress import Progress
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import RESULTS_FILE
@@ -455,18 +456,23 @@ def classification_metrics(probabilities, labels, thresholds, label_names):
     return metrics
 
 
-def predict_probabilities(model, split, max_length, batch_size=64):
-    """Sigmoid outputs of `model` for every text of `split`: [N, K] float32."""
+def predict_probabilities(model, split, max_length, batch_size=64, progress=False):
+    """Sigmoid outputs of `model` for every text of `split`: [N, K] float32.
+
+    With `progress`, the texts done are reported (see `tf_mlstm.progress`).
+    """
     framed = frame_left_padded(split.texts, max_length)
     ids, lengths = framed.ids, framed.lengths
     predict = tf.function(
         lambda i, n: tf.sigmoid(model(i, n, training=False)[0]), reduce_retracing=True
     )
-    outputs = [
-        predict(tf.constant(ids[start : start + batch_size]), lengths[start : start + batch_size])
-        for start in range(0, len(ids), batch_size)
-    ]
-    return np.concatenate([o.numpy() for o in outputs], axis=0)
+    outputs = []
+    with Progress("Predicting", len(ids), "texts", enabled=progress) as report:
+        for start in range(0, len(ids), batch_size):
+            rows = slice(start, start + batch_size)
+            outputs.append(predict(tf.constant(ids[rows]), lengths[rows]).numpy())
+            report.advance(len(outputs[-1]))
+    return np.concatenate(outputs, axis=0)
 
 
 # === Training ===
@@ -654,9 +660,11 @@ class FinetuneTask(Task):
     def configs(self):
         return {CONFIG_FILE: self.base_config, FINETUNE_CONFIG_FILE: self.config}
 
-    def evaluate(self, split, thresholds=None):
+    def evaluate(self, split, thresholds=None, progress=False):
         """Probabilities and metrics on one split (every worker computes them)."""
-        probabilities = predict_probabilities(self.model, split, self.config.max_length)
+        probabilities = predict_probabilities(
+            self.model, split, self.config.max_length, progress=progress
+        )
         if thresholds is None:
             thresholds = np.full(len(self.labels), 0.5)
         return probabilities, classification_metrics(
@@ -665,11 +673,13 @@ class FinetuneTask(Task):
 
     def results(self, step):
         validation = self.splits["validation"]
-        probabilities, at_half = self.evaluate(validation)
+        # The final evaluation, over whole splits, reports its progress; the periodic one
+        # is summed up by its own log line.
+        probabilities, at_half = self.evaluate(validation, progress=True)
         thresholds = choose_thresholds(
             probabilities, validation.labels, self.config.threshold_metric
         )
-        _, chosen = self.evaluate(validation, thresholds)
+        chosen = classification_metrics(probabilities, validation.labels, thresholds, self.labels)
         results = {
             "labels": list(self.labels),
             "feature": self.config.feature,
@@ -688,7 +698,7 @@ class FinetuneTask(Task):
             ", ".join(f"{t:.3f}" for t in thresholds),
         )
         if "test" in self.splits:
-            _, results["test"] = self.evaluate(self.splits["test"], thresholds)
+            _, results["test"] = self.evaluate(self.splits["test"], thresholds, progress=True)
             logging.info(
                 "test accuracy %.4f  F1 %.4f", results["test"]["accuracy"], results["test"]["f1"]
             )
