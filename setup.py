@@ -59,6 +59,10 @@ _EXTRAS_REQUIRE = {
     ],
     # NVIDIA GPUs on Linux: TensorFlow with its pip-installed CUDA and cuDNN.
     "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
+    # TensorBoard's Profile tab, to view what --profile_steps captures. The
+    # plugin's releases follow TensorFlow's; from 2.21 on they work with the
+    # TensorBoard above.
+    "profile": ["tensorboard-plugin-profile>=2.21,<3"],
 }
 
 setuptools.setup(

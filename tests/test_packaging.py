@@ -70,9 +70,17 @@ def test_freeze_writes_the_installed_closure():
 
 def test_freeze_rejects_an_unknown_extra():
     with pytest.raises(
-        ValueError, match=r"setup.py has no extra \['cuda'\]; it has \['dev', 'gpu'\]"
+        ValueError, match=r"setup.py has no extra \['cuda'\]; it has \['dev', 'gpu', 'profile'\]"
     ):
         freeze_constraints.constraints_text(["cuda"])
+
+
+def test_profile_extra_brings_the_profile_plugin():
+    # --profile_steps writes a trace that only TensorBoard's Profile tab shows.
+    _, extras_require = freeze_constraints.setup_requirements()
+    names = [canonicalize_name(Requirement(line).name) for line in extras_require["profile"]]
+    assert names == ["tensorboard-plugin-profile"]
+    assert str(Requirement(extras_require["profile"][0]).specifier), "give it a version range"
 
 
 def test_setup_requirements_names_a_setup_py_without_the_lists(tmp_path):
