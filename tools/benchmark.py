@@ -46,6 +46,8 @@ FLOPs per character (multiply-adds count 2; see docs/performance.md):
   lstm featurize   2 (H·4H + E·4H)
 """
 
+import dataclasses
+import itertools
 import json
 import os
 import resource
@@ -596,6 +598,48 @@ def _emit(record):
             f.write(line + "\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What the flags ask to measure."""
+
+    modes: list
+    impls: list
+    precisions: list
+    jits: list
+    hiddens: list
+    seqs: list
+    batches: dict  # hidden size -> batch sizes
+
+    def model_runs(self):
+        """Every train/featurize configuration, in the order they are measured."""
+        for hidden in self.hiddens:
+            for batch, seq, precision, impl, jit in itertools.product(
+                self.batches[hidden], self.seqs, self.precisions, self.impls, self.jits
+            ):
+                yield _ModelRun(impl, hidden, batch, seq, precision, jit)
+
+    def all_batches(self):
+        """The batch sizes of any hidden size, ascending."""
+        return sorted({b for h in self.hiddens for b in self.batches[h]})
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelRun:
+    """One train/featurize configuration."""
+
+    impl: str
+    hidden: int
+    batch: int
+    seq: int
+    precision: str
+    jit: bool
+
+    @property
+    def key(self):
+        """What featurization and the pipeline are compared with training on (all but XLA)."""
+        return (self.impl, self.hidden, self.batch, self.seq, self.precision)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -603,13 +647,30 @@ def main(argv):
 
     from tf_mlstm.train import hardware
 
+    _set_threads(tf)
+    machine = hardware.detect()
+    logging.info("Hardware: %s.", machine.describe())
+    plan = _plan_from_flags(gpu=bool(machine.gpus))
+    common = _common_fields(tf, machine)
+    rates = MatrixRates(tf)
+    train_rate = {}  # _ModelRun.key -> the fastest training chars/s measured
+    with tempfile.TemporaryDirectory(prefix="tf_mlstm_benchmark_") as scratch:
+        for mode in [m for m in ("train", "featurize") if m in plan.modes]:
+            for model_run in plan.model_runs():
+                _emit(_measure_model(mode, model_run, rates, common, train_rate))
+        if "pipeline" in plan.modes or "convert" in plan.modes:
+            _measure_data(plan, scratch, common, train_rate)
+
+
+def _set_threads(tf):
     if FLAGS.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(FLAGS.intra_op_threads)
     if FLAGS.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
-    machine = hardware.detect()
-    logging.info("Hardware: %s.", machine.describe())
-    gpu = bool(machine.gpus)
+
+
+def _plan_from_flags(gpu):
+    """The validated flags as a `_Plan`, with the defaults that depend on the machine."""
     modes = _choices(FLAGS.modes, MODES, "modes")
     impls = _choices(FLAGS.impls, IMPLS, "impls")
     default_precisions = (
@@ -627,125 +688,123 @@ def main(argv):
         batches = {h: _ints(FLAGS.batch, "batch") for h in hiddens}
     else:
         batches = {h: [8] if h >= 4096 and not gpu else [32, 64] for h in hiddens}
-    common = {
-        "device": "gpu" if gpu else "cpu",
+    return _Plan(modes, impls, precisions, jits, hiddens, seqs, batches)
+
+
+def _common_fields(tf, machine):
+    """What every line says about the machine and the software."""
+    return {
+        "device": "gpu" if machine.gpus else "cpu",
         "cpu_count": os.cpu_count(),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "tensorflow": tf.__version__,
         **machine.to_dict(),
     }
-    rates = MatrixRates(tf)
-    train_rate = {}
-    with tempfile.TemporaryDirectory(prefix="tf_mlstm_benchmark_") as scratch:
-        for mode in [m for m in ("train", "featurize") if m in modes]:
-            runner = run_train if mode == "train" else run_featurize
-            for hidden in hiddens:
-                for batch in batches[hidden]:
-                    for seq in seqs:
-                        for precision in precisions:
-                            for impl in impls:
-                                for jit in jits:
-                                    rates.samples = []
-                                    rates.square()
-                                    logging.info(
-                                        "%s %s H=%d batch=%d seq=%d %s jit=%s",
-                                        impl,
-                                        mode,
-                                        hidden,
-                                        batch,
-                                        seq,
-                                        precision,
-                                        jit,
-                                    )
-                                    result = runner(
-                                        impl,
-                                        hidden,
-                                        batch,
-                                        seq,
-                                        precision,
-                                        jit,
-                                        lambda: rates.square(1),
-                                    )
-                                    rates.square()
-                                    square = float(np.median(rates.samples))
-                                    square_max = float(np.max(rates.samples))
-                                    skinny, skinny_fm = rates.skinny(batch, hidden)
-                                    compute = _COMPUTE_DTYPES[precision]
-                                    if compute != "float32":
-                                        # The rate the step's products could reach.
-                                        compute_square = rates.square_in(compute)
-                                    per_char = flops_per_char(impl, mode, hidden, FLAGS.embedding)
-                                    gflops = per_char * result["chars_per_s"] / 1e9
-                                    record = {
-                                        "impl": impl,
-                                        "mode": mode,
-                                        "jit_compile": jit,
-                                        "hidden": hidden,
-                                        "batch": batch,
-                                        "seq": seq,
-                                        "precision": precision,
-                                        "flops_per_char": per_char,
-                                        "gflops": gflops,
-                                        "peak_fraction": gflops / square,
-                                        "matmul_gflops": square,
-                                        "peak_fraction_vs_max": gflops / square_max,
-                                        "matmul_gflops_max": square_max,
-                                        "skinny_gflops": skinny,
-                                        "skinny_fm_gflops": skinny_fm,
-                                        **result,
-                                        "peak_rss_mb": _peak_rss_mb(),
-                                        **common,
-                                    }
-                                    if compute != "float32":
-                                        record["matmul_gflops_compute"] = compute_square
-                                        record["peak_fraction_compute"] = gflops / compute_square
-                                    key = (impl, hidden, batch, seq, precision)
-                                    if mode == "train":
-                                        train_rate[key] = max(
-                                            train_rate.get(key, 0.0), result["chars_per_s"]
-                                        )
-                                    elif key in train_rate:
-                                        # Featurization over the fastest training step measured.
-                                        record["train_ratio"] = (
-                                            result["chars_per_s"] / train_rate[key]
-                                        )
-                                    _emit(record)
-        if "pipeline" in modes or "convert" in modes:
-            source = os.path.join(FLAGS.corpus, "imdb", "unsup.jsonl")
-            if not os.path.exists(source):
-                count = FLAGS.convert_max_documents or 20000
-                source = _generated_jsonl(os.path.join(scratch, "generated.jsonl"), count, 0)
-            shards = os.path.join(scratch, "shards")
-            converted = run_convert(source, shards)
-            if "convert" in modes:
-                _emit({"impl": "tf_mlstm.data.convert", "mode": "convert", **converted, **common})
-            if "pipeline" in modes:
-                from tf_mlstm.data import tfrecord
 
-                files = tfrecord.split_files(shards, "train")
-                for batch in sorted({b for h in hiddens for b in batches[h]}):
-                    for seq in seqs:
-                        result = run_pipeline(files, batch, seq)
-                        # The fastest consumer measured at this batch and length.
-                        consumed = max(
-                            (rate for key, rate in train_rate.items() if key[2:4] == (batch, seq)),
-                            default=None,
-                        )
-                        _emit(
-                            {
-                                "impl": "lm_dataset",
-                                "mode": "pipeline",
-                                "batch": batch,
-                                "seq": seq,
-                                **result,
-                                "train_chars_per_s": consumed,
-                                "train_ratio": (
-                                    result["chars_per_s"] / consumed if consumed else None
-                                ),
-                                **common,
-                            }
-                        )
+
+def _measure_model(mode, run, rates, common, train_rate):
+    """Runs one train/featurize configuration between matrix-rate samples; returns its line."""
+    rates.samples = []
+    rates.square()
+    logging.info(
+        "%s %s H=%d batch=%d seq=%d %s jit=%s",
+        run.impl,
+        mode,
+        run.hidden,
+        run.batch,
+        run.seq,
+        run.precision,
+        run.jit,
+    )
+    runner = run_train if mode == "train" else run_featurize
+    between = lambda: rates.square(1)
+    result = runner(run.impl, run.hidden, run.batch, run.seq, run.precision, run.jit, between)
+    rates.square()
+    record = _model_record(mode, run, result, rates, common)
+    if mode == "train":
+        train_rate[run.key] = max(train_rate.get(run.key, 0.0), result["chars_per_s"])
+    elif run.key in train_rate:
+        # Featurization over the fastest training step measured.
+        record["train_ratio"] = result["chars_per_s"] / train_rate[run.key]
+    return record
+
+
+def _model_record(mode, run, result, rates, common):
+    """The JSON line of a measured configuration: its rates against the machine's."""
+    square = float(np.median(rates.samples))
+    square_max = float(np.max(rates.samples))
+    skinny, skinny_fm = rates.skinny(run.batch, run.hidden)
+    compute = _COMPUTE_DTYPES[run.precision]
+    # The rate the step's products could reach.
+    compute_square = rates.square_in(compute) if compute != "float32" else None
+    per_char = flops_per_char(run.impl, mode, run.hidden, FLAGS.embedding)
+    gflops = per_char * result["chars_per_s"] / 1e9
+    record = {
+        "impl": run.impl,
+        "mode": mode,
+        "jit_compile": run.jit,
+        "hidden": run.hidden,
+        "batch": run.batch,
+        "seq": run.seq,
+        "precision": run.precision,
+        "flops_per_char": per_char,
+        "gflops": gflops,
+        "peak_fraction": gflops / square,
+        "matmul_gflops": square,
+        "peak_fraction_vs_max": gflops / square_max,
+        "matmul_gflops_max": square_max,
+        "skinny_gflops": skinny,
+        "skinny_fm_gflops": skinny_fm,
+        **result,
+        "peak_rss_mb": _peak_rss_mb(),
+        **common,
+    }
+    if compute_square is not None:
+        record["matmul_gflops_compute"] = compute_square
+        record["peak_fraction_compute"] = gflops / compute_square
+    return record
+
+
+def _measure_data(plan, scratch, common, train_rate):
+    """The conversion and the input pipeline, on the IMDB corpus or generated text."""
+    source = os.path.join(FLAGS.corpus, "imdb", "unsup.jsonl")
+    if not os.path.exists(source):
+        count = FLAGS.convert_max_documents or 20000
+        source = _generated_jsonl(os.path.join(scratch, "generated.jsonl"), count, 0)
+    shards = os.path.join(scratch, "shards")
+    converted = run_convert(source, shards)
+    if "convert" in plan.modes:
+        _emit({"impl": "tf_mlstm.data.convert", "mode": "convert", **converted, **common})
+    if "pipeline" in plan.modes:
+        _measure_pipelines(plan, shards, common, train_rate)
+
+
+def _measure_pipelines(plan, shards, common, train_rate):
+    """`lm_dataset` at every batch size and length, against the fastest training there."""
+    from tf_mlstm.data import tfrecord
+
+    files = tfrecord.split_files(shards, "train")
+    for batch in plan.all_batches():
+        for seq in plan.seqs:
+            result = run_pipeline(files, batch, seq)
+            # The fastest consumer measured at this batch and length.
+            consumed = max(
+                (rate for key, rate in train_rate.items() if key[2:4] == (batch, seq)),
+                default=None,
+            )
+            _emit(
+                {
+                    "impl": "lm_dataset",
+                    "mode": "pipeline",
+                    "batch": batch,
+                    "seq": seq,
+                    **result,
+                    "train_chars_per_s": consumed,
+                    "train_ratio": result["chars_per_s"] / consumed if consumed else None,
+                    **common,
+                }
+            )
 
 
 def run():
