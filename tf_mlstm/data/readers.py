@@ -96,6 +96,8 @@ class Document:
         rating: Star or score rating, or None when unknown.
         source: Path of the file it was read from.
         line: 1-based line where the record starts in that file.
+        kept: The raw values of the `keep_keys` asked of `read_documents`, in
+            their order; None where a key is absent (or, in CSV, empty).
     """
 
     text: str
@@ -103,6 +105,7 @@ class Document:
     rating: float | None = None
     source: str = ""
     line: int = 0
+    kept: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -307,6 +310,7 @@ def read_documents(
     read_stats: ReadStats | None = None,
     interleave: bool = False,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    keep_keys: Sequence[str] = (),
 ) -> Iterator[Document]:
     """Streams normalized documents from corpus files.
 
@@ -333,6 +337,9 @@ def read_documents(
             lines, plain text), a CSV/TSV record, or a whole file in "file"
             text mode. Longer ones are skipped as `record_too_long` and never
             held in memory whole.
+        keep_keys: Keys whose raw values (as the file holds them: JSON
+            values, CSV strings) each document carries in `kept`, for callers
+            that parse a field themselves (labels through a label map).
 
     Returns:
         An iterator of `Document`s; their text is normalized and never empty.
@@ -363,7 +370,9 @@ def read_documents(
     log_at_end = skip_log is None
     skip_log = SkipLog() if skip_log is None else skip_log
     read_stats = ReadStats() if read_stats is None else read_stats
-    fields = _RecordFields(text_keys, label_key, rating_key, skip_log, max_document_bytes)
+    fields = _RecordFields(
+        text_keys, label_key, rating_key, skip_log, max_document_bytes, tuple(keep_keys)
+    )
     # A separate generator, so that bad arguments and missing files fail at
     # the call rather than at the first next(), possibly much later.
     return _stream_documents(paths, fields, text_mode, read_stats, log_at_end, interleave)
@@ -523,12 +532,14 @@ class _RecordFields:
         rating_key: str | None,
         skip_log: SkipLog,
         max_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+        keep_keys: tuple[str, ...] = (),
     ):
         self.text_keys = text_keys
         self.label_key = label_key
         self.rating_key = rating_key
         self.skip_log = skip_log
         self.max_bytes = max_bytes
+        self.keep_keys = keep_keys
 
     def skip_too_long(self, path: str, line: int, length: int, what: str = "line") -> None:
         """Counts a record longer than the limit."""
@@ -596,7 +607,10 @@ class _RecordFields:
             if self.rating_key is not None:
                 skip(MISSING_RATING, path, line, f"no rating key {self.rating_key!r}")
                 return None
-        return Document(text, label, rating, path, line)
+        kept = tuple(record.get(key) for key in self.keep_keys)
+        if empty_is_null:
+            kept = tuple(None if value == "" else value for value in kept)
+        return Document(text, label, rating, path, line, kept)
 
 
 def _read_json_lines(
