@@ -19,6 +19,7 @@ from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.transfer import finetune
+from tf_mlstm.transfer import labeled
 
 _WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
 
@@ -102,10 +103,10 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     assert saved["step"] == 30 and set(saved["thresholds"]) == {"label"}
     # The saved classifier reproduces the validation accuracy...
     model, config, thresholds = finetune.load_finetuned_model(str(model_dir))
-    validation = finetune.read_labeled(task["validation"], config.text_keys, config.label_keys)
+    validation = labeled.read_labeled(task["validation"], config.text_keys, config.label_keys)
     probabilities = finetune.predict_probabilities(model, validation, config.max_length)
     predicted = probabilities > thresholds
-    assert np.mean(predicted == validation.labels) == pytest.approx(
+    assert np.mean(predicted == validation.indicator()) == pytest.approx(
         results["validation"]["accuracy"]
     )
     # ...and its encoder, changed by fine-tuning, loads like any trained model.
@@ -149,32 +150,18 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
     assert probabilities.shape == (80, 2)
 
 
-def test_thresholds_and_metrics():
-    probabilities = np.array([[0.1, 0.9], [0.4, 0.2], [0.6, 0.7], [0.8, 0.3]])
-    labels = np.array([[0, 1], [1, 0], [1, 1], [1, 0]], np.float32)
-    thresholds = finetune.choose_thresholds(probabilities, labels, "accuracy")
-    np.testing.assert_allclose(thresholds, [0.25, 0.5])
-    metrics = finetune.classification_metrics(probabilities, labels, thresholds, ["a", "b"])
-    assert metrics["accuracy"] == 1.0 and metrics["exact_match"] == 1.0
-    at_half = finetune.classification_metrics(probabilities, labels, [0.5, 0.5], ["a", "b"])
-    # Label a at 0.5: tp 2, fn 1 -> F1 0.8; label b: perfect.
-    assert at_half["per_label"]["a"]["f1"] == pytest.approx(0.8)
-    assert at_half["macro_f1"] == pytest.approx(0.9)
-    assert at_half["f1"] == pytest.approx(2 * 4 / (2 * 4 + 0 + 1))
-
-
-def test_read_labeled_joins_label_keys_and_rejects_other_labels(tmp_path):
-    data = tmp_path / "data.jsonl"
-    data.write_text(
-        '{"text": "one", "a": 1, "b": 0}\n{"text": "two", "a": 0}\n{"text": "three", "a": 0, '
-        '"b": "pos"}\n'
-    )
-    split = finetune.read_labeled(str(data), ["text"], ["a", "b"])
-    assert split.texts == ["one", "three"]
-    assert split.labels.tolist() == [[1, 0], [0, 1]]
-    data.write_text('{"text": "one", "a": 1}\n{"text": "two", "a": 2}\n')
-    with pytest.raises(ValueError, match=r"data.jsonl:2: label 'a' is 2; fine-tuning takes 0/1"):
-        finetune.read_labeled(str(data), ["text"], ["a"])
+def test_without_validation_data_a_stratified_share_is_held_out(tmp_path):
+    train = _write_task(tmp_path / "train.jsonl", 200, 3)
+    config = finetune.FinetuneConfig(
+        init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run")
+    ).validate()
+    task = finetune.FinetuneTask(config)
+    task._load_data()
+    kept, held = task.splits["train"], task.splits["validation"]
+    assert len(held.texts) == 20 and len(kept.texts) == 180
+    assert held.indicator().shape == (20, 1)
+    assert abs(held.labels.mean() - kept.labels.mean()) < 0.05
+    assert task.train_ids.shape[0] == 180
 
 
 def test_config_errors():

@@ -15,6 +15,9 @@ unfrozen, on labeled text:
   (maximizing accuracy or F1), and accuracy and F1 (with per-label F1 for
   multi-label) are reported on validation and test.
 
+The labeled data is read, held out, scored and thresholded by
+`tf_mlstm.transfer.labeled`, as for `tf-mlstm-transfer`.
+
 Padding: rows are padded on the left, so a row reads
 `[pad ... pad, DOC_START, text bytes]`. The model resets its state at
 `DOC_START`, so the padding cannot reach the features or the loss (the mean
@@ -45,7 +48,6 @@ from absl import logging
 
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
-from tf_mlstm.data import readers
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.progress import Progress
 from tf_mlstm.rundir import CONFIG_FILE
@@ -56,9 +58,10 @@ from tf_mlstm.train import hardware
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
+from tf_mlstm.transfer import labeled
 
 FEATURES = ("cell", "mean")
-THRESHOLD_METRICS = ("accuracy", "f1")
+THRESHOLD_METRICS = labeled.THRESHOLD_METRICS
 
 
 # === Config ===
@@ -190,96 +193,6 @@ class FinetuneConfig(train_config_lib.JsonConfig):
 # === Data ===
 
 
-@dataclasses.dataclass(frozen=True)
-class LabeledSplit:
-    """Normalized texts with 0/1 targets for every label key.
-
-    Attributes:
-      texts: normalized texts.
-      labels: [N, K] float32 targets in {0, 1}.
-    """
-
-    texts: list
-    labels: np.ndarray
-
-    def subset(self, rows):
-        """The rows `rows` (indices) as a new `LabeledSplit`."""
-        return LabeledSplit([self.texts[i] for i in rows], self.labels[rows])
-
-
-def read_labeled(spec, text_keys, label_keys):
-    """Reads texts and one 0/1 target per label key from corpus files.
-
-    A record is used when it has a text and a valid label under every key;
-    the others are counted in the log, per key and reason.
-
-    Args:
-      spec: comma-separated files or globs (see `readers.expand_inputs`).
-      text_keys: keys/columns of the text, first present wins.
-      label_keys: keys/columns of the labels (one: binary; more: multi-label).
-
-    Returns:
-      A `LabeledSplit`.
-
-    Raises:
-      FileNotFoundError: a file or glob names nothing.
-      ValueError: a label other than 0/1 (the message names file and line),
-        or no usable record.
-    """
-    paths = readers.expand_inputs(spec)
-    by_key = []
-    for key in label_keys:
-        skip_log = readers.SkipLog(max_examples=1)
-        found = {}
-        for doc in readers.read_documents(paths, text_keys, label_key=key, skip_log=skip_log):
-            if doc.label not in (0, 1):
-                raise ValueError(
-                    f"{doc.source}:{doc.line}: label {key!r} is {doc.label}; fine-tuning takes "
-                    "0/1 labels (binary, or one key per label for multi-label)."
-                )
-            found[(doc.source, doc.line)] = (doc.text, doc.label)
-        if skip_log.total:
-            logging.warning("%s, label %r: skipped %s", spec, key, skip_log.counts)
-        by_key.append(found)
-    common = [place for place in by_key[0] if all(place in found for found in by_key[1:])]
-    partial = len(set().union(*by_key)) - len(common)
-    if partial:
-        logging.warning("%s: skipped %d records without every label %s", spec, partial, label_keys)
-    if not common:
-        raise ValueError(
-            f"{spec}: no record with a text ({', '.join(text_keys)}) and every label "
-            f"({', '.join(label_keys)})."
-        )
-    texts = [by_key[0][place][0] for place in common]
-    labels = np.array([[found[place][1] for found in by_key] for place in common], np.float32)
-    logging.info("Read %d labeled texts from %s", len(texts), spec)
-    return LabeledSplit(texts, labels)
-
-
-def holdout_split(split, fraction, seed):
-    """Splits off a seeded share of rows, stratified by label combination.
-
-    Args:
-      split: the `LabeledSplit` to divide.
-      fraction: share of each label combination held out (at least one row of
-        a combination with two or more rows).
-      seed: the shuffle seed.
-
-    Returns:
-      (kept `LabeledSplit`, held-out `LabeledSplit`).
-    """
-    combination = split.labels.astype(np.int64) @ (2 ** np.arange(split.labels.shape[1]))
-    rng = np.random.default_rng(seed)
-    held = []
-    for value in np.unique(combination):
-        rows = rng.permutation(np.flatnonzero(combination == value))
-        count = min(max(int(round(len(rows) * fraction)), 1), len(rows) - 1)
-        held.extend(rows[:count])
-    held = np.sort(np.asarray(held, np.int64))
-    kept = np.setdiff1d(np.arange(len(split.texts)), held)
-    return split.subset(kept), split.subset(held)
-
-
 def frame_left_padded(texts, max_length):
     """The fine-tuning rows: `framing.frame_ids` padded on the left, as uint8.
 
@@ -370,90 +283,7 @@ def lm_loss_per_text(model, hidden, ids, lengths):
     return tf.reduce_sum(ce * weights, axis=1) / tf.maximum(tf.reduce_sum(weights, axis=1), 1.0)
 
 
-# === Metrics and thresholds ===
-
-
-def _counts(predicted, labels):
-    """Per-label true positives, false positives, false negatives, correct."""
-    predicted = predicted.astype(bool)
-    labels = labels.astype(bool)
-    tp = np.sum(predicted & labels, axis=0)
-    fp = np.sum(predicted & ~labels, axis=0)
-    fn = np.sum(~predicted & labels, axis=0)
-    return tp, fp, fn, np.sum(predicted == labels, axis=0)
-
-
-def _f1(tp, fp, fn):
-    denominator = 2 * tp + fp + fn
-    return np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 1.0)
-
-
-def choose_thresholds(probabilities, labels, metric="accuracy"):
-    """One threshold per label that maximizes `metric` on these rows.
-
-    Candidates are 0.5 and the midpoints between neighboring distinct
-    probabilities (plus just below and above all of them); ties go to the
-    candidate closest to 0.5.
-
-    Args:
-      probabilities: [N, K] predicted probabilities.
-      labels: [N, K] 0/1 targets.
-      metric: "accuracy" or "f1".
-
-    Returns:
-      [K] float thresholds (predict positive where probability > threshold).
-    """
-    if metric not in THRESHOLD_METRICS:
-        raise ValueError(f"metric must be one of {THRESHOLD_METRICS}, got {metric!r}.")
-    thresholds = []
-    for k in range(labels.shape[1]):
-        values = np.unique(probabilities[:, k])
-        candidates = np.concatenate(
-            [[0.5, values[0] - 1e-6, values[-1]], (values[1:] + values[:-1]) / 2]
-        )
-        predicted = probabilities[:, k][:, None] > candidates[None, :]
-        tp, fp, fn, correct = _counts(predicted, labels[:, k][:, None].astype(bool))
-        score = correct / len(labels) if metric == "accuracy" else _f1(tp, fp, fn)
-        best = np.flatnonzero(score >= score.max() - 1e-12)
-        thresholds.append(float(candidates[best[np.argmin(np.abs(candidates[best] - 0.5))]]))
-    return np.array(thresholds)
-
-
-def classification_metrics(probabilities, labels, thresholds, label_names):
-    """Accuracy and F1 of thresholded probabilities.
-
-    Args:
-      probabilities: [N, K] predicted probabilities.
-      labels: [N, K] 0/1 targets.
-      thresholds: [K] thresholds.
-      label_names: the K label keys.
-
-    Returns:
-      dict with `examples`, `accuracy` (mean over labels and rows) and `f1`
-      (binary: of the positive class; multi-label: micro-averaged); for
-      multi-label also `exact_match`, `macro_f1` and `per_label` (f1,
-      accuracy, threshold per key).
-    """
-    predicted = probabilities > np.asarray(thresholds)[None, :]
-    tp, fp, fn, correct = _counts(predicted, labels)
-    per_label_f1 = _f1(tp, fp, fn)
-    metrics = {
-        "examples": int(len(labels)),
-        "accuracy": float(np.mean(correct / len(labels))),
-        "f1": float(_f1(tp.sum(), fp.sum(), fn.sum())),
-    }
-    if len(label_names) > 1:
-        metrics["exact_match"] = float(np.mean(np.all(predicted == labels.astype(bool), axis=1)))
-        metrics["macro_f1"] = float(np.mean(per_label_f1))
-        metrics["per_label"] = {
-            name: {
-                "f1": float(per_label_f1[k]),
-                "accuracy": float(correct[k] / len(labels)),
-                "threshold": float(thresholds[k]),
-            }
-            for k, name in enumerate(label_names)
-        }
-    return metrics
+# === Prediction ===
 
 
 def predict_probabilities(model, split, max_length, batch_size=64, progress=False):
@@ -511,24 +341,23 @@ class FinetuneTask(Task):
 
     def _load_data(self):
         config = self.config
-        train = read_labeled(config.train_data, config.text_keys, self.labels)
+
+        def read(spec):
+            return labeled.read_labeled(spec, config.text_keys, self.labels, binary=True)
+
+        train = read(config.train_data)
         if config.validation_data:
-            validation = read_labeled(config.validation_data, config.text_keys, self.labels)
+            validation = read(config.validation_data)
         else:
-            train, validation = holdout_split(train, config.validation_fraction, config.seed)
+            train, validation = labeled.split_off(train, config.validation_fraction, config.seed)
             logging.info(
                 "Validation: %d texts held out of --train_data (--validation_fraction=%g).",
                 len(validation.texts),
                 config.validation_fraction,
             )
-        if not validation.texts:
-            raise ValueError(
-                f"{config.train_data}: too few texts to hold out a validation share; give "
-                "--validation_data."
-            )
         self.splits = {"train": train, "validation": validation}
         if config.test_data:
-            self.splits["test"] = read_labeled(config.test_data, config.text_keys, self.labels)
+            self.splits["test"] = read(config.test_data)
         framed = frame_left_padded(train.texts, config.max_length)
         self.train_ids, self.train_lengths = framed.ids, framed.lengths
         cut = int(framed.truncated.sum())
@@ -559,7 +388,7 @@ class FinetuneTask(Task):
     def dataset(self, input_context, rows):
         ids = tf.constant(self.train_ids)
         lengths = tf.constant(self.train_lengths)
-        labels = tf.constant(self.splits["train"].labels)
+        labels = tf.constant(self.splits["train"].indicator())
         indices = tf.data.Dataset.range(len(self.train_ids)).shard(
             input_context.num_input_pipelines, input_context.input_pipeline_id
         )
@@ -667,8 +496,12 @@ class FinetuneTask(Task):
         )
         if thresholds is None:
             thresholds = np.full(len(self.labels), 0.5)
-        return probabilities, classification_metrics(
-            probabilities, split.labels, thresholds, self.labels
+        return probabilities, self._metrics(split, probabilities, thresholds)
+
+    def _metrics(self, split, probabilities, thresholds):
+        """`labeled.label_metrics` of `probabilities` cut at `thresholds`."""
+        return labeled.label_metrics(
+            split.indicator(), probabilities > thresholds, self.labels, thresholds
         )
 
     def results(self, step):
@@ -676,10 +509,10 @@ class FinetuneTask(Task):
         # The final evaluation, over whole splits, reports its progress; the periodic one
         # is summed up by its own log line.
         probabilities, at_half = self.evaluate(validation, progress=True)
-        thresholds = choose_thresholds(
-            probabilities, validation.labels, self.config.threshold_metric
+        thresholds = labeled.choose_thresholds(
+            probabilities, validation.indicator(), self.config.threshold_metric
         )
-        chosen = classification_metrics(probabilities, validation.labels, thresholds, self.labels)
+        chosen = self._metrics(validation, probabilities, thresholds)
         results = {
             "labels": list(self.labels),
             "feature": self.config.feature,
