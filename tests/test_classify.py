@@ -37,7 +37,7 @@ def test_stdin_skips_and_counts_undecodable_lines(tmp_path):
     assert done.returncode == 0, stderr[-3000:]
     rows = list(csv.DictReader(done.stdout.decode("utf-8").splitlines()))
     assert [(row["index"], row["line"]) for row in rows] == [("0", "1"), ("1", "4")]
-    want = classifier.predict_proba(x[[2, 3]])
+    want = classifier.predict_proba(x[[2, 3]])[:, 1]
     np.testing.assert_allclose([float(row["probability"]) for row in rows], want, atol=2e-6)
     # One summary line with the counts, as for file input, and where they were.
     assert "Skipped 3 records: empty_line=1, invalid_utf8=2" in stderr

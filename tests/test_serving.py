@@ -97,9 +97,34 @@ def test_classify_signature_matches_the_python_classifier(small_model):
     x = features.concat_features(
         features.TextFeaturizer(small_model)(texts[:3]), ("max", "cell_min")
     )
-    np.testing.assert_allclose(out["probability"], classifier.predict_proba(x), atol=1e-5)
+    np.testing.assert_allclose(out["probabilities"], classifier.predict_proba(x), atol=1e-5)
+    np.testing.assert_allclose(out["probability"], classifier.predict_proba(x)[:, 1], atol=1e-5)
     np.testing.assert_array_equal(out["label"], classifier.predict(x))
+    assert out["classes"].numpy().tolist() == [[b"0", b"1"]] * 3
     np.testing.assert_allclose(out["neuron"], x[:, classifier.neuron.index], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_classify_signature_serves_k_classes_and_several_labels(small_model):
+    texts = [normalize_text(t) for t in TEXTS] * 4
+    x = features.concat_features(features.TextFeaturizer(small_model)(texts), ("cell",))
+    names = np.array(["neg", "mid", "pos"] * 4, object)  # one class per text of TEXTS
+    three, _ = logistic.fit_logistic(x, names, x, names, ("cell",), 16, penalty="l2")
+    several = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]] * 4)
+    labels, _ = logistic.fit_logistic(
+        x, several, x, several, ("cell",), 16, penalty="l2", classes=("a", "b", "c")
+    )
+    for classifier, predicted in ((three, "label"), (labels, "labels")):
+        module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+        out = module.classify(tf.constant(TEXTS))
+        assert sorted(out) == sorted(["probabilities", "classes", predicted])
+        want = classifier.predict_proba(x[:3])
+        np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+        assert out["classes"].numpy().tolist() == [[c.encode() for c in classifier.classes]] * 3
+        got = out[predicted].numpy()
+        if predicted == "label":
+            got = got.astype(str)
+        np.testing.assert_array_equal(got, classifier.predict(x[:3]))
 
 
 def test_classifier_head_must_fit_the_model(small_model):
@@ -143,6 +168,7 @@ _SERVE = textwrap.dedent("""
         "bits_per_char": score["bits_per_char"].numpy().tolist(),
         "chars": score["chars"].numpy().tolist(),
         "probability": classify["probability"].numpy().tolist(),
+        "probabilities": classify["probabilities"].numpy().tolist(),
         "label": classify["label"].numpy().tolist(),
         "neuron": classify["neuron"].numpy().tolist(),
         "generated": [t.decode("utf-8") for t in generate["text"].numpy()],
@@ -193,7 +219,8 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     assert bits.shape == (3,) and np.all((bits > 0) & (bits < 9))
     assert served["chars"] == [float(len(t.encode("utf-8"))) for t in texts[:3]]
     x = features.concat_features(ours, classifier.feature_kinds)
-    np.testing.assert_allclose(served["probability"], classifier.predict_proba(x), atol=1e-5)
+    np.testing.assert_allclose(served["probabilities"], classifier.predict_proba(x), atol=1e-5)
+    np.testing.assert_allclose(served["probability"], classifier.predict_proba(x)[:, 1], atol=1e-5)
     assert served["label"] == classifier.predict(x).tolist()
     np.testing.assert_allclose(served["neuron"], x[:, classifier.neuron.index], atol=1e-5)
     assert len(served["generated"]) == 2
@@ -315,6 +342,8 @@ def test_empty_batches_and_empty_texts(small_model):
         "chars": (0,),
     }
     assert {k: v.shape for k, v in module.classify(none).items()} == {
+        "probabilities": (0, 2),
+        "classes": (0, 2),
         "probability": (0,),
         "label": (0,),
         "neuron": (0,),

@@ -22,7 +22,9 @@ from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
+from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer import neuron as neuron_lib
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
 TEXTS = [
@@ -177,12 +179,32 @@ def test_neuron_with_negative_sign_and_other_labels():
     assert classifier.accuracy(x, labels) > 0.9
 
 
-def test_labels_must_be_binary_and_known():
+def test_three_classes_fit_a_multinomial_with_a_unit_per_class():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(300, 12))
+    # Unit 2 tells "low" from the rest, unit 7 "high"; "mid" is neither.
+    names = np.array(["low", "mid", "high"], object)
+    labels = names[np.where(x[:, 2] > 0.6, 0, np.where(x[:, 7] > 0.6, 2, 1))]
+    classifier, sweep = logistic.fit_logistic(
+        x[:200], labels[:200], x[200:], labels[200:], ("cell",), 12, classes=tuple(names)
+    )
+    assert classifier.kind == "multiclass" and classifier.classes == ("low", "mid", "high")
+    assert classifier.weights.shape == (3, 12) and len(sweep) == len(logistic.DEFAULT_C_GRID)
+    probabilities = classifier.predict_proba(x[200:])
+    assert probabilities.shape == (100, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
+    assert classifier.accuracy(x[200:], labels[200:]) > 0.85
+    assert [n.index for n in classifier.neurons][0::2] == [2, 7]
+    with pytest.raises(ValueError, match="a multiclass classifier of 3 classes has one neuron"):
+        _ = classifier.neuron
+    with pytest.raises(ValueError, match="liblinear solver fits two classes, not 3"):
+        logistic.fit_logistic(x, labels, x, labels, ("cell",), 12, solver="liblinear")
+
+
+def test_labels_must_be_known_and_two_or_more():
     x, labels = _synthetic(0)
-    with pytest.raises(ValueError, match="exactly two label values, found \\[0, 1, 2\\]"):
-        logistic.fit_logistic(
-            x, labels + (labels > 0) * np.arange(200) % 2, x, labels, ("cell",), 50
-        )
+    with pytest.raises(ValueError, match="two or more label values, found \\[1\\]"):
+        logistic.fit_logistic(x, np.ones(200, np.int64), x, labels, ("cell",), 50)
     with pytest.raises(ValueError, match="val.csv: labels \\[5\\] are not among"):
         logistic.encode_labels([0, 5], (0, 1), what="val.csv")
 
@@ -198,18 +220,24 @@ def test_label_threshold_turns_scores_into_two_classes(tmp_path):
         {"reviewText": "Odd stars.", "overall": "many"},
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    data = experiment.load_labeled(str(path), ("reviewText",), "overall", threshold=4)
+    data = labeled.read_labeled(str(path), ("reviewText",), "overall", threshold=4)
     assert data.texts == ["Broke in a week.", "Meh.", "Works well.", "Love it."]
     assert data.labels.tolist() == [0, 0, 1, 1]
     assert data.skipped["total"] == 2
     assert data.skipped["by_reason"] == {"missing_rating": 1, "bad_rating": 1}
-    # Without a threshold the stars are four classes, which the fit refuses.
-    classes = experiment.load_labeled(str(path), ("reviewText",), "overall").labels
-    with pytest.raises(ValueError, match="exactly two label values, found \\[1, 3, 4, 5\\]"):
-        logistic.encode_labels(classes, what=str(path))
+    # Without a threshold the stars are four classes.
+    assert labeled.read_labeled(str(path), ("reviewText",), "overall").classes() == (1, 3, 4, 5)
     with pytest.raises(ValueError, match="--label_threshold must be a finite number"):
         experiment.TransferConfig(
             model_dir="m", train=str(path), output_dir="o", label_threshold=float("nan")
+        ).validate()
+    with pytest.raises(ValueError, match="--label_threshold and --label_map cannot be combined"):
+        experiment.TransferConfig(
+            model_dir="m", train="t", output_dir="o", label_threshold=4, label_map="1:a,5:b"
+        ).validate()
+    with pytest.raises(ValueError, match="--label_map entry 2 \\('5positive'\\) is not VALUE"):
+        experiment.TransferConfig(
+            model_dir="m", train="t", output_dir="o", label_map="1:negative,5positive"
         ).validate()
 
 
@@ -247,16 +275,7 @@ def test_select_feature_kinds_picks_the_informative_group():
     assert kinds == ("cell", "hidden")
 
 
-def test_splits_and_subsamples_are_seeded_and_balanced():
-    labels = np.array([0] * 90 + [1] * 10)
-    kept, held = logistic.stratified_split(labels, 0.1, seed=4)
-    assert len(held) == 10 and np.sum(labels[held]) == 1
-    assert sorted(np.concatenate([kept, held]).tolist()) == list(range(100))
-    np.testing.assert_array_equal(held, logistic.stratified_split(labels, 0.1, seed=4)[1])
-    sub = logistic.balanced_subsample(labels, 10, seed=1)
-    assert len(sub) == 10 and np.sum(labels[sub]) == 5
-    assert np.sum(labels[logistic.balanced_subsample(labels, 30, seed=1)]) == 10
-    assert len(logistic.balanced_subsample(labels, 1000, seed=1)) == 100
+def test_num_labeled_is_parsed():
     assert experiment.parse_num_labeled("all, 100,10") == (10, 100, experiment.ALL)
     with pytest.raises(ValueError, match="integers >= 2 or 'all'"):
         experiment.parse_num_labeled("10,ten")
@@ -278,6 +297,18 @@ def test_classifier_file_round_trip(tmp_path):
     record = json.loads(open(path, encoding="utf-8").read())
     assert record["neuron"]["kind"] == "cell" and record["neuron"]["unit"] == 17
     assert loaded.describe(30) == ("max", 5)
+
+
+def test_classifier_files_of_format_version_1_still_load(tmp_path):
+    x, labels = _synthetic(0)
+    classifier, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), 50)
+    record = json.loads(classifier.to_json())
+    assert record["kind"] == "binary" and record["classes"] == [0, 1]
+    del record["kind"]
+    record["version"] = 1  # what earlier versions wrote: the same fields, no kind
+    loaded = logistic.LogisticClassifier.from_json(json.dumps(record), source="v1.json")
+    np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
+    assert loaded.predict_proba(x).shape == (200, 2) and loaded.neuron == classifier.neuron
 
 
 def test_classifier_file_errors(tmp_path):
@@ -327,6 +358,13 @@ def review_csvs(tmp_path_factory):
     return paths
 
 
+def _classify_config(model_dir, classifier, source):
+    """A validated tf-mlstm-classify config writing to stdout."""
+    return classify_cli.ClassifyConfig(
+        model_dir=str(model_dir), classifier=str(classifier), input=str(source), output="-"
+    ).validate()
+
+
 @pytest.mark.slow
 def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs):
     model_dir = tiny_trained_model_dir(tmp_path_factory)
@@ -366,14 +404,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     # tf-mlstm-classify in-process on a JSONL file, and the CSV it writes.
     jsonl = tmp_path / "new.jsonl"
     jsonl.write_text('{"text": "A wonderful film."}\n{"other": 1}\n{"text": "Boring."}\n')
-    config = classify_cli.ClassifyConfig(
-        model_dir=str(model_dir),
-        classifier=str(out / "classifier.json"),
-        input=str(jsonl),
-        output=str(tmp_path / "scores.csv"),
-    ).validate()
-    lines, probabilities, labels = classify_cli.classify(config)
-    assert lines == [1, 3] and probabilities.shape == (2,)
+    config = _classify_config(model_dir, out / "classifier.json", jsonl)
+    lines, probabilities, labels, classes = classify_cli.classify(config)
+    assert lines == [1, 3] and probabilities.shape == (2, 2) and classes == (0, 1)
     assert np.all((probabilities >= 0) & (probabilities <= 1))
     # The same texts through the transfer classifier directly.
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
@@ -385,17 +418,19 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
 
     # Text lines on stdin (as --input=-), and the CSV written for them.
     stdin_config = dataclasses.replace(config, input="-")
-    lines, again, labels_again = classify_cli.classify(
+    lines, again, labels_again, _ = classify_cli.classify(
         stdin_config, stdin=io.StringIO("A wonderful film.\n\nBoring.\n")
     )
     assert lines == [1, 3]
     np.testing.assert_allclose(again, probabilities, atol=1e-6)
     out_csv = io.StringIO()
-    classify_cli.write_csv(out_csv, lines, again, labels_again)
+    classify_cli.write_csv(out_csv, lines, again, labels_again, classes)
     rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
     assert list(rows[0]) == ["index", "line", "probability", "label"]
     assert [row["index"] for row in rows] == ["0", "1"]
-    np.testing.assert_allclose([float(r["probability"]) for r in rows], probabilities, atol=2e-6)
+    np.testing.assert_allclose(
+        [float(r["probability"]) for r in rows], probabilities[:, 1], atol=2e-6
+    )
     assert [int(r["label"]) for r in rows] == labels.tolist()
 
 
@@ -468,7 +503,7 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     assert json.loads((model_dir / "results.json").read_text()) == {"step": 20}
     one_class = tmp_path / "one.csv"
     one_class.write_text("label,sentence\n1,good\n1,fine\n")
-    with pytest.raises(ValueError, match="one.csv: binary classification needs exactly two"):
+    with pytest.raises(ValueError, match="one.csv: a classifier needs two or more classes"):
         experiment.run_transfer(
             experiment.TransferConfig(
                 model_dir=str(model_dir),
@@ -499,7 +534,11 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
     )
     assert results["config"]["precision"] == "mixed_bfloat16"
     assert results["config"]["penalty"] == "l2" and results["config"]["solver"] == "auto"
-    assert results["nonzero_weights"] == results["features"]  # l2 keeps every weight
+    # l2 keeps the weight of every feature that varies (a constant one, as bfloat16 can
+    # make the pooled features of an untrained model, is standardized to 0 and gets 0).
+    classifier = logistic.LogisticClassifier.load(results["files"]["classifier"])
+    assert results["features"] == classifier.num_features
+    assert results["nonzero_weights"] == np.count_nonzero(classifier.scale != 1.0)
     assert results["data"]["train"]["examples"] == 40
     assert results["data"]["train"]["fit_examples"] == 36
     assert results["data"]["val"] == {"held_out_of_train": True, "examples": 4}
@@ -508,3 +547,175 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
     assert results["num_labeled"] == []
     assert "accuracy_vs_labeled" not in results["files"]
     assert os.path.exists(results["files"]["neuron_histogram"])
+
+
+# === K classes and several labels, end to end ===
+
+
+def _write_stars(path, rows, seed):
+    """Review sentences with 1-5 stars: the word tells negative, neutral or positive."""
+    rng = np.random.default_rng(seed)
+    words = {1: "awful", 2: "bad", 3: "okay", 4: "good", 5: "superb"}
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["stars", "sentence"])
+        for i in range(rows):
+            stars = i % 5 + 1
+            writer.writerow(
+                [stars, f"The film was {words[stars]}. {'Very ' * int(rng.integers(3))}"]
+            )
+    return str(path)
+
+
+STAR_MAP = "1:negative,2:negative,3:neutral,4:positive,5:positive"
+
+
+@pytest.mark.slow
+def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path):
+    model_dir = tiny_trained_model_dir(tmp_path_factory)
+    paths = {name: _write_stars(tmp_path / f"{name}.csv", 40, i) for i, name in enumerate("abc")}
+    out = tmp_path / "stars"
+    command = [sys.executable, "-m", "tf_mlstm.cli.transfer", f"--model_dir={model_dir}"]
+    command += [f"--train={paths['a']}", f"--val={paths['b']}", f"--test={paths['c']}"]
+    command += ["--text_key=sentence", "--label_key=stars", f"--label_map={STAR_MAP}"]
+    command += [f"--output_dir={out}", "--penalty=l2", "--num_labeled=6,all", "--batch_size=16"]
+    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["task"] == "multiclass" and 0.0 <= summary["test_macro_f1"] <= 1.0
+    results = json.loads((out / "results.json").read_text())
+    assert results["classes"] == ["negative", "neutral", "positive"]
+    assert results["data"]["train"]["label_counts"] == {
+        "negative": 16,
+        "neutral": 8,
+        "positive": 16,
+    }
+    test = results["metrics"]["test"]
+    assert test["accuracy"] == results["test_accuracy"]
+    assert set(test["per_class"]) == {"negative", "neutral", "positive"}
+    assert [n["class"] for n in results["neurons"]] == ["negative", "neutral", "positive"]
+    assert "neuron" not in results and [r["num_labeled"] for r in results["num_labeled"]] == [6, 40]
+    record = json.loads((out / "classifier.json").read_text())
+    assert record["kind"] == "multiclass" and len(record["weights"]) == 3
+    assert (out / "neuron_histogram.png").read_bytes()[:4] == b"\x89PNG"
+
+    jsonl = tmp_path / "new.jsonl"
+    jsonl.write_text('{"text": "The film was superb."}\n{"text": "It was okay."}\n')
+    config = _classify_config(model_dir, out / "classifier.json", jsonl)
+    lines, probabilities, labels, classes = classify_cli.classify(config)
+    assert probabilities.shape == (2, 3) and classes == ("negative", "neutral", "positive")
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
+    assert set(labels) <= set(classes)
+    out_csv = io.StringIO()
+    classify_cli.write_csv(out_csv, lines, probabilities, labels, classes)
+    rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
+    assert list(rows[0]) == ["index", "line", "label"] + [f"probability_{c}" for c in classes]
+    assert [row["label"] for row in rows] == list(labels)
+    # A generation or heat-map tool asks for one sentiment neuron: one clear line.
+    with pytest.raises(ValueError, match="a multiclass classifier \\(3 classes\\) has a neuron"):
+        neuron_lib.neuron_from_classifier(str(out / "classifier.json"), "tf-mlstm-generate")
+
+
+def _write_tagged(path, rows, seed):
+    """Texts with three 0/1 labels: a positive word, the word "plot", more than 5 words."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(rows):
+            words = list(rng.choice(["the", "acting", "was", "and", "so"], int(rng.integers(1, 6))))
+            good, plot = rng.random() < 0.5, rng.random() < 0.4
+            words += ["superb" if good else "dull"] + (["plot"] * plot)
+            record = {"text": " ".join(words), "good": int(good), "plot": int(plot)}
+            record["long"] = int(len(words) > 5)
+            f.write(json.dumps(record) + "\n")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_several_labels_through_transfer_and_classify(tmp_path_factory, tmp_path):
+    model_dir = tiny_trained_model_dir(tmp_path_factory)
+    results = experiment.run_transfer(
+        experiment.TransferConfig(
+            model_dir=str(model_dir),
+            train=_write_tagged(tmp_path / "train.jsonl", 80, 0),
+            test=_write_tagged(tmp_path / "test.jsonl", 30, 1),
+            output_dir=str(tmp_path / "out"),
+            label_key="good,plot,long",
+            threshold_metric="f1",
+            num_labeled=(30, experiment.ALL),
+            penalty="l2",
+            progress=False,
+        )
+    )
+    assert results["task"] == "multilabel" and results["labels"] == ["good", "plot", "long"]
+    test = results["metrics"]["test"]
+    assert {"jaccard", "micro_f1", "macro_f1", "exact_match", "per_label"} <= set(test)
+    assert set(test["per_label"]) == {"good", "plot", "long"}
+    assert set(results["thresholds"]) == {"good", "plot", "long"} and len(results["C"]) == 3
+    assert results["data"]["val"] == {"held_out_of_train": True, "examples": 8}
+    assert all("val_jaccard" in row for row in results["num_labeled"])
+    record = json.loads((tmp_path / "out" / "classifier.json").read_text())
+    assert record["kind"] == "multilabel" and record["labels"] == ["good", "plot", "long"]
+    assert len(record["thresholds"]) == 3 and "classes" not in record
+
+    config = _classify_config(model_dir, tmp_path / "out" / "classifier.json", "-")
+    lines, probabilities, labels, classes = classify_cli.classify(
+        config, stdin=io.StringIO("the plot was superb\ndull\n")
+    )
+    assert probabilities.shape == (2, 3) and labels.shape == (2, 3)
+    classifier = logistic.LogisticClassifier.load(str(tmp_path / "out" / "classifier.json"))
+    np.testing.assert_array_equal(labels, probabilities > np.array(classifier.thresholds))
+    out_csv = io.StringIO()
+    classify_cli.write_csv(out_csv, lines, probabilities, labels, classes)
+    rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
+    assert list(rows[0]) == ["index", "line", "labels"] + [f"probability_{c}" for c in classes]
+    chosen = [";".join(c for c, on in zip(classes, row) if on) for row in labels]
+    assert [row["labels"] for row in rows] == chosen
+
+
+def _shared_transfer(tmp_path, **values):
+    model_dir, _ = write_untrained_model_dir(tmp_path / "m")
+    config = dict(
+        model_dir=str(model_dir),
+        output_dir=str(tmp_path / "out"),
+        max_train_examples=300,
+        max_eval_examples=100,
+        penalty="l2",
+        c_grid=(0.01, 1.0),
+        progress=False,
+    )
+    return experiment.run_transfer(experiment.TransferConfig(**config, **values))
+
+
+def test_sst5_five_classes_smoke(tmp_path, shared_data):
+    results = _shared_transfer(
+        tmp_path,
+        train=str(shared_data / "sst5" / "train.csv"),
+        val=str(shared_data / "sst5" / "val.csv"),
+        test=str(shared_data / "sst5" / "test.csv"),
+        text_keys=("sentence",),
+    )
+    assert results["task"] == "multiclass" and results["classes"] == [0, 1, 2, 3, 4]
+    assert results["metrics"]["test"]["examples"] == 100
+    assert len(results["metrics"]["test"]["per_class"]) == 5
+    assert 0.0 <= results["metrics"]["test"]["macro_f1"] <= 1.0
+
+
+SEMEVAL_EMOTIONS = (
+    "anger,anticipation,disgust,fear,joy,love,optimism,pessimism,sadness,surprise,trust"
+)
+
+
+def test_semeval_eleven_emotions_smoke(tmp_path, shared_data):
+    results = _shared_transfer(
+        tmp_path,
+        train=str(shared_data / "semeval" / "train.csv"),
+        test=str(shared_data / "semeval" / "test.csv"),
+        text_keys=("Tweet",),
+        label_key=SEMEVAL_EMOTIONS,
+        threshold_metric="f1",
+    )
+    assert results["task"] == "multilabel" and len(results["labels"]) == 11
+    assert results["data"]["train"]["fit_examples"] + results["data"]["val"]["examples"] == 300
+    test = results["metrics"]["test"]
+    assert test["examples"] == 100 and 0.0 <= test["jaccard"] <= 1.0
+    assert len(test["per_label"]) == 11

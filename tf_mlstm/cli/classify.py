@@ -1,4 +1,4 @@
-"""tf-mlstm-classify: sentiment probabilities for new text with a fitted classifier.
+"""tf-mlstm-classify: class probabilities for new text with a fitted classifier.
 
   tf-mlstm-classify --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
       --input=reviews.jsonl --text_key=reviewText --output=scores.csv
@@ -10,14 +10,18 @@ training text is; records without text are skipped and counted in the log),
 or `-` for one text per line on stdin (read as bytes: blank lines and lines
 that are not valid UTF-8 are skipped and counted the same way). The output CSV (`-`: stdout) has one
 row per classified text: `index` (0-based, in reading order), `line` (where
-the record starts in its file), `probability` (of the positive class) and
-`label` (the predicted class). No text is written back.
+the record starts in its file), then for a binary classifier `probability`
+(of the positive class) and `label` (the predicted class); for K classes
+`label` and `probability_<class>` for each class (summing to 1); for
+multi-label `labels` (the predicted label names, joined by ";") and
+`probability_<label>` for each label. No text is written back.
 """
 
 import csv
 import dataclasses
 import sys
 
+import numpy as np
 from absl import flags
 from absl import logging
 
@@ -140,7 +144,10 @@ def classify(config, stdin=None):
       stdin: the stream read for `--input=-` (default `sys.stdin`).
 
     Returns:
-      (lines, probabilities, labels) for the texts in reading order.
+      (lines, probabilities, labels, classes) for the texts in reading order:
+      probabilities [N, K] (binary [N, 2]; multi-label [N, L]), labels the
+      predicted classes [N] (multi-label: [N, L] 0/1), classes the K class
+      values (or L label names) of the probability columns.
 
     Raises:
       FileNotFoundError: a missing model, classifier or input.
@@ -162,25 +169,44 @@ def classify(config, stdin=None):
         model, config.batch_size, config.window, classifier.feature_kinds
     )
     x = features.concat_features(featurizer(texts), classifier.feature_kinds)
-    return lines, classifier.predict_proba(x), classifier.predict(x)
+    return lines, classifier.predict_proba(x), classifier.predict(x), classifier.classes
 
 
-def write_csv(stream, lines, probabilities, labels):
-    """Writes the `index,line,probability,label` CSV to `stream`."""
+def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):
+    """Writes the predictions CSV to `stream` (columns: see the module doc).
+
+    Args:
+      stream: a text stream.
+      lines, probabilities, labels, classes: as `classify` returns them.
+    """
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(["index", "line", "probability", "label"])
-    for index, (line, probability, label) in enumerate(zip(lines, probabilities, labels)):
-        writer.writerow([index, line, f"{probability:.6f}", int(label)])
+    probabilities = np.asarray(probabilities)
+    labels = np.asarray(labels)
+    columns = [f"probability_{name}" for name in classes]
+    if labels.ndim == 2:
+        writer.writerow(["index", "line", "labels", *columns])
+    elif len(classes) == 2:
+        writer.writerow(["index", "line", "probability", "label"])
+    else:
+        writer.writerow(["index", "line", "label", *columns])
+    for index, (line, row, label) in enumerate(zip(lines, probabilities, labels)):
+        if labels.ndim == 2:
+            names = ";".join(str(name) for name, on in zip(classes, label) if on)
+            writer.writerow([index, line, names, *(f"{p:.6f}" for p in row)])
+        elif len(classes) == 2:
+            writer.writerow([index, line, f"{row[1]:.6f}", label])
+        else:
+            writer.writerow([index, line, label, *(f"{p:.6f}" for p in row)])
 
 
 def main(config):
     """Classifies the input and writes the CSV."""
-    lines, probabilities, labels = classify(config)
+    lines, probabilities, labels, classes = classify(config)
     if config.output == "-":
-        write_csv(sys.stdout, lines, probabilities, labels)
+        write_csv(sys.stdout, lines, probabilities, labels, classes)
     else:
         with open(config.output, "w", encoding="utf-8", newline="") as f:
-            write_csv(f, lines, probabilities, labels)
+            write_csv(f, lines, probabilities, labels, classes)
     logging.info("Classified %d texts -> %s", len(lines), config.output)
 
 

@@ -107,15 +107,20 @@ def export(config):
         if config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head = classifier.serving_head()
-            kind, unit = classifier.describe(classifier.neuron.index)
             metadata["classifier"] = {
                 "source": config.classifier,
+                "task": classifier.kind,
                 "feature_kinds": list(classifier.feature_kinds),
                 "classes": list(classifier.classes),
                 "C": classifier.C,
                 "nonzero_weights": classifier.nonzero_weights,
-                "neuron": {"index": classifier.neuron.index, "kind": kind, "unit": unit},
             }
+            if classifier.kind == "binary":
+                kind, unit = classifier.describe(classifier.neuron.index)
+                neuron = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
+                metadata["classifier"]["neuron"] = neuron
+            if classifier.multilabel:
+                metadata["classifier"]["thresholds"] = list(classifier.thresholds)
         return saved_model.export_trained_model(
             config.model_dir,
             config.export_dir,

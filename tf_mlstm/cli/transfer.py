@@ -8,18 +8,30 @@
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/amazon \
       --train=amazon/books.jsonl --test=amazon/electronics.jsonl \
       --text_key=reviewText --label_key=overall --label_threshold=4
+  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst5 \
+      --train=sst5/train.csv --val=sst5/val.csv --test=sst5/test.csv \
+      --text_key=sentence --penalty=l2
+  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/semeval \
+      --train=semeval/train.csv --test=semeval/test.csv --text_key=Tweet \
+      --label_key=anger,fear,joy,sadness --threshold_metric=f1
 
 Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
-read and normalized (a class label, or with `--label_threshold` a score such
-as star ratings split into negative and positive), featurizes every text
-with the model (final cell state by default; `--features=cell,cell_mean`,
-any combination, or `auto` to choose on validation), fits an L1- (or
-`--penalty=l2`) regularized logistic regression with C chosen on validation
-(`--val`, or a seeded stratified `--val_fraction` of train), and finds the
-sentiment neuron. Writes to `--output_dir`: results.json, classifier.json
-(for tf-mlstm-classify and tf-mlstm-export --classifier), neuron_histogram.png
-and accuracy_vs_labeled.png. The last line printed is
-one JSON object with `test_accuracy` and the other headline numbers.
+read and normalized: a class label (two classes or more), a score cut into
+two classes with `--label_threshold`, raw values mapped to classes with
+`--label_map` (e.g. `1:negative,2:negative,3:neutral,4:positive,5:positive`
+for Amazon stars), or with several comma-separated `--label_key`s one 0/1
+label each (multi-label). Featurizes every text with the model (final cell
+state by default; `--features=cell,cell_mean`, any combination, or `auto`
+to choose on validation), fits an L1- (or `--penalty=l2`) regularized
+logistic regression (two classes: the paper's; more: multinomial;
+multi-label: one per label, each with a threshold chosen on validation)
+with C chosen on validation (`--val`, or a seeded stratified
+`--val_fraction` of train), and finds the sentiment neuron (per class or
+label: its top unit against the rest). Writes to `--output_dir`:
+results.json, classifier.json (for tf-mlstm-classify and tf-mlstm-export
+--classifier), neuron_histogram.png and accuracy_vs_labeled.png. The last
+line printed is one JSON object with `test_accuracy` and the other headline
+numbers.
 """
 
 from absl import app
@@ -42,13 +54,33 @@ def define_transfer_flags():
     flags.DEFINE_string(
         "text_key", "text,sentence,reviewText", "Keys/columns holding the text, tried in order."
     )
-    flags.DEFINE_string("label_key", "label", "Key/column of the class label (two values).")
+    flags.DEFINE_string(
+        "label_key",
+        "label",
+        "Key/column of the class label (two classes or more); several, comma-separated: one "
+        "0/1 label each (multi-label, one classifier per label).",
+    )
     flags.DEFINE_float(
         "label_threshold",
         None,
         "Read --label_key as a score (stars, a 1-10 rating) and label it positive when >= this "
         "value, negative below (e.g. --label_key=overall --label_threshold=4 for Amazon stars). "
         "Unset: the label is already a class.",
+    )
+    flags.DEFINE_string(
+        "label_map",
+        "",
+        "Raw label values -> classes, as comma-separated VALUE:CLASS entries (e.g. "
+        "1:negative,2:negative,3:neutral,4:positive,5:positive for Amazon stars); numbers match "
+        "numerically (5.0 is 5), text case-insensitively; the classes keep the map's order. A "
+        "value the map does not name is an error naming file and line.",
+    )
+    flags.DEFINE_enum(
+        "threshold_metric",
+        "accuracy",
+        ["accuracy", "f1"],
+        "Multi-label: what each label's probability threshold (and its C) maximizes on "
+        "validation; f1 suits rare labels.",
     )
     flags.DEFINE_string(
         "output_dir",
@@ -100,7 +132,8 @@ def define_transfer_flags():
         "solver",
         "auto",
         ["auto", "liblinear", "saga", "lbfgs"],
-        "scikit-learn solver; auto: liblinear for l1, lbfgs for l2.",
+        "scikit-learn solver; auto: liblinear for l1 (saga for more than two classes), lbfgs "
+        "for l2.",
     )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
 
@@ -142,6 +175,8 @@ def config_from_flags():
             "text_keys": tuple(key.strip() for key in FLAGS.text_key.split(",") if key.strip()),
             "label_key": FLAGS.label_key,
             "label_threshold": FLAGS.label_threshold,
+            "label_map": FLAGS.label_map,
+            "threshold_metric": FLAGS.threshold_metric,
             "features": FLAGS.features,
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,
@@ -165,8 +200,7 @@ def config_from_flags():
 
 def headline(results):
     """The one-line JSON summary printed last."""
-    neuron = results["neuron"]
-    return {
+    line = {
         "test_accuracy": results["test_accuracy"],
         "val_accuracy": results["val_accuracy"],
         "train_accuracy": results["train_accuracy"],
@@ -174,10 +208,29 @@ def headline(results):
         "penalty": results["config"]["penalty"],
         "C": results["C"],
         "nonzero_weights": results["nonzero_weights"],
-        "neuron": {k: neuron[k] for k in ("index", "kind", "unit", "sign")},
-        "neuron_test_accuracy": neuron["test_accuracy"],
-        "output_dir": results["config"]["output_dir"],
     }
+    if results["task"] == "binary":
+        neuron = results["neuron"]
+        line["neuron"] = {k: neuron[k] for k in ("index", "kind", "unit", "sign")}
+        line["neuron_test_accuracy"] = neuron["test_accuracy"]
+    else:
+        split = "test" if "test" in results["metrics"] else "val"
+        multilabel = results["task"] == "multilabel"
+        names = ("jaccard", "micro_f1", "macro_f1") if multilabel else ("macro_f1",)
+        line["task"] = results["task"]
+        line.update({f"{split}_{name}": results["metrics"][split][name] for name in names})
+    line["output_dir"] = results["config"]["output_dir"]
+    return line
+
+
+def neuron_note(results, split):
+    """The sentiment neuron's accuracy on `split`, in parentheses, for a binary task's log line.
+
+    Returns "" for other tasks, whose neurons are per class or label (results.json).
+    """
+    if results["task"] != "binary":
+        return ""
+    return f" (sentiment neuron alone {results['neuron'][f'{split}_accuracy']:.4f})"
 
 
 def main(config):
@@ -188,10 +241,7 @@ def main(config):
     for name in ("train", "val", "test"):
         if results.get(f"{name}_accuracy") is not None:
             logging.info(
-                "%s accuracy %.4f (sentiment neuron alone %.4f)",
-                name,
-                results[f"{name}_accuracy"],
-                results["neuron"][f"{name}_accuracy"],
+                "%s accuracy %.4f%s", name, results[f"{name}_accuracy"], neuron_note(results, name)
             )
     return headline(results)
 

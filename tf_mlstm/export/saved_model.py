@@ -11,10 +11,17 @@ they normalize in-graph as training did):
   `temperature` (float32) and `seed` (int64); returns `text` [N], each
   prompt's sampled continuation of up to `length` bytes, ended early where
   the model ends the review (invalid UTF-8 replaced by U+FFFD).
-- `classify` (only with a `ClassifierHead`): `probability` [N] (of the
-  positive class), `label` [N] int64 and `neuron` [N] (the sentiment
-  neuron's feature value), from a logistic regression on standardized
-  features computed in-graph.
+- `classify` (only with a `ClassifierHead`): `probabilities` [N, K], the
+  class probabilities (K = 2 for a binary classifier; for a multilabel one,
+  the L labels' own probabilities), and `classes` [N, K] tf.string, the
+  class (or label) names of those columns, repeated per row as TensorFlow
+  Serving's row format wants every output batch-major. A single-label
+  classifier adds `label` [N], the predicted class (int64 for integer
+  classes, tf.string for named ones); a binary one also `probability` [N]
+  (of the positive class) and `neuron` [N] (the sentiment neuron's feature
+  value); a multilabel one `labels` [N, L] int64, 1 where a label's
+  probability is above its threshold. All from a logistic regression on
+  standardized features computed in-graph.
 
 The exported model runs in float32 whatever precision it trained in. The
 text normalization uses the `NormalizeUTF8` op of TensorFlow Text, so a
@@ -75,7 +82,7 @@ class ExportDirError(errors.InvalidValueError):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClassifierHead:
-    """A binary logistic regression on standardized features, as plain arrays.
+    """A logistic regression on standardized features, as plain arrays.
 
     The transfer tools build one from a fitted classifier; it lives here, with
     no scikit-learn in it, so the export never depends on the transfer code.
@@ -84,19 +91,32 @@ class ClassifierHead:
       feature_kinds: which of `featurize.FEATURE_KINDS` are concatenated, in order.
       mean: [D] standardizer mean (D = hidden size x number of kinds).
       scale: [D] standardizer scale.
-      weights: [D] logistic weights on standardized features.
-      bias: logistic intercept.
-      classes: (negative label, positive label).
-      neuron: index into the D features of the sentiment neuron.
+      weights: [R, D] logistic weights on standardized features, one row per
+        output: 1 for two classes (the second class's logit), K for K > 2
+        classes (softmax), L for L labels (a sigmoid each). [D] is one row.
+      bias: [R] logistic intercepts (a number for one row).
+      classes: the class values (ints or names), in probability-column order;
+        multilabel: the label names.
+      neuron: index into the D features of the sentiment neuron (binary; -1
+        for none).
+      multilabel: the rows are independent 0/1 labels.
+      thresholds: multilabel: the L probability thresholds.
     """
 
     feature_kinds: tuple
     mean: np.ndarray
     scale: np.ndarray
     weights: np.ndarray
-    bias: float
+    bias: float | np.ndarray
     classes: tuple = (0, 1)
     neuron: int = 0
+    multilabel: bool = False
+    thresholds: tuple = ()
+
+    @property
+    def binary(self):
+        """Two classes, one logit."""
+        return not self.multilabel and len(self.classes) == 2
 
     def check(self, hidden_size):
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
@@ -107,15 +127,29 @@ class ClassifierHead:
                 f"subset of {list(featurize.FEATURE_KINDS)}"
             )
         width = hidden_size * len(self.feature_kinds)
-        for name in ("mean", "scale", "weights"):
+        rows = 1 if self.binary else len(self.classes)
+        shapes = {
+            "mean": ((width,),),
+            "scale": ((width,),),
+            "weights": ((rows, width),) + (((width,),) if rows == 1 else ()),
+        }
+        for name, allowed in shapes.items():
             shape = np.shape(getattr(self, name))
-            if shape != (width,):
+            if shape not in allowed:
                 raise ValueError(
                     f"classifier {name} has shape {shape}, but a {hidden_size}-unit model with "
-                    f"features {list(self.feature_kinds)} gives ({width},): was it fitted on "
+                    f"features {list(self.feature_kinds)} gives {allowed[-1]}: was it fitted on "
                     "another model?"
                 )
-        if not 0 <= self.neuron < width:
+        if np.size(self.bias) != rows:
+            raise ValueError(f"classifier bias has {np.size(self.bias)} values, not {rows}")
+        if len(self.classes) < 2 and not self.multilabel:
+            raise ValueError(f"classifier classes {list(self.classes)}: two or more needed")
+        if self.multilabel and len(self.thresholds) != len(self.classes):
+            raise ValueError(
+                f"classifier has {len(self.thresholds)} thresholds for {len(self.classes)} labels"
+            )
+        if self.binary and not 0 <= self.neuron < width:
             raise ValueError(f"classifier neuron {self.neuron} is outside [0, {width})")
 
 
@@ -166,15 +200,25 @@ class ServingModule(tf.Module):
             self.classifier_scale = tf.Variable(
                 np.asarray(classifier.scale, np.float32), trainable=False, name="classifier_scale"
             )
+            rows = 1 if classifier.binary else len(classifier.classes)
             self.classifier_weights = tf.Variable(
-                np.asarray(classifier.weights, np.float32),
+                np.asarray(classifier.weights, np.float32).reshape(rows, -1),
                 trainable=False,
                 name="classifier_weights",
             )
             self.classifier_bias = tf.Variable(
-                float(classifier.bias), dtype=tf.float32, trainable=False, name="classifier_bias"
+                np.asarray(classifier.bias, np.float32).reshape(rows),
+                trainable=False,
+                name="classifier_bias",
             )
-            self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
+            self.classifier_names = tf.constant([str(c) for c in classifier.classes])
+            if all(isinstance(c, (int, np.integer)) for c in classifier.classes):
+                self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
+            else:
+                self.classifier_classes = self.classifier_names
+            self.classifier_thresholds = tf.constant(
+                np.asarray(classifier.thresholds, np.float32).reshape(-1)
+            )
             # Only a module with a classifier has this function to save.
             self.classify = tf.function(
                 self._classify, input_signature=[tf.TensorSpec([None], tf.string)]
@@ -262,12 +306,28 @@ class ServingModule(tf.Module):
         features = featurize.featurize_ids(self.model, ids, valid, self.window)
         x = tf.concat([features[kind] for kind in self.classifier.feature_kinds], axis=1)
         standardized = (x - self.classifier_mean) / self.classifier_scale
-        logit = tf.linalg.matvec(standardized, self.classifier_weights) + self.classifier_bias
-        probability = tf.sigmoid(logit)
-        label = tf.gather(self.classifier_classes, tf.cast(logit > 0, tf.int32))
+        logits = (
+            tf.linalg.matmul(standardized, self.classifier_weights, transpose_b=True)
+            + self.classifier_bias
+        )
+        names = tf.tile(self.classifier_names[None, :], [tf.shape(x)[0], 1])
+        if self.classifier.multilabel:
+            probabilities = tf.sigmoid(logits)
+            labels = tf.cast(probabilities > self.classifier_thresholds, tf.int64)
+            return {"probabilities": probabilities, "classes": names, "labels": labels}
+        if not self.classifier.binary:
+            predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
+            return {
+                "probabilities": tf.nn.softmax(logits, axis=1),
+                "classes": names,
+                "label": tf.gather(self.classifier_classes, predicted),
+            }
+        probability = tf.sigmoid(logits[:, 0])
         return {
+            "probabilities": tf.stack([1.0 - probability, probability], axis=1),
+            "classes": names,
             "probability": probability,
-            "label": label,
+            "label": tf.gather(self.classifier_classes, tf.cast(logits[:, 0] > 0, tf.int32)),
             "neuron": x[:, self.classifier.neuron],
         }
 

@@ -1,12 +1,17 @@
-"""The sentiment-transfer experiment behind `tf-mlstm-transfer`.
+"""The transfer experiment behind `tf-mlstm-transfer`.
 
-Reads labeled CSV/JSONL splits through `tf_mlstm.data.readers` (so the text
+Reads labeled CSV/JSONL splits with `tf_mlstm.transfer.labeled` (so the text
 is normalized exactly as for training), featurizes them with a trained
-model, fits the L1 (or L2) logistic regression (C chosen on validation: the given
-validation split, or a seeded stratified share of train), finds the
-sentiment neuron, repeats the fit on balanced subsamples of train for the
-`num_labeled` curve, and writes `results.json`, `classifier.json` and the
-plots to the output folder.
+model, fits the L1 (or L2) logistic regression (C chosen on validation: the
+given validation split, or a seeded stratified share of train), finds the
+neurons, repeats the fit on subsamples of train for the `num_labeled`
+curve, and writes `results.json`, `classifier.json` and the plots to the
+output folder.
+
+The task follows the labels: one label key with two classes is the paper's
+binary task (and its sentiment neuron); more classes give a multinomial
+regression with a top unit per class; several label keys give one binary
+regression per label, each with a threshold chosen on validation.
 """
 
 import dataclasses
@@ -20,9 +25,9 @@ from absl import logging
 
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.data import readers
 from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
+from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import plots
 
@@ -69,8 +74,10 @@ class TransferConfig:
     val: str = ""  # "" = a held-out share of train
     test: str = ""  # "" = no test accuracy
     text_keys: tuple = ("text",)
-    label_key: str = "label"
+    label_key: str = "label"  # several, comma-separated = multi-label (0/1 each)
     label_threshold: float | None = None  # None: labels are classes; else value >= it is 1
+    label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes
+    threshold_metric: str = "accuracy"  # multi-label: what each label's threshold maximizes
     features: str = "cell"
     num_labeled: tuple = ()
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
@@ -81,9 +88,14 @@ class TransferConfig:
     val_fraction: float = 0.1
     c_grid: tuple = logistic.DEFAULT_C_GRID
     penalty: str = "l1"
-    solver: str = "auto"  # liblinear for l1, lbfgs for l2
+    solver: str = "auto"  # liblinear for l1 (saga for K > 2 classes), lbfgs for l2
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
+
+    @property
+    def label_keys(self):
+        """The label keys, in order (one: classes; several: multi-label)."""
+        return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
 
     def validate(self):
         """Raises ValueError naming the first bad setting."""
@@ -106,154 +118,270 @@ class TransferConfig:
             raise ValueError(f"--c_grid must hold positive values, got {list(self.c_grid)}")
         if not self.text_keys:
             raise ValueError("--text_key must name at least one key")
+        if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
+            raise ValueError(f"--label_key must name distinct keys, got {self.label_key!r}")
         if self.label_threshold is not None and not math.isfinite(self.label_threshold):
             raise ValueError(
                 f"--label_threshold must be a finite number, got {self.label_threshold}"
             )
-
-
-@dataclasses.dataclass(frozen=True)
-class LabeledTexts:
-    """Normalized texts and their labels from one input spec."""
-
-    source: str
-    texts: list
-    labels: np.ndarray
-    skipped: dict
-
-    def subset(self, rows):
-        """The rows `rows` (indices), same source."""
-        return LabeledTexts(
-            self.source, [self.texts[i] for i in rows], self.labels[rows], self.skipped
-        )
-
-    def summary(self):
-        """Counts for results.json."""
-        values, counts = np.unique(self.labels, return_counts=True)
-        return {
-            "source": self.source,
-            "examples": len(self.texts),
-            "label_counts": {str(v): int(c) for v, c in zip(values, counts)},
-            "skipped": self.skipped,
-        }
-
-
-def load_labeled(spec, text_keys, label_key, threshold=None):
-    """Reads labeled texts from CSV/JSONL/... files.
-
-    Args:
-      spec: comma-separated files or globs (see `readers.expand_inputs`).
-      text_keys: keys/columns holding the text, tried in order.
-      label_key: key/column of the label.
-      threshold: None: the label is a class (see `readers.parse_label`).
-        A number: the label is a score (star rating, 1-10 rating) read as
-        `readers.parse_rating` does, and it is 1 when >= threshold, else 0
-        (e.g. Amazon's `overall` stars with threshold 4: 4-5 stars are
-        positive, 1-3 negative).
-
-    Returns:
-      A `LabeledTexts`.
-
-    Raises:
-      FileNotFoundError: a file or glob names nothing.
-      ValueError: no record with both a text and a label (the message gives
-        the skip counts and the first skipped record).
-    """
-    paths = readers.expand_inputs(spec)
-    skip_log = readers.SkipLog(max_examples=1)
-    if threshold is None:
-        keys = {"label_key": label_key}
-    else:
-        keys = {"rating_key": label_key}
-    documents = list(readers.read_documents(paths, text_keys, skip_log=skip_log, **keys))
-    skip_log.log_summary()
-    if not documents:
-        first = next(iter(skip_log.examples.values()), ["(empty)"])[0]
-        raise ValueError(
-            f"{spec}: no usable record with text {list(text_keys)} and label {label_key!r} "
-            f"(skipped {skip_log.total}: {skip_log.counts}; first: {first})"
-        )
-    logging.info("Read %d labeled texts from %s", len(documents), spec)
-    if threshold is None:
-        labels = [d.label for d in documents]
-    else:
-        labels = [int(d.rating >= threshold) for d in documents]
-    return LabeledTexts(
-        spec, [d.text for d in documents], np.array(labels, np.int64), skip_log.to_dict()
-    )
-
-
-def _featurize(featurizer, data, what, timings, progress):
-    start = time.monotonic()
-    features = featurizer(data.texts, progress=progress)
-    seconds = time.monotonic() - start
-    chars = int(features_lib.text_lengths(data.texts).sum())
-    timings[what] = {
-        "seconds": round(seconds, 3),
-        "chars_per_second": round(chars / max(seconds, 1e-9)),
-    }
-    logging.info(
-        "Featurized %d %s texts (%d chars) in %.1f s", len(data.texts), what, chars, seconds
-    )
-    return features
-
-
-def _read_splits(config):
-    """The (subsampled) training data and the given val/test data, labels checked."""
-    train = load_labeled(config.train, config.text_keys, config.label_key, config.label_threshold)
-    train = train.subset(
-        logistic.random_subsample(len(train.texts), config.max_train_examples, config.seed)
-    )
-    evaluation = {}
-    for name, spec in (("val", config.val), ("test", config.test)):
-        if spec:
-            data = load_labeled(spec, config.text_keys, config.label_key, config.label_threshold)
-            evaluation[name] = data.subset(
-                logistic.random_subsample(len(data.texts), config.max_eval_examples, config.seed)
+        if self.label_threshold is not None and self.label_map:
+            raise ValueError("--label_threshold and --label_map cannot be combined: choose one")
+        labeled.parse_label_map(self.label_map)
+        if self.threshold_metric not in labeled.THRESHOLD_METRICS:
+            raise ValueError(
+                f"--threshold_metric must be one of {labeled.THRESHOLD_METRICS}, got "
+                f"{self.threshold_metric!r}"
             )
-    # Check the labels now rather than after the expensive featurization.
-    _, classes = logistic.encode_labels(train.labels, what=config.train)
-    for data in evaluation.values():
-        logistic.encode_labels(data.labels, classes, what=data.source)
-    return train, evaluation
 
 
-def _fit_and_validation_features(config, train, train_features, evaluation, eval_features):
-    """(fit features, fit labels, val features, val labels): `--val`, or held out of train."""
-    if "val" in evaluation:
-        return train_features, train.labels, eval_features["val"], evaluation["val"].labels
-    fit_rows, held = logistic.stratified_split(train.labels, config.val_fraction, config.seed)
-    logging.info("No --val: validating on %d rows held out of the training data", len(held))
-    return (
-        {kind: values[fit_rows] for kind, values in train_features.items()},
-        train.labels[fit_rows],
-        {kind: values[held] for kind, values in train_features.items()},
-        train.labels[held],
+# === Steps ===
+
+
+@dataclasses.dataclass
+class _Data:
+    """The labeled splits of one run: `splits` "train" (the fit rows), "val", maybe "test"."""
+
+    train: labeled.LabeledData  # all training rows read (after max_train_examples)
+    splits: dict
+    classes: tuple  # the training classes (single-label), or the label keys
+    val_held_out: bool
+
+
+def _read(config, spec, limit):
+    data = labeled.read_labeled(
+        spec, config.text_keys, config.label_keys, config.label_threshold, config.label_map
     )
+    return data.subset(labeled.random_subsample(len(data), limit, config.seed))
 
 
-def _write_plots(config, classifier, splits, neuron_accuracy, curve):
-    """Draws the neuron histogram (test, else val) and the labeled-examples curve."""
-    split = "test" if "test" in splits else "val"
-    kind, unit = classifier.describe(classifier.neuron.index)
-    files = {
-        "neuron_histogram": plots.neuron_histogram(
-            os.path.join(config.output_dir, NEURON_PLOT),
-            splits[split][0][:, classifier.neuron.index],
-            splits[split][1],
-            classifier.classes,
-            classifier.neuron.threshold,
-            title=f"unit {unit} ({kind}), {split} accuracy {neuron_accuracy[split]:.3f}",
-        )
+def _read_data(config):
+    """Reads and subsamples the splits, holds out validation, checks the labels."""
+    train = _read(config, config.train, config.max_train_examples)
+    splits = {
+        name: _read(config, spec, config.max_eval_examples)
+        for name, spec in (("val", config.val), ("test", config.test))
+        if spec
     }
+    held_out = "val" not in splits
+    fit = train
+    if held_out:
+        fit, splits["val"] = labeled.split_off(train, config.val_fraction, config.seed)
+        logging.info(
+            "No --val: validating on %d rows held out of the training data", len(splits["val"])
+        )
+    splits = {"train": fit, **splits}
+    return _Data(train, splits, _training_classes(config, splits), held_out)
+
+
+def _training_classes(config, splits):
+    """The classes of the fit rows (or the label keys), checked before featurizing.
+
+    A single-label task needs two classes in the fit rows and no other class
+    in val/test (`labeled.encode_classes` names the file and line); a
+    multi-label task needs both values of every label in the fit rows.
+    """
+    fit = splits["train"]
+    if fit.multilabel:
+        for key, column in zip(fit.label_keys, fit.labels.T):
+            if len(np.unique(column)) < 2:
+                raise ValueError(
+                    f"{config.train}: label {key!r} is {int(column[0])} on every training row; "
+                    "each label needs both 0 and 1"
+                )
+        return fit.label_keys
+    classes = fit.classes()
+    if len(classes) < 2:
+        raise ValueError(
+            f"{config.train}: a classifier needs two or more classes, found {list(classes)}"
+        )
+    missing = [c for c in fit.class_order or () if c not in classes]
+    if missing:
+        logging.warning("Classes %s of --label_map have no training example: left out", missing)
+    for name in ("val", "test"):
+        if name in splits:
+            labeled.encode_classes(splits[name], classes)
+    return classes
+
+
+def _featurize(config, model, data):
+    """Features of every split: (dict split -> dict kind -> [N, H], timings)."""
+    spec = features_lib.parse_feature_kinds(config.features)
+    computed = features_lib.FEATURE_KINDS if spec == features_lib.AUTO else spec
+    featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
+    features, timings = {}, {}
+    for name, split in data.splits.items():
+        start = time.monotonic()
+        features[name] = featurizer(split.texts, progress=config.progress)
+        seconds = time.monotonic() - start
+        chars = int(features_lib.text_lengths(split.texts).sum())
+        timings[name] = {
+            "seconds": round(seconds, 3),
+            "chars_per_second": round(chars / max(seconds, 1e-9)),
+        }
+        logging.info(
+            "Featurized %d %s texts (%d chars) in %.1f s", len(split.texts), name, chars, seconds
+        )
+    return features, timings
+
+
+def _fit_kwargs(config, data):
+    return {
+        "c_grid": config.c_grid,
+        "penalty": config.penalty,
+        "solver": config.solver,
+        "seed": config.seed,
+        "classes": data.classes,
+        "threshold_metric": config.threshold_metric,
+    }
+
+
+def _choose_kinds(config, features, data, hidden):
+    """The feature kinds: `--features`, or chosen on validation for `auto`."""
+    spec = features_lib.parse_feature_kinds(config.features)
+    if spec != features_lib.AUTO:
+        return spec, None
+    kinds, trials = logistic.select_feature_kinds(
+        features["train"],
+        data.splits["train"].labels,
+        features["val"],
+        data.splits["val"].labels,
+        hidden,
+        **_fit_kwargs(config, data),
+    )
+    logging.info("Chose features %s on validation", ",".join(kinds))
+    return kinds, {"chosen": list(kinds), "trials": trials}
+
+
+def _labeled_curve(config, full, splits, data, hidden):
+    """Refits on subsamples of train, one per `num_labeled` entry.
+
+    Single-label: balanced across classes. Multi-label: seeded random rows;
+    a size whose rows lack a value of some label cannot be fitted and is
+    skipped (logged).
+    """
+    x, labels = splits["train"]
+    metric = full.score_name
+    curve = []
+    for requested in config.num_labeled:
+        if requested == ALL or requested >= len(labels):
+            classifier, rows = full, len(labels)
+        else:
+            if full.multilabel:
+                subset = labeled.random_subsample(len(labels), requested, config.seed)
+                if any(len(np.unique(column)) < 2 for column in labels[subset].T):
+                    logging.warning("%d labeled examples miss a label's 0 or 1: skipped", requested)
+                    continue
+            else:
+                subset = labeled.balanced_subsample(labels, requested, config.seed)
+            classifier, _ = logistic.fit_logistic(
+                x[subset],
+                labels[subset],
+                *splits["val"],
+                full.feature_kinds,
+                hidden,
+                **_fit_kwargs(config, data),
+            )
+            rows = len(subset)
+        if curve and curve[-1]["num_labeled"] == rows:
+            continue
+        row = {
+            "num_labeled": rows,
+            "C": classifier.C,
+            "nonzero_weights": classifier.nonzero_weights,
+        }
+        for name, (split_x, split_y) in splits.items():
+            if name != "train":
+                row[f"{name}_{metric}"] = classifier.score(split_x, split_y)
+        curve.append(row)
+        logging.info("%d labeled examples: %s", rows, row)
+    return curve
+
+
+def _write_outputs(config, classifier, splits, curve):
+    """Writes classifier.json and the plots; returns their paths by name."""
+    tf.io.gfile.makedirs(config.output_dir)
+    files = {"classifier": os.path.join(config.output_dir, CLASSIFIER_FILE)}
+    classifier.save(files["classifier"])
+    files.update(_write_plots(config, classifier, splits, curve))
+    return files
+
+
+def _write_plots(config, classifier, splits, curve):
+    """Draws the neuron histograms (test, else val) and the labeled-examples curve."""
+    split = "test" if "test" in splits else "val"
+    x, labels = splits[split]
+    path = os.path.join(config.output_dir, NEURON_PLOT)
+    if classifier.kind == "binary":
+        neuron = classifier.neuron
+        kind, unit = classifier.describe(neuron.index)
+        files = {
+            "neuron_histogram": plots.neuron_histogram(
+                path,
+                x[:, neuron.index],
+                labels,
+                classifier.classes,
+                neuron.threshold,
+                title=f"unit {unit} ({kind}), {split} accuracy "
+                f"{classifier.neuron_accuracy(x, labels):.3f}",
+            )
+        }
+    else:
+        targets = classifier.targets(labels)
+        panels = []
+        for k, (name, neuron) in enumerate(zip(classifier.output_names, classifier.neurons)):
+            kind, unit = classifier.describe(neuron.index)
+            title = f"{name}: unit {unit} ({kind})"
+            panels.append((title, x[:, neuron.index], targets[:, k], neuron.threshold))
+        files = {"neuron_histogram": plots.one_against_rest(path, panels, split)}
     if curve:
+        metric = f"{split}_{classifier.score_name}"
         files["accuracy_vs_labeled"] = plots.accuracy_curve(
             os.path.join(config.output_dir, CURVE_PLOT),
             [row["num_labeled"] for row in curve],
-            [row[f"{split}_accuracy"] for row in curve],
-            ylabel=f"{split} accuracy",
+            [row[metric] for row in curve],
+            ylabel=metric.replace("_", " "),
         )
     return files
+
+
+def _results(data, classifier, splits):
+    """The results.json fields that describe the fitted classifier and its scores."""
+    results = {
+        "task": classifier.kind,
+        ("labels" if classifier.multilabel else "classes"): list(classifier.classes),
+        "C": classifier.C,
+        "metrics": {name: classifier.metrics(x, y) for name, (x, y) in splits.items()},
+        "nonzero_weights": classifier.nonzero_weights,
+        "features": classifier.num_features,
+        "top_units": classifier.top_units(10),
+        "neurons": classifier.neuron_report(splits),
+    }
+    for name in ("train", "val", "test"):
+        results[f"{name}_accuracy"] = classifier.accuracy(*splits[name]) if name in splits else None
+    if classifier.multilabel:
+        results["thresholds"] = dict(zip(classifier.classes, classifier.thresholds))
+    if classifier.kind == "binary":
+        neuron = {
+            key: value
+            for key, value in results["neurons"][0].items()
+            if key != "class" and not key.endswith("_balanced_accuracy")
+        }
+        for name in ("train", "val", "test"):
+            neuron[f"{name}_accuracy"] = (
+                classifier.neuron_accuracy(*splits[name]) if name in splits else None
+            )
+        results["neuron"] = neuron
+    fit_rows = len(data.splits["train"])
+    results["data"] = {
+        "train": {**data.train.summary(), "fit_examples": fit_rows},
+        "val": {"held_out_of_train": data.val_held_out, "examples": len(data.splits["val"])},
+        **{
+            name: split.summary()
+            for name, split in data.splits.items()
+            if name != "train" and not (name == "val" and data.val_held_out)
+        },
+    }
+    return results
 
 
 def run_transfer(config):
@@ -273,88 +401,28 @@ def run_transfer(config):
     rundir.check_not_run_dir(config.output_dir, "output_dir")
     started = time.monotonic()
     model, _ = rundir.load_trained_model(config.model_dir, precision=config.precision)
-    hidden = model.hidden_size
-    train, evaluation = _read_splits(config)
-
-    spec = features_lib.parse_feature_kinds(config.features)
-    computed = features_lib.FEATURE_KINDS if spec == features_lib.AUTO else spec
-    featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
-    timings = {}
-    train_features = _featurize(featurizer, train, "train", timings, config.progress)
-    eval_features = {
-        name: _featurize(featurizer, data, name, timings, config.progress)
-        for name, data in evaluation.items()
-    }
-    fit_features, fit_labels, val_features, val_labels = _fit_and_validation_features(
-        config, train, train_features, evaluation, eval_features
-    )
-    fit_kwargs = {
-        "c_grid": config.c_grid,
-        "penalty": config.penalty,
-        "solver": config.solver,
-        "seed": config.seed,
-    }
-    selection = None
-    kinds = spec
-    if spec == features_lib.AUTO:
-        kinds, trials = logistic.select_feature_kinds(
-            fit_features, fit_labels, val_features, val_labels, hidden, **fit_kwargs
-        )
-        selection = {"chosen": list(kinds), "trials": trials}
-        logging.info("Chose features %s on validation", ",".join(kinds))
-
+    data = _read_data(config)
+    features, timings = _featurize(config, model, data)
+    kinds, selection = _choose_kinds(config, features, data, model.hidden_size)
     splits = {
-        "train": (features_lib.concat_features(fit_features, kinds), fit_labels),
-        "val": (features_lib.concat_features(val_features, kinds), val_labels),
+        name: (features_lib.concat_features(features[name], kinds), split.labels)
+        for name, split in data.splits.items()
     }
-    if "test" in evaluation:
-        test_x = features_lib.concat_features(eval_features["test"], kinds)
-        splits["test"] = (test_x, evaluation["test"].labels)
     classifier, sweep = logistic.fit_logistic(
-        *splits["train"], *splits["val"], kinds, hidden, **fit_kwargs
+        *splits["train"], *splits["val"], kinds, model.hidden_size, **_fit_kwargs(config, data)
     )
-    accuracy = {name: classifier.accuracy(x, y) for name, (x, y) in splits.items()}
-    neuron_accuracy = {name: classifier.neuron_accuracy(x, y) for name, (x, y) in splits.items()}
-    curve = _labeled_curve(config, classifier, splits, kinds, hidden, fit_kwargs)
-
-    tf.io.gfile.makedirs(config.output_dir)
-    files = {"classifier": os.path.join(config.output_dir, CLASSIFIER_FILE)}
-    classifier.save(files["classifier"])
-    files.update(_write_plots(config, classifier, splits, neuron_accuracy, curve))
-    neuron_kind, neuron_unit = classifier.describe(classifier.neuron.index)
+    curve = _labeled_curve(config, classifier, splits, data, model.hidden_size)
+    files = _write_outputs(config, classifier, splits, curve)
     results = {
         "model_dir": config.model_dir,
-        "hidden_size": hidden,
+        "hidden_size": model.hidden_size,
         "config": {
             k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()
         },
-        "data": {
-            "train": {**train.summary(), "fit_examples": len(fit_labels)},
-            "val": {"held_out_of_train": "val" not in evaluation, "examples": len(val_labels)},
-            **{name: data.summary() for name, data in evaluation.items()},
-        },
-        "classes": list(classifier.classes),
         "feature_kinds": list(kinds),
         "feature_selection": selection,
-        "C": classifier.C,
         "c_sweep": sweep,
-        "train_accuracy": accuracy["train"],
-        "val_accuracy": accuracy["val"],
-        "test_accuracy": accuracy.get("test"),
-        "nonzero_weights": classifier.nonzero_weights,
-        "features": int(classifier.weights.size),
-        "top_units": classifier.top_units(10),
-        "neuron": {
-            "index": classifier.neuron.index,
-            "kind": neuron_kind,
-            "unit": neuron_unit,
-            "sign": classifier.neuron.sign,
-            "threshold": classifier.neuron.threshold,
-            "weight": float(classifier.weights[classifier.neuron.index]),
-            "train_accuracy": neuron_accuracy["train"],
-            "val_accuracy": neuron_accuracy["val"],
-            "test_accuracy": neuron_accuracy.get("test"),
-        },
+        **_results(data, classifier, splits),
         "num_labeled": curve,
         "featurize": timings,
         "seconds": round(time.monotonic() - started, 1),
@@ -362,31 +430,3 @@ def run_transfer(config):
     }
     fileio.write_json_atomic(os.path.join(config.output_dir, RESULTS_FILE), results)
     return results
-
-
-def _labeled_curve(config, full, splits, kinds, hidden, fit_kwargs):
-    """Refits on balanced subsamples of train, one per `num_labeled` entry."""
-    x, labels = splits["train"]
-    curve = []
-    for requested in config.num_labeled:
-        if requested == ALL or requested >= len(labels):
-            classifier, rows = full, len(labels)
-        else:
-            subset = logistic.balanced_subsample(labels, requested, config.seed)
-            classifier, _ = logistic.fit_logistic(
-                x[subset], labels[subset], *splits["val"], kinds, hidden, **fit_kwargs
-            )
-            rows = len(subset)
-        if curve and curve[-1]["num_labeled"] == rows:
-            continue
-        row = {
-            "num_labeled": rows,
-            "C": classifier.C,
-            "nonzero_weights": classifier.nonzero_weights,
-        }
-        for name, (split_x, split_y) in splits.items():
-            if name != "train":
-                row[f"{name}_accuracy"] = classifier.accuracy(split_x, split_y)
-        curve.append(row)
-        logging.info("%d labeled examples: %s", rows, row)
-    return curve

@@ -4,15 +4,26 @@ The transfer recipe of Radford et al. (2017): standardize the features (mean
 and scale from the training rows), fit scikit-learn's `LogisticRegression`
 with an L1 penalty (`l1_ratio=1`, the spelling of `penalty="l1"` that
 scikit-learn 1.8+ does not deprecate) for each C of a log grid, and keep the
-C with the best validation accuracy (ties go to the smaller C: fewer units).
+C with the best validation score (ties go to the smaller C: fewer units).
 The L1 penalty makes the weights sparse, so the units that carry sentiment
-stand out; the single unit whose threshold alone classifies best is the
-"sentiment neuron". The L2 penalty (`l1_ratio=0`) keeps every weight, which
+stand out. The L2 penalty (`l1_ratio=0`) keeps every weight, which
 classifies better from the weak pooled features of small models.
 
-The fitted classifier is a `LogisticClassifier`: plain arrays, saved as JSON
-(never pickle) and turned into a `tf_mlstm.export.saved_model.ClassifierHead`
-to run in a SavedModel.
+One classifier class serves three kinds of task:
+
+- **binary** (two classes): the paper's task. The single unit whose
+  threshold alone classifies best is the "sentiment neuron".
+- **multiclass** (K > 2 classes, e.g. SST-5): a multinomial (softmax)
+  logistic regression, C chosen on validation accuracy; each class has its
+  own top unit, found one class against the rest.
+- **multilabel** (L labels per text, each 0/1, e.g. SemEval emotions): one
+  binary logistic regression per label, each with its own C and its own
+  probability threshold chosen on validation (`labeled.choose_threshold`).
+
+`predict_proba` returns [N, K] as scikit-learn does ([N, 2] for binary) and
+[N, L] label probabilities for multilabel. The fitted classifier is plain
+arrays, saved as JSON (never pickle) and turned into a
+`tf_mlstm.export.saved_model.ClassifierHead` to run in a SavedModel.
 """
 
 import dataclasses
@@ -22,11 +33,15 @@ import warnings
 
 import numpy as np
 from absl import logging
+from scipy.special import expit
+from scipy.special import softmax
+from sklearn import metrics as sk_metrics
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm.export.saved_model import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
+from tf_mlstm.transfer import labeled
 
 PENALTIES = ("l1", "l2")
 """l1: Radford et al.'s sparse weights, which single out the units that carry
@@ -34,16 +49,22 @@ sentiment; l2: dense weights, which classify better from the many weak,
 correlated pooled features of a small or briefly trained model
 (docs/transfer.md)."""
 SOLVERS = ("auto", "liblinear", "saga", "lbfgs")
-"""auto: liblinear for l1, lbfgs for l2 (on SST's pooled features lbfgs fitted
-l2 1.4-6x faster than liblinear); lbfgs fits only l2."""
+"""auto: for two classes (and each label of a multilabel task) liblinear for
+l1, lbfgs for l2 (on SST's pooled features lbfgs fitted l2 1.4-6x faster than
+liblinear); for more classes (multinomial) saga for l1, lbfgs for l2.
+lbfgs fits only l2; liblinear only two classes."""
 DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))
 """Half-decade steps from 1e-4 (almost no unit kept) to 1 (Radford et al.'s
 largest C). Larger C keeps more units but makes liblinear slow on the
 correlated features of a poorly trained model."""
 NEURON_CANDIDATES = 10
-"""Units by |weight| and by |correlation| considered for the sentiment neuron."""
+"""Units by |weight| and by |correlation| considered for a neuron."""
+KINDS = ("binary", "multiclass", "multilabel")
 FORMAT = "tf_mlstm.logistic_classifier"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 adds `kind`, K classes (ints or names), L labels with
+thresholds and per-class neurons; version 1 files (binary) still load."""
+_READ_VERSIONS = (1, 2)
 
 
 # === Thresholds on one unit ===
@@ -68,31 +89,42 @@ class Threshold:
         return (self.sign * (np.asarray(x)[:, self.index] - self.threshold) > 0).astype(np.int64)
 
 
-def fit_threshold(values, labels01):
+def fit_threshold(values, labels01, balanced=False):
     """The cut and direction on one feature that classify best.
 
     Args:
       values: [N] feature values.
       labels01: [N] labels in {0, 1}.
+      balanced: maximize balanced accuracy (the mean of the two classes'
+        recalls) instead of accuracy: for one class against the rest, where
+        plain accuracy would favor calling everything "rest".
 
     Returns:
       (sign, threshold, accuracy): the best of all cuts between distinct
       values (and below/above all of them), for both directions; ties go to
-      sign +1, then the lowest cut.
+      sign +1, then the lowest cut. `accuracy` is balanced when asked.
     """
     values = np.asarray(values, np.float64)
     labels01 = np.asarray(labels01, np.int64)
     n = len(values)
+    positives = int(labels01.sum())
+    negatives = n - positives
+    # Integer weights keep the ties exact: balanced weighs a positive row by
+    # the negatives' count and a negative row by the positives'.
+    weigh = balanced and positives and negatives
+    weight_pos, weight_neg = (negatives, positives) if weigh else (1, 1)
+    total = weight_pos * positives + weight_neg * negatives
     order = np.argsort(values, kind="stable")
     sorted_values = values[order]
-    positives_below = np.concatenate([[0], np.cumsum(labels01[order])])
-    below = np.arange(n + 1)
+    weights = np.where(labels01[order] == 1, weight_pos, weight_neg)
+    positive_weight = np.concatenate([[0], np.cumsum(weights * labels01[order])])
+    negative_weight = np.concatenate([[0], np.cumsum(weights * (1 - labels01[order]))])
     # Cut k: rows [0, k) predicted negative, [k, n) positive (sign +1).
-    correct_up = (below - positives_below) + (positives_below[-1] - positives_below)
+    correct_up = negative_weight + (positive_weight[-1] - positive_weight)
     allowed = np.ones(n + 1, bool)
     allowed[1:n] = sorted_values[1:] > sorted_values[:-1]
     best_up = np.where(allowed, correct_up, -1)
-    best_down = np.where(allowed, n - correct_up, -1)
+    best_down = np.where(allowed, total - correct_up, -1)
     if best_up.max() >= best_down.max():
         sign, cut, correct = 1, int(np.argmax(best_up)), int(best_up.max())
     else:
@@ -105,7 +137,7 @@ def fit_threshold(values, labels01):
         threshold = sorted_values[-1] + 1.0
     else:
         threshold = (sorted_values[cut - 1] + sorted_values[cut]) / 2.0
-    return sign, float(threshold), correct / n
+    return sign, float(threshold), correct / total
 
 
 # === The classifier ===
@@ -113,18 +145,26 @@ def fit_threshold(values, labels01):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LogisticClassifier:
-    """A fitted binary logistic regression on standardized features.
+    """A fitted logistic regression on standardized features.
 
     Attributes:
       feature_kinds: the concatenated feature kinds, in order.
       hidden_size: units of the model the features came from.
       mean: [D] standardizer mean.
       scale: [D] standardizer scale (1 where a feature is constant).
-      weights: [D] weights on the standardized features.
-      bias: the intercept.
-      classes: (negative label, positive label) as in the data.
-      C: the inverse regularization strength chosen.
-      neuron: the sentiment neuron's `Threshold` (on unstandardized features).
+      weights: [R, D] weights on the standardized features, one row per
+        output: binary 1 (the second class), multiclass K, multilabel L.
+      bias: [R] intercepts.
+      classes: the K classes as in the data (ints, or names from a label
+        map), in the order of the probability columns; multilabel: the L
+        label names.
+      C: the inverse regularization strength chosen (multilabel: a tuple,
+        one per label).
+      neurons: one `Threshold` per row of `weights` (on unstandardized
+        features): binary, the sentiment neuron; multiclass, each class's
+        top unit against the rest; multilabel, each label's.
+      multilabel: whether the rows are independent 0/1 labels.
+      thresholds: multilabel: the L probability thresholds.
     """
 
     feature_kinds: tuple
@@ -132,62 +172,174 @@ class LogisticClassifier:
     mean: np.ndarray
     scale: np.ndarray
     weights: np.ndarray
-    bias: float
+    bias: np.ndarray
     classes: tuple
-    C: float
-    neuron: Threshold
+    C: float | tuple
+    neurons: tuple
+    multilabel: bool = False
+    thresholds: tuple = ()
+
+    @property
+    def kind(self):
+        """ "binary", "multiclass" or "multilabel"."""
+        if self.multilabel:
+            return "multilabel"
+        return "binary" if len(self.classes) == 2 else "multiclass"
+
+    @property
+    def neuron(self):
+        """The sentiment neuron of a binary classifier.
+
+        Raises:
+          ValueError: not a binary classifier (see `neurons`).
+        """
+        if self.kind != "binary":
+            raise ValueError(
+                f"a {self.kind} classifier of {len(self.classes)} "
+                f"{'labels' if self.multilabel else 'classes'} has one neuron per "
+                f"{'label' if self.multilabel else 'class'}, not one sentiment neuron"
+            )
+        return self.neurons[0]
+
+    @property
+    def score_name(self):
+        """The metric `score` reports: "accuracy", or "jaccard" for multilabel."""
+        return "jaccard" if self.multilabel else "accuracy"
 
     def decision_function(self, x):
-        """Logits [N] for features `x` [N, D] (float64)."""
+        """Logits (float64): [N] for binary, else [N, K] or [N, L]."""
         standardized = (np.asarray(x, np.float64) - self.mean) / self.scale
-        return standardized @ self.weights + self.bias
+        logits = standardized @ self.weights.T + self.bias
+        return logits[:, 0] if self.kind == "binary" else logits
 
     def predict_proba(self, x):
-        """Probability [N] of the positive class (`classes[1]`)."""
-        return 1.0 / (1.0 + np.exp(-self.decision_function(x)))
+        """Probabilities: [N, K] over the classes (binary [N, 2]), or [N, L] per label."""
+        logits = self.decision_function(x)
+        if self.kind == "binary":
+            positive = expit(logits)
+            return np.stack([1.0 - positive, positive], axis=1)
+        return expit(logits) if self.multilabel else softmax(logits, axis=1)
 
     def predict(self, x):
-        """Predicted labels [N] (from `classes`)."""
-        return np.asarray(self.classes)[(self.decision_function(x) > 0).astype(np.int64)]
+        """Predicted classes [N] (from `classes`), or [N, L] 0/1 labels."""
+        if self.multilabel:
+            return (self.predict_proba(x) > np.asarray(self.thresholds)).astype(np.int64)
+        logits = self.decision_function(x)
+        if self.kind == "binary":
+            return np.asarray(self.classes)[(logits > 0).astype(np.int64)]
+        return np.asarray(self.classes)[np.argmax(logits, axis=1)]
 
     def accuracy(self, x, labels):
-        """Fraction of rows of `x` whose predicted label is `labels`."""
+        """Fraction of predictions equal to `labels` (multilabel: over every label)."""
         return float(np.mean(self.predict(x) == np.asarray(labels)))
 
+    def score(self, x, labels):
+        """`score_name` of the predictions: accuracy, or Jaccard (samples)."""
+        if not self.multilabel:
+            return self.accuracy(x, labels)
+        return float(
+            sk_metrics.jaccard_score(
+                np.asarray(labels), self.predict(x), average="samples", zero_division=1.0
+            )
+        )
+
+    def metrics(self, x, labels):
+        """`labeled.class_metrics` or `labeled.label_metrics` of the predictions."""
+        if self.multilabel:
+            return labeled.label_metrics(labels, self.predict(x), self.classes, self.thresholds)
+        true, _ = encode_labels(labels, self.classes)
+        predicted, _ = encode_labels(self.predict(x), self.classes)
+        return labeled.class_metrics(true, predicted, self.classes)
+
     def neuron_accuracy(self, x, labels):
-        """Accuracy of the sentiment neuron's threshold alone."""
+        """Accuracy of the sentiment neuron's threshold alone (binary)."""
         predicted = np.asarray(self.classes)[self.neuron.predict01(x)]
         return float(np.mean(predicted == np.asarray(labels)))
 
+    def neuron_report(self, splits):
+        """Each row's neuron and how well it separates its class (or label).
+
+        Args:
+          splits: dict name -> (x, labels).
+
+        Returns:
+          A list of dicts {class (or label), index, kind, unit, sign, threshold,
+          weight, <split>_balanced_accuracy}: the neuron's balanced accuracy,
+          its class against the rest.
+        """
+        rows = []
+        name = "label" if self.multilabel else "class"
+        targets = {split: self.targets(labels) for split, (_, labels) in splits.items()}
+        for row, (neuron, value) in enumerate(zip(self.neurons, self.output_names)):
+            kind, unit = self.describe(neuron.index)
+            entry = {
+                name: value,
+                "index": neuron.index,
+                "kind": kind,
+                "unit": unit,
+                "sign": neuron.sign,
+                "threshold": neuron.threshold,
+                "weight": float(self.weights[row, neuron.index]),
+            }
+            for split, (x, _) in splits.items():
+                entry[f"{split}_balanced_accuracy"] = float(
+                    sk_metrics.balanced_accuracy_score(targets[split][:, row], neuron.predict01(x))
+                )
+            rows.append(entry)
+        return rows
+
+    @property
+    def output_names(self):
+        """What each row of `weights` (and each neuron) stands for: a class or a label.
+
+        Binary: the second (positive) class alone; multiclass: every class;
+        multilabel: every label.
+        """
+        return self.classes[1:] if self.kind == "binary" else self.classes
+
+    def targets(self, labels):
+        """[N, R] 0/1 targets of the rows: each label, or each class against the rest."""
+        labels = np.asarray(labels)
+        if self.multilabel:
+            return labels.astype(np.int64)
+        return (labels[:, None] == np.asarray(self.output_names)[None, :]).astype(np.int64)
+
     @property
     def nonzero_weights(self):
-        """Number of features with a non-zero weight."""
-        return int(np.count_nonzero(self.weights))
+        """Number of features with a non-zero weight (in any row)."""
+        return int(np.count_nonzero(np.any(self.weights != 0, axis=0)))
+
+    @property
+    def num_features(self):
+        """D, the width of the features."""
+        return int(self.weights.shape[1])
 
     def describe(self, index):
         """(kind, unit) of feature column `index`."""
         return features_lib.describe_feature(index, self.feature_kinds, self.hidden_size)
 
     def top_units(self, count=10):
-        """The `count` features with the largest |weight|, non-zero only.
+        """The `count` features with the largest |weight| (in any row), non-zero only.
 
         Returns:
-          list of dicts {index, kind, unit, weight}, largest first.
+          list of dicts {index, kind, unit, weight} (binary) or {index, kind,
+          unit, weights: {class or label: weight}}, largest first.
         """
-        order = np.argsort(-np.abs(self.weights), kind="stable")[:count]
+        largest = np.max(np.abs(self.weights), axis=0)
+        order = np.argsort(-largest, kind="stable")[:count]
         rows = []
         for index in order:
-            if self.weights[index] == 0:
+            if largest[index] == 0:
                 break
             kind, unit = self.describe(int(index))
-            rows.append(
-                {
-                    "index": int(index),
-                    "kind": kind,
-                    "unit": unit,
-                    "weight": float(self.weights[index]),
+            row = {"index": int(index), "kind": kind, "unit": unit}
+            if self.kind == "binary":
+                row["weight"] = float(self.weights[0, index])
+            else:
+                row["weights"] = {
+                    str(name): float(w) for name, w in zip(self.classes, self.weights[:, index])
                 }
-            )
+            rows.append(row)
         return rows
 
     def serving_head(self):
@@ -199,37 +351,65 @@ class LogisticClassifier:
             weights=self.weights,
             bias=self.bias,
             classes=tuple(self.classes),
-            neuron=self.neuron.index,
+            neuron=self.neurons[0].index if self.kind == "binary" else -1,
+            multilabel=self.multilabel,
+            thresholds=tuple(self.thresholds),
         )
 
     # === Serialization ===
+    def _neuron_record(self, neuron):
+        kind, unit = self.describe(neuron.index)
+        return {
+            "index": neuron.index,
+            "kind": kind,
+            "unit": unit,
+            "sign": neuron.sign,
+            "threshold": neuron.threshold,
+        }
+
     def to_json(self):
-        """A JSON document holding everything; floats round-trip exactly."""
-        kind, unit = self.describe(self.neuron.index)
+        """A JSON document holding everything; floats round-trip exactly.
+
+        A binary classifier keeps version 1's fields (`classes`, `bias` and
+        `weights` as one row, `neuron`); multiclass writes `classes` (K),
+        `bias` [K], `weights` [K][D] and `neurons` (one per class);
+        multilabel writes `labels` (L), `thresholds`, `C`, `bias`, `weights`
+        and `neurons` per label.
+        """
         record = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
+            "kind": self.kind,
             "feature_kinds": list(self.feature_kinds),
             "hidden_size": self.hidden_size,
-            "classes": [int(c) for c in self.classes],
-            "C": self.C,
-            "bias": float(self.bias),
-            "neuron": {
-                "index": self.neuron.index,
-                "kind": kind,
-                "unit": unit,
-                "sign": self.neuron.sign,
-                "threshold": self.neuron.threshold,
-            },
-            "mean": self.mean.tolist(),
-            "scale": self.scale.tolist(),
-            "weights": self.weights.tolist(),
         }
+        names = [_json_value(c) for c in self.classes]
+        if self.multilabel:
+            record.update(labels=names, thresholds=[float(t) for t in self.thresholds])
+            record["C"] = [float(c) for c in self.C]
+        else:
+            record.update(classes=names, C=float(self.C))
+        if self.kind == "binary":
+            record.update(
+                bias=float(self.bias[0]),
+                neuron=self._neuron_record(self.neurons[0]),
+                weights=self.weights[0].tolist(),
+            )
+        else:
+            record.update(
+                bias=self.bias.tolist(),
+                neurons=[
+                    {("label" if self.multilabel else "class"): name, **self._neuron_record(n)}
+                    for name, n in zip(names, self.neurons)
+                ],
+                weights=self.weights.tolist(),
+            )
+        record.update(mean=self.mean.tolist(), scale=self.scale.tolist())
         return json.dumps(record)
 
     @classmethod
     def from_json(cls, text, source="classifier"):
-        """Rebuilds a classifier from `to_json` output.
+        """Rebuilds a classifier from `to_json` output (either format version).
 
         Args:
           text: the JSON document.
@@ -247,32 +427,51 @@ class LogisticClassifier:
             raise ValueError(f"{source}: not JSON ({e})") from e
         if not isinstance(record, dict) or record.get("format") != FORMAT:
             raise ValueError(f"{source}: not a tf-mlstm-transfer classifier file")
-        if record.get("version") != FORMAT_VERSION:
+        if record.get("version") not in _READ_VERSIONS:
             raise ValueError(
                 f"{source}: classifier format version {record.get('version')}, this code reads "
-                f"{FORMAT_VERSION}"
+                f"{', '.join(map(str, _READ_VERSIONS))}"
             )
         try:
-            neuron = record["neuron"]
-            classifier = cls(
-                feature_kinds=tuple(record["feature_kinds"]),
-                hidden_size=int(record["hidden_size"]),
-                mean=np.asarray(record["mean"], np.float64),
-                scale=np.asarray(record["scale"], np.float64),
-                weights=np.asarray(record["weights"], np.float64),
-                bias=float(record["bias"]),
-                classes=tuple(int(c) for c in record["classes"]),
-                C=float(record["C"]),
-                neuron=Threshold(
-                    int(neuron["index"]), int(neuron["sign"]), float(neuron["threshold"])
-                ),
-            )
+            classifier = cls._from_record(record)
             classifier.serving_head().check(classifier.hidden_size)
         except (KeyError, TypeError) as e:
             raise ValueError(f"{source}: incomplete classifier file (missing or bad {e})") from e
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from e
         return classifier
+
+    @classmethod
+    def _from_record(cls, record):
+        kind = record.get("kind", "binary")
+        if kind not in KINDS:
+            raise ValueError(f"unknown classifier kind {kind!r}; this code reads {list(KINDS)}")
+        multilabel = kind == "multilabel"
+        names = tuple(_class_value(c) for c in record["labels" if multilabel else "classes"])
+        if kind == "binary":
+            neurons = (record["neuron"],)
+        else:
+            neurons = tuple(record["neurons"])
+        if (kind == "binary") != (len(names) == 2 and not multilabel) or len(set(names)) < len(
+            names
+        ):
+            raise ValueError(f"a {kind} classifier cannot have the classes {list(names)}")
+        weights = np.asarray(record["weights"], np.float64)
+        return cls(
+            feature_kinds=tuple(record["feature_kinds"]),
+            hidden_size=int(record["hidden_size"]),
+            mean=np.asarray(record["mean"], np.float64),
+            scale=np.asarray(record["scale"], np.float64),
+            weights=weights.reshape(1, -1) if kind == "binary" else weights,
+            bias=np.asarray(record["bias"], np.float64).reshape(-1),
+            classes=names,
+            C=tuple(float(c) for c in record["C"]) if multilabel else float(record["C"]),
+            neurons=tuple(
+                Threshold(int(n["index"]), int(n["sign"]), float(n["threshold"])) for n in neurons
+            ),
+            multilabel=multilabel,
+            thresholds=tuple(float(t) for t in record["thresholds"]) if multilabel else (),
+        )
 
     def save(self, path):
         """Writes `to_json()` to `path` atomically (through `tf.io.gfile`)."""
@@ -296,6 +495,17 @@ class LogisticClassifier:
             return cls.from_json(f.read(), source=path)
 
 
+def _json_value(value):
+    """A class as JSON keeps it: a Python int or str (never a NumPy scalar)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _class_value(value):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"a class must be an integer or a name, got {value!r}")
+    return value
+
+
 # === Fitting ===
 
 
@@ -308,43 +518,43 @@ def standardizer(x):
 
 
 def encode_labels(labels, classes=None, what="labels"):
-    """Maps labels to 0/1.
+    """Maps labels to class indices.
 
     Args:
-      labels: [N] integer labels.
-      classes: the (negative, positive) pair; None: the two distinct values
-        of `labels`, sorted.
+      labels: [N] classes (ints or names).
+      classes: the classes in order; None: the distinct values of `labels`,
+        sorted.
       what: a name for error messages.
 
     Returns:
-      ([N] int64 in {0, 1}, classes).
+      ([N] int64 indices into classes, classes).
 
     Raises:
-      ValueError: not exactly two classes, or a label outside `classes`.
+      ValueError: fewer than two classes, or a label outside `classes`.
     """
-    labels = np.asarray(labels, np.int64)
+    labels = np.asarray(labels)
     if classes is None:
-        found = np.unique(labels)
-        if len(found) != 2:
+        found = np.unique(labels).tolist()
+        if len(found) < 2:
             raise ValueError(
-                f"{what}: binary classification needs exactly two label values, found "
-                f"{found.tolist()[:10]}"
+                f"{what}: a classifier needs two or more label values, found {found[:10]}"
             )
-        classes = (int(found[0]), int(found[1]))
-    unknown = np.setdiff1d(np.unique(labels), classes)
-    if len(unknown):
+        classes = tuple(found)
+    index = {value: i for i, value in enumerate(classes)}
+    unknown = sorted({value for value in labels.tolist() if value not in index}, key=str)
+    if unknown:
         raise ValueError(
-            f"{what}: labels {unknown.tolist()[:10]} are not among the training classes "
-            f"{list(classes)}"
+            f"{what}: labels {unknown[:10]} are not among the training classes {list(classes)}"
         )
-    return (labels == classes[1]).astype(np.int64), tuple(classes)
+    return np.array([index[value] for value in labels.tolist()], np.int64), tuple(classes)
 
 
-def resolve_solver(penalty, solver):
-    """The scikit-learn solver for `penalty` ("auto" picks one).
+def resolve_solver(penalty, solver, num_classes=2):
+    """The scikit-learn solver for `penalty` and `num_classes` ("auto" picks one).
 
     Raises:
-      ValueError: an unknown penalty or solver, or lbfgs with l1.
+      ValueError: an unknown penalty or solver, lbfgs with l1, or liblinear
+        with more than two classes.
     """
     if penalty not in PENALTIES:
         raise ValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
@@ -352,12 +562,20 @@ def resolve_solver(penalty, solver):
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if solver == "lbfgs" and penalty != "l2":
         raise ValueError(f"the lbfgs solver fits only the l2 penalty, not {penalty}")
+    if solver == "liblinear" and num_classes > 2:
+        raise ValueError(
+            f"the liblinear solver fits two classes, not {num_classes}: the multinomial fit "
+            "needs saga (or lbfgs, l2 only)"
+        )
     if solver == "auto":
-        return "liblinear" if penalty == "l1" else "lbfgs"
+        if penalty == "l2":
+            return "lbfgs"
+        return "liblinear" if num_classes <= 2 else "saga"
     return solver
 
 
-def _fit_one(z, y01, c, penalty, solver, seed):
+def _fit_one(z, y, c, penalty, solver, seed):
+    """One fit: (weights [R, D], bias [R], converged)."""
     model = LogisticRegression(
         C=c,
         l1_ratio=1.0 if penalty == "l1" else 0.0,
@@ -367,13 +585,16 @@ def _fit_one(z, y01, c, penalty, solver, seed):
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        model.fit(z, y01)
+        model.fit(z, y)
     converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-    return model.coef_[0].astype(np.float64), float(model.intercept_[0]), converged
+    # C order, as a loaded classifier has: the same products to the last bit.
+    weights = np.ascontiguousarray(model.coef_, np.float64)
+    return weights, model.intercept_.astype(np.float64), converged
 
 
-def _accuracy01(z, y01, weights, bias):
-    return float(np.mean(((z @ weights + bias) > 0) == y01))
+def _predicted_index(z, weights, bias):
+    logits = z @ weights.T + bias
+    return (logits[:, 0] > 0).astype(np.int64) if len(bias) == 1 else np.argmax(logits, axis=1)
 
 
 def fit_logistic(
@@ -387,71 +608,165 @@ def fit_logistic(
     solver="auto",
     seed=0,
     penalty="l1",
+    classes=None,
+    threshold_metric="accuracy",
 ):
-    """Sweeps C, keeps the best on validation, and finds the sentiment neuron.
+    """Sweeps C, keeps the best on validation, and finds the neurons.
 
     Args:
       train_x: [N, D] features (`concat_features` of `kinds`).
-      train_y: [N] labels (two distinct values).
+      train_y: [N] classes (two or more values), or [N, L] 0/1 labels
+        (multilabel: one logistic regression per label).
       val_x: [M, D] validation features.
-      val_y: [M] validation labels.
+      val_y: [M] or [M, L] validation labels.
       kinds: the feature kinds concatenated in `train_x`.
       hidden_size: the model's units.
       c_grid: inverse regularization strengths to try.
       solver: one of `SOLVERS`.
       seed: solver seed.
       penalty: one of `PENALTIES`.
+      classes: the classes in order (None: the sorted values of `train_y`);
+        multilabel: the L label names (None: label_0, label_1, ...).
+      threshold_metric: multilabel: what each label's threshold, and its C,
+        maximize on validation (`labeled.THRESHOLD_METRICS`).
 
     Returns:
-      (LogisticClassifier, sweep): sweep is a list of dicts {C, train_accuracy,
-      val_accuracy, nonzero_weights, converged} in grid order.
+      (LogisticClassifier, sweep): sweep is a list of dicts in grid order,
+      {C, train_accuracy, val_accuracy, nonzero_weights, converged}; for
+      multilabel one per label and C, {label, C, threshold,
+      val_<threshold_metric>, nonzero_weights, converged}.
 
     Raises:
-      ValueError: a bad penalty, solver or grid, or labels that are not binary.
+      ValueError: a bad penalty, solver or grid, fewer than two classes, a
+        validation label the training data does not have, or (multilabel) a
+        label with one value on every training row.
     """
-    solver = resolve_solver(penalty, solver)
     c_grid = sorted(float(c) for c in c_grid)
     if not c_grid or min(c_grid) <= 0:
         raise ValueError(f"the C grid must hold positive values, got {c_grid}")
-    train_y01, classes = encode_labels(train_y, what="training labels")
-    val_y01, _ = encode_labels(val_y, classes, what="validation labels")
     mean, scale = standardizer(train_x)
     train_z = (np.asarray(train_x, np.float64) - mean) / scale
     val_z = (np.asarray(val_x, np.float64) - mean) / scale
-    sweep = []
-    best = None
-    for c in c_grid:
-        weights, bias, converged = _fit_one(train_z, train_y01, c, penalty, solver, seed)
-        row = {
-            "C": c,
-            "train_accuracy": _accuracy01(train_z, train_y01, weights, bias),
-            "val_accuracy": _accuracy01(val_z, val_y01, weights, bias),
-            "nonzero_weights": int(np.count_nonzero(weights)),
-            "converged": converged,
-        }
-        sweep.append(row)
-        if best is None or row["val_accuracy"] > best[0]["val_accuracy"]:
-            best = (row, weights, bias)
-    unconverged = [row["C"] for row in sweep if not row["converged"]]
+    fit = _fit_labels if np.ndim(train_y) == 2 else _fit_classes
+    fitted, sweep = fit(
+        train_z,
+        np.asarray(train_y),
+        val_z,
+        np.asarray(val_y),
+        c_grid,
+        penalty,
+        solver,
+        seed,
+        classes,
+        threshold_metric,
+    )
+    unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
     if unconverged:
-        logging.warning("The %s solver did not converge for C in %s.", solver, unconverged)
-    row, weights, bias = best
-    neuron = find_neuron(np.asarray(train_x), train_y01, weights)
+        logging.warning("The solver did not converge for C in %s.", unconverged)
+    neurons = tuple(
+        find_neuron(train_x, targets, weights, balanced=balanced)
+        for targets, weights, balanced in fitted.pop("neuron_targets")
+    )
     classifier = LogisticClassifier(
         feature_kinds=tuple(kinds),
         hidden_size=int(hidden_size),
         mean=mean,
         scale=scale,
-        weights=weights,
-        bias=bias,
-        classes=classes,
-        C=row["C"],
-        neuron=neuron,
+        neurons=neurons,
+        **fitted,
     )
     return classifier, sweep
 
 
-def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES):
+def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, classes, _):
+    """One (binary or multinomial) fit per C; the best on validation accuracy."""
+    train_index, classes = encode_labels(train_y, classes, what="training labels")
+    val_index, _ = encode_labels(val_y, classes, what="validation labels")
+    solver = resolve_solver(penalty, solver, len(classes))
+    sweep, best = [], None
+    for c in c_grid:
+        weights, bias, converged = _fit_one(train_z, train_index, c, penalty, solver, seed)
+        row = {
+            "C": c,
+            "train_accuracy": float(
+                np.mean(_predicted_index(train_z, weights, bias) == train_index)
+            ),
+            "val_accuracy": float(np.mean(_predicted_index(val_z, weights, bias) == val_index)),
+            "nonzero_weights": int(np.count_nonzero(np.any(weights != 0, axis=0))),
+            "converged": converged,
+        }
+        sweep.append(row)
+        if best is None or row["val_accuracy"] > best[0]["val_accuracy"]:
+            best = (row, weights, bias)
+    row, weights, bias = best
+    if len(classes) == 2:
+        targets = [(train_index, weights[0], False)]
+    else:
+        # Each class against the rest: balanced, or a rare class's best cut
+        # would be to call everything "rest".
+        targets = [
+            ((train_index == k).astype(np.int64), weights[k], True) for k in range(len(classes))
+        ]
+    fitted = {"weights": weights, "bias": bias, "classes": classes, "C": row["C"]}
+    return dict(fitted, neuron_targets=targets), sweep
+
+
+def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, names, metric):
+    """One binary fit per label and C; per label the C and threshold best on validation."""
+    if metric not in labeled.THRESHOLD_METRICS:
+        raise ValueError(f"threshold metric must be one of {labeled.THRESHOLD_METRICS}")
+    count = train_y.shape[1]
+    names = tuple(names) if names is not None else tuple(f"label_{k}" for k in range(count))
+    if len(names) != count or np.shape(val_y)[1:] != (count,):
+        raise ValueError(
+            f"{count} training labels, {np.shape(val_y)[1:]} validation, names {names}"
+        )
+    solver = resolve_solver(penalty, solver, 2)
+    sweep, chosen = [], []
+    for k, name in enumerate(names):
+        values = np.unique(train_y[:, k]).tolist()
+        if values != [0, 1]:
+            raise ValueError(
+                f"label {name!r} is {values} on every training row; each label needs both 0 and 1"
+            )
+        best = None
+        for c in c_grid:
+            weights, bias, converged = _fit_one(train_z, train_y[:, k], c, penalty, solver, seed)
+            probability = expit(val_z @ weights[0] + bias[0])
+            threshold = labeled.choose_threshold(probability, val_y[:, k], metric)
+            value = _binary_metric(val_y[:, k], probability > threshold, metric)
+            row = {
+                "label": name,
+                "C": c,
+                "threshold": threshold,
+                f"val_{metric}": value,
+                "nonzero_weights": int(np.count_nonzero(weights)),
+                "converged": converged,
+            }
+            sweep.append(row)
+            if best is None or value > best[0]:
+                best = (value, c, threshold, weights[0], bias[0])
+        chosen.append(best)
+    _, cs, thresholds, weights, bias = (list(column) for column in zip(*chosen))
+    fitted = {
+        "weights": np.stack(weights),
+        "bias": np.array(bias),
+        "classes": names,
+        "C": tuple(cs),
+        "multilabel": True,
+        "thresholds": tuple(thresholds),
+    }
+    targets = [(train_y[:, k], weights[k], True) for k in range(count)]
+    return dict(fitted, neuron_targets=targets), sweep
+
+
+def _binary_metric(truth, predicted, metric):
+    if metric == "accuracy":
+        return float(sk_metrics.accuracy_score(truth, predicted))
+    return float(sk_metrics.f1_score(truth, predicted, zero_division=0))
+
+
+def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False):
     """The single feature whose best threshold classifies the training rows best.
 
     The candidates are the features with the largest |weight| and those with
@@ -462,11 +777,13 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES):
       train_y01: [N] labels in {0, 1}.
       weights: [D] fitted weights.
       candidates: how many of each kind of candidate.
+      balanced: judge thresholds by balanced accuracy (see `fit_threshold`).
 
     Returns:
       A `Threshold`.
     """
     x = np.asarray(train_x, np.float64)
+    train_y01 = np.asarray(train_y01, np.int64)
     centered = x - x.mean(axis=0)
     y = train_y01 - train_y01.mean()
     norms = np.sqrt((centered**2).sum(axis=0) * (y**2).sum())
@@ -475,7 +792,7 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES):
     by_correlation = np.argsort(-correlation, kind="stable")[:candidates]
     best = None
     for index in dict.fromkeys(itertools.chain(by_weight, by_correlation)):
-        sign, threshold, accuracy = fit_threshold(x[:, index], train_y01)
+        sign, threshold, accuracy = fit_threshold(x[:, index], train_y01, balanced)
         key = (accuracy, abs(weights[index]))
         if best is None or key > best[0]:
             best = (key, Threshold(int(index), int(sign), threshold))
@@ -488,20 +805,23 @@ def select_feature_kinds(
     """Chooses feature kinds on validation by greedy forward selection of groups.
 
     Starts from the best single group, then adds the group that raises the
-    validation accuracy most, while it rises.
+    validation score (`LogisticClassifier.score`: accuracy, or Jaccard for
+    multilabel) most, while it rises.
 
     Args:
       train: dict kind -> [N, H] training features (every kind in `groups`).
-      train_y: [N] labels.
+      train_y: [N] labels (or [N, L] 0/1 labels).
       val: dict kind -> [M, H] validation features.
-      val_y: [M] labels.
+      val_y: [M] labels (or [M, L]).
       hidden_size: the model's units.
       groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
-      **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty).
+      **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty,
+        classes, threshold_metric).
 
     Returns:
       (kinds, trials): the chosen tuple of kinds in `FEATURE_KINDS` order, and
-      a list of {kinds, val_accuracy} for every combination tried.
+      a list of {kinds, val_accuracy (or val_jaccard)} for every combination
+      tried.
     """
     trials = []
     cache = {}
@@ -513,18 +833,20 @@ def select_feature_kinds(
             if any(kind in group for group in chosen_groups)
         )
         if kinds not in cache:
-            classifier, sweep = fit_logistic(
+            val_x = features_lib.concat_features(val, kinds)
+            classifier, _ = fit_logistic(
                 features_lib.concat_features(train, kinds),
                 train_y,
-                features_lib.concat_features(val, kinds),
+                val_x,
                 val_y,
                 kinds,
                 hidden_size,
                 **fit_kwargs,
             )
-            cache[kinds] = max(row["val_accuracy"] for row in sweep)
-            trials.append({"kinds": list(kinds), "val_accuracy": cache[kinds]})
-            logging.info("Features %s: validation accuracy %.4f", ",".join(kinds), cache[kinds])
+            cache[kinds] = classifier.score(val_x, val_y)
+            metric = classifier.score_name
+            trials.append({"kinds": list(kinds), f"val_{metric}": cache[kinds]})
+            logging.info("Features %s: validation %s %.4f", ",".join(kinds), metric, cache[kinds])
         return cache[kinds], chosen_groups
 
     def best_of(options):
@@ -545,69 +867,3 @@ def select_feature_kinds(
         best_score, chosen = score_plus, groups_plus
     kinds = tuple(kind for kind in features_lib.FEATURE_KINDS if any(kind in g for g in chosen))
     return kinds, trials
-
-
-# === Data splits ===
-
-
-def stratified_split(labels, fraction, seed):
-    """Splits row indices into (kept, held out), each class split alike.
-
-    Args:
-      labels: [N] labels.
-      fraction: share of each class held out (0 < fraction < 1); at least one
-        row of each class with two or more rows is held out.
-      seed: the shuffle seed.
-
-    Returns:
-      (kept indices, held-out indices), each sorted.
-
-    Raises:
-      ValueError: a fraction outside (0, 1).
-    """
-    if not 0 < fraction < 1:
-        raise ValueError(f"the held-out fraction must be in (0, 1), got {fraction}")
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    held = []
-    for value in np.unique(labels):
-        rows = rng.permutation(np.flatnonzero(labels == value))
-        count = int(round(len(rows) * fraction))
-        count = min(max(count, 1), len(rows) - 1) if len(rows) > 1 else 0
-        held.extend(rows[:count])
-    held = np.sort(np.asarray(held, np.int64))
-    kept = np.setdiff1d(np.arange(len(labels)), held)
-    return kept, held
-
-
-def balanced_subsample(labels, count, seed):
-    """A seeded subsample of `count` rows, as even across classes as possible.
-
-    Args:
-      labels: [N] labels.
-      count: rows wanted (>= number of classes).
-      seed: the sampling seed.
-
-    Returns:
-      Sorted row indices; all rows when `count >= N`.
-    """
-    labels = np.asarray(labels)
-    if count >= len(labels):
-        return np.arange(len(labels))
-    rng = np.random.default_rng(seed)
-    pools = [list(rng.permutation(np.flatnonzero(labels == value))) for value in np.unique(labels)]
-    chosen = []
-    # Round-robin over the classes, so each gets count / classes rows, and a
-    # class that runs out leaves its share to the others.
-    while len(chosen) < count:
-        for pool in pools:
-            if pool and len(chosen) < count:
-                chosen.append(pool.pop())
-    return np.sort(np.asarray(chosen, np.int64))
-
-
-def random_subsample(count, limit, seed):
-    """Seeded sorted indices of `limit` of `count` rows (all when limit <= 0)."""
-    if limit <= 0 or limit >= count:
-        return np.arange(count)
-    return np.sort(np.random.default_rng(seed).choice(count, limit, replace=False))

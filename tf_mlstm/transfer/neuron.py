@@ -99,16 +99,23 @@ def neuron_from_classifier(path, tool, hidden_size=None):
 
     Raises:
       FileNotFoundError: no file at `path`.
-      ValueError: not a valid classifier file, a classifier fitted on a model
-        of another size, a sign other than +1/-1, or a neuron of a kind that
-        does not measure the cell state. Each message is one line naming the
-        file.
+      ValueError: not a valid classifier file, not a two-class classifier, a
+        classifier fitted on a model of another size, a sign other than
+        +1/-1, or a neuron of a kind that does not measure the cell state.
+        Each message is one line naming the file.
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
     from tf_mlstm.transfer import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
+    if classifier.kind != "binary":
+        raise ValueError(
+            f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
+            f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
+            f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
+            "takes a two-class classifier's, or a unit with --neuron"
+        )
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)
     if hidden_size is not None and classifier.hidden_size != hidden_size:

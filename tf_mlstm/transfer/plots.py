@@ -2,6 +2,8 @@
 
 - `neuron_histogram`: the sentiment neuron's value per class, with the
   threshold, as in Figure 3 of Radford et al. (2017).
+- `one_against_rest`: the same for each class (or label) of a multiclass
+  (or multilabel) classifier, its own neuron's values for it and the rest.
 - `accuracy_curve`: accuracy against the number of labeled examples, on a
   log axis.
 """
@@ -44,10 +46,7 @@ def neuron_histogram(path, values, labels, classes, threshold, title=""):
     """
     values = np.asarray(values, np.float64)
     labels = np.asarray(labels)
-    low, high = float(min(values.min(), threshold)), float(max(values.max(), threshold))
-    if high <= low:
-        low, high = low - 0.5, high + 0.5
-    bins = np.linspace(low, high, 41)
+    bins = _bins(values, threshold)
     figure, axes = plt.subplots(figsize=(6, 4))
     for value, color in zip(classes, ("tab:red", "tab:blue")):
         axes.hist(
@@ -61,13 +60,46 @@ def neuron_histogram(path, values, labels, classes, threshold, title=""):
     return _save(figure, path)
 
 
+def _bins(values, threshold):
+    low, high = float(min(values.min(), threshold)), float(max(values.max(), threshold))
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    return np.linspace(low, high, 41)
+
+
+def one_against_rest(path, panels, split):
+    """Draws one histogram panel per class or label: its neuron, it against the rest.
+
+    Args:
+      path: the PNG to write.
+      panels: (title, values [N], targets [N] 0/1, threshold) per class or label.
+      split: the split the values come from, for the axis label.
+
+    Returns:
+      path.
+    """
+    figure, axes = plt.subplots(len(panels), 1, figsize=(6, 2.2 * len(panels)), squeeze=False)
+    for ax, (title, values, targets, threshold) in zip(axes[:, 0], panels):
+        values = np.asarray(values, np.float64)
+        targets = np.asarray(targets).astype(bool)
+        bins = _bins(values, threshold)
+        ax.hist(values[~targets], bins=bins, alpha=0.55, color="tab:gray", label="rest")
+        ax.hist(values[targets], bins=bins, alpha=0.55, color="tab:blue", label="this")
+        ax.axvline(threshold, color="black", linestyle="--", linewidth=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("texts")
+        ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel(f"neuron value ({split})")
+    return _save(figure, path)
+
+
 def accuracy_curve(path, counts, accuracies, ylabel="test accuracy"):
-    """Draws accuracy against the number of labeled training examples.
+    """Draws accuracy (or another score) against the number of labeled training examples.
 
     Args:
       path: the PNG to write.
       counts: labeled examples of each point.
-      accuracies: accuracy of each point.
+      accuracies: accuracy (or the score named by `ylabel`) of each point.
       ylabel: the y axis label.
 
     Returns:
