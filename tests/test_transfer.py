@@ -5,18 +5,24 @@ import dataclasses
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.data import framing
+from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import hardware
@@ -25,6 +31,7 @@ from tf_mlstm.transfer import features
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
+from tf_mlstm.transfer.sklearn_featurizer import MLSTMFeaturizer
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
 TEXTS = [
@@ -110,6 +117,37 @@ def test_featurizer_keeps_only_requested_kinds(small_model):
     assert features.describe_feature(19, ("cell", "max"), 16) == ("max", 3)
     with pytest.raises(KeyError, match="were not computed"):
         features.concat_features(out, ("mean",))
+
+
+def test_featurizer_is_a_step_of_a_scikit_learn_pipeline(tmp_path):
+    model_dir, model = write_untrained_model_dir(tmp_path / "m")
+    rng = np.random.default_rng(0)
+    words = {0: ["awful", "dull"], 1: ["fine", "okay"], 2: ["superb", "great"]}
+    labels = np.arange(30) % 3
+    texts = [f"It was {rng.choice(words[k])}, {'really ' * int(rng.integers(3))}" for k in labels]
+    featurizer = MLSTMFeaturizer(str(model_dir), features="cell,cell_mean", batch_size=8)
+    pipeline = make_pipeline(featurizer, StandardScaler(), LogisticRegression(max_iter=500))
+    pipeline.fit(texts, labels)
+    probabilities = pipeline.predict_proba(texts)
+    assert probabilities.shape == (30, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)  # float32 features
+    # The features are the transfer tools' (texts normalized as for training).
+    want = features.concat_features(
+        features.TextFeaturizer(model)([normalize_text(t) for t in texts[:4]]),
+        ("cell", "cell_mean"),
+    )
+    np.testing.assert_allclose(pipeline[0].transform(texts[:4]), want, atol=1e-6)
+    assert pipeline[0].get_feature_names_out()[[0, 16]].tolist() == ["cell_0", "cell_mean_0"]
+    params = pipeline.get_params()
+    assert params["mlstmfeaturizer__model_dir"] == str(model_dir)
+    assert params["mlstmfeaturizer__features"] == "cell,cell_mean"
+    copy = clone(pipeline).set_params(mlstmfeaturizer__features="cell")
+    assert copy.fit(texts, labels)[0].n_features_out_ == 16
+    assert pickle.loads(pickle.dumps(copy)).predict(texts[:2]).shape == (2,)
+    with pytest.raises(ValueError, match="features='auto' chooses on labeled validation data"):
+        MLSTMFeaturizer(str(model_dir), features="auto").fit(texts)
+    with pytest.raises(TypeError, match="takes texts \\(str\\), got int at row 1"):
+        featurizer.transform(["fine", 3])
 
 
 # === Logistic regression ===

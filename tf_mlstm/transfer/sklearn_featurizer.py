@@ -1,0 +1,145 @@
+"""A scikit-learn transformer: texts in, a trained model's features out.
+
+`MLSTMFeaturizer` wraps the featurization `tf-mlstm-transfer` uses
+(`features.TextFeaturizer` over a run folder's model, texts normalized as
+training text was) in scikit-learn's transformer interface, so a trained
+model is one step of a `Pipeline` and works with `GridSearchCV`,
+`cross_val_score` and `clone`:
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    pipeline = make_pipeline(
+        MLSTMFeaturizer("runs/r1", features="cell"),
+        StandardScaler(),
+        LogisticRegression(C=0.1),
+    )
+    pipeline.fit(train_texts, train_labels)
+    pipeline.predict_proba(test_texts)  # [N, K]
+
+The featurizer learns nothing from the data: `fit` loads the model (once;
+later calls reuse it) and `transform` runs it. A pickled featurizer holds
+its parameters only and loads the model again when next used.
+"""
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.base import TransformerMixin
+
+from tf_mlstm import rundir
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.transfer import features as features_lib
+
+
+class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
+    """Features of raw texts from a trained run folder, as a scikit-learn transformer.
+
+    Args:
+      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
+      features: comma-separated feature kinds (`features.FEATURE_KINDS`),
+        concatenated in that table's order; "auto" needs labels, so it is
+        refused here.
+      batch_size: texts per model call.
+      window: bytes per model call (the state carries across).
+      precision: the policy the model runs in ("float32" or a mixed one).
+      normalize: normalize texts as training text was (`normalize_text`);
+        False for texts already normalized.
+
+    `transform` returns float32 [N, H * kinds]; column `k * H + u` is unit u
+    of the k-th kind (`get_feature_names_out` names them "cell_17", ...).
+    """
+
+    def __init__(
+        self,
+        model_dir,
+        features="cell",
+        batch_size=features_lib.DEFAULT_BATCH_SIZE,
+        window=features_lib.DEFAULT_WINDOW,
+        precision="float32",
+        normalize=True,
+    ):
+        self.model_dir = model_dir
+        self.features = features
+        self.batch_size = batch_size
+        self.window = window
+        self.precision = precision
+        self.normalize = normalize
+
+    def _kinds(self):
+        kinds = features_lib.parse_feature_kinds(self.features)
+        if kinds == features_lib.AUTO:
+            raise ValueError(
+                "MLSTMFeaturizer: features='auto' chooses on labeled validation data "
+                "(tf-mlstm-transfer); name the kinds, e.g. 'cell' or 'cell_mean,cell_max'"
+            )
+        return kinds
+
+    def _featurizer(self):
+        """The `TextFeaturizer` for the current parameters, loaded once."""
+        key = (self.model_dir, self._kinds(), self.batch_size, self.window, self.precision)
+        if getattr(self, "_loaded", (None,))[0] != key:
+            model, _ = rundir.load_trained_model(self.model_dir, precision=self.precision)
+            featurizer = features_lib.TextFeaturizer(
+                model, self.batch_size, self.window, self._kinds()
+            )
+            self._loaded = (key, featurizer)
+        return self._loaded[1]
+
+    def fit(self, X, y=None):
+        """Loads the model; nothing is learned from `X` or `y`.
+
+        Returns:
+          self.
+
+        Raises:
+          FileNotFoundError: `model_dir` holds no trained model.
+          ValueError: a bad feature spec, batch size or window.
+        """
+        del X, y
+        featurizer = self._featurizer()
+        self.hidden_size_ = featurizer.hidden_size
+        self.n_features_out_ = featurizer.hidden_size * len(featurizer.kinds)
+        return self
+
+    def transform(self, X):
+        """The features of the texts `X` (a sequence of str): float32 [N, D].
+
+        Raises:
+          TypeError: an item that is not a string (naming its row).
+        """
+        texts = []
+        for row, text in enumerate(np.asarray(X, dtype=object).reshape(-1)):
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"MLSTMFeaturizer takes texts (str), got {type(text).__name__} at row {row}"
+                )
+            texts.append(normalize_text(text) if self.normalize else text)
+        featurizer = self._featurizer()
+        return features_lib.concat_features(featurizer(texts, progress=False), featurizer.kinds)
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the output columns: "<kind>_<unit>"."""
+        del input_features
+        featurizer = self._featurizer()
+        return np.array(
+            [
+                f"{kind}_{unit}"
+                for kind in featurizer.kinds
+                for unit in range(featurizer.hidden_size)
+            ],
+            dtype=object,
+        )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.requires_fit = False
+        return tags
+
+    def __getstate__(self):
+        # The Keras model does not pickle; it is loaded again when next used.
+        state = dict(self.__dict__)
+        state.pop("_loaded", None)
+        return state
