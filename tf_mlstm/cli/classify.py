@@ -25,6 +25,7 @@ import numpy as np
 from absl import flags
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -109,7 +110,7 @@ def read_texts(spec, text_keys, stdin=None):
             texts.append(document.text)
             lines.append(document.line)
     if not texts:
-        raise ValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
+        raise errors.InvalidValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
     return texts, lines
 
 
@@ -160,7 +161,7 @@ def classify(config, stdin=None):
     classifier = logistic.LogisticClassifier.load(config.classifier)
     model, _ = rundir.load_trained_model(config.model_dir)
     if model.hidden_size != classifier.hidden_size:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{config.classifier}: fitted on a {classifier.hidden_size}-unit model, but "
             f"{config.model_dir} has {model.hidden_size} units"
         )

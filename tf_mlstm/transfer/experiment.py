@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.train.config import PRECISIONS
@@ -60,7 +61,9 @@ def parse_num_labeled(spec):
         elif piece.isdigit() and int(piece) >= 2:
             counts.add(int(piece))
         else:
-            raise ValueError(f"--num_labeled entries must be integers >= 2 or 'all', got {piece!r}")
+            raise errors.InvalidValueError(
+                f"--num_labeled entries must be integers >= 2 or 'all', got {piece!r}"
+            )
     return tuple(sorted(counts - {ALL})) + ((ALL,) if ALL in counts else ())
 
 
@@ -101,34 +104,52 @@ class TransferConfig:
         """Raises ValueError naming the first bad setting."""
         features_lib.parse_feature_kinds(self.features)
         if self.batch_size <= 0 or self.window <= 0:
-            raise ValueError("--batch_size and --window must be positive")
+            raise errors.InvalidValueError("--batch_size and --window must be positive")
         if self.max_train_examples < 0 or self.max_eval_examples < 0:
-            raise ValueError("--max_train_examples and --max_eval_examples must be >= 0")
+            raise errors.InvalidValueError(
+                "--max_train_examples and --max_eval_examples must be >= 0"
+            )
         if not 0 < self.val_fraction < 1:
-            raise ValueError(f"--val_fraction must be in (0, 1), got {self.val_fraction}")
+            raise errors.InvalidValueError(
+                f"--val_fraction must be in (0, 1), got {self.val_fraction}"
+            )
         if self.precision not in PRECISIONS:
-            raise ValueError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise errors.InvalidValueError(
+                f"--precision must be one of {PRECISIONS}, got {self.precision!r}"
+            )
         if self.penalty not in logistic.PENALTIES:
-            raise ValueError(f"--penalty must be one of {logistic.PENALTIES}, got {self.penalty!r}")
+            raise errors.InvalidValueError(
+                f"--penalty must be one of {logistic.PENALTIES}, got {self.penalty!r}"
+            )
         if self.solver not in logistic.SOLVERS:
-            raise ValueError(f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}")
+            raise errors.InvalidValueError(
+                f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}"
+            )
         if self.solver == "lbfgs" and self.penalty != "l2":
-            raise ValueError(f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}")
+            raise errors.InvalidValueError(
+                f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}"
+            )
         if not self.c_grid or min(self.c_grid) <= 0:
-            raise ValueError(f"--c_grid must hold positive values, got {list(self.c_grid)}")
+            raise errors.InvalidValueError(
+                f"--c_grid must hold positive values, got {list(self.c_grid)}"
+            )
         if not self.text_keys:
-            raise ValueError("--text_key must name at least one key")
+            raise errors.InvalidValueError("--text_key must name at least one key")
         if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
-            raise ValueError(f"--label_key must name distinct keys, got {self.label_key!r}")
+            raise errors.InvalidValueError(
+                f"--label_key must name distinct keys, got {self.label_key!r}"
+            )
         if self.label_threshold is not None and not math.isfinite(self.label_threshold):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--label_threshold must be a finite number, got {self.label_threshold}"
             )
         if self.label_threshold is not None and self.label_map:
-            raise ValueError("--label_threshold and --label_map cannot be combined: choose one")
+            raise errors.InvalidValueError(
+                "--label_threshold and --label_map cannot be combined: choose one"
+            )
         labeled.parse_label_map(self.label_map)
         if self.threshold_metric not in labeled.THRESHOLD_METRICS:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--threshold_metric must be one of {labeled.THRESHOLD_METRICS}, got "
                 f"{self.threshold_metric!r}"
             )
@@ -184,14 +205,14 @@ def _training_classes(config, splits):
     if fit.multilabel:
         for key, column in zip(fit.label_keys, fit.labels.T):
             if len(np.unique(column)) < 2:
-                raise ValueError(
+                raise errors.InvalidValueError(
                     f"{config.train}: label {key!r} is {int(column[0])} on every training row; "
                     "each label needs both 0 and 1"
                 )
         return fit.label_keys
     classes = fit.classes()
     if len(classes) < 2:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{config.train}: a classifier needs two or more classes, found {list(classes)}"
         )
     missing = [c for c in fit.class_order or () if c not in classes]

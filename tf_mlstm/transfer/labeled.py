@@ -34,6 +34,7 @@ from absl import logging
 from sklearn import metrics as sk_metrics
 from sklearn.model_selection import train_test_split
 
+from tf_mlstm import errors
 from tf_mlstm.data import readers
 
 THRESHOLD_METRICS = ("accuracy", "f1")
@@ -112,13 +113,13 @@ def parse_label_map(spec):
     for number, piece in enumerate(spec.split(","), 1):
         raw, colon, label = (part.strip() for part in piece.rpartition(":"))
         if not colon or not raw or not label:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--label_map entry {number} ({piece.strip()!r}) is not VALUE:CLASS "
                 f"(e.g. --label_map={LABEL_MAP_EXAMPLE})"
             )
         key = _map_key(raw)
         if key in seen:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"--label_map names the value {raw!r} twice (entries {seen[key]} and {number})"
             )
         seen[key] = number
@@ -128,7 +129,9 @@ def parse_label_map(spec):
         entries = [(raw, int(label)) for raw, label in entries]
         classes = tuple(int(label) for label in classes)
     if len(classes) < 2:
-        raise ValueError(f"--label_map={spec} names one class; a classifier needs two or more")
+        raise errors.InvalidValueError(
+            f"--label_map={spec} names one class; a classifier needs two or more"
+        )
     return LabelMap(spec, tuple(entries), classes)
 
 
@@ -193,7 +196,7 @@ class LabeledData:
             return self.labels.astype(np.float32)
         extra = sorted(set(self.classes()) - {0, 1}, key=str)
         if extra:
-            raise ValueError(f"{self.source}: labels {extra[:10]} are not 0/1")
+            raise errors.InvalidValueError(f"{self.source}: labels {extra[:10]} are not 0/1")
         return self.labels.reshape(-1, 1).astype(np.float32)
 
     def summary(self):
@@ -237,11 +240,13 @@ def read_labeled(spec, text_keys, label_keys, threshold=None, label_map=None, bi
     """
     keys = (label_keys,) if isinstance(label_keys, str) else tuple(label_keys)
     if not keys:
-        raise ValueError("no label key given")
+        raise errors.InvalidValueError("no label key given")
     if isinstance(label_map, str) or label_map is None:
         label_map = parse_label_map(label_map)
     if label_map is not None and threshold is not None:
-        raise ValueError("a label map and a label threshold cannot be combined: choose one")
+        raise errors.InvalidValueError(
+            "a label map and a label threshold cannot be combined: choose one"
+        )
     parse = _LabelParser(keys, threshold, label_map, binary or len(keys) > 1)
     skip_log = readers.SkipLog(max_examples=1)
     paths = readers.expand_inputs(spec)
@@ -256,7 +261,7 @@ def read_labeled(spec, text_keys, label_keys, threshold=None, label_map=None, bi
     if not texts:
         first = next(iter(skip_log.examples.values()), ["(empty)"])[0]
         what = f"label {keys[0]!r}" if len(keys) == 1 else f"labels {list(keys)}"
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{spec}: no usable record with text {list(text_keys)} and {what} "
             f"(skipped {skip_log.total}: {skip_log.counts}; first: {first})"
         )
@@ -300,7 +305,7 @@ class _LabelParser:
         if self.label_map is not None:
             label = self.label_map.lookup(value)
             if label is None:
-                raise ValueError(
+                raise errors.InvalidValueError(
                     f"{doc.source}:{doc.line}: {key!r} is {value!r}, which --label_map does not "
                     f"name (it names {', '.join(self.label_map.values())})"
                 )
@@ -315,7 +320,7 @@ class _LabelParser:
                 skip_log.add(reason, doc.source, doc.line, f"{key!r}: {e}")
                 return None
         if self.binary and label not in (0, 1):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{doc.source}:{doc.line}: label {key!r} is {label!r}; each label key here takes "
                 "0/1 labels (several label keys, or fine-tuning)"
             )
@@ -340,7 +345,7 @@ def encode_classes(data, classes):
     for row, value in enumerate(data.labels.tolist()):
         if value not in index:
             path, line = data.places[row]
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{path}:{line}: label {value!r} is not among the training classes {list(classes)}"
             )
         out[row] = index[value]
@@ -394,11 +399,11 @@ def stratified_split(labels, fraction, seed):
       ValueError: a fraction outside (0, 1), or fewer than two rows.
     """
     if not 0 < fraction < 1:
-        raise ValueError(f"the held-out fraction must be in (0, 1), got {fraction}")
+        raise errors.InvalidValueError(f"the held-out fraction must be in (0, 1), got {fraction}")
     ids = strata(labels)
     rows, groups = len(ids), len(np.unique(ids))
     if rows < 2:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{rows} example is too few to hold out a validation share; give a validation file"
         )
     # Every stratum has two rows or more, so both sides can have one of each.
@@ -565,7 +570,9 @@ def choose_threshold(scores, labels, metric="accuracy"):
       ValueError: an unknown metric.
     """
     if metric not in THRESHOLD_METRICS:
-        raise ValueError(f"metric must be one of {THRESHOLD_METRICS}, got {metric!r}.")
+        raise errors.InvalidValueError(
+            f"metric must be one of {THRESHOLD_METRICS}, got {metric!r}."
+        )
     scores = np.asarray(scores, np.float64)
     labels = np.asarray(labels).astype(np.int64)
     positives = int(labels.sum())

@@ -39,6 +39,7 @@ from sklearn import metrics as sk_metrics
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
+from tf_mlstm import errors
 from tf_mlstm.export.saved_model import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
@@ -194,7 +195,7 @@ class LogisticClassifier:
           ValueError: not a binary classifier (see `neurons`).
         """
         if self.kind != "binary":
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"a {self.kind} classifier of {len(self.classes)} "
                 f"{'labels' if self.multilabel else 'classes'} has one neuron per "
                 f"{'label' if self.multilabel else 'class'}, not one sentiment neuron"
@@ -424,11 +425,11 @@ class LogisticClassifier:
         try:
             record = json.loads(text)
         except ValueError as e:
-            raise ValueError(f"{source}: not JSON ({e})") from e
+            raise errors.InvalidValueError(f"{source}: not JSON ({e})") from e
         if not isinstance(record, dict) or record.get("format") != FORMAT:
-            raise ValueError(f"{source}: not a tf-mlstm-transfer classifier file")
+            raise errors.InvalidValueError(f"{source}: not a tf-mlstm-transfer classifier file")
         if record.get("version") not in _READ_VERSIONS:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{source}: classifier format version {record.get('version')}, this code reads "
                 f"{', '.join(map(str, _READ_VERSIONS))}"
             )
@@ -436,16 +437,20 @@ class LogisticClassifier:
             classifier = cls._from_record(record)
             classifier.serving_head().check(classifier.hidden_size)
         except (KeyError, TypeError) as e:
-            raise ValueError(f"{source}: incomplete classifier file (missing or bad {e})") from e
+            raise errors.InvalidValueError(
+                f"{source}: incomplete classifier file (missing or bad {e})"
+            ) from e
         except ValueError as e:
-            raise ValueError(f"{source}: {e}") from e
+            raise errors.InvalidValueError(f"{source}: {e}") from e
         return classifier
 
     @classmethod
     def _from_record(cls, record):
         kind = record.get("kind", "binary")
         if kind not in KINDS:
-            raise ValueError(f"unknown classifier kind {kind!r}; this code reads {list(KINDS)}")
+            raise errors.InvalidValueError(
+                f"unknown classifier kind {kind!r}; this code reads {list(KINDS)}"
+            )
         multilabel = kind == "multilabel"
         names = tuple(_class_value(c) for c in record["labels" if multilabel else "classes"])
         if kind == "binary":
@@ -455,7 +460,9 @@ class LogisticClassifier:
         if (kind == "binary") != (len(names) == 2 and not multilabel) or len(set(names)) < len(
             names
         ):
-            raise ValueError(f"a {kind} classifier cannot have the classes {list(names)}")
+            raise errors.InvalidValueError(
+                f"a {kind} classifier cannot have the classes {list(names)}"
+            )
         weights = np.asarray(record["weights"], np.float64)
         return cls(
             feature_kinds=tuple(record["feature_kinds"]),
@@ -502,7 +509,7 @@ def _json_value(value):
 
 def _class_value(value):
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"a class must be an integer or a name, got {value!r}")
+        raise errors.InvalidValueError(f"a class must be an integer or a name, got {value!r}")
     return value
 
 
@@ -536,14 +543,14 @@ def encode_labels(labels, classes=None, what="labels"):
     if classes is None:
         found = np.unique(labels).tolist()
         if len(found) < 2:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{what}: a classifier needs two or more label values, found {found[:10]}"
             )
         classes = tuple(found)
     index = {value: i for i, value in enumerate(classes)}
     unknown = sorted({value for value in labels.tolist() if value not in index}, key=str)
     if unknown:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{what}: labels {unknown[:10]} are not among the training classes {list(classes)}"
         )
     return np.array([index[value] for value in labels.tolist()], np.int64), tuple(classes)
@@ -557,13 +564,13 @@ def resolve_solver(penalty, solver, num_classes=2):
         with more than two classes.
     """
     if penalty not in PENALTIES:
-        raise ValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
+        raise errors.InvalidValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
     if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        raise errors.InvalidValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if solver == "lbfgs" and penalty != "l2":
-        raise ValueError(f"the lbfgs solver fits only the l2 penalty, not {penalty}")
+        raise errors.InvalidValueError(f"the lbfgs solver fits only the l2 penalty, not {penalty}")
     if solver == "liblinear" and num_classes > 2:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"the liblinear solver fits two classes, not {num_classes}: the multinomial fit "
             "needs saga (or lbfgs, l2 only)"
         )
@@ -643,7 +650,7 @@ def fit_logistic(
     """
     c_grid = sorted(float(c) for c in c_grid)
     if not c_grid or min(c_grid) <= 0:
-        raise ValueError(f"the C grid must hold positive values, got {c_grid}")
+        raise errors.InvalidValueError(f"the C grid must hold positive values, got {c_grid}")
     mean, scale = standardizer(train_x)
     train_z = (np.asarray(train_x, np.float64) - mean) / scale
     val_z = (np.asarray(val_x, np.float64) - mean) / scale
@@ -714,11 +721,13 @@ def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, 
 def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, names, metric):
     """One binary fit per label and C; per label the C and threshold best on validation."""
     if metric not in labeled.THRESHOLD_METRICS:
-        raise ValueError(f"threshold metric must be one of {labeled.THRESHOLD_METRICS}")
+        raise errors.InvalidValueError(
+            f"threshold metric must be one of {labeled.THRESHOLD_METRICS}"
+        )
     count = train_y.shape[1]
     names = tuple(names) if names is not None else tuple(f"label_{k}" for k in range(count))
     if len(names) != count or np.shape(val_y)[1:] != (count,):
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{count} training labels, {np.shape(val_y)[1:]} validation, names {names}"
         )
     solver = resolve_solver(penalty, solver, 2)
@@ -726,7 +735,7 @@ def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, n
     for k, name in enumerate(names):
         values = np.unique(train_y[:, k]).tolist()
         if values != [0, 1]:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"label {name!r} is {values} on every training row; each label needs both 0 and 1"
             )
         best = None

@@ -110,7 +110,7 @@ def neuron_from_classifier(path, tool, hidden_size=None):
 
     classifier = logistic.LogisticClassifier.load(path)
     if classifier.kind != "binary":
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
             f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
             f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "

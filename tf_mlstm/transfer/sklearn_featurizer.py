@@ -27,6 +27,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.base import TransformerMixin
 
+from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.transfer import features as features_lib
@@ -69,7 +70,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
     def _kinds(self):
         kinds = features_lib.parse_feature_kinds(self.features)
         if kinds == features_lib.AUTO:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 "MLSTMFeaturizer: features='auto' chooses on labeled validation data "
                 "(tf-mlstm-transfer); name the kinds, e.g. 'cell' or 'cell_mean,cell_max'"
             )
