@@ -481,19 +481,26 @@ def _error_lines(stderr):
 def test_binaries_fail_with_one_line(tmp_path, review_csvs):
     model_dir, _ = write_untrained_model_dir(tmp_path / "m")
     transfer = [sys.executable, "-m", "tf_mlstm.cli.transfer", f"--model_dir={model_dir}"]
-    transfer += [f"--output_dir={tmp_path / 'out'}", "--text_key=sentence", "--label_key=stars"]
-    done = subprocess.run(
-        transfer + [f"--train={review_csvs['train']}"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=300,
-    )
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    errors = _error_lines(done.stderr)
-    assert len(errors) == 1, done.stderr[-3000:]
-    assert "train.csv: no usable record with text ['sentence'] and label 'stars'" in errors[0]
-    assert "missing_label" in errors[0]
+    transfer += [f"--output_dir={tmp_path / 'out'}", "--text_key=sentence"]
+    transfer += [f"--train={review_csvs['train']}"]
+    cases = {
+        "--label_key=stars": [
+            "train.csv: no usable record with text ['sentence'] and label 'stars'",
+            "missing_label",
+        ],
+        # A value the label map does not name: the file and line of the first.
+        "--label_map=1:good,5:bad": [
+            "train.csv:2: 'label' is '0', which --label_map does not name (it names 1, 5)"
+        ],
+    }
+    for flag, messages in cases.items():
+        done = subprocess.run(
+            transfer + [flag], capture_output=True, text=True, env=_env(), timeout=300
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        errors = _error_lines(done.stderr)
+        assert len(errors) == 1, done.stderr[-3000:]
+        assert all(message in errors[0] for message in messages), errors[0]
 
     classify = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={model_dir}"]
     classify += [f"--classifier={tmp_path / 'none.json'}", "--input=-", "--output=-"]
