@@ -76,30 +76,9 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
 _CLI_MODULES = sorted(
     p.stem for p in (REPO / "tf_mlstm" / "cli").glob("*.py") if p.stem not in ("__init__", "_run")
 )
-# Modules that import TensorFlow at import time today: `--help` and flag errors
-# wait for TensorFlow to load. The mark is strict, so fixing one fails this
-# test until its entry is removed. (Slow: loading TensorFlow takes seconds.)
-_IMPORTS_TENSORFLOW_TODAY = {
-    "finetune": "tf_mlstm.cli.finetune imports tf_mlstm.data.readers, tf_mlstm.train.config, "
-    "tf_mlstm.transfer.finetune and tf_mlstm.cli.train",
-}
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(
-            name,
-            marks=[
-                pytest.mark.xfail(strict=True, reason=_IMPORTS_TENSORFLOW_TODAY[name]),
-                pytest.mark.slow,
-            ]
-            if name in _IMPORTS_TENSORFLOW_TODAY
-            else [],
-        )
-        for name in _CLI_MODULES
-    ],
-)
+@pytest.mark.parametrize("module", _CLI_MODULES)
 def test_cli_module_imports_without_tensorflow(module):
     code = (
         f"import sys, tf_mlstm.cli.{module}\n"

@@ -71,8 +71,7 @@ def test_help_under_a_console_script_shows_the_binarys_usage_and_flags(module):
     assert usage in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     for flag in _BINARIES[module]:
         assert flag in done.stdout, f"{flag} missing from tf-mlstm-{module} --help"
-    if module != "finetune":  # tests/test_architecture.py tracks the one that still does.
-        assert "tensorflow imported: False" in done.stderr
+    assert "tensorflow imported: False" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,7 @@ record reads the same in every binary.
 
 from absl import flags
 
-# The text fields tried in order, the first present one wins: Amazon reviews
-# (`reviewText`), IMDB and most JSON/CSV sets (`text`), SST (`sentence`).
-TEXT_KEYS = ("reviewText", "text", "sentence")
+from tf_mlstm.data.fields import TEXT_KEYS
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):

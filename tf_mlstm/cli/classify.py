@@ -26,6 +26,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -39,21 +40,21 @@ class ClassifyConfig:
     classifier: str
     input: str
     output: str
-    text_key: str = "text,sentence,reviewText"
+    text_key: tuple = _flags.TEXT_KEYS
     batch_size: int = 64
     window: int = 256
 
     @property
     def text_keys(self):
-        """The comma-separated `text_key` as a tuple."""
-        return tuple(key.strip() for key in self.text_key.split(",") if key.strip())
+        """The `text_key` list as a tuple, blanks left out."""
+        return _flags.text_keys(self.text_key)
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if self.batch_size <= 0 or self.window <= 0:
-            raise ValueError("--batch_size and --window must be positive")
+            raise errors.InvalidValueError("--batch_size and --window must be positive")
         if not self.text_keys:
-            raise ValueError("--text_key must name at least one key")
+            raise errors.InvalidValueError("--text_key must name at least one key")
         return self
 
 
@@ -66,9 +67,7 @@ def define_classify_flags():
     )
     flags.DEFINE_string("output", None, "The CSV to write, or - for stdout.")
     defaults = ClassifyConfig("", "", "", "")
-    flags.DEFINE_string(
-        "text_key", defaults.text_key, "Keys/columns holding the text, tried in order."
-    )
+    _flags.define_text_key()
     flags.DEFINE_integer("batch_size", defaults.batch_size, "Texts per model call.")
     flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
 

@@ -16,6 +16,7 @@ import dataclasses
 from absl import flags
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -41,7 +42,7 @@ class EvalConfig:
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not self.text_keys:
-            raise ValueError("--text_key must name at least one key")
+            raise errors.InvalidValueError("--text_key must name at least one key")
         return self
 
 
@@ -101,7 +102,7 @@ def evaluate_data(
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
         if not tfrecord.nonempty_files(files):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"no records to score: the {len(files)} {split} shards of {data} are empty"
             )
         documents = pipeline.document_dataset(files)

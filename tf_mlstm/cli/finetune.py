@@ -24,7 +24,7 @@ from absl import flags
 
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.transfer import finetune as finetune_lib
+from tf_mlstm.transfer import settings as finetune_lib
 
 FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()
@@ -47,7 +47,7 @@ def define_finetune_flags():
         "Labeled validation files; empty = hold out --validation_fraction of train.",
     )
     flags.DEFINE_string("test_data", _default("test_data"), "Labeled test files (optional).")
-    flags.DEFINE_string("text_key", _default("text_key"), "Text keys/columns, first present wins.")
+    _flags.define_text_key("Text keys/columns, first present wins.")
     flags.DEFINE_string(
         "label_key",
         _default("label_key"),
@@ -88,7 +88,9 @@ def define_finetune_flags():
 
 def main(config):
     """Fine-tunes; returns the results without the per-step history."""
-    results = finetune_lib.finetune(config)
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+
+    results = finetune.finetune(config)
     results.pop("history", None)
     return results
 

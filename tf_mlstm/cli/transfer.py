@@ -38,6 +38,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -51,9 +52,7 @@ def define_transfer_flags():
         "val", "", "Labeled validation files; empty: hold out --val_fraction of train."
     )
     flags.DEFINE_string("test", "", "Labeled test files; empty: no test accuracy.")
-    flags.DEFINE_string(
-        "text_key", "text,sentence,reviewText", "Keys/columns holding the text, tried in order."
-    )
+    _flags.define_text_key()
     flags.DEFINE_string(
         "label_key",
         "label",
@@ -172,7 +171,7 @@ def config_from_flags():
             "output_dir": FLAGS.output_dir,
             "val": FLAGS.val,
             "test": FLAGS.test,
-            "text_keys": tuple(key.strip() for key in FLAGS.text_key.split(",") if key.strip()),
+            "text_keys": _flags.text_keys(FLAGS.text_key),
             "label_key": FLAGS.label_key,
             "label_threshold": FLAGS.label_threshold,
             "label_map": FLAGS.label_map,

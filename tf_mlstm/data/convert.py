@@ -25,9 +25,11 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
 
@@ -72,7 +74,7 @@ class ConvertConfig:
 
     inputs: str
     output_dir: str
-    text_keys: tuple[str, ...] = ("reviewText", "text", "sentence")
+    text_keys: tuple[str, ...] = TEXT_KEYS
     label_key: str | None = None
     rating_key: str | None = None
     text_mode: str = "line"
@@ -88,28 +90,34 @@ class ConvertConfig:
 
     def __post_init__(self):
         if not self.inputs.strip(" ,"):
-            raise ValueError("inputs must name at least one file or glob")
+            raise errors.InvalidValueError("inputs must name at least one file or glob")
         if not self.output_dir:
-            raise ValueError("output_dir must not be empty")
+            raise errors.InvalidValueError("output_dir must not be empty")
         if not self.text_keys or not all(self.text_keys):
-            raise ValueError(f"text_keys must be non-empty names, got {self.text_keys}")
+            raise errors.InvalidValueError(
+                f"text_keys must be non-empty names, got {self.text_keys}"
+            )
         if self.text_mode not in readers.TEXT_MODES:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"text_mode must be one of {readers.TEXT_MODES}, got {self.text_mode!r}"
             )
         if self.num_shards < 1:
-            raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
+            raise errors.InvalidValueError(f"num_shards must be >= 1, got {self.num_shards}")
         if len(self.split_weights) != 3 or not all(w > 0 for w in self.split_weights):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"split_weights must be three positive integers (train, validation, test), "
                 f"got {self.split_weights}"
             )
         if self.max_documents < 0:
-            raise ValueError(f"max_documents must be >= 0, got {self.max_documents}")
+            raise errors.InvalidValueError(f"max_documents must be >= 0, got {self.max_documents}")
         if self.max_document_bytes < 1:
-            raise ValueError(f"max_document_bytes must be >= 1, got {self.max_document_bytes}")
+            raise errors.InvalidValueError(
+                f"max_document_bytes must be >= 1, got {self.max_document_bytes}"
+            )
         if self.progress_interval_s <= 0:
-            raise ValueError(f"progress_interval_s must be > 0, got {self.progress_interval_s}")
+            raise errors.InvalidValueError(
+                f"progress_interval_s must be > 0, got {self.progress_interval_s}"
+            )
 
     @property
     def stats_path(self) -> str:

@@ -33,6 +33,7 @@ import re
 
 import tensorflow as tf
 
+from tf_mlstm import errors
 from tf_mlstm.data import framing
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
@@ -120,12 +121,12 @@ def document_dataset(
     """
     files = sorted(files)
     if not files:
-        raise ValueError("document_dataset: no TFRecord files given.")
+        raise errors.InvalidValueError("document_dataset: no TFRecord files given.")
     compression = tfrecord.compression_type(files)
     if input_context is not None and input_context.num_input_pipelines > 1:
         n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
         if len(files) < n:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{len(files)} shard files cannot feed {n} input pipelines (one "
                 "per worker): convert the corpus with --num_shards >= the number "
                 "of workers."

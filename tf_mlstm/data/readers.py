@@ -213,7 +213,7 @@ def expand_inputs(spec: str) -> list[str]:
     """
     pieces = [piece.strip() for piece in spec.split(",") if piece.strip()]
     if not pieces:
-        raise ValueError(f"no input files given (input spec {spec!r})")
+        raise errors.InvalidValueError(f"no input files given (input spec {spec!r})")
     files: dict[str, None] = {}  # An ordered set.
     for piece in pieces:
         if _GLOB_CHARS.intersection(piece):
@@ -261,11 +261,13 @@ def parse_label(value: Any) -> int:
         if name.isdigit():
             label = int(name)
     if label is None or label < 0:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"not a label (a non-negative integer, bool, pos or neg): {_shorten(value)}"
         )
     if label > _INT64_MAX:
-        raise ValueError(f"label {_shorten(value)} is beyond the int64 range of TFRecords")
+        raise errors.InvalidValueError(
+            f"label {_shorten(value)} is beyond the int64 range of TFRecords"
+        )
     return label
 
 
@@ -294,9 +296,11 @@ def parse_rating(value: Any) -> float:
         except (ValueError, OverflowError):  # OverflowError: an int past float64.
             pass
     if rating is None or not math.isfinite(rating):
-        raise ValueError(f"not a finite number: {_shorten(value)}")
+        raise errors.InvalidValueError(f"not a finite number: {_shorten(value)}")
     if abs(rating) > _FLOAT32_MAX:
-        raise ValueError(f"rating {_shorten(value)} is beyond the float32 range of TFRecords")
+        raise errors.InvalidValueError(
+            f"rating {_shorten(value)} is beyond the float32 range of TFRecords"
+        )
     return rating
 
 
@@ -358,11 +362,11 @@ def read_documents(
         text_keys = [text_keys]
     text_keys = tuple(text_keys)
     if not text_keys:
-        raise ValueError("text_keys must name at least one key")
+        raise errors.InvalidValueError("text_keys must name at least one key")
     if text_mode not in TEXT_MODES:
-        raise ValueError(f"text_mode must be one of {TEXT_MODES}, got {text_mode!r}")
+        raise errors.InvalidValueError(f"text_mode must be one of {TEXT_MODES}, got {text_mode!r}")
     if max_document_bytes < 1:
-        raise ValueError(f"max_document_bytes must be >= 1, got {max_document_bytes}")
+        raise errors.InvalidValueError(f"max_document_bytes must be >= 1, got {max_document_bytes}")
     paths = list(paths)
     for path in paths:
         if not tf.io.gfile.exists(path):

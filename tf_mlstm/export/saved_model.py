@@ -122,7 +122,7 @@ class ClassifierHead:
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
         unknown = [k for k in self.feature_kinds if k not in featurize.FEATURE_KINDS]
         if unknown or not self.feature_kinds:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"classifier feature kinds {list(self.feature_kinds)} are not a non-empty "
                 f"subset of {list(featurize.FEATURE_KINDS)}"
             )
@@ -136,21 +136,27 @@ class ClassifierHead:
         for name, allowed in shapes.items():
             shape = np.shape(getattr(self, name))
             if shape not in allowed:
-                raise ValueError(
+                raise errors.InvalidValueError(
                     f"classifier {name} has shape {shape}, but a {hidden_size}-unit model with "
                     f"features {list(self.feature_kinds)} gives {allowed[-1]}: was it fitted on "
                     "another model?"
                 )
         if np.size(self.bias) != rows:
-            raise ValueError(f"classifier bias has {np.size(self.bias)} values, not {rows}")
+            raise errors.InvalidValueError(
+                f"classifier bias has {np.size(self.bias)} values, not {rows}"
+            )
         if len(self.classes) < 2 and not self.multilabel:
-            raise ValueError(f"classifier classes {list(self.classes)}: two or more needed")
+            raise errors.InvalidValueError(
+                f"classifier classes {list(self.classes)}: two or more needed"
+            )
         if self.multilabel and len(self.thresholds) != len(self.classes):
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"classifier has {len(self.thresholds)} thresholds for {len(self.classes)} labels"
             )
         if self.binary and not 0 <= self.neuron < width:
-            raise ValueError(f"classifier neuron {self.neuron} is outside [0, {width})")
+            raise errors.InvalidValueError(
+                f"classifier neuron {self.neuron} is outside [0, {width})"
+            )
 
 
 class ServingModule(tf.Module):
@@ -183,7 +189,7 @@ class ServingModule(tf.Module):
             ("max_generate_length", max_generate_length),
         ):
             if int(value) <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise errors.InvalidValueError(f"{name} must be positive, got {value}")
         self.model = model
         self.window = window
         self.max_text_bytes = int(max_text_bytes)
@@ -379,7 +385,7 @@ def checkpoint_step(checkpoint):
     suffix = os.path.basename(checkpoint).rsplit("-", 1)[-1]
     if suffix.isdigit():
         return int(suffix)
-    raise ValueError(
+    raise errors.InvalidValueError(
         f"{checkpoint}: holds no global step and its name ends in no number, so it gives "
         "no export version"
     )
@@ -463,7 +469,7 @@ def export_saved_model(module, base_dir, version, metadata=None):
     """
     version = int(version)
     if version < 0:
-        raise ValueError(f"export version must be >= 0, got {version}")
+        raise errors.InvalidValueError(f"export version must be >= 0, got {version}")
     check_export_base(base_dir)
     tf.io.gfile.makedirs(base_dir)
     target = os.path.join(base_dir, str(version))

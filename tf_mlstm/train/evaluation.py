@@ -10,6 +10,7 @@ import time
 
 import tensorflow as tf
 
+from tf_mlstm import errors
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.progress import Progress
@@ -82,7 +83,7 @@ def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progres
             total_chars += float(chars)
             report.update(total_chars)
     if total_chars == 0:
-        raise ValueError("evaluation data held no characters to score.")
+        raise errors.InvalidValueError("evaluation data held no characters to score.")
     seconds = time.perf_counter() - start
     return {
         "bits_per_char": total_bits / total_chars,

@@ -19,6 +19,7 @@ or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 import numpy as np
 import tensorflow as tf
 
+from tf_mlstm import errors
 from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
@@ -53,14 +54,18 @@ def parse_feature_kinds(spec):
     """
     names = [name.strip().lower() for name in spec.split(",") if name.strip()]
     if not names:
-        raise ValueError(f"no feature kinds in {spec!r}; choose from {list(FEATURE_KINDS)} or auto")
+        raise errors.InvalidValueError(
+            f"no feature kinds in {spec!r}; choose from {list(FEATURE_KINDS)} or auto"
+        )
     if AUTO in names:
         if len(names) > 1:
-            raise ValueError(f"'auto' cannot be combined with other feature kinds: {spec!r}")
+            raise errors.InvalidValueError(
+                f"'auto' cannot be combined with other feature kinds: {spec!r}"
+            )
         return AUTO
     unknown = sorted(set(names) - set(FEATURE_KINDS))
     if unknown:
-        raise ValueError(
+        raise errors.InvalidValueError(
             f"unknown feature kinds {unknown} in {spec!r}; choose from "
             f"{list(FEATURE_KINDS)} or auto"
         )
@@ -130,10 +135,14 @@ class TextFeaturizer:
         progress_interval_s=DEFAULT_LOG_INTERVAL_S,
     ):
         if batch_size <= 0 or window <= 0:
-            raise ValueError(f"batch_size and window must be positive, got {batch_size}, {window}")
+            raise errors.InvalidValueError(
+                f"batch_size and window must be positive, got {batch_size}, {window}"
+            )
         unknown = [kind for kind in kinds if kind not in FEATURE_KINDS]
         if unknown:
-            raise ValueError(f"unknown feature kinds {unknown}; choose from {list(FEATURE_KINDS)}")
+            raise errors.InvalidValueError(
+                f"unknown feature kinds {unknown}; choose from {list(FEATURE_KINDS)}"
+            )
         self.model = model
         self.batch_size = int(batch_size)
         self.window = int(window)

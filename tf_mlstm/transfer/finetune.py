@@ -37,7 +37,6 @@ fine-tuned encoder too, plus `classifier`, optimizer and step),
 `finetune_config.json` and `results.json`.
 """
 
-import dataclasses
 import json
 import os
 
@@ -46,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.models.language_model import MLSTMLanguageModel
@@ -53,141 +53,18 @@ from tf_mlstm.progress import Progress
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import RESULTS_FILE
-from tf_mlstm.train import config as train_config_lib
 from tf_mlstm.train import hardware
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import settings
 
-FEATURES = ("cell", "mean")
-THRESHOLD_METRICS = labeled.THRESHOLD_METRICS
-
-
-# === Config ===
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneConfig(train_config_lib.JsonConfig):
-    """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags."""
-
-    # Data.
-    init_model_dir: str = ""
-    train_data: str = ""
-    validation_data: str = ""  # "" = a held-out share of train_data
-    test_data: str = ""
-    model_dir: str = ""
-    text_key: str = "text,sentence,reviewText"
-    label_key: str = "label"  # several, comma-separated = multi-label
-    validation_fraction: float = 0.1
-    max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
-    # Model and loss.
-    feature: str = "cell"
-    lm_loss_weight: float = 0.0
-    threshold_metric: str = "accuracy"
-    # Optimization.
-    batch_size: int = 32  # global
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    lr_decay: str = "linear"
-    clip_norm: float = 1.0
-    max_steps: int = 1000
-    precision: str = "auto"
-    allreduce_dtype: str = "float32"
-    jit_compile: str = "auto"
-    seed: int = 0
-    # Budget and bookkeeping.
-    max_minutes: float = 0.0  # 0 = no time budget
-    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
-    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
-    log_every_steps: int = 25
-    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
-    eval_every_steps: int = 0  # 0 = only at the end
-    checkpoint_every_steps: int = 500
-    keep_checkpoints: int = 2
-    # Distribution.
-    distribution_strategy: str = "default"
-    all_reduce: str = "auto"
-    cluster_resolver: str = "tf_config"
-    num_gpus: int = -1
-    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
-
-    @property
-    def label_keys(self):
-        """The label keys, in order (one: binary; more: multi-label)."""
-        return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
-
-    @property
-    def text_keys(self):
-        """The text keys, tried in order."""
-        return tuple(key.strip() for key in self.text_key.split(",") if key.strip())
-
-    def validate(self):
-        """Raises ValueError with one clear line for an inconsistent config; returns self."""
-        self.check_numbers()
-        for name in ("init_model_dir", "train_data", "model_dir"):
-            if not getattr(self, name):
-                raise ValueError(f"--{name} is required.")
-        if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
-            raise ValueError(f"--label_key must name distinct keys, got {self.label_key!r}.")
-        if not self.text_keys:
-            raise ValueError("--text_key must name at least one key.")
-        positive = (
-            "batch_size",
-            "max_steps",
-            "log_every_steps",
-            "checkpoint_every_steps",
-            "keep_checkpoints",
-            "max_nonfinite_steps",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
-        if self.max_length < 2:
-            raise ValueError(f"--max_length must be >= 2 bytes, got {self.max_length}.")
-        choices = {
-            "feature": FEATURES,
-            "threshold_metric": THRESHOLD_METRICS,
-            "lr_decay": schedules.DECAYS,
-            "precision": train_config_lib.PRECISION_CHOICES,
-            "jit_compile": train_config_lib.JIT_CHOICES,
-            "distribution_strategy": train_config_lib.STRATEGIES,
-            "all_reduce": train_config_lib.ALL_REDUCE,
-            "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
-            "schedule_length": train_config_lib.SCHEDULE_LENGTHS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
-                )
-        if not self.lr > 0:
-            raise ValueError(f"--lr must be positive, got {self.lr}.")
-        for name in (
-            "lm_loss_weight",
-            "clip_norm",
-            "eval_every_steps",
-            "max_minutes",
-            "collective_timeout_s",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
-        train_config_lib.profile_bounds(self.profile_steps)
-        if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
-            raise ValueError(
-                "--allreduce_dtype=float16 needs --precision=mixed_float16 (its loss scaling "
-                "keeps float16 gradient sums finite)."
-            )
-        if not 0 < self.validation_fraction < 1:
-            raise ValueError(
-                f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
-            )
-        if not 0 <= self.warmup_steps <= self.max_steps:
-            raise ValueError(
-                f"--warmup_steps must be in [0, --max_steps={self.max_steps}], got "
-                f"{self.warmup_steps}."
-            )
-        return self
+# Re-exported: the configuration lives in a module without TensorFlow, so
+# that `tf-mlstm-finetune --help` and its flag checks answer at once.
+FEATURES = settings.FEATURES
+THRESHOLD_METRICS = settings.THRESHOLD_METRICS
+FinetuneConfig = settings.FinetuneConfig
 
 
 # === Data ===
@@ -232,7 +109,7 @@ class SequenceClassifier(keras.Model):
     def __init__(self, encoder, num_labels, feature="cell", **kwargs):
         super().__init__(**kwargs)
         if feature not in FEATURES:
-            raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}.")
+            raise errors.InvalidValueError(f"feature must be one of {FEATURES}, got {feature!r}.")
         self.encoder = encoder
         self.num_labels = int(num_labels)
         self.feature = feature
@@ -334,7 +211,7 @@ class FinetuneTask(Task):
         self._load_data()
         self.base_model, self.base_config = rundir.load_trained_model(self.config.init_model_dir)
         if len(self.train_ids) < runner.num_workers:
-            raise ValueError(
+            raise errors.InvalidValueError(
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
                 f"{runner.num_workers} workers."
             )

@@ -36,9 +36,9 @@ from sklearn.model_selection import train_test_split
 
 from tf_mlstm import errors
 from tf_mlstm.data import readers
+from tf_mlstm.transfer import settings
 
-THRESHOLD_METRICS = ("accuracy", "f1")
-"""What a label's threshold maximizes on validation."""
+THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 LABEL_MAP_EXAMPLE = "1:negative,2:negative,3:neutral,4:positive,5:positive"
 
 
