@@ -1,0 +1,130 @@
+"""tools/tfidf_baseline.py: the bag-of-words reference reads, splits and scores like transfer."""
+
+import csv
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+
+import tfidf_baseline  # noqa: E402
+
+_WORDS = {0: ["dull", "awful", "boring"], 1: ["fine", "okay", "average"], 2: ["great", "superb"]}
+
+
+def _write(path, rows, header):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+def _three_classes(path, n, seed):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        label = int(rng.integers(3))
+        words = list(rng.choice(_WORDS[label], 2)) + list(rng.choice(["the", "film", "was"], 3))
+        rows.append([label, " ".join(rng.permutation(words))])
+    return _write(path, rows, ["label", "sentence"])
+
+
+def _config(**overrides):
+    config = {
+        "train": "",
+        "val": "",
+        "test": "",
+        "text_keys": ("sentence",),
+        "label_keys": ("label",),
+        "label_map": "",
+        "label_threshold": None,
+        "val_fraction": 0.2,
+        "threshold_metric": "accuracy",
+        "c_grid": (1.0, 16.0),
+        "seed": 0,
+    }
+    config.update(overrides)
+    return config
+
+
+def test_three_classes_are_learned_and_scored_with_the_shared_metrics(tmp_path):
+    result = tfidf_baseline.run_baseline(
+        _config(
+            train=_three_classes(tmp_path / "train.csv", 300, 0),
+            test=_three_classes(tmp_path / "test.csv", 90, 1),
+        )
+    )
+    assert result["task"] == "multiclass"
+    assert result["examples"] == {"train": 240, "val": 60, "test": 90}  # stratified 20% held out
+    assert result["test"]["accuracy"] == 1.0  # each class has words no other class uses
+    assert set(result["test"]["per_class"]) == {"0", "1", "2"}
+
+
+def test_a_label_map_merges_classes(tmp_path):
+    result = tfidf_baseline.run_baseline(
+        _config(
+            train=_three_classes(tmp_path / "train.csv", 300, 0),
+            test=_three_classes(tmp_path / "test.csv", 90, 1),
+            label_map="0:neg,1:neg,2:pos",
+        )
+    )
+    assert result["task"] == "binary"
+    assert set(result["test"]["per_class"]) == {"neg", "pos"}
+    assert result["test"]["accuracy"] == 1.0
+
+
+def test_several_labels_get_a_regression_and_a_threshold_each(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(400):
+        a, b = (int(x) for x in rng.integers(2, size=2))
+        words = ["angry"] * a + ["happy"] * b + list(rng.choice(["it", "was", "so"], 3))
+        rows.append([a, b, " ".join(rng.permutation(words))])
+    train = _write(tmp_path / "train.csv", rows, ["anger", "joy", "Tweet"])
+    result = tfidf_baseline.run_baseline(
+        _config(train=train, test=train, text_keys=("Tweet",), label_keys=("anger", "joy"))
+    )
+    assert result["task"] == "multilabel"
+    assert len(result["C"]) == len(result["thresholds"]) == 2
+    assert result["test"]["jaccard"] == 1.0 and result["test"]["micro_f1"] == 1.0
+
+
+def test_the_binary_prints_one_json_line_and_refuses_bad_flags(tmp_path):
+    train = _three_classes(tmp_path / "train.csv", 200, 0)
+    tool = [sys.executable, str(REPO / "tools" / "tfidf_baseline.py"), f"--train={train}"]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [*tool, "--text_key=sentence"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["val"]["accuracy"] == 1.0
+    done = subprocess.run(
+        [*tool, "--label_map=0:a"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "0:a" in done.stderr
+
+
+@pytest.mark.parametrize("grid", ["x", "0,1"])
+def test_a_bad_c_grid_is_a_usage_error(grid, tmp_path):
+    train = _three_classes(tmp_path / "train.csv", 20, 0)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "tfidf_baseline.py"),
+            f"--train={train}",
+            f"--c_grid={grid}",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "--c_grid" in done.stderr

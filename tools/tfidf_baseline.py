@@ -1,0 +1,201 @@
+"""The supervised bag-of-words baseline beside every transfer result.
+
+TF-IDF of word unigrams and bigrams, then a logistic regression with C
+chosen on validation: the reference a pretrained model's features and its
+fine-tuning are compared with. It reads, splits and scores labeled data
+through `tf_mlstm.transfer.labeled`, exactly as `tf-mlstm-transfer` and
+`tf-mlstm-finetune` do, so the three see the same rows:
+
+  python tools/tfidf_baseline.py --train=../shared/data/sst/train.csv \
+      --val=../shared/data/sst/val.csv --test=../shared/data/sst/test.csv \
+      --text_key=sentence --label_key=label
+  python tools/tfidf_baseline.py --train=semeval/train.csv --test=semeval/test.csv \
+      --text_key=Tweet --label_key=anger,anticipation,disgust,fear,joy,love,optimism,\
+pessimism,sadness,surprise,trust
+
+One label key: one multinomial regression over the classes (two or more).
+Several: one binary regression per label, each with its own C and a
+probability threshold chosen on validation (`--threshold_metric`). Without
+`--val`, a stratified `--val_fraction` of train is held out. The last line
+printed is one JSON object with the validation and test metrics.
+"""
+
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+
+from tf_mlstm.cli import _flags
+from tf_mlstm.cli import _main
+from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import settings
+
+FLAGS = flags.FLAGS
+C_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
+
+
+def define_flags():
+    """Defines this tool's flags."""
+    flags.DEFINE_string("train", None, "Labeled training files (comma-separated files/globs).")
+    flags.DEFINE_string("val", "", "Labeled validation files; empty: hold out --val_fraction.")
+    flags.DEFINE_string("test", "", "Labeled test files; empty: no test metrics.")
+    _flags.define_text_key()
+    flags.DEFINE_list("label_key", ["label"], "Label key; several keys = multi-label (0/1 each).")
+    flags.DEFINE_string(
+        "label_map", "", f"Raw values -> classes, e.g. {labeled.LABEL_MAP_EXAMPLE}."
+    )
+    flags.DEFINE_float(
+        "label_threshold", None, "Read the label as a score: positive when >= this value."
+    )
+    flags.DEFINE_float("val_fraction", 0.1, "Share of train held out without --val.")
+    flags.DEFINE_enum(
+        "threshold_metric",
+        "accuracy",
+        list(settings.THRESHOLD_METRICS),
+        "Multi-label: what each label's threshold maximizes on validation.",
+    )
+    flags.DEFINE_list("c_grid", [str(c) for c in C_GRID], "Inverse regularization strengths.")
+    flags.DEFINE_integer("seed", 0, "Seed of the held-out split and the solver.")
+
+
+def read_splits(config):
+    """(train, val, test-or-None) `LabeledData`, val held out of train when not given."""
+    label_map = labeled.parse_label_map(config["label_map"])
+
+    def read(spec):
+        return labeled.read_labeled(
+            spec, config["text_keys"], config["label_keys"], config["label_threshold"], label_map
+        )
+
+    train = read(config["train"])
+    if config["val"]:
+        val = read(config["val"])
+    else:
+        train, val = labeled.split_off(train, config["val_fraction"], config["seed"])
+    test = read(config["test"]) if config["test"] else None
+    return train, val, test
+
+
+def fit_classes(x_train, y_train, x_val, y_val, c_grid, seed):
+    """The multinomial regression whose C scores best on validation, and that C."""
+    best = None
+    for c in c_grid:
+        model = LogisticRegression(C=c, max_iter=2000, random_state=seed).fit(x_train, y_train)
+        accuracy = float(np.mean(model.predict(x_val) == y_val))
+        logging.info("C=%g: validation accuracy %.4f", c, accuracy)
+        if best is None or accuracy > best[0]:
+            best = (accuracy, c, model)
+    return best[2], best[1]
+
+
+def single_label(train, val, test, vectorizer, config):
+    """Metrics of one multinomial regression over the training classes."""
+    classes = train.classes()
+    y_train = labeled.encode_classes(train, classes)
+    model, c = fit_classes(
+        vectorizer.transform(train.texts),
+        y_train,
+        vectorizer.transform(val.texts),
+        labeled.encode_classes(val, classes),
+        config["c_grid"],
+        config["seed"],
+    )
+    result = {"task": "multiclass" if len(classes) > 2 else "binary", "C": c}
+    for name, data in (("val", val), ("test", test)):
+        if data is not None:
+            predicted = model.predict(vectorizer.transform(data.texts))
+            true = labeled.encode_classes(data, classes)
+            result[name] = labeled.class_metrics(true, predicted, classes)
+    return result
+
+
+def multi_label(train, val, test, vectorizer, config):
+    """Metrics of one binary regression per label, thresholds chosen on validation."""
+    x_train, x_val = vectorizer.transform(train.texts), vectorizer.transform(val.texts)
+    models, cs = [], []
+    for k, key in enumerate(train.label_keys):
+        logging.info("label %s", key)
+        model, c = fit_classes(
+            x_train, train.labels[:, k], x_val, val.labels[:, k], config["c_grid"], config["seed"]
+        )
+        models.append(model)
+        cs.append(c)
+
+    def probabilities(x):
+        return np.stack([model.predict_proba(x)[:, 1] for model in models], axis=1)
+
+    thresholds = labeled.choose_thresholds(
+        probabilities(x_val), val.labels, config["threshold_metric"]
+    )
+    result = {"task": "multilabel", "C": cs, "thresholds": thresholds.tolist()}
+    for name, data in (("val", val), ("test", test)):
+        if data is not None:
+            predicted = probabilities(vectorizer.transform(data.texts)) > thresholds
+            result[name] = labeled.label_metrics(
+                data.labels, predicted, train.label_keys, thresholds
+            )
+    return result
+
+
+def run_baseline(config):
+    """Reads the splits, fits the vectorizer on train, and scores val and test."""
+    train, val, test = read_splits(config)
+    logging.info("train %d, val %d, test %d texts", len(train), len(val), len(test or ()))
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+    vectorizer.fit(train.texts)
+    fit = multi_label if train.multilabel else single_label
+    result = fit(train, val, test, vectorizer, config)
+    result["features"] = len(vectorizer.vocabulary_)
+    result["examples"] = {"train": len(train), "val": len(val), "test": len(test or ())}
+    return result
+
+
+def _config():
+    try:
+        c_grid = tuple(float(c) for c in FLAGS.c_grid)
+    except ValueError:
+        raise app.UsageError(f"--c_grid must be numbers, got {FLAGS.c_grid}") from None
+    if not c_grid or min(c_grid) <= 0:
+        raise app.UsageError("--c_grid must hold positive numbers")
+    if not 0 < FLAGS.val_fraction < 1:
+        raise app.UsageError("--val_fraction must be in (0, 1)")
+    return {
+        "train": FLAGS.train,
+        "val": FLAGS.val,
+        "test": FLAGS.test,
+        "text_keys": _flags.text_keys(FLAGS.text_key),
+        "label_keys": _flags.text_keys(FLAGS.label_key),
+        "label_map": FLAGS.label_map,
+        "label_threshold": FLAGS.label_threshold,
+        "val_fraction": FLAGS.val_fraction,
+        "threshold_metric": FLAGS.threshold_metric,
+        "c_grid": c_grid,
+        "seed": FLAGS.seed,
+    }
+
+
+def _headline(result):
+    """The final line: test (else validation) metrics that name the task."""
+    keys = ("accuracy", "macro_f1", "f1", "jaccard", "micro_f1")
+    line = {"task": result["task"], "C": result["C"], "examples": result["examples"]}
+    for split in ("val", "test"):
+        if split in result:
+            line[split] = {k: result[split][k] for k in keys if k in result[split]}
+    return line
+
+
+def run():
+    """Entry point: defines the flags and runs the baseline."""
+    _main.run_binary(
+        __name__,
+        define_flags,
+        lambda config: _headline(run_baseline(config)),
+        _config,
+        required=["train"],
+    )
+
+
+if __name__ == "__main__":
+    run()
