@@ -121,15 +121,13 @@ def _scalars(summary_dir, tag):
 @contextlib.contextmanager
 def _cpu_devices_as_replicas(devices):
     """Lets "mirrored" with no GPUs mirror over the given logical CPU devices."""
-    import tensorflow as tf
-
     from tf_mlstm.train import strategy as strategy_lib
 
     factory = strategy_lib.get_distribution_strategy
 
     def stand_in(strategy="default", num_gpus=None, **kwargs):
         if strategy == "mirrored" and num_gpus == 0:
-            return tf.distribute.MirroredStrategy(devices=devices)
+            return strategy_lib.mirrored_strategy(devices)
         return factory(strategy, num_gpus=num_gpus, **kwargs)
 
     strategy_lib.get_distribution_strategy = stand_in
