@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the shared corpus, two CPU replicas; quiet TF logs.
+"""Shared pytest fixtures: the shared corpus, the demo TFRecords, two CPU replicas; quiet TF logs.
 
 Markers (`slow`) and the per-test timeout are configured in pyproject.toml.
 
@@ -36,6 +36,14 @@ def shared_data():
             "present beside a development checkout)"
         )
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def demo_tfrecords(tmp_path_factory):
+    """The embedded demo corpus as TFRecord shards (4 train shards), built once."""
+    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+
+    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("demo_tfrecords")))
 
 
 @pytest.fixture(scope="module")
