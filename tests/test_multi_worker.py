@@ -15,7 +15,8 @@ production ones:
   position restart with warnings, the global batch stays), with float16
   loss scaling and a float16 all-reduce;
 * an overflow under mixed_float16 skips the step, halves the loss scale and
-  training recovers.
+  training recovers; the scale and the skipped-step count come back from a
+  checkpoint.
 """
 
 import json
@@ -329,6 +330,20 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     assert later_skips <= 1 and finite and np.isfinite(norm)
     assert int(trainer.skipped.numpy()) == skipped + later_skips
     assert int(trainer.step.numpy()) == 1 + skipped + 1 + 4
+
+    # The loss scale, its growth counter and the skipped-step count are in the
+    # checkpoint: a fresh runner restored from it goes on with them.
+    trainer.save()
+    saved_scale = float(scale.numpy())
+    assert saved_scale != 2.0**15  # not the initial scale, so the restore shows
+    fresh = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
+    fresh_scale = optimizer_lib.loss_scale(fresh.optimizer)
+    assert float(fresh_scale.numpy()) == 2.0**15 and int(fresh.skipped.numpy()) == 0
+    assert fresh.restore()
+    assert float(fresh_scale.numpy()) == saved_scale
+    assert int(fresh.skipped.numpy()) == int(trainer.skipped.numpy())
+    assert int(fresh.optimizer.step_counter.numpy()) == int(trainer.optimizer.step_counter.numpy())
+    assert int(fresh.step.numpy()) == int(trainer.step.numpy())
 
 
 def _run_until_checkpoint(proc, model_dir, step, log_path, within_s=120):
