@@ -1,9 +1,8 @@
 """Multi-worker training for real: worker processes on loopback, as a user runs them.
 
-Every test except the loss-scaling one starts `tf-mlstm-train` through
-`tools/launch_local_workers.py` (each worker pinned to one core), so the
-strategy, the collectives, the checkpoints and the failure paths are the
-production ones:
+Most tests start `tf-mlstm-train` through `tools/launch_local_workers.py`
+(each worker pinned to one core), so the strategy, the collectives, the
+checkpoints and the failure paths are the production ones:
 
 * two workers end with identical weights, losses and validation, and split
   the global batch as logged;
@@ -14,7 +13,9 @@ production ones:
 * a checkpoint of two workers resumes on one (carried state and input
   position restart with warnings, the global batch stays), with float16
   loss scaling and a float16 all-reduce;
-* an overflow under mixed_float16 skips the step, halves the loss scale and
+* one worker's time budget stops every worker at the same step (two
+  worker processes running `Trainer.train` with different budgets);
+* an overflow under mixed_float16 (in this process) skips the step, halves the loss scale and
   training recovers; the scale and the skipped-step count come back from a
   checkpoint.
 """
@@ -344,6 +345,82 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     assert int(fresh.skipped.numpy()) == int(trainer.skipped.numpy())
     assert int(fresh.optimizer.step_counter.numpy()) == int(trainer.optimizer.step_counter.numpy())
     assert int(fresh.step.numpy()) == int(trainer.step.numpy())
+
+
+_BUDGET_LINE = re.compile(r"Time budget of [0-9.]+ minutes reached at step (\d+)")
+# A worker that runs `Trainer.train` for the TrainConfig JSON in argv[1] and
+# prints the results: the binary's loop without its final export.
+_TRAIN_WORKER = """
+import json, sys
+from absl import logging
+from tf_mlstm.data import tfrecord
+from tf_mlstm.train import loop
+from tf_mlstm.train.config import TrainConfig
+logging.set_verbosity(logging.INFO)
+config = TrainConfig.from_json(sys.argv[1]).validate()
+print(json.dumps(loop.train(config, tfrecord.split_files(config.train_data, "train"), [])))
+"""
+
+
+def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, data_dir):
+    # Worker 1's budget ends long before worker 0's. Its stop flag rides in
+    # the all-reduce, so worker 0 stops after the same step instead of
+    # waiting in a collective worker 1 never joins.
+    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    ports = local_cluster.pick_ports(2)
+    procs, logs = [], []
+    for index, minutes in enumerate((30.0, 0.05)):
+        config = TrainConfig(
+            model_dir=str(model_dir),
+            train_data=data_dir,
+            hidden_size=16,
+            embedding_size=8,
+            seq_length=16,
+            batch_size=4,
+            precision="float32",
+            jit_compile="false",
+            distribution_strategy="multi_worker",
+            max_steps=100000,
+            max_minutes=minutes,
+            checkpoint_every_steps=100000,
+            log_every_steps=1,
+            eval_every_steps=0,
+            sample_every_steps=0,
+        )
+        logs.append(tmp_path / f"worker-{index}.txt")
+        with open(logs[-1], "w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _TRAIN_WORKER, config.to_json()],
+                    cwd=REPO,
+                    env=local_cluster.worker_env(ports, index, 1, _env()),
+                    stdout=log,
+                    stderr=log,
+                )
+            )
+    try:
+        codes = [proc.wait(timeout=150) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    texts = [path.read_text(errors="replace") for path in logs]
+    assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
+    results = [_results(text) for text in texts]
+    step = results[1]["step"]
+    assert [r["step"] for r in results] == [step, step] and step >= 2
+    assert [r["stopped_by"] for r in results] == ["time", "time"]
+    assert [_BUDGET_LINE.findall(text) for text in texts] == [[str(step)], [str(step)]]
+    assert max(_losses(texts[0])) == max(_losses(texts[1])) == step
+    # Worker 0 stopped some 30 minutes early, with the weights of worker 1,
+    # and the chief checkpointed the stop step.
+    assert results[0]["train_minutes"] < 5
+    assert results[0]["weights_sha256"] == results[1]["weights_sha256"]
+    assert _latest_checkpoint_step(model_dir) == step
+    assert "crashed" not in texts[0] + texts[1]
 
 
 def _run_until_checkpoint(proc, model_dir, step, log_path, within_s=120):
