@@ -363,7 +363,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    # One positive or negative word per review: at most one of the 16 test
+    # reviews may be misread.
+    assert summary["test_accuracy"] >= 15 / 16
     assert summary["feature_kinds"] == ["cell", "mean"]
     results = json.loads((out / "results.json").read_text())
     assert results["test_accuracy"] == summary["test_accuracy"]
@@ -388,7 +390,6 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     ).validate()
     lines, probabilities, labels = classify_cli.classify(config)
     assert lines == [1, 3] and probabilities.shape == (2,)
-    assert np.all((probabilities >= 0) & (probabilities <= 1))
     # The same texts through the transfer classifier directly.
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
     model, _ = load_trained_model(str(model_dir))
@@ -396,6 +397,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
         features.TextFeaturizer(model)(["A wonderful film.", "Boring."]), classifier.feature_kinds
     )
     np.testing.assert_allclose(probabilities, classifier.predict_proba(x), atol=1e-6)
+    assert labels.tolist() == classifier.predict(x).tolist()
 
     # Text lines on stdin (as --input=-), and the CSV written for them.
     stdin_config = dataclasses.replace(config, input="-")
