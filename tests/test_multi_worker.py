@@ -32,6 +32,9 @@ import time
 import numpy as np
 import pytest
 
+from _models import tiny_train_config
+from _models import wait_for
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LAUNCHER = str(REPO / "tools" / "launch_local_workers.py")
 # strategy.get_distribution_strategy's default heartbeat timeout.
@@ -367,47 +370,25 @@ def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, d
     # the all-reduce, so worker 0 stops after the same step instead of
     # waiting in a collective worker 1 never joins.
     from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
     ports = local_cluster.pick_ports(2)
     procs, logs = [], []
     for index, minutes in enumerate((30.0, 0.05)):
-        config = TrainConfig(
-            model_dir=str(model_dir),
-            train_data=data_dir,
-            hidden_size=16,
-            embedding_size=8,
-            seq_length=16,
-            batch_size=4,
-            precision="float32",
-            jit_compile="false",
+        config = tiny_train_config(
+            model_dir,
+            data_dir,
             distribution_strategy="multi_worker",
             max_steps=100000,
             max_minutes=minutes,
             checkpoint_every_steps=100000,
-            log_every_steps=1,
-            eval_every_steps=0,
-            sample_every_steps=0,
         )
         logs.append(tmp_path / f"worker-{index}.txt")
         with open(logs[-1], "w") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _TRAIN_WORKER, config.to_json()],
-                    cwd=REPO,
-                    env=local_cluster.worker_env(ports, index, 1, _env()),
-                    stdout=log,
-                    stderr=log,
-                )
-            )
-    try:
-        codes = [proc.wait(timeout=150) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    texts = [path.read_text(errors="replace") for path in logs]
+            command = [sys.executable, "-c", _TRAIN_WORKER, config.to_json()]
+            env = local_cluster.worker_env(ports, index, 1, _env())
+            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
+    codes, texts = wait_for(procs, logs, timeout=150)
     assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
     results = [_results(text) for text in texts]
     step = results[1]["step"]

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _models import tiny_train_config
 from tf_mlstm.data import tfrecord
 from tf_mlstm.train import loop
 from tf_mlstm.train import optimizer as optimizer_lib
-from tf_mlstm.train.config import TrainConfig
 
 HIDDEN, ROWS, SEQ = 16, 4, 16
 MIRRORED = {"distribution_strategy": "mirrored"}
@@ -36,24 +36,8 @@ pytestmark = pytest.mark.slow
 
 
 def _config(model_dir, data_dir, **overrides):
-    values = dict(
-        model_dir=str(model_dir),
-        train_data=data_dir,
-        hidden_size=HIDDEN,
-        embedding_size=8,
-        seq_length=SEQ,
-        batch_size=ROWS,
-        precision="float32",
-        jit_compile="false",
-        clip_norm=0.0,
-        max_steps=4,
-        checkpoint_every_steps=2,
-        log_every_steps=1,
-        eval_every_steps=0,
-        sample_every_steps=0,
-    )
-    values.update(overrides)
-    return TrainConfig(**values).validate()
+    values = dict(hidden_size=HIDDEN, batch_size=ROWS, seq_length=SEQ, clip_norm=0.0, max_steps=4)
+    return tiny_train_config(model_dir, data_dir, checkpoint_every_steps=2, **values | overrides)
 
 
 def _trainer(config):
