@@ -1,10 +1,12 @@
-"""Small language models for the transfer and serving tests.
+"""Shared test helpers: small language models, tiny training configs, worker processes.
 
 `tiny_trained_model_dir` trains one tiny model with the real `tf-mlstm-train`
 binary (on the embedded demo corpus) once per test session, however many
 test modules ask for it. `write_untrained_model_dir` writes a model folder
 with random weights in a fraction of a second, and `random_model` builds one
-in memory, for tests that only need the plumbing.
+in memory, for tests that only need the plumbing. `tiny_train_config` is a
+training config a test runs in seconds; `wait_for` collects worker
+processes.
 """
 
 import os
@@ -87,3 +89,48 @@ def write_untrained_model_dir(model_dir, hidden_size=16, embedding_size=8, seed=
     (model_dir / CONFIG_FILE).write_text(config.to_json())
     tf.train.Checkpoint(model=model).save(str(model_dir / CHECKPOINT_SUBDIR / "ckpt"))
     return model_dir, model
+
+
+def tiny_train_config(model_dir, train_data, **overrides):
+    """A validated `TrainConfig` of a tiny float32 model, no XLA, evaluation or samples.
+
+    Args:
+      model_dir: the run folder.
+      train_data: a TFRecord folder (e.g. the `demo_tfrecords` fixture).
+      **overrides: other `TrainConfig` fields.
+    """
+    values = dict(
+        model_dir=str(model_dir),
+        train_data=str(train_data),
+        hidden_size=16,
+        embedding_size=8,
+        seq_length=16,
+        batch_size=4,
+        precision="float32",
+        jit_compile="false",
+        log_every_steps=1,
+        eval_every_steps=0,
+        sample_every_steps=0,
+    )
+    values.update(overrides)
+    return TrainConfig(**values).validate()
+
+
+def wait_for(procs, logs, timeout):
+    """Waits up to `timeout` s for each process; kills what still runs after.
+
+    Args:
+      procs: `subprocess.Popen` objects.
+      logs: the files their output went to.
+      timeout: seconds to wait for each.
+
+    Returns:
+      (exit statuses, log texts).
+    """
+    try:
+        codes = [proc.wait(timeout=timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return codes, [pathlib.Path(path).read_text(errors="replace") for path in logs]

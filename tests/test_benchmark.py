@@ -65,7 +65,10 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     for record in runs:
         assert TRAIN_KEYS <= set(record), TRAIN_KEYS - set(record)
         assert record["chars_per_s"] > 0 and record["step_ms"] > 0
-        assert record["matmul_gflops"] > 0 and record["peak_fraction"] > 0
+        assert record["matmul_gflops"] > 0
+        assert record["peak_fraction"] == pytest.approx(record["gflops"] / record["matmul_gflops"])
+        if record["mode"] == "train":  # one step of --batch=2 x --seq=8 characters
+            assert record["step_ms"] == pytest.approx(1e3 * 2 * 8 / record["chars_per_s"])
         assert record["gflops"] == pytest.approx(
             record["flops_per_char"] * record["chars_per_s"] / 1e9
         )

@@ -1,7 +1,6 @@
 """tf-mlstm-eval: bits/char on TFRecord splits and raw corpora, clear errors."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import _models
 from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.data import convert
 from tf_mlstm.data import framing
+from tf_mlstm.data import tfrecord
 from tf_mlstm.models import featurize
 
 TEXTS = [
@@ -59,11 +59,31 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
             split_weights=(1, 1, 1),
         )
     )
-    proc = _eval(f"--model_dir={model_dir}", f"--data={tmp_path / 'tf'}", "--split=train")
+    proc = _eval(
+        f"--model_dir={model_dir}",
+        f"--data={tmp_path / 'tf'}",
+        "--split=train",
+        "--batch_size=1",
+        "--seq_length=16",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) == {"bits_per_char", "chars"}
-    assert math.isfinite(result["bits_per_char"]) and result["chars"] > 0
+    # The train split's documents, in their order, as a raw corpus.
+    texts = [
+        record["text"].decode()
+        for record in tf.data.TFRecordDataset(tfrecord.split_files(str(tmp_path / "tf"), "train"))
+        .map(tfrecord.parse_example)
+        .as_numpy_iterator()
+    ]
+    assert texts and set(texts) <= set(TEXTS)
+    subset = tmp_path / "train.jsonl"
+    subset.write_text("".join(json.dumps({"reviewText": t}) + "\n" for t in texts))
+    raw = eval_cli.evaluate_data(
+        str(model_dir), str(subset), ["reviewText"], batch_size=1, seq_length=16
+    )
+    assert result["chars"] == raw["chars"]
+    assert result["bits_per_char"] == pytest.approx(raw["bits_per_char"], rel=1e-5)
 
 
 def test_stream_score_matches_one_document(tmp_path):

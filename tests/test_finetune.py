@@ -2,6 +2,7 @@
 
 import io
 import json
+import math
 import os
 import random
 import re
@@ -141,7 +142,8 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
     assert tuner.model.encoder.compute_dtype == "float16"
     results = tuner.train()
     assert all(np.isfinite([h["loss"], h["lm_loss"]]).all() for h in results["history"])
-    assert results["history"][-1]["lm_loss"] > 0
+    # The trained encoder predicts the next byte better than a uniform guess.
+    assert 0 < results["history"][-1]["lm_loss"] < math.log(256)
     assert set(results["validation"]["per_label"]) == {"label", "long"}
     assert {"exact_match", "macro_f1", "f1", "accuracy"} <= set(results["validation"])
     probabilities = finetune.predict_probabilities(

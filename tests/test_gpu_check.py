@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tf_mlstm.train import hardware
@@ -73,6 +74,13 @@ def test_every_check_runs_and_holds_on_a_cpu(tmp_path):
     assert mirrored["replicas"] == 2 and mirrored["global_batch"] == 8
     assert mirrored["max_abs_weight_diff"] <= mirrored["tolerance"] == 1e-5
     assert mirrored["weights_equal"] is True
+    # Adam hides a gradient off by a constant factor; the logged norms would not.
+    assert len(mirrored["grad_norms"]["mirrored"]) == 2
+    np.testing.assert_allclose(
+        mirrored["grad_norms"]["mirrored"], mirrored["grad_norms"]["one_device"], rtol=1e-4
+    )
+    assert mirrored["max_grad_norm_rel_diff"] <= mirrored["grad_norm_rtol"] == 1e-4
+    assert mirrored["grad_norms_equal"] is True
 
     demo = summary["demo"]
     assert demo["steps"] == 40 and demo["precision"] == "mixed_float16"

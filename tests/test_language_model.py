@@ -139,15 +139,26 @@ def test_sampling_is_seeded_and_clamping_holds_the_unit():
     other = sampling.sample_ids(model, prompt, 20, seed=4)
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
-    # Clamped: re-run the generated text and check the held unit's value.
-    held = sampling.sample_ids(model, prompt, 10, seed=3, neuron=5, neuron_value=0.75)
+    # Clamped: the held unit's cell value is the given one after every byte.
+    held, trace = sampling.sample_ids(
+        model, prompt, 10, seed=3, neuron=5, neuron_value=0.75, trace_unit=5
+    )
     assert held.shape == (1, 10)
+    np.testing.assert_array_equal(trace, np.full((1, 10), 0.75, np.float32))
+    # sample_text frames the prompt and decodes what sample_ids draws for it.
     text = sampling.sample_text(model, "Great", 5, temperature=0.5, seed=1)
-    assert isinstance(text, str)
+    great = tf.constant([[DOC_START, *b"Great"]], tf.int32)
+    ids = sampling.sample_ids(model, great, 5, temperature=0.5, seed=1)
+    assert text == sampling.ids_to_text(ids[0]) and len(ids[0]) == 5
 
 
 def test_model_config_round_trip():
-    model = _model(hidden=12, embedding=4)
-    clone = MLSTMLanguageModel.from_config(model.get_config())
-    assert clone.hidden_size == 12 and clone.embedding_size == 4
-    assert isinstance(model.mlstm.cell, MLSTMCell)
+    model = MLSTMLanguageModel(
+        hidden_size=12, embedding_size=4, weight_norm=False, dtype="mixed_bfloat16", name="lm"
+    )
+    config = model.get_config()
+    clone = MLSTMLanguageModel.from_config(config)
+    assert clone.get_config() == config
+    assert (clone.hidden_size, clone.embedding_size, clone.weight_norm) == (12, 4, False)
+    assert clone.name == "lm" and clone.dtype_policy.name == "mixed_bfloat16"
+    assert isinstance(clone.mlstm.cell, MLSTMCell) and clone.mlstm.cell.weight_norm is False

@@ -1,9 +1,8 @@
 """Multi-worker training for real: worker processes on loopback, as a user runs them.
 
-Every test except the loss-scaling one starts `tf-mlstm-train` through
-`tools/launch_local_workers.py` (each worker pinned to one core), so the
-strategy, the collectives, the checkpoints and the failure paths are the
-production ones:
+Most tests start `tf-mlstm-train` through `tools/launch_local_workers.py`
+(each worker pinned to one core), so the strategy, the collectives, the
+checkpoints and the failure paths are the production ones:
 
 * two workers end with identical weights, losses and validation, and split
   the global batch as logged;
@@ -14,8 +13,11 @@ production ones:
 * a checkpoint of two workers resumes on one (carried state and input
   position restart with warnings, the global batch stays), with float16
   loss scaling and a float16 all-reduce;
-* an overflow under mixed_float16 skips the step, halves the loss scale and
-  training recovers.
+* one worker's time budget stops every worker at the same step (two
+  worker processes running `Trainer.train` with different budgets);
+* an overflow under mixed_float16 (in this process) skips the step, halves the loss scale and
+  training recovers; the scale and the skipped-step count come back from a
+  checkpoint.
 """
 
 import json
@@ -29,6 +31,9 @@ import time
 
 import numpy as np
 import pytest
+
+from _models import tiny_train_config
+from _models import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LAUNCHER = str(REPO / "tools" / "launch_local_workers.py")
@@ -329,6 +334,74 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     assert later_skips <= 1 and finite and np.isfinite(norm)
     assert int(trainer.skipped.numpy()) == skipped + later_skips
     assert int(trainer.step.numpy()) == 1 + skipped + 1 + 4
+
+    # The loss scale, its growth counter and the skipped-step count are in the
+    # checkpoint: a fresh runner restored from it goes on with them.
+    trainer.save()
+    saved_scale = float(scale.numpy())
+    assert saved_scale != 2.0**15  # not the initial scale, so the restore shows
+    fresh = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
+    fresh_scale = optimizer_lib.loss_scale(fresh.optimizer)
+    assert float(fresh_scale.numpy()) == 2.0**15 and int(fresh.skipped.numpy()) == 0
+    assert fresh.restore()
+    assert float(fresh_scale.numpy()) == saved_scale
+    assert int(fresh.skipped.numpy()) == int(trainer.skipped.numpy())
+    assert int(fresh.optimizer.step_counter.numpy()) == int(trainer.optimizer.step_counter.numpy())
+    assert int(fresh.step.numpy()) == int(trainer.step.numpy())
+
+
+_BUDGET_LINE = re.compile(r"Time budget of [0-9.]+ minutes reached at step (\d+)")
+# A worker that runs `Trainer.train` for the TrainConfig JSON in argv[1] and
+# prints the results: the binary's loop without its final export.
+_TRAIN_WORKER = """
+import json, sys
+from absl import logging
+from tf_mlstm.data import tfrecord
+from tf_mlstm.train import loop
+from tf_mlstm.train.config import TrainConfig
+logging.set_verbosity(logging.INFO)
+config = TrainConfig.from_json(sys.argv[1]).validate()
+print(json.dumps(loop.train(config, tfrecord.split_files(config.train_data, "train"), [])))
+"""
+
+
+def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, data_dir):
+    # Worker 1's budget ends long before worker 0's. Its stop flag rides in
+    # the all-reduce, so worker 0 stops after the same step instead of
+    # waiting in a collective worker 1 never joins.
+    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    ports = local_cluster.pick_ports(2)
+    procs, logs = [], []
+    for index, minutes in enumerate((30.0, 0.05)):
+        config = tiny_train_config(
+            model_dir,
+            data_dir,
+            distribution_strategy="multi_worker",
+            max_steps=100000,
+            max_minutes=minutes,
+            checkpoint_every_steps=100000,
+        )
+        logs.append(tmp_path / f"worker-{index}.txt")
+        with open(logs[-1], "w") as log:
+            command = [sys.executable, "-c", _TRAIN_WORKER, config.to_json()]
+            env = local_cluster.worker_env(ports, index, 1, _env())
+            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
+    codes, texts = wait_for(procs, logs, timeout=150)
+    assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
+    results = [_results(text) for text in texts]
+    step = results[1]["step"]
+    assert [r["step"] for r in results] == [step, step] and step >= 2
+    assert [r["stopped_by"] for r in results] == ["time", "time"]
+    assert [_BUDGET_LINE.findall(text) for text in texts] == [[str(step)], [str(step)]]
+    assert max(_losses(texts[0])) == max(_losses(texts[1])) == step
+    # Worker 0 stopped some 30 minutes early, with the weights of worker 1,
+    # and the chief checkpointed the stop step.
+    assert results[0]["train_minutes"] < 5
+    assert results[0]["weights_sha256"] == results[1]["weights_sha256"]
+    assert _latest_checkpoint_step(model_dir) == step
+    assert "crashed" not in texts[0] + texts[1]
 
 
 def _run_until_checkpoint(proc, model_dir, step, log_path, within_s=120):

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+from _models import wait_for
 from tf_mlstm.train.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -279,14 +280,7 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
     for worker in range(2):
         assert (model_dir / "carried_state" / f"worker-{worker}-step-{stop_step}.tensor").exists()
 
-    procs, logs = launch("second")
-    try:
-        codes = [proc.wait(timeout=300) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    texts = [path.read_text(errors="replace") for path in logs]
+    codes, texts = wait_for(*launch("second"), timeout=300)
     assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
     chief = texts[0]
     assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{stop_step}'}" in chief

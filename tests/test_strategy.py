@@ -13,6 +13,7 @@ import sys
 import time
 import types
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -250,3 +251,30 @@ def test_unreachable_peer_fails_fast_with_a_clear_error():
         f"RuntimeError: multi_worker: worker 0 at 127.0.0.1:{busy} could not start its server"
         in outputs["port"]
     )
+
+
+# === Mirrored strategies in one process ===
+
+
+def _all_reduce_ones(strategy, shape, dtype):
+    """Each replica's SUM all-reduce of ones(shape, dtype), in a tf.function."""
+
+    @tf.function
+    def step():
+        return strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.ones(shape, dtype)
+            )
+        )
+
+    return strategy.experimental_local_results(step())
+
+
+def test_a_later_mirrored_strategy_all_reduces_other_tensors(mirrored_on_cpus):
+    # A second strategy in one process (a second run, a check after a run)
+    # all-reduces tensors of other dtypes and shapes than the first one did.
+    for dtype, shape in ((tf.float32, [3]), (tf.float16, [2, 2])):
+        strategy = strategy_lib.mirrored_strategy(mirrored_on_cpus)
+        for total in _all_reduce_ones(strategy, shape, dtype):
+            assert total.dtype == dtype
+            np.testing.assert_array_equal(total.numpy(), np.full(shape, 2.0))

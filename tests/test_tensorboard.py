@@ -1,5 +1,6 @@
 """TensorBoard output of a real training run: scalar tags by name, HParams, a profile."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -73,7 +74,9 @@ def test_training_writes_named_scalars_hparams_and_a_profile(tmp_path):
     assert hparams is not None
     assert hparams["lr"].number_value == pytest.approx(0.0123)
     assert hparams["hidden_size"].number_value == 16
-    assert hparams["precision"].string_value in ("float32", "mixed_bfloat16", "mixed_float16")
+    # The precision the run resolved from the hardware, as config.json records it.
+    precision = json.loads((model_dir / "config.json").read_text())["precision"]
+    assert precision != "auto" and hparams["precision"].string_value == precision
 
     # The profiler's trace of steps 3-4.
     traces = list((model_dir / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))

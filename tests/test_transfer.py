@@ -299,9 +299,11 @@ def test_select_feature_kinds_picks_the_informative_group():
     kinds, trials = logistic.select_feature_kinds(train, labels[:400], val, labels[400:], 8)
     assert kinds == ("mean", "max", "min", "std", "cell_mean", "cell_max", "cell_min")
     assert [t["kinds"] for t in trials[:3]] == [list(group) for group in features.FEATURE_GROUPS]
-    # Adding the final states to the two statistics groups was tried, and did not help.
+    # Adding the final states to the two statistics groups was tried, and did
+    # not help: the choice scored best of every combination tried.
     assert trials[-1]["kinds"] == list(features.FEATURE_KINDS)
-    assert trials[-1]["val_accuracy"] <= max(t["val_accuracy"] for t in trials)
+    chosen = [t["val_accuracy"] for t in trials if t["kinds"] == list(kinds)]
+    assert chosen == [max(t["val_accuracy"] for t in trials)]
     # One informative group alone is chosen alone.
     data = _kinds_with_signal(rng, 600, {"cell": 2 * a})
     labels = (a > 0).astype(np.int64)
@@ -425,7 +427,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    # One positive or negative word per review: at most one of the 16 test
+    # reviews may be misread.
+    assert summary["test_accuracy"] >= 15 / 16
     assert summary["feature_kinds"] == ["cell", "mean"]
     results = json.loads((out / "results.json").read_text())
     assert results["test_accuracy"] == summary["test_accuracy"]
@@ -445,7 +449,6 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     config = _classify_config(model_dir, out / "classifier.json", jsonl)
     lines, probabilities, labels, classes = classify_cli.classify(config)
     assert lines == [1, 3] and probabilities.shape == (2, 2) and classes == (0, 1)
-    assert np.all((probabilities >= 0) & (probabilities <= 1))
     # The same texts through the transfer classifier directly.
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
     model, _ = load_trained_model(str(model_dir))
@@ -453,6 +456,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
         features.TextFeaturizer(model)(["A wonderful film.", "Boring."]), classifier.feature_kinds
     )
     np.testing.assert_allclose(probabilities, classifier.predict_proba(x), atol=1e-6)
+    assert labels.tolist() == classifier.predict(x).tolist()
 
     # Text lines on stdin (as --input=-), and the CSV written for them.
     stdin_config = dataclasses.replace(config, input="-")

@@ -15,7 +15,9 @@ step, optimizer, loss scaling and all-reduce that `tf-mlstm-train` uses) and its
               (float32); the speed-up between them.
   featurize   chars/s of featurizing review texts with a 4096-unit model in --precision.
   mirrored    with 2+ replicas: a few steps under MirroredStrategy over all of them and the same
-              steps on one device with the same global batch end with equal weights (largest
+              steps on one device with the same global batch log equal gradient norms at every
+              step (relative difference <= --grad_norm_rtol: Adam's update would hide a gradient
+              off by a constant factor, the norm does not) and end with equal weights (largest
               absolute difference <= --weights_atol, float32).
   demo        a --demo_steps run on the demo corpus in --precision: the loss falls (the mean of
               the last tenth of the steps below --loss_drop x the mean of the first tenth), the
@@ -84,6 +86,12 @@ def define_flags():
         "Largest absolute weight difference allowed between the mirrored and the one-device "
         "run (float32: the all-reduce only changes the order of the gradient sums).",
     )
+    flags.DEFINE_float(
+        "grad_norm_rtol",
+        1e-4,
+        "Largest relative difference allowed between the mirrored and the one-device run's "
+        "gradient norm at each step.",
+    )
     flags.DEFINE_integer("demo_steps", 300, "Steps of the demo-corpus run.")
     flags.DEFINE_integer("demo_hidden", 256, "mLSTM units of the demo run (the demo recipe's).")
     flags.DEFINE_integer("demo_batch", 32, "Global rows of the demo run.")
@@ -121,15 +129,13 @@ def _scalars(summary_dir, tag):
 @contextlib.contextmanager
 def _cpu_devices_as_replicas(devices):
     """Lets "mirrored" with no GPUs mirror over the given logical CPU devices."""
-    import tensorflow as tf
-
     from tf_mlstm.train import strategy as strategy_lib
 
     factory = strategy_lib.get_distribution_strategy
 
     def stand_in(strategy="default", num_gpus=None, **kwargs):
         if strategy == "mirrored" and num_gpus == 0:
-            return tf.distribute.MirroredStrategy(devices=devices)
+            return strategy_lib.mirrored_strategy(devices)
         return factory(strategy, num_gpus=num_gpus, **kwargs)
 
     strategy_lib.get_distribution_strategy = stand_in
@@ -192,7 +198,8 @@ def _train(config, train_files):
     results = trainer.train()
     summary_dir = os.path.join(config.model_dir, "train")
     scalars = {
-        tag: _scalars(summary_dir, tag) for tag in ("loss", "chars_per_second", "loss_scale")
+        tag: _scalars(summary_dir, tag)
+        for tag in ("loss", "chars_per_second", "loss_scale", "gradient_norm")
     }
     return results, trainer, scalars
 
@@ -268,9 +275,9 @@ def check_featurize(precision, texts, memory):
 
 
 def check_mirrored(replicas, num_gpus, train_files, work_dir):
-    """Weights after a few mirrored steps vs. the same global batch on one device."""
+    """Gradient norms and weights of a few mirrored steps vs. one device, same global batch."""
     global_batch = FLAGS.check_batch * replicas
-    weights = {}
+    weights, norms = {}, {}
     for strategy in ("one_device", "mirrored"):
         config = _train_config(
             os.path.join(work_dir, f"equal_{strategy}"),
@@ -282,17 +289,23 @@ def check_mirrored(replicas, num_gpus, train_files, work_dir):
             distribution_strategy=strategy,
             num_gpus=(1 if num_gpus else 0) if strategy == "one_device" else num_gpus,
         )
-        _, trainer, _ = _train(config, train_files)
+        _, trainer, scalars = _train(config, train_files)
         if strategy == "mirrored" and trainer.strategy.num_replicas_in_sync != replicas:
             raise RuntimeError(
                 f"mirrored check ran on {trainer.strategy.num_replicas_in_sync} replicas, "
                 f"expected {replicas}"
             )
         weights[strategy] = [np.asarray(w, np.float64) for w in trainer.model.get_weights()]
+        norms[strategy] = [norm for _, norm in sorted(scalars["gradient_norm"].items())]
         del trainer
     one, mirrored = weights["one_device"], weights["mirrored"]
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one, mirrored))
     moved = max(float(np.max(np.abs(a))) for a in one)
+    if len(norms["one_device"]) != FLAGS.check_steps or len(norms["mirrored"]) != FLAGS.check_steps:
+        raise RuntimeError(
+            f"mirrored check: expected {FLAGS.check_steps} gradient norms, got {norms}"
+        )
+    norm_diff = max(abs(m - o) / o for o, m in zip(norms["one_device"], norms["mirrored"]))
     return {
         "replicas": replicas,
         "global_batch": global_batch,
@@ -302,6 +315,10 @@ def check_mirrored(replicas, num_gpus, train_files, work_dir):
         "tolerance": FLAGS.weights_atol,
         "largest_weight": moved,
         "weights_equal": diff <= FLAGS.weights_atol,
+        "grad_norms": norms,
+        "max_grad_norm_rel_diff": norm_diff,
+        "grad_norm_rtol": FLAGS.grad_norm_rtol,
+        "grad_norms_equal": norm_diff <= FLAGS.grad_norm_rtol,
     }
 
 
@@ -451,6 +468,8 @@ def main(argv):
                 summary["mirrored"] = check_mirrored(
                     mirror_replicas, num_gpus, train_files, work_dir
                 )
+            if not summary["mirrored"]["grad_norms_equal"]:
+                failures.append("mirrored gradient norms differ from the one-device run")
             if not summary["mirrored"]["weights_equal"]:
                 failures.append("mirrored weights differ from the one-device run")
         elif "mirrored" in FLAGS.checks:

@@ -407,8 +407,9 @@ class Runner:
 
         Returns:
           The statistics summed over replicas, "preempted", "time" or None
-          (what any worker asked for), the global gradient norm, and whether
-          the step was finite (applied).
+          (what any worker asked for), the global norm of the all-reduced
+          gradients (unscaled, before clipping: the logged |grad|), and
+          whether the step was finite (applied).
         """
         values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0, float(planned_end)]
         flag = self.strategy.experimental_distribute_values_from_function(

@@ -68,6 +68,9 @@ _COMMUNICATION = {
 
 _TEMP_ROOT_PREFIX = "tf_mlstm_workertemp_"
 
+# Collective keys (group and instance) each `MirroredStrategy` may use.
+_COLLECTIVE_KEY_RANGE = 100_000
+
 
 class PeerWorkerError(errors.UserError, RuntimeError):
     """Another worker of the cluster stopped (crashed, killed, preempted) mid-run."""
@@ -158,9 +161,31 @@ def get_distribution_strategy(
             )
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     devices = [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
-    return tf.distribute.MirroredStrategy(
-        devices=devices, cross_device_ops=_mirrored_cross_device_ops(all_reduce, gpus)
-    )
+    return mirrored_strategy(devices, _mirrored_cross_device_ops(all_reduce, gpus))
+
+
+def mirrored_strategy(devices, cross_device_ops=None):
+    """A `MirroredStrategy` over `devices` whose collectives are its own.
+
+    Every `MirroredStrategy` numbers its collective all-reduces from the same
+    keys, and the runtime keeps each key's dtype and shape for the life of
+    the process: a second strategy (a second run in one process; on several
+    GPUs tools/gpu_check.py builds a few) would reuse the first one's keys
+    for other tensors and fail ("Collective instance 100 expected ... data_type 1
+    but got ... data_type 19"). Each strategy gets its own key range, as
+    TensorFlow's own tests do.
+
+    Args:
+      devices: device names, e.g. ["/gpu:0", "/gpu:1"].
+      cross_device_ops: a `tf.distribute.CrossDeviceOps`, or None for
+        TensorFlow's default (collective all-reduce).
+
+    Returns:
+      The strategy.
+    """
+    # Private in TensorFlow 2.21; read by the constructor.
+    tf.distribute.MirroredStrategy._collective_key_base += _COLLECTIVE_KEY_RANGE
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
 
 
 def parse_tf_config(env_value: str) -> dict:
