@@ -97,7 +97,7 @@ def evaluate_data(
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
     model, _ = rundir.load_trained_model(model_dir)
-    errors = []  # A raw corpus file that could not be read ends its stream here.
+    read_errors = []  # A raw corpus file that could not be read ends its stream here.
     expected = None  # A raw corpus's size in characters is known only once read.
     if _is_tfrecords(data):
         files = tfrecord.split_files(data, split)
@@ -109,7 +109,7 @@ def evaluate_data(
         expected = evaluation.expected_chars(files, split)
     else:
         documents = pipeline.corpus_documents(
-            readers.expand_inputs(data), text_keys, text_mode, errors=errors
+            readers.expand_inputs(data), text_keys, text_mode, errors=read_errors
         )
     dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
     try:
@@ -117,11 +117,11 @@ def evaluate_data(
             model, dataset.prefetch(2), max_batches, expected=expected, progress=True
         )
     except ValueError:
-        if errors:  # The cause of "no characters to score".
-            raise errors[0] from None
+        if read_errors:  # The cause of "no characters to score".
+            raise read_errors[0] from None
         raise
-    if errors:
-        raise errors[0]
+    if read_errors:
+        raise read_errors[0]
     return result
 
 
