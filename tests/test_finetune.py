@@ -38,6 +38,23 @@ def _write_task(path, count, seed):
     return str(path)
 
 
+def _write_three_class(path, count, seed):
+    """Texts ending in "good" (stars 4-5), "okay" (3) or "bad" (1-2); `good` is 0/1."""
+    rng = random.Random(seed)
+    endings = {"good": (4, 5), "okay": (3,), "bad": (1, 2)}
+    with open(path, "w") as f:
+        for _ in range(count):
+            ending = rng.choice(sorted(endings))
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(2, 6))] + [ending]
+            record = {
+                "text": " ".join(words),
+                "stars": rng.choice(endings[ending]),
+                "good": int(ending == "good"),
+            }
+            f.write(json.dumps(record) + "\n")
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     """The tiny trained model and the toy task's files."""
@@ -103,11 +120,14 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     saved = json.loads((model_dir / "results.json").read_text())
     assert saved["step"] == 30 and set(saved["thresholds"]) == {"label"}
     # The saved classifier reproduces the validation accuracy...
-    model, config, thresholds = finetune.load_finetuned_model(str(model_dir))
+    tuned = finetune.load_finetuned_model(str(model_dir))
+    assert tuned.kind == "binary" and tuned.classes == (0, 1)
+    config = tuned.config
     validation = labeled.read_labeled(task["validation"], config.text_keys, config.label_keys)
-    probabilities = finetune.predict_probabilities(model, validation, config.max_length)
-    predicted = probabilities > thresholds
-    assert np.mean(predicted == validation.indicator()) == pytest.approx(
+    probabilities = tuned.predict_proba(validation.texts)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    predicted = tuned.predict(probabilities)
+    assert np.mean(predicted == validation.labels) == pytest.approx(
         results["validation"]["accuracy"]
     )
     # ...and its encoder, changed by fine-tuning, loads like any trained model.
@@ -182,6 +202,133 @@ def test_config_errors():
         finetune.FinetuneConfig(**base, max_minutes=-1.0).validate()
     with pytest.raises(ValueError, match="--max_nonfinite_steps must be positive, got 0"):
         finetune.FinetuneConfig(**base, max_nonfinite_steps=0).validate()
+    with pytest.raises(ValueError, match="--head_hidden must be >= 0, got -1"):
+        finetune.FinetuneConfig(**base, head_hidden=-1).validate()
+    with pytest.raises(ValueError, match=r"--head_dropout must be in \[0, 1\), got 1.0"):
+        finetune.FinetuneConfig(**base, head_dropout=1.0).validate()
+    with pytest.raises(ValueError, match="--label_map needs one --label_key"):
+        finetune.FinetuneConfig(**base, label_key="a,b", label_map="1:x,2:y").validate()
+
+
+def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):
+    train = _write_three_class(tmp_path / "train.jsonl", 40, 0)
+    base = dict(init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run"))
+    for label_map, message in [
+        ("1:neg,2", "--label_map entry 2 .'2'. is not VALUE:CLASS"),
+        ("1:neg,2:neg,3:pos", r"train.jsonl:\d+: 'stars' is [45], which --label_map does not name"),
+    ]:
+        config = finetune.FinetuneConfig(**base, label_key="stars", label_map=label_map)
+        with pytest.raises(ValueError, match=message):
+            finetune.FinetuneTask(config.validate())._load_data()
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 1}\n' * 10)
+    config = finetune.FinetuneConfig(**dict(base, train_data=str(one))).validate()
+    with pytest.raises(ValueError, match="every label is 1; a classifier needs two or more"):
+        finetune.FinetuneTask(config)._load_data()
+
+
+def test_a_label_map_makes_named_classes_and_integer_labels_beyond_0_1_are_k_classes(tmp_path):
+    train = _write_three_class(tmp_path / "train.jsonl", 60, 0)
+    base = dict(init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run"))
+    mapped = finetune.FinetuneTask(
+        finetune.FinetuneConfig(
+            **base, label_key="stars", label_map="1:neg,2:neg,3:neutral,4:pos,5:pos"
+        ).validate()
+    )
+    mapped._load_data()
+    assert mapped.kind == "multiclass" and mapped.names == ("neg", "neutral", "pos")
+    stars = mapped.splits["train"].labels
+    assert mapped.targets["train"].tolist() == [("neg", "neutral", "pos").index(v) for v in stars]
+    plain = finetune.FinetuneTask(finetune.FinetuneConfig(**base, label_key="stars").validate())
+    plain._load_data()
+    assert plain.kind == "multiclass" and plain.names == (1, 2, 3, 4, 5)
+    binary = finetune.FinetuneTask(finetune.FinetuneConfig(**base, label_key="good").validate())
+    binary._load_data()
+    assert binary.kind == "binary" and binary.targets["train"].shape == (54, 1)
+
+
+def test_head_dropout_is_seeded_and_only_in_training():
+    model = finetune.SequenceClassifier(
+        _small_encoder(), 3, softmax=True, head_hidden=8, head_dropout=0.5
+    )
+    assert set(model.head_layers()) == {"classifier", "head_hidden"}
+    features = np.ones((4, 12), np.float32)
+    inference = model.head(features)
+    np.testing.assert_allclose(model.head(features, training=False), inference)
+    first = model.head(features, training=True, dropout_seed=[3, 0])
+    np.testing.assert_allclose(model.head(features, training=True, dropout_seed=[3, 0]), first)
+    assert not np.allclose(model.head(features, training=True, dropout_seed=[4, 0]), first)
+    assert not np.allclose(first, inference)
+    probabilities = model.probabilities(inference)
+    np.testing.assert_allclose(np.sum(probabilities, axis=1), 1.0, rtol=1e-6)
+    restored = finetune.SequenceClassifier.from_config(model.get_config())
+    assert (restored.softmax, restored.head_hidden, restored.head_dropout) == (True, 8, 0.5)
+
+
+@pytest.mark.slow
+def test_three_classes_with_a_label_map_and_an_mlp_head_learn_and_load(task, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    model_dir = tmp_path / "run"
+    config = _config(
+        task,
+        model_dir,
+        train_data=_write_three_class(folder / "train.jsonl", 360, 0),
+        validation_data=_write_three_class(folder / "validation.jsonl", 90, 1),
+        test_data=_write_three_class(folder / "test.jsonl", 60, 2),
+        label_key="stars",
+        label_map="1:neg,2:neg,3:neutral,4:pos,5:pos",
+        head_hidden=16,
+        head_dropout=0.1,
+        max_steps=40,
+        jit_compile="false",
+    )
+    results = finetune.finetune(config)
+    assert results["kind"] == "multiclass" and results["classes"] == ["neg", "neutral", "pos"]
+    assert "thresholds" not in results
+    for split in ("validation", "test"):
+        # Chance is at most 0.4 (the largest class).
+        assert results[split]["accuracy"] >= 0.9, results[split]
+        assert set(results[split]["per_class"]) == {"neg", "neutral", "pos"}
+        assert results[split]["macro_f1"] >= 0.85
+    tuned = finetune.load_finetuned_model(str(model_dir))
+    assert tuned.kind == "multiclass" and tuned.classes == ("neg", "neutral", "pos")
+    validation = labeled.read_labeled(
+        config.validation_data, config.text_keys, "stars", label_map=config.label_map
+    )
+    probabilities = tuned.predict_proba(validation.texts)
+    assert probabilities.shape == (90, 3)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert np.mean(tuned.predict(probabilities) == validation.labels) == pytest.approx(
+        results["validation"]["accuracy"]
+    )
+
+
+@pytest.mark.slow
+def test_an_mlp_head_with_dropout_resumes_exactly(task, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # A constant rate: a 4-step run then follows the 8-step run's schedule.
+    head = ("--head_hidden=8", "--head_dropout=0.3", "--checkpoint_every_steps=4")
+    head += ("--lr_decay=constant",)
+
+    def run(name, steps):
+        done = subprocess.run(
+            _finetune_cmd(task, tmp_path / name, f"--max_steps={steps}", *head),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return _printed_results(done.stdout), done.stderr
+
+    whole, _ = run("whole", 8)
+    assert run("resumed", 4)[0]["step"] == 4
+    resumed, log = run("resumed", 8)
+    assert "Resumed from" in log and "input restarts" not in log
+    # Head weights, optimizer slots, input position and dropout draws all came back.
+    assert resumed["step"] == 8 and resumed["weights_sha256"] == whole["weights_sha256"]
+    assert resumed["validation"] == whole["validation"]
 
 
 @pytest.mark.slow

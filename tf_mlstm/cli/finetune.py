@@ -4,17 +4,25 @@
       --train_data=sst/train.csv --validation_data=sst/val.csv \
       --test_data=sst/test.csv --text_key=sentence --label_key=label
   tf-mlstm-finetune ... --label_key=funny,useful,spoiler        # multi-label
+  tf-mlstm-finetune ... --label_key=stars \
+      --label_map=1:neg,2:neg,3:neutral,4:pos,5:pos --head_hidden=256   # 3 classes
   tf-mlstm-finetune ... --distribution_strategy=multi_worker \
       --precision=mixed_float16 --lm_loss_weight=0.5
 
-A sigmoid head on the final cell state (`--feature=cell`) or the mean hidden
-state (`--feature=mean`) trains with the encoder unfrozen, optionally with the
-language-model loss as an auxiliary term. Labels are 0/1 (or pos/neg, true/
-false); several comma-separated `--label_key`s make a multi-label task. The
-decision threshold of each label is chosen on the validation data (or a
-`--validation_fraction` share of train). Distribution and precision flags are
-those of `tf-mlstm-train`. Writes checkpoints, `finetune_config.json` and
-`results.json` to `--model_dir` (a rerun resumes); prints the results JSON.
+A head on the final cell state (`--feature=cell`) or the mean hidden state
+(`--feature=mean`) trains with the encoder unfrozen, optionally with the
+language-model loss as an auxiliary term. The head is linear, or with
+`--head_hidden=N` one ReLU layer of N units before the output layer;
+`--head_dropout` drops features before the output layer in training. One
+`--label_key` of 0/1 labels (or pos/neg, true/false) is a binary task (a
+sigmoid); one of K other classes (or the classes of `--label_map`) a K-class
+task (a softmax); several comma-separated `--label_key`s a multi-label task
+(a sigmoid each). The decision threshold of each sigmoid label is chosen on
+the validation data (or a `--validation_fraction` share of train).
+Distribution and precision flags are those of `tf-mlstm-train`. Writes
+checkpoints, `finetune_config.json` and `results.json` (with the task's
+`kind`, its `classes` or `thresholds`, and the metrics of each split) to
+`--model_dir` (a rerun resumes); prints the results JSON.
 Training runs on the same runner as `tf-mlstm-train`, with the same time
 budget, non-finite step handling and exit statuses (0 done, 1 error, 75
 stopped by SIGTERM after a checkpoint: rerun to resume).
@@ -51,7 +59,13 @@ def define_finetune_flags():
     flags.DEFINE_string(
         "label_key",
         _default("label_key"),
-        "Label key/column (0/1, pos/neg); several comma-separated keys = multi-label.",
+        "Label key/column: 0/1 (pos/neg) = binary, K classes = softmax; several "
+        "comma-separated keys = multi-label.",
+    )
+    flags.DEFINE_string(
+        "label_map",
+        _default("label_map"),
+        "Raw label values -> classes, e.g. 1:neg,2:neg,3:neutral,4:pos,5:pos (one --label_key).",
     )
     flags.DEFINE_float(
         "validation_fraction",
@@ -68,6 +82,16 @@ def define_finetune_flags():
         _default("feature"),
         list(finetune_lib.FEATURES),
         "cell: final cell state; mean: mean hidden state over the text.",
+    )
+    flags.DEFINE_integer(
+        "head_hidden",
+        _default("head_hidden"),
+        "0 = a linear head; N = one hidden layer of N ReLU units before the output layer.",
+    )
+    flags.DEFINE_float(
+        "head_dropout",
+        _default("head_dropout"),
+        "Dropout rate before the output layer (training only; 0 = none).",
     )
     flags.DEFINE_float(
         "lm_loss_weight",

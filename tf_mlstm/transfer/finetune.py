@@ -4,16 +4,21 @@ A `SequenceClassifier` puts a float32 dense head on features of a trained
 language model (`tf-mlstm-train` --model_dir) and trains both, the encoder
 unfrozen, on labeled text:
 
-- targets are binary (one label key) or multi-label (several keys, each a
-  0/1 label): a sigmoid per label and binary cross-entropy, averaged over
-  labels;
+- targets are binary (one label key of 0/1 labels), K classes (one label
+  key of other values, or the classes of a label map: a softmax and its
+  cross-entropy) or multi-label (several keys, each a 0/1 label): a sigmoid
+  per label and binary cross-entropy, averaged over labels;
+- the head is linear, or one ReLU hidden layer (`head_hidden` units) and the
+  output layer, with optional dropout before the output layer in training;
 - features: the final cell state (`cell`, as in Radford et al. 2017) or the
   mean hidden state over the text (`mean`);
 - an optional auxiliary language-model loss (`lm_loss_weight` times the mean
   next-byte cross-entropy of each text) keeps the encoder a language model;
-- after training, one threshold per label is chosen on the validation split
-  (maximizing accuracy or F1), and accuracy and F1 (with per-label F1 for
-  multi-label) are reported on validation and test.
+- after training, one threshold per sigmoid label is chosen on the
+  validation split (maximizing accuracy or F1), and accuracy and F1 (with
+  per-label F1 for multi-label) are reported on validation and test; a K-class
+  task predicts its most probable class and reports accuracy, macro F1 and
+  per-class precision, recall and F1.
 
 The labeled data is read, held out, scored and thresholded by
 `tf_mlstm.transfer.labeled`, as for `tf-mlstm-transfer`.
@@ -32,11 +37,14 @@ all-reduce), the time budget, a peer worker's failure, TensorBoard summaries
 (`train/`, `validation/`), skipped steps and an exact resume (the input
 position is saved per worker). The output folder holds `checkpoints/` (the
 encoder as `model`, so `load_trained_model` and the other tools read a
-fine-tuned encoder too, plus `classifier`, optimizer and step),
+fine-tuned encoder too, plus the head's `classifier` and `head_hidden`,
+optimizer and step; head dropout draws from a stateless generator seeded by the
+step and replica, so a resumed run drops what an uninterrupted one would),
 `input_state/`, the base model's `config.json`,
 `finetune_config.json` and `results.json`.
 """
 
+import dataclasses
 import json
 import os
 
@@ -65,6 +73,28 @@ from tf_mlstm.transfer import settings
 FEATURES = settings.FEATURES
 THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 FinetuneConfig = settings.FinetuneConfig
+
+# The task kinds, named as in a logistic classifier's classifier.json.
+BINARY, MULTICLASS, MULTILABEL = "binary", "multiclass", "multilabel"
+
+
+def task_kind(data):
+    """BINARY, MULTICLASS or MULTILABEL: what the training data's labels ask for.
+
+    Args:
+      data: the training `labeled.LabeledData`.
+
+    Raises:
+      ValueError: one label key with fewer than two classes.
+    """
+    if data.multilabel:
+        return MULTILABEL
+    classes = data.classes()
+    if len(classes) < 2:
+        raise errors.InvalidValueError(
+            f"{data.source}: every label is {classes[0]!r}; a classifier needs two or more classes"
+        )
+    return BINARY if classes == (0, 1) else MULTICLASS
 
 
 # === Data ===
@@ -96,26 +126,79 @@ def _valid_mask(ids, lengths):
 class SequenceClassifier(keras.Model):
     """A dense head on features of an `MLSTMLanguageModel`, trained together.
 
-    Call: `model(ids, lengths, training=None)` -> `(logits [B, K] float32,
-    hidden [B, T, H])` for left-padded ids (see the module doc).
+    Call: `model(ids, lengths, training=None, dropout_seed=None)` ->
+    `(logits [B, K] float32, hidden [B, T, H])` for left-padded ids (see the
+    module doc). `dropout_seed` ([2] int) seeds the head's dropout in
+    training (stateless, so a resumed run repeats it); without it the dropout
+    draws from TensorFlow's global generator.
 
     Args:
       encoder: the language model.
-      num_labels: sigmoid outputs.
+      num_labels: outputs: sigmoid labels, or the classes of a softmax.
       feature: "cell" (final cell state) or "mean" (mean hidden state).
+      softmax: whether the outputs are one softmax (K classes) rather than a
+        sigmoid each.
+      head_hidden: 0 for a linear head, else the units of one ReLU layer
+        before the output layer.
+      head_dropout: dropout rate before the output layer, in training.
       **kwargs: base model arguments.
     """
 
-    def __init__(self, encoder, num_labels, feature="cell", **kwargs):
+    def __init__(
+        self,
+        encoder,
+        num_labels,
+        feature="cell",
+        softmax=False,
+        head_hidden=0,
+        head_dropout=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if feature not in FEATURES:
             raise errors.InvalidValueError(f"feature must be one of {FEATURES}, got {feature!r}.")
         self.encoder = encoder
         self.num_labels = int(num_labels)
         self.feature = feature
-        # float32 under every policy: logits and loss stay in float32.
+        self.softmax = bool(softmax)
+        self.head_hidden = int(head_hidden)
+        self.head_dropout = float(head_dropout)
+        # float32 under every policy: the head, logits and loss stay in float32.
+        width = encoder.hidden_size
+        self.hidden_layer = None
+        if self.head_hidden:
+            self.hidden_layer = keras.layers.Dense(
+                self.head_hidden, activation="relu", dtype="float32", name="head_hidden"
+            )
+            self.hidden_layer.build((None, width))
+            width = self.head_hidden
         self.classifier = keras.layers.Dense(self.num_labels, dtype="float32", name="classifier")
-        self.classifier.build((None, encoder.hidden_size))
+        self.classifier.build((None, width))
+
+    def head_layers(self):
+        """{checkpoint name: layer} of the head (`classifier`, maybe `head_hidden`)."""
+        layers = {"classifier": self.classifier}
+        if self.hidden_layer is not None:
+            layers["head_hidden"] = self.hidden_layer
+        return layers
+
+    def probabilities(self, logits):
+        """Softmax or sigmoid of `logits`, as the head was trained."""
+        return tf.nn.softmax(logits) if self.softmax else tf.sigmoid(logits)
+
+    def head(self, features, training=None, dropout_seed=None):
+        """Logits [B, K] float32 from [B, H] features."""
+        x = features
+        if self.hidden_layer is not None:
+            x = self.hidden_layer(x)
+        if training and self.head_dropout > 0:
+            keep = 1.0 - self.head_dropout
+            if dropout_seed is None:
+                draws = tf.random.uniform(tf.shape(x))
+            else:
+                draws = tf.random.stateless_uniform(tf.shape(x), seed=dropout_seed)
+            x = x * tf.cast(draws < keep, x.dtype) / keep
+        return self.classifier(x)
 
     def features(self, hidden, c, valid):
         """The [B, H] float32 features from `encode` outputs and the text mask."""
@@ -125,11 +208,12 @@ class SequenceClassifier(keras.Model):
         total = tf.reduce_sum(tf.cast(hidden, tf.float32) * mask, axis=1)
         return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
 
-    def call(self, ids, lengths, training=None):
+    def call(self, ids, lengths, training=None, dropout_seed=None):
         ids = tf.cast(ids, tf.int32)
         valid = _valid_mask(ids, lengths)
         hidden, (_, c) = self.encoder.encode(ids, training=training)
-        return self.classifier(self.features(hidden, c, valid)), hidden
+        features = self.features(hidden, c, valid)
+        return self.head(features, training=training, dropout_seed=dropout_seed), hidden
 
     def get_config(self):
         config = super().get_config()
@@ -138,6 +222,9 @@ class SequenceClassifier(keras.Model):
                 "encoder": keras.saving.serialize_keras_object(self.encoder),
                 "num_labels": self.num_labels,
                 "feature": self.feature,
+                "softmax": self.softmax,
+                "head_hidden": self.head_hidden,
+                "head_dropout": self.head_dropout,
             }
         )
         return config
@@ -164,14 +251,17 @@ def lm_loss_per_text(model, hidden, ids, lengths):
 
 
 def predict_probabilities(model, split, max_length, batch_size=64, progress=False):
-    """Sigmoid outputs of `model` for every text of `split`: [N, K] float32.
+    # `split`: a `labeled.LabeledData`, or a list of normalized texts.
+    """Probabilities of `model` for every text of `split`: [N, K] float32.
+
+    Sigmoid outputs (one per label), or one softmax over K classes.
 
     With `progress`, the texts done are reported (see `tf_mlstm.progress`).
     """
-    framed = frame_left_padded(split.texts, max_length)
+    framed = frame_left_padded(getattr(split, "texts", split), max_length)
     ids, lengths = framed.ids, framed.lengths
     predict = tf.function(
-        lambda i, n: tf.sigmoid(model(i, n, training=False)[0]), reduce_retracing=True
+        lambda i, n: model.probabilities(model(i, n, training=False)[0]), reduce_retracing=True
     )
     outputs = []
     with Progress("Predicting", len(ids), "texts", enabled=progress) as report:
@@ -189,6 +279,8 @@ class FinetuneTask(Task):
     """Fine-tuning a `SequenceClassifier` as a task of the distributed runner.
 
     The encoder starts from `init_model_dir`; the classifier head is new.
+    The training labels choose the task (`task_kind`): its outputs are the
+    label keys (binary, multi-label) or the training data's classes.
     Each worker reads its shard of the training texts in a seeded order
     reshuffled every epoch; the shuffle holds row indices, not texts, so the
     saved input position stays small (8 bytes a text).
@@ -220,7 +312,9 @@ class FinetuneTask(Task):
         config = self.config
 
         def read(spec):
-            return labeled.read_labeled(spec, config.text_keys, self.labels, binary=True)
+            return labeled.read_labeled(
+                spec, config.text_keys, self.labels, label_map=config.label_map or None
+            )
 
         train = read(config.train_data)
         if config.validation_data:
@@ -235,6 +329,16 @@ class FinetuneTask(Task):
         self.splits = {"train": train, "validation": validation}
         if config.test_data:
             self.splits["test"] = read(config.test_data)
+        self.kind = task_kind(train)
+        if self.kind == MULTICLASS:
+            self.names = train.classes()
+            self.targets = {
+                name: labeled.encode_classes(split, self.names)
+                for name, split in self.splits.items()
+            }
+        else:
+            self.names = self.labels
+            self.targets = {name: split.indicator() for name, split in self.splits.items()}
         framed = frame_left_padded(train.texts, config.max_length)
         self.train_ids, self.train_lengths = framed.ids, framed.lengths
         cut = int(framed.truncated.sum())
@@ -245,8 +349,15 @@ class FinetuneTask(Task):
         config = self.config
         encoder = MLSTMLanguageModel.from_train_config(self.base_config, precision=config.precision)
         encoder.set_weights(self.base_model.get_weights())
-        self.model = SequenceClassifier(encoder, len(self.labels), config.feature)
-        trained = [encoder.embedding, encoder.mlstm, self.model.classifier]
+        self.model = SequenceClassifier(
+            encoder,
+            len(self.names),
+            config.feature,
+            softmax=self.kind == MULTICLASS,
+            head_hidden=config.head_hidden,
+            head_dropout=config.head_dropout,
+        )
+        trained = [encoder.embedding, encoder.mlstm, *self.model.head_layers().values()]
         if config.lm_loss_weight > 0:
             trained.append(encoder.head)  # only the auxiliary loss reaches the LM head
         return self.model, [v for layer in trained for v in layer.trainable_variables]
@@ -260,12 +371,12 @@ class FinetuneTask(Task):
     def checkpoint_objects(self):
         # The encoder as `model`: `load_trained_model` reads a fine-tuned
         # encoder like any trained language model.
-        return {"model": self.model.encoder, "classifier": self.model.classifier}
+        return {"model": self.model.encoder, **self.model.head_layers()}
 
     def dataset(self, input_context, rows):
         ids = tf.constant(self.train_ids)
         lengths = tf.constant(self.train_lengths)
-        labels = tf.constant(self.splits["train"].indicator())
+        labels = tf.constant(self.targets["train"])
         indices = tf.data.Dataset.range(len(self.train_ids)).shard(
             input_context.num_input_pipelines, input_context.input_pipeline_id
         )
@@ -303,6 +414,7 @@ class FinetuneTask(Task):
             "validation_data": config.validation_data,
             "validation_fraction": config.validation_fraction,
             "label_key": config.label_key,
+            "label_map": config.label_map,
             "text_key": config.text_key,
         }
 
@@ -311,23 +423,37 @@ class FinetuneTask(Task):
     def loss(self, batch, state):
         ids, lengths, labels = batch["ids"], batch["lengths"], batch["labels"]
         lm_weight = self.config.lm_loss_weight
-        logits, hidden = self.model(ids, lengths, training=True)
-        per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        # Seeded by step and replica: a resumed run draws the same dropout.
+        dropout_seed = tf.stack(
+            [self.runner.step, tf.cast(replica, tf.int64) + 65536 * self.config.seed]
+        )
+        logits, hidden = self.model(ids, lengths, training=True, dropout_seed=dropout_seed)
         # Sums over the replica's rows / global batch: summing replica
         # gradients gives the global mean gradient.
-        class_loss = tf.reduce_sum(tf.reduce_mean(per_label, axis=1))
+        if self.kind == MULTICLASS:
+            class_loss = tf.reduce_sum(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            )
+            predicted = tf.argmax(logits, axis=1, output_type=labels.dtype)
+            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32))
+        else:
+            per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            class_loss = tf.reduce_sum(tf.reduce_mean(per_label, axis=1))
+            right = tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
+            correct = tf.reduce_sum(tf.reduce_mean(right, axis=1))
         lm_loss = tf.constant(0.0)
         if lm_weight > 0:
             lm_loss = tf.reduce_sum(lm_loss_per_text(self.model, hidden, ids, lengths))
         loss = (class_loss + lm_weight * lm_loss) / float(self.config.batch_size)
-        right = tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), labels), tf.float32)
-        correct = tf.reduce_sum(tf.reduce_mean(right, axis=1))
         return loss, tf.stack([class_loss, lm_loss, correct]), state
 
     def describe(self):
+        outputs = "classes" if self.kind == MULTICLASS else "labels"
         return (
             f" x {self.train_ids.shape[1]} bytes; {self.config.init_model_dir} "
-            f"({self.config.feature} features, labels {','.join(self.labels)}) on "
+            f"({self.config.feature} features, {self.kind} {outputs} "
+            f"{','.join(str(name) for name in self.names)}) on "
             f"{len(self.train_ids)} texts"
         )
 
@@ -352,65 +478,90 @@ class FinetuneTask(Task):
         return [(self.config.eval_every_steps, self._log_validation)]
 
     def _log_validation(self, step):
-        _, metrics = self.evaluate(self.splits["validation"])
+        _, metrics = self.evaluate("validation")
+        f1 = "macro_f1" if self.kind == MULTICLASS else "f1"
         logging.info(
-            "step %d  validation accuracy %.4f  F1 %.4f (threshold 0.5)",
+            "step %d  validation accuracy %.4f  %s %.4f%s",
             step,
             metrics["accuracy"],
-            metrics["f1"],
+            f1,
+            metrics[f1],
+            "" if self.kind == MULTICLASS else " (threshold 0.5)",
         )
         with self.runner.summary_writer("validation").as_default(step=step):
             tf.summary.scalar("accuracy", metrics["accuracy"])
-            tf.summary.scalar("f1", metrics["f1"])
+            tf.summary.scalar(f1, metrics[f1])
 
     def configs(self):
         return {CONFIG_FILE: self.base_config, FINETUNE_CONFIG_FILE: self.config}
 
     def evaluate(self, split, thresholds=None, progress=False):
-        """Probabilities and metrics on one split (every worker computes them)."""
+        """Probabilities and metrics on one split (every worker computes them).
+
+        Args:
+          split: "train", "validation" or "test".
+          thresholds: the sigmoid labels' thresholds (None: 0.5 each).
+          progress: whether to report the texts done.
+        """
         probabilities = predict_probabilities(
-            self.model, split, self.config.max_length, progress=progress
+            self.model, self.splits[split], self.config.max_length, progress=progress
         )
         if thresholds is None:
-            thresholds = np.full(len(self.labels), 0.5)
+            thresholds = np.full(len(self.names), 0.5)
         return probabilities, self._metrics(split, probabilities, thresholds)
 
     def _metrics(self, split, probabilities, thresholds):
-        """`labeled.label_metrics` of `probabilities` cut at `thresholds`."""
+        """The metrics of `probabilities` on `split` (sigmoids cut at `thresholds`)."""
+        if self.kind == MULTICLASS:
+            return labeled.class_metrics(
+                self.targets[split], np.argmax(probabilities, axis=1), self.names
+            )
         return labeled.label_metrics(
-            split.indicator(), probabilities > thresholds, self.labels, thresholds
+            self.targets[split], probabilities > thresholds, self.labels, thresholds
         )
 
     def results(self, step):
-        validation = self.splits["validation"]
         # The final evaluation, over whole splits, reports its progress; the periodic one
         # is summed up by its own log line.
-        probabilities, at_half = self.evaluate(validation, progress=True)
-        thresholds = labeled.choose_thresholds(
-            probabilities, validation.indicator(), self.config.threshold_metric
-        )
-        chosen = self._metrics(validation, probabilities, thresholds)
+        probabilities, at_half = self.evaluate("validation", progress=True)
         results = {
+            "kind": self.kind,
             "labels": list(self.labels),
             "feature": self.config.feature,
+            "head_hidden": self.config.head_hidden,
+            "head_dropout": self.config.head_dropout,
             "precision": self.config.precision,
-            "thresholds": {name: float(t) for name, t in zip(self.labels, thresholds)},
-            "threshold_metric": self.config.threshold_metric,
-            "train_examples": len(self.splits["train"].texts),
-            "validation": chosen,
-            "validation_at_0.5": at_half,
-            "history": self.history,
         }
-        logging.info(
-            "validation accuracy %.4f  F1 %.4f (thresholds %s)",
-            chosen["accuracy"],
-            chosen["f1"],
-            ", ".join(f"{t:.3f}" for t in thresholds),
-        )
-        if "test" in self.splits:
-            _, results["test"] = self.evaluate(self.splits["test"], thresholds, progress=True)
+        if self.kind == MULTICLASS:
+            thresholds = None
+            chosen = at_half
+            results["classes"] = list(self.names)
             logging.info(
-                "test accuracy %.4f  F1 %.4f", results["test"]["accuracy"], results["test"]["f1"]
+                "validation accuracy %.4f  macro F1 %.4f", chosen["accuracy"], chosen["macro_f1"]
+            )
+        else:
+            thresholds = labeled.choose_thresholds(
+                probabilities, self.targets["validation"], self.config.threshold_metric
+            )
+            chosen = self._metrics("validation", probabilities, thresholds)
+            results["thresholds"] = {name: float(t) for name, t in zip(self.labels, thresholds)}
+            results["threshold_metric"] = self.config.threshold_metric
+            logging.info(
+                "validation accuracy %.4f  F1 %.4f (thresholds %s)",
+                chosen["accuracy"],
+                chosen["f1"],
+                ", ".join(f"{t:.3f}" for t in thresholds),
+            )
+        results["train_examples"] = len(self.splits["train"].texts)
+        results["validation"] = chosen
+        if self.kind != MULTICLASS:
+            results["validation_at_0.5"] = at_half
+        results["history"] = self.history
+        if "test" in self.splits:
+            _, results["test"] = self.evaluate("test", thresholds, progress=True)
+            f1 = "macro_f1" if self.kind == MULTICLASS else "f1"
+            logging.info(
+                "test accuracy %.4f  %s %.4f", results["test"]["accuracy"], f1, results["test"][f1]
             )
         return results
 
@@ -440,6 +591,45 @@ def finetune(config):
     return Finetuner(config).train()
 
 
+@dataclasses.dataclass(frozen=True)
+class FinetunedClassifier:
+    """A finished fine-tuning run, ready to classify (see `load_finetuned_model`).
+
+    Attributes:
+      model: the float32 `SequenceClassifier`.
+      config: its `FinetuneConfig`.
+      kind: BINARY, MULTICLASS or MULTILABEL.
+      classes: the probability columns' names: for MULTICLASS the K classes,
+        for MULTILABEL the label keys, for BINARY the classes (0, 1).
+      thresholds: [K] float32 sigmoid thresholds (BINARY: one), or None
+        for MULTICLASS.
+    """
+
+    model: SequenceClassifier
+    config: FinetuneConfig
+    kind: str
+    classes: tuple
+    thresholds: np.ndarray | None
+
+    def predict_proba(self, texts, batch_size=64, progress=False):
+        """[N, C] probabilities of normalized `texts`: C = 2 for BINARY (negative,
+        positive), the K classes' softmax, or the L labels' sigmoids."""
+        outputs = predict_probabilities(
+            self.model, texts, self.config.max_length, batch_size, progress
+        )
+        if self.kind == BINARY:
+            outputs = np.concatenate([1.0 - outputs, outputs], axis=1)
+        return outputs
+
+    def predict(self, probabilities):
+        """The predictions for `predict_proba`'s output: [N] classes, or [N, L] 0/1."""
+        if self.kind == MULTILABEL:
+            return (probabilities > self.thresholds).astype(np.int64)
+        if self.kind == BINARY:
+            return (probabilities[:, 1] > self.thresholds[0]).astype(np.int64)
+        return np.asarray(self.classes, dtype=object)[np.argmax(probabilities, axis=1)]
+
+
 def load_finetuned_model(model_dir):
     """Rebuilds a fine-tuned classifier in float32 from its newest checkpoint.
 
@@ -447,7 +637,7 @@ def load_finetuned_model(model_dir):
       model_dir: a `tf-mlstm-finetune` --model_dir.
 
     Returns:
-      (SequenceClassifier, FinetuneConfig, thresholds [K] np.ndarray).
+      A `FinetunedClassifier`.
 
     Raises:
       FileNotFoundError: the folder holds no finished fine-tuning run.
@@ -463,9 +653,24 @@ def load_finetuned_model(model_dir):
         config = FinetuneConfig.from_json(f.read())
     with tf.io.gfile.GFile(paths[RESULTS_FILE]) as f:
         results = json.loads(f.read())
+    # Runs from before K-class fine-tuning have no "kind": binary or multi-label.
+    kind = results.get("kind", BINARY if len(config.label_keys) == 1 else MULTILABEL)
+    if kind == MULTICLASS:
+        classes, thresholds = tuple(results["classes"]), None
+    else:
+        classes = (0, 1) if kind == BINARY else config.label_keys
+        thresholds = np.array(
+            [results["thresholds"][name] for name in config.label_keys], np.float32
+        )
     encoder, _ = rundir.load_trained_model(model_dir)
-    model = SequenceClassifier(encoder, len(config.label_keys), config.feature)
-    restorer = tf.train.Checkpoint(classifier=model.classifier)
+    model = SequenceClassifier(
+        encoder,
+        len(classes) if kind == MULTICLASS else len(config.label_keys),
+        config.feature,
+        softmax=kind == MULTICLASS,
+        head_hidden=config.head_hidden,
+        head_dropout=config.head_dropout,
+    )
+    restorer = tf.train.Checkpoint(**model.head_layers())
     rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
-    thresholds = np.array([results["thresholds"][name] for name in config.label_keys])
-    return model, config, thresholds
+    return FinetunedClassifier(model, config, kind, classes, thresholds)

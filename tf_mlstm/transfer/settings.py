@@ -32,10 +32,13 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     model_dir: str = ""
     text_key: tuple = TEXT_KEYS  # or one comma-separated string
     label_key: str = "label"  # several, comma-separated = multi-label
+    label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes (one label key)
     validation_fraction: float = 0.1
     max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
     # Model and loss.
     feature: str = "cell"
+    head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
+    head_dropout: float = 0.0  # dropout before the output layer, in training
     lm_loss_weight: float = 0.0
     threshold_metric: str = "accuracy"
     # Optimization.
@@ -67,7 +70,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
 
     @property
     def label_keys(self):
-        """The label keys, in order (one: binary; more: multi-label)."""
+        """The label keys, in order (one: binary or K classes; more: multi-label)."""
         return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
 
     @property
@@ -88,6 +91,20 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             )
         if not self.text_keys:
             raise errors.InvalidValueError("--text_key must name at least one key.")
+        if self.label_map:
+            if len(self.label_keys) > 1:
+                raise errors.InvalidValueError(
+                    "--label_map needs one --label_key (several keys are 0/1 labels each), got "
+                    f"{self.label_key!r}."
+                )
+        if self.head_hidden < 0:
+            raise errors.InvalidValueError(
+                f"--head_hidden must be >= 0 (0 = a linear head), got {self.head_hidden}."
+            )
+        if not 0 <= self.head_dropout < 1:
+            raise errors.InvalidValueError(
+                f"--head_dropout must be in [0, 1), got {self.head_dropout}."
+            )
         positive = (
             "batch_size",
             "max_steps",
