@@ -6,9 +6,11 @@ test modules ask for it. `write_untrained_model_dir` writes a model folder
 with random weights in a fraction of a second, and `random_model` builds one
 in memory, for tests that only need the plumbing. `tiny_train_config` is a
 training config a test runs in seconds; `wait_for` collects worker
-processes.
+processes; `run_without_tf_mlstm` runs a script the way a server would,
+without tf_mlstm on the path.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -134,3 +136,29 @@ def wait_for(procs, logs, timeout):
             if proc.poll() is None:
                 proc.kill()
     return codes, [pathlib.Path(path).read_text(errors="replace") for path in logs]
+
+
+def run_without_tf_mlstm(script, args, cwd):
+    """Runs `python -c script *args` in `cwd` with no PYTHONPATH; parses its last line.
+
+    Args:
+      script: Python source that prints one JSON object last.
+      args: its command-line arguments.
+      cwd: the folder it runs in (not the repository, so tf_mlstm cannot load).
+
+    Returns:
+      The JSON object of its last output line.
+
+    Raises:
+      AssertionError: the script failed (its stderr ends the message).
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=""),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from _models import random_model
+from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import eval as eval_cli
@@ -196,16 +197,7 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     meta = json.loads((tmp_path / "export" / "20" / "assets.extra" / "meta.json").read_text())
     assert meta["classifier"]["feature_kinds"] == ["max", "cell_min"]
 
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE, export_dir, json.dumps(TEXTS)],
-        capture_output=True,
-        text=True,
-        cwd=str(tmp_path),
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=""),
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    served = json.loads(done.stdout.strip().splitlines()[-1])
+    served = run_without_tf_mlstm(_SERVE, [export_dir, json.dumps(TEXTS)], tmp_path)
     assert served["signatures"] == signatures
     assert not served["imported_tf_mlstm"]
     print("SavedModel needs tensorflow_text ops:", served["needs_text_ops"])
@@ -428,16 +420,7 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
             str(model_dir), str(tmp_path / "serving"), max_text_bytes=24, max_generate_length=8
         )
     )
-    served = subprocess.run(
-        [sys.executable, "-c", _SERVE_LIMITS, done["export_dir"]],
-        capture_output=True,
-        text=True,
-        cwd=str(tmp_path),
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=""),
-        timeout=300,
-    )
-    assert served.returncode == 0, served.stderr[-3000:]
-    out = json.loads(served.stdout.strip().splitlines()[-1])
+    out = run_without_tf_mlstm(_SERVE_LIMITS, [done["export_dir"]], tmp_path)
     assert not out["imported_tf_mlstm"]
     assert "score: a text is longer than max_text_bytes=24" in out["long_text"]
     assert "generate: a prompt is longer than max_text_bytes=24" in out["long_prompt"]
