@@ -9,13 +9,20 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
+from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.cli import export as export_cli
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.export import saved_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import local_cluster
@@ -265,19 +272,35 @@ def test_head_dropout_is_seeded_and_only_in_training():
     assert (restored.softmax, restored.head_hidden, restored.head_dropout) == (True, 8, 0.5)
 
 
-@pytest.mark.slow
-def test_three_classes_with_a_label_map_and_an_mlp_head_learn_and_load(task, tmp_path):
+def _three_class_config(task, tmp_path, counts, **overrides):
+    """A K=3 config (stars mapped to neg/neutral/pos) on new files of `counts` texts.
+
+    `counts` = (train, validation, test); a test count of 0 writes no test split.
+    The run goes to `tmp_path / "run"`.
+    """
     folder = tmp_path / "data"
     folder.mkdir()
-    model_dir = tmp_path / "run"
-    config = _config(
+    splits = {}
+    for seed, (name, count) in enumerate(zip(("train", "validation", "test"), counts)):
+        if count:
+            splits[f"{name}_data"] = _write_three_class(folder / f"{name}.jsonl", count, seed)
+    return _config(
         task,
-        model_dir,
-        train_data=_write_three_class(folder / "train.jsonl", 360, 0),
-        validation_data=_write_three_class(folder / "validation.jsonl", 90, 1),
-        test_data=_write_three_class(folder / "test.jsonl", 60, 2),
+        tmp_path / "run",
         label_key="stars",
         label_map="1:neg,2:neg,3:neutral,4:pos,5:pos",
+        **splits,
+        **overrides,
+    )
+
+
+@pytest.mark.slow
+def test_three_classes_with_a_label_map_and_an_mlp_head_learn_and_load(task, tmp_path):
+    model_dir = tmp_path / "run"
+    config = _three_class_config(
+        task,
+        tmp_path,
+        (360, 90, 60),
         head_hidden=16,
         head_dropout=0.1,
         max_steps=40,
@@ -454,3 +477,111 @@ def test_finetune_time_budget_stops_cleanly_and_reports(task, tmp_path):
     assert results["skipped_steps"] == 0 and "thresholds" in results
     latest = (tmp_path / "run" / "checkpoints" / "checkpoint").read_text()
     assert f'"ckpt-{results["step"]}"' in latest
+
+
+# === Serving a fine-tuned run ===
+
+_SERVING_TEXTS = [
+    "A wonderful, moving film that stays with you for days.",
+    "the plot was really bad",
+    "okay",
+    "",
+]
+
+
+@pytest.mark.parametrize(
+    "kind, classes, feature, head_hidden",
+    [
+        ("binary", (0, 1), "cell", 0),
+        ("multiclass", ("neg", "neutral", "pos"), "mean", 6),
+        ("multilabel", ("label", "long"), "mean", 0),
+    ],
+)
+def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feature, head_hidden):
+    outputs = 1 if kind == "binary" else len(classes)
+    model = finetune.SequenceClassifier(
+        _small_encoder(), outputs, feature, kind == "multiclass", head_hidden, head_dropout=0.5
+    )
+    rng = np.random.default_rng(0)
+    for variable in model.classifier.weights:  # biases away from 0 too
+        variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+    thresholds = None if kind == "multiclass" else np.linspace(0.3, 0.6, outputs, dtype=np.float32)
+    config = finetune.FinetuneConfig(feature=feature, head_hidden=head_hidden, max_length=20)
+    tuned = finetune.FinetunedClassifier(model, config, kind, classes, thresholds)
+    head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
+    module = saved_model.ServingModule(model.encoder, classifier=head)
+    served = module.classify(tf.constant(_SERVING_TEXTS))
+    texts = [normalize_text(t) for t in _SERVING_TEXTS]
+    want = tuned.predict_proba(texts)
+    np.testing.assert_allclose(served["probabilities"].numpy(), want, atol=1e-5)
+    predicted = tuned.predict(want)
+    if kind == "multilabel":
+        np.testing.assert_array_equal(served["labels"].numpy(), predicted)
+    else:
+        got = served["label"].numpy().tolist()
+        assert [g.decode() if isinstance(g, bytes) else g for g in got] == predicted.tolist()
+    if kind == "binary":
+        assert "neuron" not in served
+
+
+_SERVE_CLASSIFY = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    loaded = tf.saved_model.load(sys.argv[1])
+    out = loaded.signatures["classify"](text=tf.constant(json.loads(sys.argv[2])))
+    print(json.dumps({
+        "imported_tf_mlstm": any(m.startswith("tf_mlstm") for m in sys.modules),
+        "probabilities": out["probabilities"].numpy().tolist(),
+        "classes": [c.decode() for c in out["classes"].numpy()[0]],
+        "label": [c.decode() for c in out["label"].numpy()],
+    }))
+""")
+
+
+@pytest.mark.slow
+def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
+    model_dir = tmp_path / "run"
+    config = _three_class_config(
+        task,
+        tmp_path,
+        (120, 30, 0),
+        feature="mean",
+        head_hidden=8,
+        head_dropout=0.2,
+        max_length=24,
+        max_steps=6,
+        jit_compile="false",
+    )
+    finetune.finetune(config)
+    tuned = finetune.load_finetuned_model(str(model_dir))
+    want = tuned.predict_proba([normalize_text(t) for t in _SERVING_TEXTS])
+
+    # tf-mlstm-classify without --classifier: the fine-tuned head.
+    stdin = io.BytesIO("\n".join(_SERVING_TEXTS[:3]).encode("utf-8"))
+    lines, probabilities, labels, classes = classify_cli.classify(
+        classify_cli.ClassifyConfig(str(model_dir), "", "-", "-"), stdin=stdin
+    )
+    assert lines == [1, 2, 3] and classes == ("neg", "neutral", "pos")
+    np.testing.assert_allclose(probabilities, want[:3], atol=1e-6)
+    out = io.StringIO()
+    classify_cli.write_csv(out, lines, probabilities, labels, classes)
+    header = out.getvalue().splitlines()[0]
+    assert header == "index,line,label,probability_neg,probability_neutral,probability_pos"
+    with pytest.raises(ValueError, match="is not a finished tf-mlstm-finetune run"):
+        classify_cli.classify(classify_cli.ClassifyConfig(task["init"], "", "-", "-"))
+
+    # tf-mlstm-export: classify served from a process that never imports tf_mlstm.
+    done = export_cli.export(export_cli.ExportConfig(str(model_dir), str(tmp_path / "export")))
+    assert "classify" in done["signatures"]
+    meta_path = os.path.join(done["export_dir"], "assets.extra", "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)["classifier"]
+    assert meta["fine_tuned"] and meta["task"] == "multiclass" and meta["head_hidden"] == 8
+    result = run_without_tf_mlstm(
+        _SERVE_CLASSIFY, [done["export_dir"], json.dumps(_SERVING_TEXTS)], tmp_path
+    )
+    assert not result["imported_tf_mlstm"]
+    np.testing.assert_allclose(result["probabilities"], want, atol=1e-5)
+    assert result["classes"] == ["neg", "neutral", "pos"]
+    assert result["label"] == tuned.predict(want).tolist()

@@ -107,6 +107,14 @@ def export_dir(model_dir):
     return os.path.join(model_dir, EXPORT_SUBDIR)
 
 
+def is_finetune_run(model_dir):
+    """Whether `model_dir` holds a finished fine-tuning run (its config and results)."""
+    return all(
+        tf.io.gfile.exists(os.path.join(model_dir, name))
+        for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)
+    )
+
+
 def carried_state_dir(model_dir):
     """The folder of the workers' carried recurrent states."""
     return os.path.join(model_dir, CARRIED_STATE_SUBDIR)

@@ -4,6 +4,14 @@
       --input=reviews.jsonl --text_key=reviewText --output=scores.csv
   printf 'Great film.\nDull and long.\n' | tf-mlstm-classify --model_dir=runs/r1 \
       --classifier=runs/r1/sst/classifier.json --input=- --output=-
+  tf-mlstm-classify --model_dir=runs/r1_sst --input=reviews.jsonl --output=scores.csv
+
+With `--classifier`, a logistic regression of `tf-mlstm-transfer` classifies
+features of the language model in `--model_dir` (a trained or a fine-tuned
+one). Without it, `--model_dir` must be a finished `tf-mlstm-finetune` run,
+and its fine-tuned encoder and head classify (texts cut to the run's
+`--max_length`, as in fine-tuning; `--window` is not used), with the decision
+thresholds chosen on its validation data.
 
 `--input` is CSV / JSON lines / plain text files (read and normalized as
 training text is; records without text are skipped and counted in the log),
@@ -37,7 +45,7 @@ class ClassifyConfig:
     """What to classify. Field names match the flags."""
 
     model_dir: str
-    classifier: str
+    classifier: str  # "" = the fine-tuned head of model_dir
     input: str
     output: str
     text_key: tuple = _flags.TEXT_KEYS
@@ -60,8 +68,18 @@ class ClassifyConfig:
 
 def define_classify_flags():
     """Defines every tf-mlstm-classify flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string("model_dir", None, "The --model_dir the classifier's features came from.")
-    flags.DEFINE_string("classifier", None, "A classifier.json written by tf-mlstm-transfer.")
+    flags.DEFINE_string(
+        "model_dir",
+        None,
+        "The --model_dir the classifier's features come from; without --classifier, a "
+        "tf-mlstm-finetune --model_dir.",
+    )
+    flags.DEFINE_string(
+        "classifier",
+        "",
+        "A classifier.json written by tf-mlstm-transfer; empty = the fine-tuned head of "
+        "--model_dir.",
+    )
     flags.DEFINE_string(
         "input", None, "Files/globs to classify (CSV, JSONL, text), or - for stdin."
     )
@@ -157,6 +175,8 @@ def classify(config, stdin=None):
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
+    if not config.classifier:
+        return _classify_finetuned(config, stdin)
     classifier = logistic.LogisticClassifier.load(config.classifier)
     model, _ = rundir.load_trained_model(config.model_dir)
     if model.hidden_size != classifier.hidden_size:
@@ -170,6 +190,23 @@ def classify(config, stdin=None):
     )
     x = features.concat_features(featurizer(texts), classifier.feature_kinds)
     return lines, classifier.predict_proba(x), classifier.predict(x), classifier.classes
+
+
+def _classify_finetuned(config, stdin):
+    """`classify` with the fine-tuned encoder and head of `config.model_dir`."""
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+
+    if not rundir.is_finetune_run(config.model_dir):
+        raise errors.InvalidValueError(
+            f"--model_dir={config.model_dir} is not a finished tf-mlstm-finetune run (no "
+            f"{rundir.FINETUNE_CONFIG_FILE} and {rundir.RESULTS_FILE}); give "
+            "--classifier=classifier.json for a tf-mlstm-transfer classifier"
+        )
+    tuned = finetune.load_finetuned_model(config.model_dir)
+    texts, lines = read_texts(config.input, config.text_keys, stdin)
+    probabilities = tuned.predict_proba(texts, config.batch_size)
+    return lines, probabilities, tuned.predict(probabilities), tuned.classes
 
 
 def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):
@@ -217,7 +254,7 @@ def run():
         define_classify_flags,
         main,
         ClassifyConfig,
-        required=["model_dir", "classifier", "input", "output"],
+        required=["model_dir", "input", "output"],
     )
 
 

@@ -3,6 +3,7 @@
   tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm
   tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm_sst \
       --classifier=runs/r1/sst/classifier.json
+  tf-mlstm-export --model_dir=runs/r1_sst --export_dir=serving/mlstm_sst_tuned
 
 `--export_dir` is the folder TensorFlow Serving is pointed at: the SavedModel
 goes to `EXPORT_DIR/<step>/`, the version being the global step of the
@@ -13,8 +14,12 @@ never emptied.
 
 The SavedModel has the signatures `featurize` (the default), `score` and
 `generate`, and with `--classifier` also `classify` (standardization and the
-logistic regression run in the graph). Every signature takes raw UTF-8 text
-and normalizes it in the graph as training did; requests beyond
+logistic regression run in the graph). A finished `tf-mlstm-finetune` run
+given as `--model_dir` without `--classifier` gets the `classify` of its
+fine-tuned head (its classes or labels, and the thresholds chosen on its
+validation data; each text's first `--max_length` bytes, as in fine-tuning).
+Every signature takes raw UTF-8 text and normalizes it in the graph as
+training did; requests beyond
 `--max_text_bytes` or `--max_generate_length` fail with InvalidArgument (see
 docs/serving.md). The model is exported in float32 whatever precision it
 trained in. The last line printed is one JSON object:
@@ -66,7 +71,8 @@ def define_export_flags():
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json; adds the classify signature.",
+        "A tf-mlstm-transfer classifier.json; adds the classify signature (a "
+        "tf-mlstm-finetune --model_dir has its own without this flag).",
     )
     flags.DEFINE_integer("window", defaults.window, "Bytes per model call inside the signatures.")
     flags.DEFINE_integer(
@@ -96,7 +102,9 @@ def export(config):
       ValueError: `--export_dir` holds something this tool did not write, or a
         classifier does not fit the model.
     """
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
     try:
@@ -104,7 +112,21 @@ def export(config):
         saved_model.check_export_base(config.export_dir)
         head = None
         metadata = {}
-        if config.classifier:
+        if not config.classifier and rundir.is_finetune_run(config.model_dir):
+            tuned = finetune.load_finetuned_model(config.model_dir)
+            head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
+            metadata["classifier"] = {
+                "source": config.model_dir,
+                "task": tuned.kind,
+                "fine_tuned": True,
+                "feature_kinds": [tuned.config.feature],
+                "classes": list(tuned.classes),
+                "head_hidden": tuned.config.head_hidden,
+                "max_length": tuned.config.max_length,
+            }
+            if tuned.thresholds is not None:
+                metadata["classifier"]["thresholds"] = tuned.thresholds.tolist()
+        elif config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head = classifier.serving_head()
             metadata["classifier"] = {

@@ -21,7 +21,11 @@ they normalize in-graph as training did):
   (of the positive class) and `neuron` [N] (the sentiment neuron's feature
   value); a multilabel one `labels` [N, L] int64, 1 where a label's
   probability is above its threshold. All from a logistic regression on
-  standardized features computed in-graph.
+  standardized features computed in-graph, or from a fine-tuned head (linear,
+  or one ReLU layer and the output layer) on the fine-tuned encoder's
+  features of each text's first bytes, as in fine-tuning; a binary one then
+  cuts `probability` at the threshold chosen on validation and has no
+  `neuron`.
 
 The exported model runs in float32 whatever precision it trained in. The
 text normalization uses the `NormalizeUTF8` op of TensorFlow Text, so a
@@ -82,25 +86,32 @@ class ExportDirError(errors.InvalidValueError):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClassifierHead:
-    """A logistic regression on standardized features, as plain arrays.
+    """A classifier on standardized features, as plain arrays.
 
-    The transfer tools build one from a fitted classifier; it lives here, with
-    no scikit-learn in it, so the export never depends on the transfer code.
+    The transfer tools build one from a fitted logistic regression or a
+    fine-tuned head; it lives here, with no scikit-learn in it, so the export
+    never depends on the transfer code.
 
     Attributes:
       feature_kinds: which of `featurize.FEATURE_KINDS` are concatenated, in order.
       mean: [D] standardizer mean (D = hidden size x number of kinds).
       scale: [D] standardizer scale.
-      weights: [R, D] logistic weights on standardized features, one row per
-        output: 1 for two classes (the second class's logit), K for K > 2
-        classes (softmax), L for L labels (a sigmoid each). [D] is one row.
-      bias: [R] logistic intercepts (a number for one row).
+      weights: [R, D] output weights on standardized features (or on the
+        hidden layer's U outputs), one row per output: 1 for two classes (the
+        second class's logit), K for K > 2 classes (softmax), L for L labels
+        (a sigmoid each). [D] is one row.
+      bias: [R] output intercepts (a number for one row).
       classes: the class values (ints or names), in probability-column order;
         multilabel: the label names.
       neuron: index into the D features of the sentiment neuron (binary; -1
         for none).
       multilabel: the rows are independent 0/1 labels.
-      thresholds: multilabel: the L probability thresholds.
+      thresholds: multilabel: the L probability thresholds; binary: () for
+        0.5, or the one threshold of the positive class's probability.
+      hidden_weights: None, or [U, D]: a ReLU layer before the output layer.
+      hidden_bias: [U] with `hidden_weights`.
+      max_length: framed bytes per text read (document start included), as a
+        fine-tuned model was trained; 0 = the whole text.
     """
 
     feature_kinds: tuple
@@ -112,6 +123,9 @@ class ClassifierHead:
     neuron: int = 0
     multilabel: bool = False
     thresholds: tuple = ()
+    hidden_weights: np.ndarray | None = None
+    hidden_bias: np.ndarray | None = None
+    max_length: int = 0
 
     @property
     def binary(self):
@@ -128,11 +142,13 @@ class ClassifierHead:
             )
         width = hidden_size * len(self.feature_kinds)
         rows = 1 if self.binary else len(self.classes)
-        shapes = {
-            "mean": ((width,),),
-            "scale": ((width,),),
-            "weights": ((rows, width),) + (((width,),) if rows == 1 else ()),
-        }
+        inputs = width
+        shapes = {"mean": ((width,),), "scale": ((width,),)}
+        if self.hidden_weights is not None:
+            inputs = np.shape(self.hidden_weights)[0]
+            shapes["hidden_weights"] = ((inputs, width),)
+            shapes["hidden_bias"] = ((inputs,),)
+        shapes["weights"] = ((rows, inputs),) + (((inputs,),) if rows == 1 else ())
         for name, allowed in shapes.items():
             shape = np.shape(getattr(self, name))
             if shape not in allowed:
@@ -149,11 +165,15 @@ class ClassifierHead:
             raise errors.InvalidValueError(
                 f"classifier classes {list(self.classes)}: two or more needed"
             )
+        if self.binary and len(self.thresholds) > 1:
+            raise errors.InvalidValueError(
+                f"classifier has {len(self.thresholds)} thresholds for one binary label"
+            )
         if self.multilabel and len(self.thresholds) != len(self.classes):
             raise errors.InvalidValueError(
                 f"classifier has {len(self.thresholds)} thresholds for {len(self.classes)} labels"
             )
-        if self.binary and not 0 <= self.neuron < width:
+        if self.binary and self.neuron != -1 and not 0 <= self.neuron < width:
             raise errors.InvalidValueError(
                 f"classifier neuron {self.neuron} is outside [0, {width})"
             )
@@ -222,9 +242,24 @@ class ServingModule(tf.Module):
                 self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
             else:
                 self.classifier_classes = self.classifier_names
-            self.classifier_thresholds = tf.constant(
-                np.asarray(classifier.thresholds, np.float32).reshape(-1)
-            )
+            thresholds = classifier.thresholds
+            if classifier.binary and not len(thresholds):
+                thresholds = (0.5,)
+            self.classifier_thresholds = tf.constant(np.asarray(thresholds, np.float32).reshape(-1))
+            self.classifier_hidden = None
+            if classifier.hidden_weights is not None:
+                self.classifier_hidden = (
+                    tf.Variable(
+                        np.asarray(classifier.hidden_weights, np.float32),
+                        trainable=False,
+                        name="classifier_hidden_weights",
+                    ),
+                    tf.Variable(
+                        np.asarray(classifier.hidden_bias, np.float32),
+                        trainable=False,
+                        name="classifier_hidden_bias",
+                    ),
+                )
             # Only a module with a classifier has this function to save.
             self.classify = tf.function(
                 self._classify, input_signature=[tf.TensorSpec([None], tf.string)]
@@ -247,11 +282,13 @@ class ServingModule(tf.Module):
             "(a limit set at export)",
         )
 
-    def _ids(self, text, signature):
-        """(ids, valid) of the texts, normalized and framed, in whole windows."""
+    def _ids(self, text, signature, max_length=None):
+        """(ids, valid) of the texts, normalized, framed and maybe cut, in whole windows."""
         with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
             normalized = normalize_text_tf(text)
-        framed = framing.frame_ids_tf(normalized, pad_to_multiple=self.window)
+        framed = framing.frame_ids_tf(
+            normalized, max_length=max_length, pad_to_multiple=self.window
+        )
         return framed.ids, framed.valid
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -308,12 +345,15 @@ class ServingModule(tf.Module):
         return {"text": text}
 
     def _classify(self, text):
-        ids, valid = self._ids(text, "classify")
+        ids, valid = self._ids(text, "classify", self.classifier.max_length or None)
         features = featurize.featurize_ids(self.model, ids, valid, self.window)
         x = tf.concat([features[kind] for kind in self.classifier.feature_kinds], axis=1)
-        standardized = (x - self.classifier_mean) / self.classifier_scale
+        inputs = (x - self.classifier_mean) / self.classifier_scale
+        if self.classifier_hidden is not None:
+            weights, bias = self.classifier_hidden
+            inputs = tf.nn.relu(tf.linalg.matmul(inputs, weights, transpose_b=True) + bias)
         logits = (
-            tf.linalg.matmul(standardized, self.classifier_weights, transpose_b=True)
+            tf.linalg.matmul(inputs, self.classifier_weights, transpose_b=True)
             + self.classifier_bias
         )
         names = tf.tile(self.classifier_names[None, :], [tf.shape(x)[0], 1])
@@ -329,13 +369,18 @@ class ServingModule(tf.Module):
                 "label": tf.gather(self.classifier_classes, predicted),
             }
         probability = tf.sigmoid(logits[:, 0])
-        return {
+        positive = tf.cast(probability > self.classifier_thresholds[0], tf.int32)
+        if not self.classifier.thresholds:
+            positive = tf.cast(logits[:, 0] > 0, tf.int32)  # exactly 0.5, no rounding
+        outputs = {
             "probabilities": tf.stack([1.0 - probability, probability], axis=1),
             "classes": names,
             "probability": probability,
-            "label": tf.gather(self.classifier_classes, tf.cast(logits[:, 0] > 0, tf.int32)),
-            "neuron": x[:, self.classifier.neuron],
+            "label": tf.gather(self.classifier_classes, positive),
         }
+        if self.classifier.neuron >= 0:
+            outputs["neuron"] = x[:, self.classifier.neuron]
+        return outputs
 
     def signatures(self):
         """The signatures to export, by name."""

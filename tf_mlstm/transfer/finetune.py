@@ -629,6 +629,30 @@ class FinetunedClassifier:
             return (probabilities[:, 1] > self.thresholds[0]).astype(np.int64)
         return np.asarray(self.classes, dtype=object)[np.argmax(probabilities, axis=1)]
 
+    def serving_head_arrays(self):
+        """The head as the fields of an `export.saved_model.ClassifierHead`.
+
+        The features are the fine-tuned ones unstandardized (mean 0, scale 1),
+        read from each text's first `max_length` framed bytes as in training.
+        """
+        width = self.model.encoder.hidden_size
+        fields = {
+            "feature_kinds": (self.config.feature,),
+            "mean": np.zeros(width, np.float32),
+            "scale": np.ones(width, np.float32),
+            "weights": self.model.classifier.kernel.numpy().T,
+            "bias": self.model.classifier.bias.numpy(),
+            "classes": tuple(self.classes),
+            "neuron": -1,
+            "multilabel": self.kind == MULTILABEL,
+            "thresholds": () if self.thresholds is None else tuple(self.thresholds.tolist()),
+            "max_length": self.config.max_length,
+        }
+        if self.model.hidden_layer is not None:
+            fields["hidden_weights"] = self.model.hidden_layer.kernel.numpy().T
+            fields["hidden_bias"] = self.model.hidden_layer.bias.numpy()
+        return fields
+
 
 def load_finetuned_model(model_dir):
     """Rebuilds a fine-tuned classifier in float32 from its newest checkpoint.
