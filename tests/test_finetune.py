@@ -1,4 +1,5 @@
-"""tf-mlstm-finetune: exact padding, learning a toy task, multi-label, precisions, resume."""
+"""tf-mlstm-finetune: exact padding, learning toy tasks (binary, K classes, multi-label),
+the MLP head and its dropout, precisions, resume, and serving a fine-tuned run."""
 
 import io
 import json
@@ -24,6 +25,8 @@ from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
+from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.transfer import finetune
@@ -215,6 +218,23 @@ def test_config_errors():
         finetune.FinetuneConfig(**base, head_dropout=1.0).validate()
     with pytest.raises(ValueError, match="--label_map needs one --label_key"):
         finetune.FinetuneConfig(**base, label_key="a,b", label_map="1:x,2:y").validate()
+
+
+def test_a_resumed_run_keeps_its_head_and_classes(tmp_path):
+    base = dict(init_model_dir="m", train_data="t", model_dir=str(tmp_path), head_hidden=8)
+    (tmp_path / FINETUNE_CONFIG_FILE).write_text(finetune.FinetuneConfig(**base).to_json())
+    for change, message in [
+        (dict(head_hidden=16), "--head_hidden=16 .saved 8."),
+        (dict(label_map="1:a,2:b"), "--label_map=1:a,2:b .saved ."),
+    ]:
+        config = finetune.FinetuneConfig(**dict(base, **change))
+        with pytest.raises(ValueError, match=message):
+            check_resumed_config(str(tmp_path), config, FINETUNE_CONFIG_FILE)
+    # The dropout rate holds no variable: a rerun may change it.
+    config = finetune.FinetuneConfig(**base, head_dropout=0.5)
+    assert check_resumed_config(str(tmp_path), config, FINETUNE_CONFIG_FILE) == {
+        "head_dropout": (0.0, 0.5)
+    }
 
 
 def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):

@@ -85,6 +85,8 @@ RESUME_FIXED = {
     },
     FINETUNE_CONFIG_FILE: {
         "label_key": None,  # the classifier's outputs
+        "label_map": None,  # the classes, so the outputs too
+        "head_hidden": None,  # the head's variables
         "feature": None,
         "precision": None,
         # Whether the LM head is trained decides the optimizer's variables.
