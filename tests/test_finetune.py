@@ -590,6 +590,9 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     assert header == "index,line,label,probability_neg,probability_neutral,probability_pos"
     with pytest.raises(ValueError, match="is not a finished tf-mlstm-finetune run"):
         classify_cli.classify(classify_cli.ClassifyConfig(task["init"], "", "-", "-"))
+    # The run folder is not a classifier file: the message says how to give it.
+    with pytest.raises(ValueError, match="is a folder, not a classifier file .a tf-mlstm-finetune"):
+        classify_cli.classify(classify_cli.ClassifyConfig(str(model_dir), str(model_dir), "-", "-"))
 
     # tf-mlstm-export: classify served from a process that never imports tf_mlstm.
     done = export_cli.export(export_cli.ExportConfig(str(model_dir), str(tmp_path / "export")))

@@ -492,12 +492,17 @@ class LogisticClassifier:
 
         Raises:
           FileNotFoundError: no such file.
-          ValueError: not a valid classifier file.
+          ValueError: a folder, or not a valid classifier file.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"classifier file not found: {path}")
+        if tf.io.gfile.isdir(path):
+            raise errors.InvalidValueError(
+                f"{path} is a folder, not a classifier file (a tf-mlstm-finetune run is given "
+                "as --model_dir, without --classifier)"
+            )
         with tf.io.gfile.GFile(path) as f:
             return cls.from_json(f.read(), source=path)
 
