@@ -251,10 +251,10 @@ def lm_loss_per_text(model, hidden, ids, lengths):
 
 
 def predict_probabilities(model, split, max_length, batch_size=64, progress=False):
-    # `split`: a `labeled.LabeledData`, or a list of normalized texts.
     """Probabilities of `model` for every text of `split`: [N, K] float32.
 
-    Sigmoid outputs (one per label), or one softmax over K classes.
+    Sigmoid outputs (one per label), or one softmax over K classes. `split` is
+    a `labeled.LabeledData` or a list of normalized texts.
 
     With `progress`, the texts done are reported (see `tf_mlstm.progress`).
     """
