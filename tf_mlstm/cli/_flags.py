@@ -19,6 +19,34 @@ def text_keys(values):
     return tuple(key.strip() for key in values if key.strip())
 
 
+def define_feature_precision(default="auto", note=""):
+    """`--precision` of the binaries that compute features (transfer, classify)."""
+    flags.DEFINE_enum(
+        "precision",
+        default,
+        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
+        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
+        "weights and features stay float32. auto: mixed_float16 on GPUs with tensor cores, "
+        "mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32." + note,
+    )
+
+
+def resolve_feature_precision(choice):
+    """`choice`, with `auto` decided from this machine's hardware (and logged)."""
+    # pylint: disable=g-import-not-at-top
+    from absl import logging
+
+    from tf_mlstm.train import hardware
+
+    # pylint: enable=g-import-not-at-top
+    if choice != hardware.AUTO:
+        return choice
+    machine = hardware.detect()
+    precision, reason = hardware.resolve_precision(choice, machine)
+    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
+    return precision
+
+
 def define_runner_flags(defaults, end_of_run="evaluate and export"):
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 

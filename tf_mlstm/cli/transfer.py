@@ -101,15 +101,7 @@ def define_transfer_flags():
     )
     flags.DEFINE_integer("batch_size", 64, "Texts per model call.")
     flags.DEFINE_integer("window", 256, "Bytes per model call (the state carries across).")
-    flags.DEFINE_enum(
-        "precision",
-        "auto",
-        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
-        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
-        "weights and features stay float32. auto: mixed_float16 on GPUs with tensor cores, "
-        "mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32 (results.json records "
-        "the choice).",
-    )
+    _flags.define_feature_precision()
     flags.DEFINE_integer(
         "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
     )
@@ -144,18 +136,6 @@ def _floats(spec, name):
         raise app.UsageError(f"--{name} must be comma-separated numbers, got {spec!r}") from None
 
 
-def _resolved_precision(choice):
-    """`choice`, with `auto` decided from this machine's hardware (and logged)."""
-    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
-
-    if choice != hardware.AUTO:
-        return choice
-    machine = hardware.detect()
-    precision, reason = hardware.resolve_precision(choice, machine)
-    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
-    return precision
-
-
 def config_from_flags():
     """One frozen, validated `TransferConfig` from FLAGS.
 
@@ -180,7 +160,7 @@ def config_from_flags():
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,
             "window": FLAGS.window,
-            "precision": _resolved_precision(FLAGS.precision),
+            "precision": _flags.resolve_feature_precision(FLAGS.precision),
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
             "val_fraction": FLAGS.val_fraction,
