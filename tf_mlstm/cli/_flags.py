@@ -7,6 +7,7 @@ record reads the same in every binary.
 from absl import flags
 
 from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):
@@ -14,9 +15,7 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
 
 
-def text_keys(values):
-    """The keys of a `--text_key` list value, blanks left out, as a tuple."""
-    return tuple(key.strip() for key in values if key.strip())
+text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
 def define_feature_precision(default="auto", note=""):

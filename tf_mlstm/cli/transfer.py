@@ -53,7 +53,7 @@ def define_transfer_flags():
     )
     flags.DEFINE_string("test", "", "Labeled test files; empty: no test accuracy.")
     _flags.define_text_key()
-    flags.DEFINE_string(
+    flags.DEFINE_list(
         "label_key",
         "label",
         "Key/column of the class label (two classes or more); several, comma-separated: one "
@@ -109,8 +109,8 @@ def define_transfer_flags():
         "max_eval_examples", 0, "Same for --val and --test each (0 = all); for quick checks."
     )
     flags.DEFINE_float("val_fraction", 0.1, "Share of train held out for validation without --val.")
-    flags.DEFINE_string(
-        "c_grid", "", "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
+    flags.DEFINE_list(
+        "c_grid", [], "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
     )
     flags.DEFINE_enum(
         "penalty",
@@ -129,11 +129,13 @@ def define_transfer_flags():
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
 
 
-def _floats(spec, name):
+def _floats(values, name):
     try:
-        return tuple(float(piece) for piece in spec.split(",") if piece.strip())
+        return tuple(float(piece) for piece in values if piece.strip())
     except ValueError:
-        raise app.UsageError(f"--{name} must be comma-separated numbers, got {spec!r}") from None
+        raise app.UsageError(
+            f"--{name} must be comma-separated numbers, got {','.join(values)!r}"
+        ) from None
 
 
 def config_from_flags():
