@@ -18,12 +18,7 @@ TEXTS = ["A wonderful, moving film.", "Boring and far too long.", "Great.", "Dul
 
 
 def test_stdin_skips_and_counts_undecodable_lines(tmp_path):
-    model_dir, model = write_untrained_model_dir(tmp_path / "m")
-    texts = [normalize_text(t) for t in TEXTS] * 3
-    x = features.concat_features(features.TextFeaturizer(model)(texts), ("cell",))
-    labels = np.array([1, 0, 1, 0] * 3)
-    classifier, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
-    classifier.save(str(tmp_path / "classifier.json"))
+    model_dir, classifier, x = _fitted(tmp_path)
 
     stdin = b"Great.\n\xff\xfe not UTF-8\n\nDull, dull.\ncaf\xc3 cut short\n"
     command = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={model_dir}"]
@@ -54,7 +49,7 @@ def _fitted(tmp_path):
     labels = np.array([1, 0, 1, 0] * 3)
     classifier, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
     classifier.save(str(tmp_path / "classifier.json"))
-    return model_dir, tmp_path / "classifier.json"
+    return model_dir, classifier, x
 
 
 class _CountingStdin:
@@ -73,10 +68,10 @@ class _CountingStdin:
 def test_classification_streams_in_chunks_of_bounded_size(tmp_path):
     from tf_mlstm.cli import classify as classify_cli
 
-    model_dir, classifier = _fitted(tmp_path)
+    model_dir, _, _ = _fitted(tmp_path)
     config = classify_cli.ClassifyConfig(
         model_dir=str(model_dir),
-        classifier=str(classifier),
+        classifier=str(tmp_path / "classifier.json"),
         input="-",
         output="-",
         chunk_texts=3,
