@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 
 import _models
-from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.data import convert
 from tf_mlstm.data import framing
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models import featurize
+from tf_mlstm.train import evaluation
 
 TEXTS = [
     "Great kettle, boils fast and looks nice on the counter.",
@@ -45,7 +45,7 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     want = float(tf.reduce_sum(bits) / tf.reduce_sum(chars))
     # In a stream, each document's framing byte is also predicted (except the
     # first of each row): the stream scores one more byte per later document.
-    raw = eval_cli.evaluate_data(
+    raw = evaluation.evaluate_data(
         str(model_dir), str(corpus), ["reviewText"], batch_size=1, seq_length=16
     )
     assert raw["chars"] == int(tf.reduce_sum(chars)) + len(TEXTS) - 1
@@ -79,7 +79,7 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     assert texts and set(texts) <= set(TEXTS)
     subset = tmp_path / "train.jsonl"
     subset.write_text("".join(json.dumps({"reviewText": t}) + "\n" for t in texts))
-    raw = eval_cli.evaluate_data(
+    raw = evaluation.evaluate_data(
         str(model_dir), str(subset), ["reviewText"], batch_size=1, seq_length=16
     )
     assert result["chars"] == raw["chars"]
@@ -92,7 +92,9 @@ def test_stream_score_matches_one_document(tmp_path):
     corpus.write_text(TEXTS[0] + "\n")
     ids, valid, _, _ = framing.frame_ids_tf(tf.constant(TEXTS[:1]), pad_to_multiple=8)
     bits, chars = featurize.score_ids(model, ids, valid, window=8)
-    got = eval_cli.evaluate_data(str(model_dir), str(corpus), ["text"], batch_size=2, seq_length=8)
+    got = evaluation.evaluate_data(
+        str(model_dir), str(corpus), ["text"], batch_size=2, seq_length=8
+    )
     np.testing.assert_allclose(got["bits_per_char"], float(bits[0] / chars[0]), rtol=1e-5)
     assert got["chars"] == int(chars[0])
 
@@ -115,7 +117,7 @@ def test_bad_raw_corpus_is_one_error_line(tmp_path):
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"cut\.jsonl\.gz: truncated or corrupt gzip file"):
-        eval_cli.evaluate_data(str(model_dir), str(cut), ["text"], batch_size=2, seq_length=8)
+        evaluation.evaluate_data(str(model_dir), str(cut), ["text"], batch_size=2, seq_length=8)
     columns = tmp_path / "cols.csv"
     columns.write_text("label,body\n1,hello\n")
     proc = _eval(f"--model_dir={model_dir}", f"--data={columns}", "--text_key=text")
@@ -142,7 +144,7 @@ def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
         )
     )
     with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
-        eval_cli.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
+        evaluation.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
     (out / tfrecord.INCOMPLETE_MARKER).write_text("")
     with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
-        eval_cli.evaluate_data(str(model_dir), str(out), ["text"], split="train")
+        evaluation.evaluate_data(str(model_dir), str(out), ["text"], split="train")

@@ -202,8 +202,18 @@ def test_launcher_binary_propagates_the_failure(tmp_path):
     _assert_gone(int((tmp_path / "pid0").read_text()))
 
 
-def test_launcher_forwards_sigterm(tmp_path):
-    script = "import os, sys, time; print('up', flush=True); time.sleep(60)"
+@pytest.mark.parametrize(
+    "on_sigterm, status",
+    [
+        ("", 128 + signal.SIGTERM),  # workers killed by the signal
+        # Workers that checkpoint and exit 75, as a training run does: the
+        # launcher says what they said.
+        ("signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); ", 75),
+    ],
+    ids=["killed", "preempted"],
+)
+def test_launcher_forwards_sigterm_and_exits_with_the_workers_status(on_sigterm, status):
+    script = f"import signal, sys, time; {on_sigterm}print('up', flush=True); time.sleep(60)"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, LAUNCHER, "--num_workers=2", "--", sys.executable, "-c", script],
@@ -214,8 +224,10 @@ def test_launcher_forwards_sigterm(tmp_path):
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         assert sorted(lines) == ["[worker 0] up\n", "[worker 1] up\n"]
+        start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+        assert proc.wait(timeout=30) == status
+        assert time.monotonic() - start < 10
     finally:
         proc.kill()
 

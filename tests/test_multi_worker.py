@@ -361,7 +361,8 @@ from tf_mlstm.train import loop
 from tf_mlstm.train.config import TrainConfig
 logging.set_verbosity(logging.INFO)
 config = TrainConfig.from_json(sys.argv[1]).validate()
-print(json.dumps(loop.train(config, tfrecord.split_files(config.train_data, "train"), [])))
+trainer = loop.Trainer(config, tfrecord.split_files(config.train_data, "train"), [])
+print(json.dumps(trainer.train()))
 """
 
 

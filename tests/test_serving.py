@@ -15,7 +15,6 @@ from _models import random_model
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
-from tf_mlstm.cli import eval as eval_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
@@ -24,6 +23,7 @@ from tf_mlstm.export import saved_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
+from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 
@@ -369,7 +369,7 @@ def test_score_equals_the_library_bits_per_char(tmp_path):
 
     # The tf-mlstm-eval path over the same text as a one-line file.
     (tmp_path / "one.txt").write_text(text + "\n", encoding="utf-8")
-    result = eval_cli.evaluate_data(
+    result = evaluation.evaluate_data(
         str(model_dir), str(tmp_path / "one.txt"), ("text",), batch_size=1, seq_length=16
     )
     assert result["chars"] == len(text.encode("utf-8"))

@@ -203,12 +203,12 @@ def _shards(folder, docs, num_shards=2, split=(4, 1, 1)):
 
 
 def _resolve(train_data, validation_data="", model_dir="unused"):
-    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
         train_data=str(train_data), validation_data=validation_data, model_dir=str(model_dir)
     )
-    return _run.resolve_data(config)
+    return data_files.resolve_data(config)
 
 
 def test_glob_train_data_validates_on_the_validation_split_not_the_training_files(tmp_path):
@@ -274,22 +274,22 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
 
 
 def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
-    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
     data = demo.build_demo_tfrecords(str(tmp_path / "demo"))
     stats = json.loads((pathlib.Path(data) / "stats.json").read_text())["splits"]["train"]
     files = tfrecord.split_files(data, "train")
     config = TrainConfig(train_data=data, batch_size=8, seq_length=32, epochs=2.5).validate()
-    planned = _run.steps_for_epochs(config, files)
+    planned = data_files.steps_for_epochs(config, files)
     assert planned.max_steps == -(-int(2.5 * stats["bytes"]) // (8 * 32))
-    assert _run.steps_for_epochs(dataclasses.replace(config, epochs=0), files) == (
+    assert data_files.steps_for_epochs(dataclasses.replace(config, epochs=0), files) == (
         dataclasses.replace(config, epochs=0)
     )
     # Half the shards of the folder: half the characters.
-    half = _run.steps_for_epochs(config, files[: len(files) // 2])
+    half = data_files.steps_for_epochs(config, files[: len(files) // 2])
     assert half.max_steps == pytest.approx(planned.max_steps / 2, abs=1)
     (pathlib.Path(data) / "stats.json").unlink()
     with pytest.raises(ValueError, match="no stats.json to count the train characters from"):
-        _run.steps_for_epochs(config, files)
+        data_files.steps_for_epochs(config, files)

@@ -7,6 +7,7 @@ record reads the same in every binary.
 from absl import flags
 
 from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):
@@ -14,9 +15,35 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
 
 
-def text_keys(values):
-    """The keys of a `--text_key` list value, blanks left out, as a tuple."""
-    return tuple(key.strip() for key in values if key.strip())
+text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
+
+
+def define_feature_precision(default="auto", note=""):
+    """`--precision` of the binaries that compute features (transfer, classify)."""
+    flags.DEFINE_enum(
+        "precision",
+        default,
+        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
+        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
+        "weights and features stay float32. auto: mixed_float16 on GPUs with tensor cores, "
+        "mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32." + note,
+    )
+
+
+def resolve_feature_precision(choice):
+    """`choice`, with `auto` decided from this machine's hardware (and logged)."""
+    # pylint: disable=g-import-not-at-top
+    from absl import logging
+
+    from tf_mlstm.train import hardware
+
+    # pylint: enable=g-import-not-at-top
+    if choice != hardware.AUTO:
+        return choice
+    machine = hardware.detect()
+    precision, reason = hardware.resolve_precision(choice, machine)
+    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
+    return precision
 
 
 def define_runner_flags(defaults, end_of_run="evaluate and export"):

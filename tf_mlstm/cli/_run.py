@@ -1,138 +1,15 @@
-"""What `tf-mlstm-train` does once its flags are a config.
+"""What `tf-mlstm-train` does once its flags are a config: train, then export.
 
-Separate from the flag definitions so TensorFlow is imported only after the
-flags parsed (a usage error answers at once).
+Training and export are two packages that never import each other, so the
+binary is where they meet. Separate from the flag definitions so TensorFlow
+is imported only after the flags parsed (a usage error answers at once).
 """
 
-import dataclasses
-import math
-import os
-
-import tensorflow as tf
-from absl import logging
-
-from tf_mlstm import errors
 from tf_mlstm import rundir
-from tf_mlstm.data import demo
-from tf_mlstm.data import tfrecord
 from tf_mlstm.export import saved_model
+from tf_mlstm.train import data_files
 from tf_mlstm.train import loop
 from tf_mlstm.train import strategy as strategy_lib
-
-
-def resolve_data(config):
-    """The training and validation shard lists for `config`, checked before training.
-
-    An empty `train_data` means the embedded demo corpus, converted once into
-    `model_dir/demo_data`. Shards without records are left out (a repeating
-    input over them would spin); a folder whose conversion did not finish is
-    refused. With no `validation_data`, the validation shards are those of
-    the folder of `train_data` (for a glob, the folders of its files), found
-    by split name: never the training files themselves. No validation shards,
-    or none with records, is a warning: the run trains without validation.
-
-    Returns:
-      (train_files, validation_files); validation_files may be empty.
-
-    Raises:
-      FileNotFoundError: no training shards where `train_data` points, or no
-        shards where an explicit `validation_data` points.
-      ValueError: the training shards hold no records, a `train_data` glob
-        takes in validation or test shards, or a folder is incomplete
-        (`tfrecord.IncompleteDataError`); every message names the data.
-    """
-    train_data = config.train_data
-    if not train_data:
-        train_data = demo.build_demo_tfrecords(os.path.join(config.model_dir, "demo_data"))
-    train_files = tfrecord.split_files(train_data, "train")
-    held_out = [
-        path
-        for path in train_files
-        if os.path.basename(path).startswith(tuple(f"{s}-" for s in tfrecord.SPLITS[1:]))
-    ]
-    if held_out:
-        raise errors.InvalidValueError(
-            f"--train_data={train_data} takes in {len(held_out)} held-out shards such as "
-            f"{held_out[0]}: give the data folder, or a glob of its train-* shards"
-        )
-    train_files = _with_records(train_files, train_data, "train")
-    if not train_files:
-        raise errors.InvalidValueError(
-            f"no training records: every train shard of {train_data} is empty; convert a corpus "
-            "with documents into it (see its stats.json)"
-        )
-    if config.validation_data:
-        validation_files = tfrecord.split_files(config.validation_data, "validation")
-        source = config.validation_data
-    else:
-        folders = [train_data] if tf.io.gfile.isdir(train_data) else _folders(train_files)
-        validation_files = []
-        for folder in folders:
-            try:
-                validation_files += tfrecord.split_files(folder, "validation")
-            except FileNotFoundError:
-                pass
-        source = ", ".join(folders)
-        if not validation_files:
-            logging.warning(
-                "No validation shards beside %s (in %s): training without validation.",
-                train_data,
-                source,
-            )
-            return train_files, []
-    validation_files = _with_records(validation_files, source, "validation")
-    if not validation_files:
-        logging.warning(
-            "The validation shards of %s hold no records: training without validation.", source
-        )
-    return train_files, validation_files
-
-
-def _folders(files):
-    """The folders of `files`, in order of first appearance."""
-    return list(dict.fromkeys(os.path.dirname(path) or "." for path in files))
-
-
-def _with_records(files, source, split):
-    """`files` without the shards that hold no record (logged when any are left out)."""
-    kept = tfrecord.nonempty_files(files)
-    if kept and len(kept) < len(files):
-        empty = sorted(set(files) - set(kept))
-        logging.warning(
-            "%d of the %d %s shards of %s hold no records (such as %s): reading the other %d.",
-            len(empty),
-            len(files),
-            split,
-            source,
-            empty[0],
-            len(kept),
-        )
-    return kept
-
-
-def steps_for_epochs(config, train_files):
-    """`config` with `max_steps` for its `--epochs` (unchanged when epochs is 0).
-
-    One epoch is the training shards' characters (from the conversion's
-    stats.json, prorated by shard when a glob takes some of a folder's
-    shards) over the characters a step trains on.
-
-    Raises:
-      ValueError: a folder of the shards has no stats.json to count from.
-    """
-    if not config.epochs:
-        return config
-    chars = tfrecord.split_bytes(train_files, "train")
-    per_step = config.batch_size * config.seq_length
-    steps = max(1, math.ceil(config.epochs * chars / per_step))
-    logging.info(
-        "--epochs=%g: %d training characters / %d a step -> --max_steps=%d.",
-        config.epochs,
-        chars,
-        per_step,
-        steps,
-    )
-    return dataclasses.replace(config, max_steps=steps).validate()
 
 
 def train_and_export(config):
@@ -150,8 +27,8 @@ def train_and_export(config):
     """
     export_base = rundir.export_dir(config.model_dir)
     saved_model.check_export_base(export_base)
-    train_files, validation_files = resolve_data(config)
-    config = steps_for_epochs(config, train_files)
+    train_files, validation_files = data_files.resolve_data(config)
+    config = data_files.steps_for_epochs(config, train_files)
     trainer = loop.Trainer(config, train_files, validation_files)
     results = trainer.train(finalize=False)
     if strategy_lib.is_chief(trainer.strategy):

@@ -9,9 +9,9 @@
 With `--classifier`, a logistic regression of `tf-mlstm-transfer` classifies
 features of the language model in `--model_dir` (a trained or a fine-tuned
 one). Without it, `--model_dir` must be a finished `tf-mlstm-finetune` run,
-and its fine-tuned encoder and head classify (texts cut to the run's
-`--max_length`, as in fine-tuning; `--window` is not used), with the decision
-thresholds chosen on its validation data.
+and its fine-tuned encoder and head classify in float32 (texts cut to the
+run's `--max_length`, as in fine-tuning; `--window` and `--precision` are not
+used), with the decision thresholds chosen on its validation data.
 
 `--input` is CSV / JSON lines / plain text files (read and normalized as
 training text is; records without text are skipped and counted in the log),
@@ -23,10 +23,19 @@ the record starts in its file), then for a binary classifier `probability`
 `label` and `probability_<class>` for each class (summing to 1); for
 multi-label `labels` (the predicted label names, joined by ";") and
 `probability_<label>` for each label. No text is written back.
+
+The input streams through in chunks of `--chunk_texts` texts: each chunk is
+read, featurized, classified and its rows written (and flushed) before the
+next is read, so memory stays bounded for any input size and the output
+grows as the work goes; progress (texts done, their rate) is logged as
+chunks finish. `--precision` sets the policy the features are computed in
+(float32 by default: the numbers the exported SavedModel gives).
 """
 
+import contextlib
 import csv
 import dataclasses
+import itertools
 import sys
 
 import numpy as np
@@ -51,6 +60,8 @@ class ClassifyConfig:
     text_key: tuple = _flags.TEXT_KEYS
     batch_size: int = 64
     window: int = 256
+    precision: str = "float32"  # as the SavedModel's classify signature computes
+    chunk_texts: int = 4096
 
     @property
     def text_keys(self):
@@ -59,8 +70,10 @@ class ClassifyConfig:
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
-        if self.batch_size <= 0 or self.window <= 0:
-            raise errors.InvalidValueError("--batch_size and --window must be positive")
+        if min(self.batch_size, self.window, self.chunk_texts) <= 0:
+            raise errors.InvalidValueError(
+                "--batch_size, --window and --chunk_texts must be positive"
+            )
         if not self.text_keys:
             raise errors.InvalidValueError("--text_key must name at least one key")
         return self
@@ -88,14 +101,26 @@ def define_classify_flags():
     _flags.define_text_key()
     flags.DEFINE_integer("batch_size", defaults.batch_size, "Texts per model call.")
     flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
+    _flags.define_feature_precision(
+        defaults.precision,
+        " float32 (the default) gives the numbers the exported SavedModel gives; a mixed "
+        "policy is faster on hardware with 16-bit matrix units.",
+    )
+    flags.DEFINE_integer(
+        "chunk_texts",
+        defaults.chunk_texts,
+        "Texts read, classified and written at a time: memory stays bounded by this many "
+        "texts whatever the input's size, and the output grows as the input is read.",
+    )
 
 
-def read_texts(spec, text_keys, stdin=None):
-    """The texts to classify and where each came from.
+def iter_texts(spec, text_keys, stdin=None):
+    """Streams the texts to classify, with the line each starts at, in reading order.
 
     Records that cannot be used are skipped and counted in a `readers.SkipLog`
-    whose summary is logged (one line with the counts per reason, then the
-    first examples as "path:line: message"); stdin is "<stdin>" there.
+    whose summary is logged once the input is read (one line with the counts
+    per reason, then the first examples as "path:line: message"); stdin is
+    "<stdin>" there.
 
     Args:
       spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
@@ -103,32 +128,37 @@ def read_texts(spec, text_keys, stdin=None):
       stdin: the stream read for "-" (default: the bytes of `sys.stdin`); a
         text stream is accepted too.
 
-    Returns:
-      (texts, lines): normalized texts and the line each starts at.
+    Yields:
+      (line, text): a normalized text and the line it starts at.
 
     Raises:
-      FileNotFoundError: a file or glob names nothing.
-      ValueError: nothing to classify.
+      FileNotFoundError: a file or glob names nothing (before the first text).
+      ValueError: nothing to classify (once the input is read).
     """
     from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
 
-    texts, lines = [], []
+    count = 0
     if spec == "-":
         skip_log = readers.SkipLog()
         stream = stdin if stdin is not None else sys.stdin.buffer
         for number, line in enumerate(stream, 1):
             text = _stdin_text(line, number, skip_log)
             if text:
-                texts.append(text)
-                lines.append(number)
+                count += 1
+                yield number, text
         skip_log.log_summary()
     else:
         for document in readers.read_documents(readers.expand_inputs(spec), text_keys):
-            texts.append(document.text)
-            lines.append(document.line)
-    if not texts:
+            count += 1
+            yield document.line, document.text
+    if not count:
         raise errors.InvalidValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
-    return texts, lines
+
+
+def read_texts(spec, text_keys, stdin=None):
+    """All of `iter_texts` as lists: (texts, lines)."""
+    pairs = list(iter_texts(spec, text_keys, stdin))
+    return [text for _, text in pairs], [line for line, _ in pairs]
 
 
 def _stdin_text(line, number, skip_log):
@@ -154,46 +184,119 @@ def _stdin_text(line, number, skip_log):
     return text or None
 
 
-def classify(config, stdin=None):
-    """Classifies the texts of `config.input`.
-
-    Args:
-      config: a validated `ClassifyConfig`.
-      stdin: the stream read for `--input=-` (default `sys.stdin`).
+def load_predictor(config):
+    """The model and classifier of `config`, as one function of texts.
 
     Returns:
-      (lines, probabilities, labels, classes) for the texts in reading order:
-      probabilities [N, K] (binary [N, 2]; multi-label [N, L]), labels the
-      predicted classes [N] (multi-label: [N, L] 0/1), classes the K class
-      values (or L label names) of the probability columns.
+      (predict, classes): `predict(texts)` gives (probabilities [N, K]
+      (binary [N, 2]; multi-label [N, L]), labels: the predicted classes [N]
+      (multi-label: [N, L] 0/1)); classes are the K class values (or L label
+      names) of the probability columns.
 
     Raises:
-      FileNotFoundError: a missing model, classifier or input.
-      ValueError: a classifier that does not fit the model, or no text.
+      FileNotFoundError: a missing model or classifier.
+      ValueError: a classifier that does not fit the model.
     """
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
     if not config.classifier:
-        return _classify_finetuned(config, stdin)
+        return _finetuned_predictor(config)
     classifier = logistic.LogisticClassifier.load(config.classifier)
-    model, _ = rundir.load_trained_model(config.model_dir)
+    precision = _flags.resolve_feature_precision(config.precision)
+    model, _ = rundir.load_trained_model(config.model_dir, precision=precision)
     if model.hidden_size != classifier.hidden_size:
         raise errors.InvalidValueError(
             f"{config.classifier}: fitted on a {classifier.hidden_size}-unit model, but "
             f"{config.model_dir} has {model.hidden_size} units"
         )
-    texts, lines = read_texts(config.input, config.text_keys, stdin)
+    # The chunks report progress together (`classify_chunks`), not each alone.
     featurizer = features.TextFeaturizer(
         model, config.batch_size, config.window, classifier.feature_kinds
     )
-    x = features.concat_features(featurizer(texts), classifier.feature_kinds)
-    return lines, classifier.predict_proba(x), classifier.predict(x), classifier.classes
+
+    def predict(texts):
+        x = features.concat_features(featurizer(texts, progress=False), classifier.feature_kinds)
+        return classifier.predict_proba(x), classifier.predict(x)
+
+    return predict, classifier.classes
 
 
-def _classify_finetuned(config, stdin):
-    """`classify` with the fine-tuned encoder and head of `config.model_dir`."""
+def classify_chunks(config, stdin=None):
+    """Classifies `config.input` `config.chunk_texts` texts at a time.
+
+    Memory holds one chunk of texts and their features, whatever the size of
+    the input; progress (texts and characters done, their rate) is reported
+    as chunks finish.
+
+    Args:
+      config: a validated `ClassifyConfig`.
+      stdin: the stream read for `--input=-` (default `sys.stdin`).
+
+    Yields:
+      (lines, probabilities, labels, classes) of each chunk, in reading order
+      (see `load_predictor`).
+    """
+    from tf_mlstm.progress import Progress  # pylint: disable=g-import-not-at-top
+
+    predict, classes = load_predictor(config)
+    texts = iter_texts(config.input, config.text_keys, stdin)
+    with Progress("Classified", None, "texts") as progress:
+        while chunk := list(itertools.islice(texts, config.chunk_texts)):
+            lines = [line for line, _ in chunk]
+            probabilities, labels = predict([text for _, text in chunk])
+            progress.advance(len(chunk))
+            yield lines, probabilities, labels, classes
+
+
+def classify(config, stdin=None):
+    """Classifies all of `config.input` at once (see `classify_chunks`).
+
+    Returns:
+      (lines, probabilities, labels, classes) for the texts in reading order.
+    """
+    chunks = list(classify_chunks(config, stdin))
+    lines = [line for chunk in chunks for line in chunk[0]]
+    probabilities = np.concatenate([chunk[1] for chunk in chunks])
+    labels = np.concatenate([chunk[2] for chunk in chunks])
+    return lines, probabilities, labels, chunks[0][3]
+
+
+class CsvWriter:
+    """Writes the predictions CSV (columns: see the module doc) a chunk at a time."""
+
+    def __init__(self, stream, classes, multilabel):
+        self._writer = csv.writer(stream, lineterminator="\n")
+        self._stream = stream
+        self._classes = tuple(classes)
+        self._multilabel = multilabel
+        self.rows = 0
+        columns = [f"probability_{name}" for name in self._classes]
+        if multilabel:
+            self._writer.writerow(["index", "line", "labels", *columns])
+        elif len(self._classes) == 2:
+            self._writer.writerow(["index", "line", "probability", "label"])
+        else:
+            self._writer.writerow(["index", "line", "label", *columns])
+
+    def write(self, lines, probabilities, labels):
+        """Appends the rows of one chunk and flushes them."""
+        for line, row, label in zip(lines, np.asarray(probabilities), np.asarray(labels)):
+            if self._multilabel:
+                names = ";".join(str(name) for name, on in zip(self._classes, label) if on)
+                cells = [names, *(f"{p:.6f}" for p in row)]
+            elif len(self._classes) == 2:
+                cells = [f"{row[1]:.6f}", label]
+            else:
+                cells = [label, *(f"{p:.6f}" for p in row)]
+            self._writer.writerow([self.rows, line, *cells])
+            self.rows += 1
+        self._stream.flush()
+
+
+def _finetuned_predictor(config):
+    """`load_predictor` for the fine-tuned encoder and head of `config.model_dir`."""
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
@@ -204,47 +307,33 @@ def _classify_finetuned(config, stdin):
             "--classifier=classifier.json for a tf-mlstm-transfer classifier"
         )
     tuned = finetune.load_finetuned_model(config.model_dir)
-    texts, lines = read_texts(config.input, config.text_keys, stdin)
-    probabilities = tuned.predict_proba(texts, config.batch_size)
-    return lines, probabilities, tuned.predict(probabilities), tuned.classes
+
+    def predict(texts):
+        probabilities = tuned.predict_proba(texts, config.batch_size)
+        return probabilities, tuned.predict(probabilities)
+
+    return predict, tuned.classes
 
 
 def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):
-    """Writes the predictions CSV to `stream` (columns: see the module doc).
-
-    Args:
-      stream: a text stream.
-      lines, probabilities, labels, classes: as `classify` returns them.
-    """
-    writer = csv.writer(stream, lineterminator="\n")
-    probabilities = np.asarray(probabilities)
-    labels = np.asarray(labels)
-    columns = [f"probability_{name}" for name in classes]
-    if labels.ndim == 2:
-        writer.writerow(["index", "line", "labels", *columns])
-    elif len(classes) == 2:
-        writer.writerow(["index", "line", "probability", "label"])
-    else:
-        writer.writerow(["index", "line", "label", *columns])
-    for index, (line, row, label) in enumerate(zip(lines, probabilities, labels)):
-        if labels.ndim == 2:
-            names = ";".join(str(name) for name, on in zip(classes, label) if on)
-            writer.writerow([index, line, names, *(f"{p:.6f}" for p in row)])
-        elif len(classes) == 2:
-            writer.writerow([index, line, f"{row[1]:.6f}", label])
-        else:
-            writer.writerow([index, line, label, *(f"{p:.6f}" for p in row)])
+    """Writes the whole predictions CSV to `stream` at once (see `CsvWriter`)."""
+    writer = CsvWriter(stream, classes, np.asarray(labels).ndim == 2)
+    writer.write(lines, probabilities, labels)
 
 
 def main(config):
-    """Classifies the input and writes the CSV."""
-    lines, probabilities, labels, classes = classify(config)
-    if config.output == "-":
-        write_csv(sys.stdout, lines, probabilities, labels, classes)
-    else:
-        with open(config.output, "w", encoding="utf-8", newline="") as f:
-            write_csv(f, lines, probabilities, labels, classes)
-    logging.info("Classified %d texts -> %s", len(lines), config.output)
+    """Classifies the input a chunk at a time, writing each chunk's rows as it goes."""
+    with contextlib.ExitStack() as stack:
+        if config.output == "-":
+            stream = sys.stdout
+        else:
+            stream = stack.enter_context(open(config.output, "w", encoding="utf-8", newline=""))
+        writer = None
+        for lines, probabilities, labels, classes in classify_chunks(config):
+            if writer is None:
+                writer = CsvWriter(stream, classes, np.asarray(labels).ndim == 2)
+            writer.write(lines, probabilities, labels)
+    logging.info("Classified %d texts -> %s", writer.rows, config.output)
 
 
 def run():

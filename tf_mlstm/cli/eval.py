@@ -63,71 +63,11 @@ def define_eval_flags():
     flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).", lower_bound=0)
 
 
-def _is_tfrecords(spec):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    return tf.io.gfile.isdir(spec) or ".tfrecord" in spec
-
-
-def evaluate_data(
-    model_dir,
-    data,
-    text_keys,
-    text_mode="line",
-    split="test",
-    batch_size=32,
-    seq_length=256,
-    max_batches=0,
-):
-    """Scores `data` under the model of `model_dir`.
-
-    Returns:
-        dict with `bits_per_char`, `chars`, `chars_per_s`.
-
-    Raises:
-        FileNotFoundError: no data or no model where the flags point.
-        ValueError: the data holds nothing to score, a TFRecord folder is
-            incomplete, or a raw corpus file cannot be read as a whole
-            (`readers.InputError`, naming the file).
-    """
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import pipeline  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
-
-    model, _ = rundir.load_trained_model(model_dir)
-    read_errors = []  # A raw corpus file that could not be read ends its stream here.
-    expected = None  # A raw corpus's size in characters is known only once read.
-    if _is_tfrecords(data):
-        files = tfrecord.split_files(data, split)
-        if not tfrecord.nonempty_files(files):
-            raise errors.InvalidValueError(
-                f"no records to score: the {len(files)} {split} shards of {data} are empty"
-            )
-        documents = pipeline.document_dataset(files)
-        expected = evaluation.expected_chars(files, split)
-    else:
-        documents = pipeline.corpus_documents(
-            readers.expand_inputs(data), text_keys, text_mode, errors=read_errors
-        )
-    dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
-    try:
-        result = evaluation.evaluate(
-            model, dataset.prefetch(2), max_batches, expected=expected, progress=True
-        )
-    except ValueError:
-        if read_errors:  # The cause of "no characters to score".
-            raise read_errors[0] from None
-        raise
-    if read_errors:
-        raise read_errors[0]
-    return result
-
-
 def main(config):
     """Scores the data; returns the final line's object."""
-    result = evaluate_data(
+    from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
+
+    result = evaluation.evaluate_data(
         config.model_dir,
         config.data,
         config.text_keys,

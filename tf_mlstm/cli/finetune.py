@@ -56,7 +56,7 @@ def define_finetune_flags():
     )
     flags.DEFINE_string("test_data", _default("test_data"), "Labeled test files (optional).")
     _flags.define_text_key("Text keys/columns, first present wins.")
-    flags.DEFINE_string(
+    flags.DEFINE_list(
         "label_key",
         _default("label_key"),
         "Label key/column: 0/1 (pos/neg) = binary, K classes = softmax; several "

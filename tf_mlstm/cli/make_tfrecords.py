@@ -86,9 +86,9 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_integer(
         "num_shards", 100, "Number of train shards.", lower_bound=1, flag_values=fv
     )
-    flags.DEFINE_string(
+    flags.DEFINE_list(
         "split",
-        "1000,1,1",
+        ["1000", "1", "1"],
         "Relative sizes of the train,validation,test splits: three positive integers.",
         flag_values=fv,
     )
@@ -132,11 +132,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
 
 
-def parse_split(value: str) -> tuple[int, int, int]:
+def parse_split(value: list[str]) -> tuple[int, int, int]:
     """Parses `--split`.
 
     Args:
-        value: For example "1000,1,1".
+        value: The --split list, for example ["1000", "1", "1"].
 
     Returns:
         The (train, validation, test) weights.
@@ -144,11 +144,11 @@ def parse_split(value: str) -> tuple[int, int, int]:
     Raises:
         app.UsageError: If `value` is not three positive integers.
     """
-    pieces = [piece.strip() for piece in value.split(",")]
+    pieces = [piece.strip() for piece in value]
     if len(pieces) != 3 or not all(piece.isdecimal() and int(piece) > 0 for piece in pieces):
         raise app.UsageError(
             f"--split must be three positive integers train,validation,test "
-            f"(e.g. 1000,1,1), got {value!r}"
+            f"(e.g. 1000,1,1), got {','.join(value)!r}"
         )
     return tuple(int(piece) for piece in pieces)
 

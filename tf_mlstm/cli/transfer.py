@@ -53,7 +53,7 @@ def define_transfer_flags():
     )
     flags.DEFINE_string("test", "", "Labeled test files; empty: no test accuracy.")
     _flags.define_text_key()
-    flags.DEFINE_string(
+    flags.DEFINE_list(
         "label_key",
         "label",
         "Key/column of the class label (two classes or more); several, comma-separated: one "
@@ -101,15 +101,7 @@ def define_transfer_flags():
     )
     flags.DEFINE_integer("batch_size", 64, "Texts per model call.")
     flags.DEFINE_integer("window", 256, "Bytes per model call (the state carries across).")
-    flags.DEFINE_enum(
-        "precision",
-        "auto",
-        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
-        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
-        "weights and features stay float32. auto: mixed_float16 on GPUs with tensor cores, "
-        "mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32 (results.json records "
-        "the choice).",
-    )
+    _flags.define_feature_precision()
     flags.DEFINE_integer(
         "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
     )
@@ -117,8 +109,8 @@ def define_transfer_flags():
         "max_eval_examples", 0, "Same for --val and --test each (0 = all); for quick checks."
     )
     flags.DEFINE_float("val_fraction", 0.1, "Share of train held out for validation without --val.")
-    flags.DEFINE_string(
-        "c_grid", "", "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
+    flags.DEFINE_list(
+        "c_grid", [], "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
     )
     flags.DEFINE_enum(
         "penalty",
@@ -137,23 +129,13 @@ def define_transfer_flags():
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
 
 
-def _floats(spec, name):
+def _floats(values, name):
     try:
-        return tuple(float(piece) for piece in spec.split(",") if piece.strip())
+        return tuple(float(piece) for piece in values if piece.strip())
     except ValueError:
-        raise app.UsageError(f"--{name} must be comma-separated numbers, got {spec!r}") from None
-
-
-def _resolved_precision(choice):
-    """`choice`, with `auto` decided from this machine's hardware (and logged)."""
-    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
-
-    if choice != hardware.AUTO:
-        return choice
-    machine = hardware.detect()
-    precision, reason = hardware.resolve_precision(choice, machine)
-    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
-    return precision
+        raise app.UsageError(
+            f"--{name} must be comma-separated numbers, got {','.join(values)!r}"
+        ) from None
 
 
 def config_from_flags():
@@ -180,7 +162,7 @@ def config_from_flags():
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,
             "window": FLAGS.window,
-            "precision": _resolved_precision(FLAGS.precision),
+            "precision": _flags.resolve_feature_precision(FLAGS.precision),
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
             "val_fraction": FLAGS.val_fraction,

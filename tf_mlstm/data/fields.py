@@ -8,3 +8,17 @@ flag definitions can name the default without loading TensorFlow.
 # IMDB and most JSON/CSV sets (`text`), SST (`sentence`). One order for every
 # binary, so one record reads the same everywhere.
 TEXT_KEYS = ("reviewText", "text", "sentence")
+
+
+def split_keys(value):
+    """Field names from a flag: a list, or one comma-separated string; blanks left out.
+
+    Args:
+      value: e.g. ["reviewText", "text"] (a list flag) or "anger,joy" (a
+        string, as configs saved before list flags hold it).
+
+    Returns:
+      The names, stripped, in order, as a tuple.
+    """
+    pieces = value.split(",") if isinstance(value, str) else value
+    return tuple(piece.strip() for piece in pieces if piece.strip())

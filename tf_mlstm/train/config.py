@@ -78,6 +78,26 @@ class JsonConfig:
                         f"--{field.name} must be >= {lowest}, got {value}."
                     )
 
+    def check_positive(self, names):
+        """Raises ValueError naming the first of the fields `names` that is not > 0."""
+        for name in names:
+            if not getattr(self, name) > 0:
+                raise errors.InvalidValueError(
+                    f"--{name} must be positive, got {getattr(self, name)}."
+                )
+
+    def check_choices(self, choices):
+        """Raises ValueError naming the first field whose value is not among its choices.
+
+        Args:
+          choices: field name -> the values it may take.
+        """
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise errors.InvalidValueError(
+                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
+                )
+
     @classmethod
     def from_json(cls, text):
         """Builds a config from `to_json` output, ignoring unknown keys."""
@@ -139,40 +159,33 @@ class TrainConfig(JsonConfig):
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""
         self.check_numbers()
-        positive = (
-            "hidden_size",
-            "embedding_size",
-            "seq_length",
-            "batch_size",
-            "max_steps",
-            "checkpoint_every_steps",
-            "keep_checkpoints",
-            "log_every_steps",
-            "lr_base_batch",
-            "max_nonfinite_steps",
+        self.check_positive(
+            (
+                "hidden_size",
+                "embedding_size",
+                "seq_length",
+                "batch_size",
+                "max_steps",
+                "checkpoint_every_steps",
+                "keep_checkpoints",
+                "log_every_steps",
+                "lr_base_batch",
+                "max_nonfinite_steps",
+                "lr",
+            )
         )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise errors.InvalidValueError(
-                    f"--{name} must be positive, got {getattr(self, name)}."
-                )
-        choices = {
-            "precision": PRECISION_CHOICES,
-            "distribution_strategy": STRATEGIES,
-            "all_reduce": ALL_REDUCE,
-            "jit_compile": JIT_CHOICES,
-            "lr_scaling": SCALINGS,
-            "lr_decay": DECAYS,
-            "allreduce_dtype": ALLREDUCE_DTYPES,
-            "schedule_length": SCHEDULE_LENGTHS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise errors.InvalidValueError(
-                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
-                )
-        if self.lr <= 0:
-            raise errors.InvalidValueError(f"--lr must be positive, got {self.lr}.")
+        self.check_choices(
+            {
+                "precision": PRECISION_CHOICES,
+                "distribution_strategy": STRATEGIES,
+                "all_reduce": ALL_REDUCE,
+                "jit_compile": JIT_CHOICES,
+                "lr_scaling": SCALINGS,
+                "lr_decay": DECAYS,
+                "allreduce_dtype": ALLREDUCE_DTYPES,
+                "schedule_length": SCHEDULE_LENGTHS,
+            }
+        )
         for name in ("clip_norm", "max_minutes", "max_lr", "epochs"):
             if getattr(self, name) < 0:
                 raise errors.InvalidValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")

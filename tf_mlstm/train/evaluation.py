@@ -11,6 +11,9 @@ import time
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm import rundir
+from tf_mlstm.data import pipeline
+from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.progress import Progress
@@ -99,3 +102,60 @@ def _progress_total(dataset, max_batches, expected):
         return expected
     most = max_batches * shape.num_elements()
     return most if expected is None else min(expected, most)
+
+
+def _is_tfrecords(spec):
+    return tf.io.gfile.isdir(spec) or ".tfrecord" in spec
+
+
+def evaluate_data(
+    model_dir,
+    data,
+    text_keys,
+    text_mode="line",
+    split="test",
+    batch_size=32,
+    seq_length=256,
+    max_batches=0,
+):
+    """Scores `data` under the model of `model_dir` (`tf-mlstm-eval`).
+
+    `data` is a TFRecord folder (its `split` shards), a TFRecord glob, or
+    raw corpus files (JSON lines, CSV, text; gzip or not) read exactly as
+    `tf-mlstm-make-tfrecords` reads them.
+
+    Returns:
+        dict with `bits_per_char`, `chars`, `chars_per_s`.
+
+    Raises:
+        FileNotFoundError: no data or no model where the flags point.
+        ValueError: the data holds nothing to score, a TFRecord folder is
+            incomplete, or a raw corpus file cannot be read as a whole
+            (`readers.InputError`, naming the file).
+    """
+
+    model, _ = rundir.load_trained_model(model_dir)
+    read_errors = []  # A raw corpus file that could not be read ends its stream here.
+    expected = None  # A raw corpus's size in characters is known only once read.
+    if _is_tfrecords(data):
+        files = tfrecord.split_files(data, split)
+        if not tfrecord.nonempty_files(files):
+            raise errors.InvalidValueError(
+                f"no records to score: the {len(files)} {split} shards of {data} are empty"
+            )
+        documents = pipeline.document_dataset(files)
+        expected = expected_chars(files, split)
+    else:
+        documents = pipeline.corpus_documents(
+            readers.expand_inputs(data), text_keys, text_mode, errors=read_errors
+        )
+    dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
+    try:
+        result = evaluate(model, dataset.prefetch(2), max_batches, expected=expected, progress=True)
+    except ValueError:
+        if read_errors:  # The cause of "no characters to score".
+            raise read_errors[0] from None
+        raise
+    if read_errors:
+        raise read_errors[0]
+    return result

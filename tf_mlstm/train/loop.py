@@ -31,8 +31,3 @@ class Trainer(Runner):
         # Concrete precision and XLA from the hardware (an existing run keeps its precision).
         config = hardware.resolve_run_config(config, os.path.join(config.model_dir, CONFIG_FILE))
         super().__init__(LanguageModelTask(config, train_files, validation_files), config)
-
-
-def train(config, train_files, validation_files):
-    """Trains per `config`; returns the results dict (see `Runner.train`)."""
-    return Trainer(config, train_files, validation_files).train()

@@ -26,6 +26,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
@@ -98,7 +99,7 @@ class TransferConfig:
     @property
     def label_keys(self):
         """The label keys, in order (one: classes; several: multi-label)."""
-        return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
+        return split_keys(self.label_key)
 
     def validate(self):
         """Raises ValueError naming the first bad setting."""

@@ -10,6 +10,7 @@ import dataclasses
 
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.train import config as train_config_lib
 
 FEATURES = ("cell", "mean")
@@ -71,13 +72,12 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     @property
     def label_keys(self):
         """The label keys, in order (one: binary or K classes; more: multi-label)."""
-        return tuple(key.strip() for key in self.label_key.split(",") if key.strip())
+        return split_keys(self.label_key)
 
     @property
     def text_keys(self):
         """The text keys, tried in order."""
-        keys = self.text_key.split(",") if isinstance(self.text_key, str) else self.text_key
-        return tuple(key.strip() for key in keys if key.strip())
+        return split_keys(self.text_key)
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
