@@ -105,41 +105,34 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             raise errors.InvalidValueError(
                 f"--head_dropout must be in [0, 1), got {self.head_dropout}."
             )
-        positive = (
-            "batch_size",
-            "max_steps",
-            "log_every_steps",
-            "checkpoint_every_steps",
-            "keep_checkpoints",
-            "max_nonfinite_steps",
+        self.check_positive(
+            (
+                "batch_size",
+                "max_steps",
+                "log_every_steps",
+                "checkpoint_every_steps",
+                "keep_checkpoints",
+                "max_nonfinite_steps",
+                "lr",
+            )
         )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise errors.InvalidValueError(
-                    f"--{name} must be positive, got {getattr(self, name)}."
-                )
         if self.max_length < 2:
             raise errors.InvalidValueError(
                 f"--max_length must be >= 2 bytes, got {self.max_length}."
             )
-        choices = {
-            "feature": FEATURES,
-            "threshold_metric": THRESHOLD_METRICS,
-            "lr_decay": train_config_lib.DECAYS,
-            "precision": train_config_lib.PRECISION_CHOICES,
-            "jit_compile": train_config_lib.JIT_CHOICES,
-            "distribution_strategy": train_config_lib.STRATEGIES,
-            "all_reduce": train_config_lib.ALL_REDUCE,
-            "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
-            "schedule_length": train_config_lib.SCHEDULE_LENGTHS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise errors.InvalidValueError(
-                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
-                )
-        if not self.lr > 0:
-            raise errors.InvalidValueError(f"--lr must be positive, got {self.lr}.")
+        self.check_choices(
+            {
+                "feature": FEATURES,
+                "threshold_metric": THRESHOLD_METRICS,
+                "lr_decay": train_config_lib.DECAYS,
+                "precision": train_config_lib.PRECISION_CHOICES,
+                "jit_compile": train_config_lib.JIT_CHOICES,
+                "distribution_strategy": train_config_lib.STRATEGIES,
+                "all_reduce": train_config_lib.ALL_REDUCE,
+                "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
+                "schedule_length": train_config_lib.SCHEDULE_LENGTHS,
+            }
+        )
         for name in (
             "lm_loss_weight",
             "clip_norm",
