@@ -74,3 +74,25 @@ def mirrored_on_cpus():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(strategy_lib, "get_distribution_strategy", stand_in)
         yield devices
+
+
+@pytest.fixture(autouse=True)
+def _logging_state_restored():
+    """Puts Python's and absl's logging back as it was after every test.
+
+    Code that sets absl's verbosity (absl's flag parsing does, when a binary's
+    code runs in-process) leaves the absl logger at WARNING; a later test that
+    reads INFO lines through `caplog` would then see none.
+    """
+    import logging as std_logging  # pylint: disable=g-import-not-at-top
+
+    names = ("absl", "tensorflow", "keras")
+    loggers = [std_logging.getLogger(name) for name in names] + [std_logging.getLogger()]
+    saved = [(lg.level, lg.disabled, lg.propagate) for lg in loggers]
+    disabled_below = std_logging.root.manager.disable
+    yield
+    for lg, (level, disabled, propagate) in zip(loggers, saved):
+        lg.setLevel(level)
+        lg.disabled = disabled
+        lg.propagate = propagate
+    std_logging.disable(disabled_below)

@@ -181,12 +181,13 @@ def test_non_chief_writes_to_a_temporary_folder(tmp_path):
 
 _STARTUP_SCRIPT = """
 import sys, time
+from tf_mlstm import errors
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 start = time.monotonic()
 try:
     strategy_lib.get_distribution_strategy("multi_worker", timeout_s=float(sys.argv[1]))
-except (TimeoutError, RuntimeError) as e:
+except (TimeoutError, errors.UserError) as e:
     print(f"ERROR {type(e).__name__}: {e}", flush=True)
     print(f"FAILED_AFTER {time.monotonic() - start:.1f}", flush=True)
     sys.exit(2)
@@ -247,8 +248,9 @@ def test_unreachable_peer_fails_fast_with_a_clear_error():
         # TensorFlow adds a fixed few seconds to the registration deadline.
         assert elapsed < timeout_s + 10, outputs[name][-3000:]
     assert cases["port"].returncode == 2, outputs["port"][-3000:]
+    # Refused before TensorFlow tries to bind it.
     assert (
-        f"RuntimeError: multi_worker: worker 0 at 127.0.0.1:{busy} could not start its server"
+        f"UserError: multi_worker: port {busy} of worker 0 at 127.0.0.1:{busy} is in use"
         in outputs["port"]
     )
 
