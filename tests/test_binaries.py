@@ -83,6 +83,21 @@ def test_negative_numbers_are_one_line_before_tensorflow_starts(flag):
     assert f"{name} must be >= 0" in done.stderr
     assert "Traceback" not in done.stderr
     assert "tensorflow imported: False" in done.stderr
+    # One line, not absl's usage text with every flag before it.
+    lines = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
+    assert len(lines) == 1 and "(--help lists the flags)" in lines[0], done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("module", sorted(_BINARIES))
+def test_bad_arguments_get_a_short_answer_without_the_usage_text(module):
+    """Missing required flags (absl's short message) or a stray argument (one line):
+    never the whole usage text with every flag."""
+    done = _console(module, "stray")
+    usage = __import__(f"tf_mlstm.cli.{module}", fromlist=["_"]).__doc__.strip().splitlines()[0]
+    assert done.returncode == 1 and done.stdout == ""
+    assert usage not in done.stderr and "--help" in done.stderr
+    assert len(done.stderr.splitlines()) <= 6, done.stderr
 
 
 def test_positional_arguments_are_refused():

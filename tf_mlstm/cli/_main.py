@@ -10,7 +10,9 @@ way for every binary:
    runs as a console script (absl describes the `__main__` module, which is
    then a generated shim without either);
 3. parses the flags and refuses positional arguments; flag bounds and the
-   config's `validate()` answer before TensorFlow is imported;
+   config's `validate()` answer before TensorFlow is imported, with one
+   error line and exit status 1 (absl would print the whole usage text,
+   every flag, before it);
 4. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
    value, a missing or unwritable file, a full disk, a port in use, a dead
    peer) is one error line and exit status 1, a preempted training run
@@ -56,15 +58,19 @@ def run_binary(module_name, define_flags, body, config, required=()):
 
 
 def _main(argv, body, config):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    if dataclasses.is_dataclass(config):
-        config = config_from_flags(config)
-    else:
-        try:
-            config = config()
-        except ValueError as e:
-            raise app.UsageError(str(e)) from None
+    try:
+        if len(argv) > 1:
+            raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        if dataclasses.is_dataclass(config):
+            config = config_from_flags(config)
+        else:
+            try:
+                config = config()
+            except ValueError as e:
+                raise app.UsageError(str(e)) from None
+    except app.UsageError as e:
+        logging.error("%s (--help lists the flags)", e)
+        sys.exit(1)
     result = run_body(body, config)
     if result is not None:
         print(json.dumps(result, sort_keys=True))
