@@ -1,6 +1,7 @@
 """tf-mlstm-finetune: exact padding, learning toy tasks (binary, K classes, multi-label),
 the MLP head and its dropout, precisions, resume, and serving a fine-tuned run."""
 
+import dataclasses
 import io
 import json
 import math
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import keras
 import numpy as np
@@ -22,8 +24,10 @@ from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
+from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
+from tf_mlstm.models import featurize
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
@@ -31,6 +35,7 @@ from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import logistic
 
 _WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
 
@@ -98,7 +103,7 @@ def _small_encoder():
     return encoder
 
 
-@pytest.mark.parametrize("feature", finetune.FEATURES)
+@pytest.mark.parametrize("feature", (*finetune.FEATURES, "mean,max,min,std"))
 def test_left_padding_gives_each_text_its_own_result(feature):
     model = finetune.SequenceClassifier(_small_encoder(), 2, feature)
     texts = ["a much longer text than the others", "short", "mid length"]
@@ -112,6 +117,26 @@ def test_left_padding_gives_each_text_its_own_result(feature):
             one_lm = finetune.lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
             np.testing.assert_allclose(logits[row], one_logits[0], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(lm[row], one_lm[0], rtol=1e-5)
+
+
+def test_head_features_are_the_served_features_and_differentiable():
+    """Each kind equals `featurize_ids`'s (what a served head reads), in the order given,
+    and a one-byte text (variance 0) still has a finite gradient."""
+    encoder = _small_encoder()
+    kinds = ("std", "cell", "max", "hidden", "min", "mean")
+    model = finetune.SequenceClassifier(encoder, 1, ",".join(kinds))
+    texts = ["a much longer text than the others", "short", ""]
+    ids, _, lengths, _ = finetune.frame_left_padded(texts, 64)
+    features, _ = model.text_features(ids, lengths)
+    right = framing.frame_ids_tf(tf.constant(texts), "right", max_length=64, pad_to_multiple=64)
+    served = featurize.featurize_ids(encoder, right.ids, right.valid, window=64)
+    want = np.concatenate([served[kind].numpy() for kind in kinds], axis=1)
+    np.testing.assert_allclose(features.numpy(), want, atol=2e-6)
+    with tf.GradientTape() as tape:
+        features, _ = model.text_features(ids, lengths, training=True)
+        total = tf.reduce_sum(features)
+    gradients = tape.gradient(total, encoder.trainable_variables)
+    assert all(np.isfinite(g.numpy()).all() for g in gradients if g is not None)
 
 
 def test_long_texts_are_cut_to_max_length():
@@ -198,8 +223,14 @@ def test_without_validation_data_a_stratified_share_is_held_out(tmp_path):
 
 def test_config_errors():
     base = dict(init_model_dir="m", train_data="t", model_dir="o")
-    with pytest.raises(ValueError, match="--feature must be one of cell, mean; got 'max'"):
-        finetune.FinetuneConfig(**base, feature="max").validate()
+    with pytest.raises(ValueError, match="--feature must name distinct kinds of cell,hidden,mean"):
+        finetune.FinetuneConfig(**base, feature="mean,cell_max").validate()
+    with pytest.raises(ValueError, match="--feature must name distinct kinds of .* got 'max,max'"):
+        finetune.FinetuneConfig(**base, feature="max,max").validate()
+    with pytest.raises(ValueError, match="--head_init=probe starts a linear head; it cannot"):
+        finetune.FinetuneConfig(**base, head_init="probe", head_hidden=4).validate()
+    with pytest.raises(ValueError, match="--head_init must be one of"):
+        finetune.FinetuneConfig(**base, head_init="zeros").validate()
     with pytest.raises(ValueError, match="--label_key must name distinct keys"):
         finetune.FinetuneConfig(**base, label_key="a,a").validate()
     with pytest.raises(ValueError, match="--precision must be one of"):
@@ -290,6 +321,63 @@ def test_head_dropout_is_seeded_and_only_in_training():
     np.testing.assert_allclose(np.sum(probabilities, axis=1), 1.0, rtol=1e-6)
     restored = finetune.SequenceClassifier.from_config(model.get_config())
     assert (restored.softmax, restored.head_hidden, restored.head_dropout) == (True, 8, 0.5)
+
+
+@pytest.mark.parametrize("label_key", ["label", "label,long", "stars"])
+def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features(
+    task, tmp_path, label_key
+):
+    """--head_init=probe: before any step, the head gives the probabilities of the
+    logistic regression fitted on the starting model's features (binary, multi-label,
+    K classes); its C and validation metrics are reported."""
+    if label_key == "stars":
+        config = _three_class_config(task, tmp_path, (160, 40, 0))
+        config = dataclasses.replace(config, head_init="probe", feature="mean,max")
+    else:
+        config = _config(task, tmp_path / "run", label_key=label_key, feature="mean,max")
+        config = dataclasses.replace(config, head_init="probe", precision="float32")
+    job = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
+    job.prepare(types.SimpleNamespace(num_workers=1))
+    encoder, _ = load_trained_model(task["init"])
+    outputs = len(job.names)
+    if job.kind == "binary":
+        outputs = 1
+    model = finetune.SequenceClassifier(
+        encoder, outputs, config.feature, job.kind == "multiclass", head_init=job.head_init
+    )
+    x, y = {}, {}
+    for name in ("train", "validation"):
+        x[name] = finetune.predict_features(model, job.splits[name].texts, config.max_length)
+        y[name] = job.targets[name].astype(np.int64)
+        if job.kind == "binary":
+            y[name] = y[name][:, 0]
+    classes = {"binary": (0, 1), "multiclass": (0, 1, 2)}.get(job.kind, config.label_keys)
+    regression, _ = logistic.fit_logistic(
+        x["train"],
+        y["train"],
+        x["validation"],
+        y["validation"],
+        ("mean", "max"),
+        encoder.hidden_size,
+        penalty="l2",
+        classes=classes,
+    )
+    assert job.probe["C"] == regression.C
+    want = regression.predict_proba(x["validation"])
+    if job.kind == "binary":
+        want = want[:, 1:]
+    got = finetune.predict_probabilities(model, job.splits["validation"], config.max_length)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert job.probe["validation"] == regression.metrics(x["validation"], y["validation"])
+    # A probe that learned something: the toy labels are in the last word.
+    assert job.probe["validation"]["accuracy"] > 0.6
+    # A resumed run takes its head from the checkpoint and fits no probe.
+    checkpoints = os.path.join(config.model_dir, "checkpoints")
+    os.makedirs(checkpoints, exist_ok=True)
+    tf.train.Checkpoint(step=tf.Variable(1)).save(os.path.join(checkpoints, "ckpt"))
+    resumed = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
+    resumed.prepare(types.SimpleNamespace(num_workers=1))
+    assert resumed.head_init is None and resumed.probe is None
 
 
 def _three_class_config(task, tmp_path, counts, **overrides):
@@ -515,6 +603,8 @@ _SERVING_TEXTS = [
         ("binary", (0, 1), "cell", 0),
         ("multiclass", ("neg", "neutral", "pos"), "mean", 6),
         ("multilabel", ("label", "long"), "mean", 0),
+        ("binary", (0, 1), "hidden,max,min,std", 0),
+        ("multiclass", ("neg", "neutral", "pos"), "cell,mean", 6),
     ],
 )
 def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feature, head_hidden):

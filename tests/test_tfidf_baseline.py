@@ -45,6 +45,8 @@ def _config(**overrides):
         "label_map": "",
         "label_threshold": None,
         "val_fraction": 0.2,
+        "max_train_examples": 0,
+        "max_eval_examples": 0,
         "threshold_metric": "accuracy",
         "c_grid": (1.0, 16.0),
         "seed": 0,
@@ -128,3 +130,49 @@ def test_a_bad_c_grid_is_a_usage_error(grid, tmp_path):
     )
     assert done.returncode == 1
     assert "--c_grid" in done.stderr
+
+
+def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):
+    """--max_train_examples / --max_eval_examples with one --seed: the baseline, transfer and
+    fine-tuning read the same rows, so their numbers are on the same splits."""
+    from tf_mlstm.transfer import experiment
+    from tf_mlstm.transfer import finetune
+
+    train = _three_classes(tmp_path / "train.csv", 300, 0)
+    test = _three_classes(tmp_path / "test.csv", 200, 1)
+    limits = dict(max_train_examples=120, max_eval_examples=50)
+    base_train, base_val, base_test = tfidf_baseline.read_splits(
+        _config(train=train, test=test, val_fraction=0.1, seed=3, **limits)
+    )
+    assert (len(base_train), len(base_val), len(base_test)) == (108, 12, 50)
+    transfer = experiment._read_data(
+        experiment.TransferConfig(
+            model_dir="m",
+            train=train,
+            test=test,
+            output_dir="o",
+            text_keys=("sentence",),
+            seed=3,
+            **limits,
+        )
+    ).splits
+    tune = finetune.FinetuneTask(
+        finetune.FinetuneConfig(
+            init_model_dir="m",
+            model_dir="o",
+            train_data=train,
+            test_data=test,
+            text_key="sentence",
+            seed=3,
+            **limits,
+        ).validate()
+    )
+    tune._load_data()
+    for name, rows in (("train", base_train), ("val", base_val), ("test", base_test)):
+        assert transfer[name].texts == rows.texts
+        assert tune.splits["validation" if name == "val" else name].texts == rows.texts
+    # The subset is seeded, in file order, and another seed keeps other rows.
+    lines = [line for _, line in base_test.places]
+    assert lines == sorted(set(lines)) and len(lines) == 50
+    other = tfidf_baseline.read_splits(_config(train=train, test=test, seed=4, **limits))[2]
+    assert other.texts != base_test.texts

@@ -57,6 +57,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train.config import TrainConfig
 
@@ -84,10 +85,11 @@ RESUME_FIXED = {
         "precision": None,
     },
     FINETUNE_CONFIG_FILE: {
-        "label_key": None,  # the classifier's outputs
+        # Lists compare by their names: a flag's list and a saved string agree.
+        "label_key": split_keys,  # the classifier's outputs
         "label_map": None,  # the classes, so the outputs too
         "head_hidden": None,  # the head's variables
-        "feature": None,
+        "feature": split_keys,  # the head's width
         "precision": None,
         # Whether the LM head is trained decides the optimizer's variables.
         "lm_loss_weight": lambda weight: weight > 0,

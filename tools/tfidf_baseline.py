@@ -50,6 +50,13 @@ def define_flags():
         "label_threshold", None, "Read the label as a score: positive when >= this value."
     )
     flags.DEFINE_float("val_fraction", 0.1, "Share of train held out without --val.")
+    flags.DEFINE_integer(
+        "max_train_examples",
+        0,
+        "A seeded random subset of this many training texts (0 = all): the rows "
+        "tf-mlstm-transfer and tf-mlstm-finetune keep with the same value and --seed.",
+    )
+    flags.DEFINE_integer("max_eval_examples", 0, "The same for --val and --test each (0 = all).")
     flags.DEFINE_enum(
         "threshold_metric",
         "accuracy",
@@ -64,17 +71,23 @@ def read_splits(config):
     """(train, val, test-or-None) `LabeledData`, val held out of train when not given."""
     label_map = labeled.parse_label_map(config["label_map"])
 
-    def read(spec):
+    def read(spec, limit):
         return labeled.read_labeled(
-            spec, config["text_keys"], config["label_keys"], config["label_threshold"], label_map
+            spec,
+            config["text_keys"],
+            config["label_keys"],
+            config["label_threshold"],
+            label_map,
+            limit=limit,
+            seed=config["seed"],
         )
 
-    train = read(config["train"])
+    train = read(config["train"], config["max_train_examples"])
     if config["val"]:
-        val = read(config["val"])
+        val = read(config["val"], config["max_eval_examples"])
     else:
         train, val = labeled.split_off(train, config["val_fraction"], config["seed"])
-    test = read(config["test"]) if config["test"] else None
+    test = read(config["test"], config["max_eval_examples"]) if config["test"] else None
     return train, val, test
 
 
@@ -161,6 +174,8 @@ def _config():
         raise app.UsageError("--c_grid must hold positive numbers")
     if not 0 < FLAGS.val_fraction < 1:
         raise app.UsageError("--val_fraction must be in (0, 1)")
+    if FLAGS.max_train_examples < 0 or FLAGS.max_eval_examples < 0:
+        raise app.UsageError("--max_train_examples and --max_eval_examples must be >= 0")
     return {
         "train": FLAGS.train,
         "val": FLAGS.val,
@@ -170,6 +185,8 @@ def _config():
         "label_map": FLAGS.label_map,
         "label_threshold": FLAGS.label_threshold,
         "val_fraction": FLAGS.val_fraction,
+        "max_train_examples": FLAGS.max_train_examples,
+        "max_eval_examples": FLAGS.max_eval_examples,
         "threshold_metric": FLAGS.threshold_metric,
         "c_grid": c_grid,
         "seed": FLAGS.seed,

@@ -119,7 +119,7 @@ def export(config):
                 "source": config.model_dir,
                 "task": tuned.kind,
                 "fine_tuned": True,
-                "feature_kinds": [tuned.config.feature],
+                "feature_kinds": list(tuned.model.feature_kinds),
                 "classes": list(tuned.classes),
                 "head_hidden": tuned.config.head_hidden,
                 "max_length": tuned.config.max_length,

@@ -9,9 +9,12 @@
   tf-mlstm-finetune ... --distribution_strategy=multi_worker \
       --precision=mixed_float16 --lm_loss_weight=0.5
 
-A head on the final cell state (`--feature=cell`) or the mean hidden state
-(`--feature=mean`) trains with the encoder unfrozen, optionally with the
-language-model loss as an auxiliary term. The head is linear, or with
+A head on the final cell state (`--feature=cell`), the mean hidden state
+(`--feature=mean`) or several kinds concatenated (`--feature=mean,max,min`)
+trains with the encoder unfrozen, optionally with the language-model loss as
+an auxiliary term. `--head_init=probe` starts a linear head as the logistic
+regression on the starting model's features, then fine-tunes (linear probing,
+then fine-tuning). The head is linear, or with
 `--head_hidden=N` one ReLU layer of N units before the output layer;
 `--head_dropout` drops features before the output layer in training. One
 `--label_key` of 0/1 labels (or pos/neg, true/false) is a binary task (a
@@ -73,15 +76,34 @@ def define_finetune_flags():
         "Share of train held out when there is no --validation_data.",
     )
     flags.DEFINE_integer(
+        "max_train_examples",
+        _default("max_train_examples"),
+        "Use a seeded random subset of this many training texts (0 = all); "
+        "tf-mlstm-transfer and tools/tfidf_baseline.py keep the same rows.",
+    )
+    flags.DEFINE_integer(
+        "max_eval_examples",
+        _default("max_eval_examples"),
+        "The same for the validation and test data each (0 = all).",
+    )
+    flags.DEFINE_integer(
         "max_length",
         _default("max_length"),
         "Bytes per text (document start included); longer texts are cut.",
     )
-    flags.DEFINE_enum(
+    flags.DEFINE_list(
         "feature",
         _default("feature"),
-        list(finetune_lib.FEATURES),
-        "cell: final cell state; mean: mean hidden state over the text.",
+        "The head's features, one or several (concatenated) of "
+        f"{','.join(finetune_lib.FEATURES)}: the final cell or hidden state, or the mean, "
+        "max, min or std of the hidden state over the text.",
+    )
+    flags.DEFINE_enum(
+        "head_init",
+        _default("head_init"),
+        list(finetune_lib.HEAD_INITS),
+        "random, or probe: start a linear head as the logistic regression on the starting "
+        "model's features (C chosen on validation), then fine-tune.",
     )
     flags.DEFINE_integer(
         "head_hidden",

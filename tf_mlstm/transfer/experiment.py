@@ -170,10 +170,15 @@ class _Data:
 
 
 def _read(config, spec, limit):
-    data = labeled.read_labeled(
-        spec, config.text_keys, config.label_keys, config.label_threshold, config.label_map
+    return labeled.read_labeled(
+        spec,
+        config.text_keys,
+        config.label_keys,
+        config.label_threshold,
+        config.label_map,
+        limit=limit,
+        seed=config.seed,
     )
-    return data.subset(labeled.random_subsample(len(data), limit, config.seed))
 
 
 def _read_data(config):

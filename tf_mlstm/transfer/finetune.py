@@ -10,8 +10,16 @@ unfrozen, on labeled text:
   per label and binary cross-entropy, averaged over labels;
 - the head is linear, or one ReLU hidden layer (`head_hidden` units) and the
   output layer, with optional dropout before the output layer in training;
-- features: the final cell state (`cell`, as in Radford et al. 2017) or the
-  mean hidden state over the text (`mean`);
+- features: the final cell or hidden state (`cell`, as in Radford et al.
+  2017, or `hidden`) and statistics of the hidden state over the text
+  (`mean`, `max`, `min`, `std`), one kind or several concatenated, with the
+  definitions of `tf_mlstm.models.featurize` (so a served head reads the same
+  numbers);
+- the head starts random, or (`head_init="probe"`, a linear head) as the
+  logistic regression fitted on the starting model's features of the
+  training texts, its C chosen on validation: linear probing, then
+  fine-tuning (Kumar et al. 2022), so the first steps do not spend the
+  encoder's features on fitting a random head;
 - an optional auxiliary language-model loss (`lm_loss_weight` times the mean
   next-byte cross-entropy of each text) keeps the encoder a language model;
 - after training, one threshold per sigmoid label is chosen on the
@@ -56,6 +64,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.progress import Progress
 from tf_mlstm.rundir import CONFIG_FILE
@@ -66,6 +75,7 @@ from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import settings
 
 # Re-exported: the configuration lives in a module without TensorFlow, so
@@ -135,12 +145,16 @@ class SequenceClassifier(keras.Model):
     Args:
       encoder: the language model.
       num_labels: outputs: sigmoid labels, or the classes of a softmax.
-      feature: "cell" (final cell state) or "mean" (mean hidden state).
+      feature: one of `FEATURES`, or several (a tuple or a comma-separated
+        string), concatenated in that order.
       softmax: whether the outputs are one softmax (K classes) rather than a
         sigmoid each.
       head_hidden: 0 for a linear head, else the units of one ReLU layer
         before the output layer.
       head_dropout: dropout rate before the output layer, in training.
+      head_init: None (random), or (kernel [D, K], bias [K]): the output
+        layer's starting values (not part of the config: a saved model
+        carries its trained weights).
       **kwargs: base model arguments.
     """
 
@@ -152,19 +166,24 @@ class SequenceClassifier(keras.Model):
         softmax=False,
         head_hidden=0,
         head_dropout=0.0,
+        head_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if feature not in FEATURES:
-            raise errors.InvalidValueError(f"feature must be one of {FEATURES}, got {feature!r}.")
+        self.feature_kinds = split_keys(feature)
+        unknown = [kind for kind in self.feature_kinds if kind not in FEATURES]
+        if not self.feature_kinds or unknown:
+            raise errors.InvalidValueError(
+                f"feature must name kinds of {FEATURES}, got {feature!r}."
+            )
         self.encoder = encoder
         self.num_labels = int(num_labels)
-        self.feature = feature
+        self.feature = ",".join(self.feature_kinds)
         self.softmax = bool(softmax)
         self.head_hidden = int(head_hidden)
         self.head_dropout = float(head_dropout)
         # float32 under every policy: the head, logits and loss stay in float32.
-        width = encoder.hidden_size
+        width = encoder.hidden_size * len(self.feature_kinds)
         self.hidden_layer = None
         if self.head_hidden:
             self.hidden_layer = keras.layers.Dense(
@@ -172,7 +191,23 @@ class SequenceClassifier(keras.Model):
             )
             self.hidden_layer.build((None, width))
             width = self.head_hidden
-        self.classifier = keras.layers.Dense(self.num_labels, dtype="float32", name="classifier")
+        initializers = {}
+        if head_init is not None:
+            kernel, bias = (np.asarray(value, np.float32) for value in head_init)
+            if kernel.shape != (width, self.num_labels) or bias.shape != (self.num_labels,):
+                raise errors.InvalidValueError(
+                    f"head_init shapes {kernel.shape}, {bias.shape} do not fit a head of "
+                    f"{width} features and {self.num_labels} outputs"
+                )
+            # Initial values: under a multi-worker strategy every worker
+            # starts from the chief's.
+            initializers = {
+                "kernel_initializer": keras.initializers.Constant(kernel),
+                "bias_initializer": keras.initializers.Constant(bias),
+            }
+        self.classifier = keras.layers.Dense(
+            self.num_labels, dtype="float32", name="classifier", **initializers
+        )
         self.classifier.build((None, width))
 
     def head_layers(self):
@@ -200,19 +235,15 @@ class SequenceClassifier(keras.Model):
             x = x * tf.cast(draws < keep, x.dtype) / keep
         return self.classifier(x)
 
-    def features(self, hidden, c, valid):
-        """The [B, H] float32 features from `encode` outputs and the text mask."""
-        if self.feature == "cell":
-            return tf.cast(c, tf.float32)
-        mask = valid[..., None]
-        total = tf.reduce_sum(tf.cast(hidden, tf.float32) * mask, axis=1)
-        return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
-
-    def call(self, ids, lengths, training=None, dropout_seed=None):
+    def text_features(self, ids, lengths, training=None):
+        """([B, D] float32 features, [B, T, H] hidden states) of left-padded rows."""
         ids = tf.cast(ids, tf.int32)
         valid = _valid_mask(ids, lengths)
-        hidden, (_, c) = self.encoder.encode(ids, training=training)
-        features = self.features(hidden, c, valid)
+        hidden, final = self.encoder.encode(ids, training=training)
+        return sequence_features(hidden, final, valid, self.feature_kinds), hidden
+
+    def call(self, ids, lengths, training=None, dropout_seed=None):
+        features, hidden = self.text_features(ids, lengths, training=training)
         return self.head(features, training=training, dropout_seed=dropout_seed), hidden
 
     def get_config(self):
@@ -234,6 +265,39 @@ class SequenceClassifier(keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+def sequence_features(hidden, final, valid, kinds):
+    """[B, H * len(kinds)] float32 features of a text, differentiable.
+
+    The definitions are `featurize.featurize_ids`'s, which serves the head:
+    the final states, and the mean, max, min and standard deviation of the
+    hidden state over the text's positions (`valid`).
+
+    Args:
+      hidden: [B, T, H] hidden states.
+      final: the final (h, c).
+      valid: [B, T] 1 on the text, 0 on padding (at least one 1 a row).
+      kinds: names of `FEATURES`, concatenated in this order.
+    """
+    h = tf.cast(hidden, tf.float32)
+    mask = valid[..., None]
+    count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+    mean = tf.reduce_sum(h * mask, axis=1) / count
+    inside = mask > 0
+    features = {
+        "cell": lambda: tf.cast(final[1], tf.float32),
+        "hidden": lambda: tf.cast(final[0], tf.float32),
+        "mean": lambda: mean,
+        "max": lambda: tf.reduce_max(tf.where(inside, h, -2.0), axis=1),
+        "min": lambda: tf.reduce_min(tf.where(inside, h, 2.0), axis=1),
+        # The floor keeps the gradient finite where a text's variance is 0
+        # (one position); it moves the value by at most 1e-6.
+        "std": lambda: tf.sqrt(
+            tf.maximum(tf.reduce_sum(h * h * mask, axis=1) / count - mean * mean, 1e-12)
+        ),
+    }
+    return tf.concat([features[kind]() for kind in kinds], axis=1)
 
 
 def lm_loss_per_text(model, hidden, ids, lengths):
@@ -258,16 +322,38 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
 
     With `progress`, the texts done are reported (see `tf_mlstm.progress`).
     """
-    framed = frame_left_padded(getattr(split, "texts", split), max_length)
-    ids, lengths = framed.ids, framed.lengths
-    predict = tf.function(
-        lambda i, n: model.probabilities(model(i, n, training=False)[0]), reduce_retracing=True
+    return _batched(
+        lambda i, n: model.probabilities(model(i, n, training=False)[0]),
+        getattr(split, "texts", split),
+        max_length,
+        batch_size,
+        progress,
+        "Predicting",
     )
+
+
+def predict_features(model, texts, max_length, batch_size=64, progress=False):
+    """The head's input features of `model` for normalized `texts`: [N, D] float32."""
+    return _batched(
+        lambda i, n: model.text_features(i, n, training=False)[0],
+        texts,
+        max_length,
+        batch_size,
+        progress,
+        "Featurizing",
+    )
+
+
+def _batched(fn, texts, max_length, batch_size, progress, title):
+    """`fn(ids, lengths)` over left-padded batches of `texts`, concatenated."""
+    framed = frame_left_padded(texts, max_length)
+    ids, lengths = framed.ids, framed.lengths
+    call = tf.function(fn, reduce_retracing=True)
     outputs = []
-    with Progress("Predicting", len(ids), "texts", enabled=progress) as report:
+    with Progress(title, len(ids), "texts", enabled=progress) as report:
         for start in range(0, len(ids), batch_size):
             rows = slice(start, start + batch_size)
-            outputs.append(predict(tf.constant(ids[rows]), lengths[rows]).numpy())
+            outputs.append(call(tf.constant(ids[rows]), lengths[rows]).numpy())
             report.advance(len(outputs[-1]))
     return np.concatenate(outputs, axis=0)
 
@@ -278,7 +364,8 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
 class FinetuneTask(Task):
     """Fine-tuning a `SequenceClassifier` as a task of the distributed runner.
 
-    The encoder starts from `init_model_dir`; the classifier head is new.
+    The encoder starts from `init_model_dir`; the classifier head is new
+    (random, or fitted by a linear probe: `probe_head`).
     The training labels choose the task (`task_kind`): its outputs are the
     label keys (binary, multi-label) or the training data's classes.
     Each worker reads its shard of the training texts in a seeded order
@@ -295,6 +382,8 @@ class FinetuneTask(Task):
         self.config = config
         self.labels = config.label_keys
         self.history = []
+        self.head_init = None
+        self.probe = None
 
     # === Data and model ===
 
@@ -307,18 +396,69 @@ class FinetuneTask(Task):
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
                 f"{runner.num_workers} workers."
             )
+        resuming = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.config.model_dir))
+        if self.config.head_init == "probe" and not resuming:
+            self.head_init = self.probe_head()
+
+    def probe_head(self):
+        """(kernel [D, K], bias [K]): the logistic regression on the starting features.
+
+        The starting model featurizes the training and validation texts as
+        the head will read them; `logistic.fit_logistic` fits them (L2, C
+        chosen on validation; multi-label: per label, with its threshold
+        metric), and its standardization is folded into the weights.
+        """
+        config = self.config
+        encoder = MLSTMLanguageModel.from_train_config(self.base_config, precision=config.precision)
+        encoder.set_weights(self.base_model.get_weights())
+        model = SequenceClassifier(encoder, 1, config.feature_kinds)
+        x, y = {}, {}
+        for name in ("train", "validation"):
+            x[name] = predict_features(
+                model, self.splits[name].texts, config.max_length, progress=True
+            )
+            y[name] = self.targets[name].astype(np.int64)
+            if self.kind == BINARY:
+                y[name] = y[name][:, 0]
+        classes = {BINARY: (0, 1), MULTICLASS: tuple(range(len(self.names)))}.get(self.kind)
+        classifier, _ = logistic.fit_logistic(
+            x["train"],
+            y["train"],
+            x["validation"],
+            y["validation"],
+            config.feature_kinds,
+            encoder.hidden_size,
+            penalty="l2",
+            classes=self.labels if self.kind == MULTILABEL else classes,
+            threshold_metric=config.threshold_metric,
+        )
+        metrics = classifier.metrics(x["validation"], y["validation"])
+        self.probe = {"C": classifier.C, "validation": metrics}
+        logging.info(
+            "Head from a linear probe: C %s, validation accuracy %.4f.",
+            classifier.C,
+            metrics["accuracy"],
+        )
+        kernel = (classifier.weights / classifier.scale).T
+        bias = classifier.bias - classifier.weights @ (classifier.mean / classifier.scale)
+        return kernel, bias
 
     def _load_data(self):
         config = self.config
 
-        def read(spec):
+        def read(spec, limit):
             return labeled.read_labeled(
-                spec, config.text_keys, self.labels, label_map=config.label_map or None
+                spec,
+                config.text_keys,
+                self.labels,
+                label_map=config.label_map or None,
+                limit=limit,
+                seed=config.seed,
             )
 
-        train = read(config.train_data)
+        train = read(config.train_data, config.max_train_examples)
         if config.validation_data:
-            validation = read(config.validation_data)
+            validation = read(config.validation_data, config.max_eval_examples)
         else:
             train, validation = labeled.split_off(train, config.validation_fraction, config.seed)
             logging.info(
@@ -328,7 +468,7 @@ class FinetuneTask(Task):
             )
         self.splits = {"train": train, "validation": validation}
         if config.test_data:
-            self.splits["test"] = read(config.test_data)
+            self.splits["test"] = read(config.test_data, config.max_eval_examples)
         self.kind = task_kind(train)
         if self.kind == MULTICLASS:
             self.names = train.classes()
@@ -356,6 +496,7 @@ class FinetuneTask(Task):
             softmax=self.kind == MULTICLASS,
             head_hidden=config.head_hidden,
             head_dropout=config.head_dropout,
+            head_init=self.head_init,
         )
         trained = [encoder.embedding, encoder.mlstm, *self.model.head_layers().values()]
         if config.lm_loss_weight > 0:
@@ -452,7 +593,7 @@ class FinetuneTask(Task):
         outputs = "classes" if self.kind == MULTICLASS else "labels"
         return (
             f" x {self.train_ids.shape[1]} bytes; {self.config.init_model_dir} "
-            f"({self.config.feature} features, {self.kind} {outputs} "
+            f"({','.join(self.config.feature_kinds)} features, {self.kind} {outputs} "
             f"{','.join(str(name) for name in self.names)}) on "
             f"{len(self.train_ids)} texts"
         )
@@ -527,7 +668,8 @@ class FinetuneTask(Task):
         results = {
             "kind": self.kind,
             "labels": list(self.labels),
-            "feature": self.config.feature,
+            "feature": self.model.feature,
+            "head_init": self.config.head_init,
             "head_hidden": self.config.head_hidden,
             "head_dropout": self.config.head_dropout,
             "precision": self.config.precision,
@@ -552,6 +694,8 @@ class FinetuneTask(Task):
                 chosen["f1"],
                 ", ".join(f"{t:.3f}" for t in thresholds),
             )
+        if self.probe is not None:
+            results["probe"] = self.probe
         results["train_examples"] = len(self.splits["train"].texts)
         results["validation"] = chosen
         if self.kind != MULTICLASS:
@@ -635,9 +779,9 @@ class FinetunedClassifier:
         The features are the fine-tuned ones unstandardized (mean 0, scale 1),
         read from each text's first `max_length` framed bytes as in training.
         """
-        width = self.model.encoder.hidden_size
+        width = self.model.encoder.hidden_size * len(self.model.feature_kinds)
         fields = {
-            "feature_kinds": (self.config.feature,),
+            "feature_kinds": self.model.feature_kinds,
             "mean": np.zeros(width, np.float32),
             "scale": np.ones(width, np.float32),
             "weights": self.model.classifier.kernel.numpy().T,

@@ -214,7 +214,9 @@ class LabeledData:
         }
 
 
-def read_labeled(spec, text_keys, label_keys, threshold=None, label_map=None, binary=False):
+def read_labeled(
+    spec, text_keys, label_keys, threshold=None, label_map=None, binary=False, limit=0, seed=0
+):
     """Reads texts and their labels from CSV / JSON lines files.
 
     Args:
@@ -227,6 +229,10 @@ def read_labeled(spec, text_keys, label_keys, threshold=None, label_map=None, bi
       label_map: None, a `LabelMap`, or a spec for `parse_label_map`: raw
         values -> classes.
       binary: require 0/1 labels with one key too (fine-tuning's sigmoid).
+      limit: keep a seeded random subset of this many rows, in file order
+        (0 = all): every tool given the same `limit` and `seed` keeps the
+        same rows.
+      seed: the subset's seed.
 
     Returns:
       A `LabeledData`.
@@ -273,7 +279,11 @@ def read_labeled(spec, text_keys, label_keys, threshold=None, label_map=None, bi
         kind = np.int64 if all(isinstance(v, int) for v in values) else object
         labels = np.array(values, kind)
     order = label_map.classes if label_map is not None else None
-    return LabeledData(spec, texts, labels, keys, places, skip_log.to_dict(), order)
+    data = LabeledData(spec, texts, labels, keys, places, skip_log.to_dict(), order)
+    if 0 < limit < len(texts):
+        data = data.subset(random_subsample(len(texts), limit, seed))
+        logging.info("Kept a seeded random %d of them (seed %d)", limit, seed)
+    return data
 
 
 class _LabelParser:

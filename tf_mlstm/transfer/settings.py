@@ -13,7 +13,14 @@ from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.train import config as train_config_lib
 
-FEATURES = ("cell", "mean")
+FEATURES = ("cell", "hidden", "mean", "max", "min", "std")
+"""The feature kinds a fine-tuned head reads, as `models.featurize.FEATURE_KINDS`
+names them: the final cell and hidden state, and statistics of the hidden
+state over the text. Several are concatenated in the order given."""
+HEAD_INITS = ("random", "probe")
+"""How the head starts: random, or (`probe`, linear heads) the logistic
+regression fitted on the starting model's features of the training texts
+("linear probing, then fine-tuning")."""
 THRESHOLD_METRICS = ("accuracy", "f1")
 """What a label's probability threshold maximizes on validation."""
 
@@ -35,9 +42,12 @@ class FinetuneConfig(train_config_lib.JsonConfig):
     label_key: str = "label"  # several, comma-separated = multi-label
     label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes (one label key)
     validation_fraction: float = 0.1
+    max_train_examples: int = 0  # a seeded random subset of train (0 = all)
+    max_eval_examples: int = 0  # the same for validation and test each
     max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
     # Model and loss.
-    feature: str = "cell"
+    feature: str = "cell"  # one or several (comma-separated) of FEATURES
+    head_init: str = "random"
     head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
     head_dropout: float = 0.0  # dropout before the output layer, in training
     lm_loss_weight: float = 0.0
@@ -75,6 +85,11 @@ class FinetuneConfig(train_config_lib.JsonConfig):
         return split_keys(self.label_key)
 
     @property
+    def feature_kinds(self):
+        """The head's feature kinds, in order."""
+        return split_keys(self.feature)
+
+    @property
     def text_keys(self):
         """The text keys, tried in order."""
         return split_keys(self.text_key)
@@ -97,6 +112,17 @@ class FinetuneConfig(train_config_lib.JsonConfig):
                     "--label_map needs one --label_key (several keys are 0/1 labels each), got "
                     f"{self.label_key!r}."
                 )
+        kinds = self.feature_kinds
+        unknown = [kind for kind in kinds if kind not in FEATURES]
+        if not kinds or unknown or len(set(kinds)) != len(kinds):
+            raise errors.InvalidValueError(
+                f"--feature must name distinct kinds of {','.join(FEATURES)}, got {self.feature!r}."
+            )
+        if self.head_init == "probe" and self.head_hidden:
+            raise errors.InvalidValueError(
+                "--head_init=probe starts a linear head; it cannot start --head_hidden="
+                f"{self.head_hidden}."
+            )
         if self.head_hidden < 0:
             raise errors.InvalidValueError(
                 f"--head_hidden must be >= 0 (0 = a linear head), got {self.head_hidden}."
@@ -122,7 +148,7 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             )
         self.check_choices(
             {
-                "feature": FEATURES,
+                "head_init": HEAD_INITS,
                 "threshold_metric": THRESHOLD_METRICS,
                 "lr_decay": train_config_lib.DECAYS,
                 "precision": train_config_lib.PRECISION_CHOICES,
