@@ -5,18 +5,25 @@ binary (on the embedded demo corpus) once per test session, however many
 test modules ask for it. `write_untrained_model_dir` writes a model folder
 with random weights in a fraction of a second, and `random_model` builds one
 in memory, for tests that only need the plumbing. `tiny_train_config` is a
-training config a test runs in seconds; `wait_for` collects worker
+training config a test runs in seconds; `run` runs a command with a time-out
+that fails the test with the command's output; `wait_for` collects worker
 processes; `run_without_tf_mlstm` runs a script the way a server would,
 without tf_mlstm on the path.
+
+Tiny runs pin `float32` and XLA off: left on `auto`, the precision and XLA
+would follow the CPU, and the same test would walk other code on another
+machine. Each precision and the XLA step have their own tests.
 """
 
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 
 import keras
+import pytest
 import tensorflow as tf
 
 from tf_mlstm.models.language_model import MLSTMLanguageModel
@@ -24,7 +31,11 @@ from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train.config import TrainConfig
 
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# Pinned, so that what a tiny run exercises does not depend on the CPU.
+PINNED_FLAGS = ("--precision=float32", "--jit_compile=false")
 TINY_TRAIN_FLAGS = (
+    *PINNED_FLAGS,
     "--max_steps=20",
     "--hidden_size=32",
     "--seq_length=32",
@@ -33,7 +44,51 @@ TINY_TRAIN_FLAGS = (
     "--sample_every_steps=0",
 )
 
+
+def run(command, timeout, env=None, **kwargs):
+    """`subprocess.run` with text output captured, from the repository root, TF logs quiet.
+
+    A command that runs past `timeout` fails the test with one line naming it
+    and the time-out, then the end of its output, instead of a bare
+    `TimeoutExpired`.
+
+    Args:
+      command: the argument list.
+      timeout: seconds; about five times what the command needs alone on 2 cores.
+      env: extra environment variables over this process's.
+      **kwargs: more `subprocess.run` arguments (`input`, `cwd`, ...).
+
+    Returns:
+      The `subprocess.CompletedProcess`.
+    """
+    kwargs.setdefault("cwd", REPO)
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    try:
+        return subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=environment,
+            timeout=timeout,
+            **kwargs,
+        )
+    except subprocess.TimeoutExpired as expired:
+        output = expired.stderr or expired.stdout or b""
+        if isinstance(output, bytes):
+            output = output.decode(errors="replace")
+        pytest.fail(
+            f"{shlex.join(str(arg) for arg in command)[:300]} ran past its {timeout} s time-out; "
+            f"its output ended:\n{output[-3000:]}",
+            pytrace=False,
+        )
+
+
+# The shared tiny model: its folder once trained, or why it failed, so that a
+# broken run fails each later user at once instead of training (or hanging) again.
 _TRAINED = {}
+# Seconds: it trains in about 20 s alone on 2 cores (start-up included).
+TINY_TRAIN_TIMEOUT_S = 120
 
 
 def tiny_trained_model_dir(tmp_path_factory):
@@ -46,17 +101,22 @@ def tiny_trained_model_dir(tmp_path_factory):
       A `pathlib.Path` holding config.json and checkpoints.
 
     Raises:
-      RuntimeError: the training binary failed (its output is in the message).
+      pytest.fail.Exception: the training binary failed or ran past its
+        time-out, now or at an earlier user in this session (its output is in
+        the message).
     """
+    if "error" in _TRAINED:
+        pytest.fail(f"the shared tiny model failed earlier in this run: {_TRAINED['error']}")
     if "dir" not in _TRAINED:
         model_dir = tmp_path_factory.mktemp("tiny_model") / "run"
         command = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={model_dir}"]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        done = subprocess.run(
-            command + list(TINY_TRAIN_FLAGS), capture_output=True, text=True, env=env, timeout=600
-        )
-        if done.returncode:
-            raise RuntimeError(f"tf-mlstm-train failed:\n{done.stdout}\n{done.stderr[-4000:]}")
+        try:
+            done = run(command + list(TINY_TRAIN_FLAGS), timeout=TINY_TRAIN_TIMEOUT_S)
+            if done.returncode:
+                pytest.fail(f"tf-mlstm-train failed:\n{done.stdout}\n{done.stderr[-4000:]}")
+        except pytest.fail.Exception as failure:
+            _TRAINED["error"] = str(failure)[:4000]
+            raise
         _TRAINED["dir"] = model_dir
     return _TRAINED["dir"]
 
@@ -158,7 +218,7 @@ def run_without_tf_mlstm(script, args, cwd):
         text=True,
         cwd=str(cwd),
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=""),
-        timeout=300,
+        timeout=150,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

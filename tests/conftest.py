@@ -1,6 +1,11 @@
 """Shared pytest fixtures: the shared corpus, the demo TFRecords, two CPU replicas; quiet TF logs.
 
-Markers (`slow`) and the per-test timeout are configured in pyproject.toml.
+Markers (`slow`), the per-test timeout and the whole run's deadline
+(`suite_deadline_minutes`, enforced here) are configured in pyproject.toml.
+
+With `CI=true` in the environment (as CI services set it, and `.ci/run`), a
+test whose inputs are missing fails instead of skipping: a skip there would
+quietly drop what the test proves.
 
 The CPU is split into two logical devices when this file is imported, before
 any test starts the TensorFlow runtime (devices are fixed at start-up), so a
@@ -10,6 +15,7 @@ multi-GPU path, on a CPU. Ops without a device still run on the first one.
 
 import os
 import pathlib
+import time
 
 import pytest
 
@@ -27,15 +33,40 @@ tf.config.set_logical_device_configuration(
 )
 
 
-@pytest.fixture
-def shared_data():
-    """The shared review corpora folder; skips the test when it is absent."""
+def in_ci():
+    """Whether this run is CI's (`CI` set to true, as CI services and `.ci/run` set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def skip_unless_ci(reason):
+    """Skips the calling test with `reason`, or fails it in CI, where nothing may be skipped.
+
+    Args:
+      reason: what is missing, in one line.
+
+    Raises:
+      pytest.skip.Exception: outside CI.
+      pytest.fail.Exception: in CI.
+    """
+    if in_ci():
+        pytest.fail(f"{reason}; CI=true, so the test fails instead of skipping", pytrace=False)
+    pytest.skip(reason)
+
+
+def shared_data_folder():
+    """The shared review corpora folder (see `shared_data`)."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(
+        skip_unless_ci(
             f"shared review corpora not found at {SHARED_DATA} (only "
-            "present beside a development checkout)"
+            "present beside a development checkout and in CI)"
         )
     return SHARED_DATA
+
+
+@pytest.fixture
+def shared_data():
+    """The shared review corpora folder; skips the test when it is absent (fails in CI)."""
+    return shared_data_folder()
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +127,50 @@ def _logging_state_restored():
         lg.disabled = disabled
         lg.propagate = propagate
     std_logging.disable(disabled_below)
+
+
+# === The whole run's deadline ===
+#
+# pytest-timeout bounds one test and the tests bound their subprocesses, but
+# a run in which many tests each take long (a regression that slows every
+# training run, or each of many tests waiting out its subprocess time-out)
+# could still outlast CI's own limit and end with no summary at all. Past the
+# deadline every remaining test fails at once with one line, so `--maxfail`
+# ends the run and pytest prints its summary.
+
+_SESSION_START = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser):
+    parser.addini(
+        "suite_deadline_minutes",
+        "fail every test that starts after the run has lasted this many minutes (0: no deadline)",
+        default="0",
+    )
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_SESSION_START] = time.monotonic()
+
+
+def suite_deadline_passed(config, now=None):
+    """The deadline message when the run has outlasted `suite_deadline_minutes`, else None."""
+    limit = float(config.getini("suite_deadline_minutes"))
+    start = config.stash.get(_SESSION_START, None)
+    if not limit or start is None:
+        return None
+    elapsed = (time.monotonic() if now is None else now) - start
+    if elapsed <= 60 * limit:
+        return None
+    return (
+        f"the test run has lasted {elapsed / 60:.1f} minutes, past its deadline of {limit:g} "
+        "(suite_deadline_minutes in pyproject.toml; -o suite_deadline_minutes=0 lifts it): "
+        "the remaining tests fail without running; look at --durations for what got slow"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    message = suite_deadline_passed(item.config)
+    if message:
+        pytest.fail(message, pytrace=False)

@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import in_ci
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
+# In CI, which installs the dev extra, a missing import-linter fails the tests instead.
 needs_import_linter = pytest.mark.skipif(
-    importlib.util.find_spec("importlinter") is None,
+    importlib.util.find_spec("importlinter") is None and not in_ci(),
     reason='import-linter is not installed (pip install -e ".[dev]")',
 )
 
@@ -85,6 +87,6 @@ def test_cli_module_imports_without_tensorflow(module):
         "assert 'tensorflow' not in sys.modules, 'imported tensorflow'\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert done.returncode == 0, f"tf_mlstm.cli.{module}: {done.stderr[-2000:]}"

@@ -1,0 +1,100 @@
+"""The suite's own guards: CI cannot skip on missing data, the whole run's deadline, the shared
+tiny model remembers a failure, subprocess time-outs fail with the command's output."""
+
+import subprocess
+import sys
+
+import conftest
+import pytest
+
+import _models
+
+
+def test_missing_shared_data_skips_on_a_developer_machine(monkeypatch, tmp_path):
+    monkeypatch.setattr(conftest, "SHARED_DATA", tmp_path / "missing")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(
+        pytest.skip.Exception, match=r"shared review corpora not found at .*missing"
+    ):
+        conftest.shared_data_folder()
+
+
+@pytest.mark.parametrize("value", ["true", "1", "TRUE"])
+def test_missing_shared_data_fails_in_ci(monkeypatch, tmp_path, value):
+    monkeypatch.setattr(conftest, "SHARED_DATA", tmp_path / "missing")
+    monkeypatch.setenv("CI", value)
+    with pytest.raises(
+        pytest.fail.Exception,
+        match=r"shared review corpora not found at .*missing .*; CI=true, so the test fails "
+        r"instead of skipping$",
+    ):
+        conftest.shared_data_folder()
+
+
+@pytest.mark.parametrize("value", ["", "false", "0"])
+def test_present_shared_data_is_returned_in_and_out_of_ci(monkeypatch, tmp_path, value):
+    monkeypatch.setattr(conftest, "SHARED_DATA", tmp_path)
+    monkeypatch.setenv("CI", value)
+    assert conftest.shared_data_folder() == tmp_path
+
+
+class _Config:
+    """The two things the deadline reads from a pytest config."""
+
+    def __init__(self, minutes, start):
+        self.minutes = minutes
+        self.stash = {conftest._SESSION_START: start}  # pylint: disable=protected-access
+
+    def getini(self, name):
+        assert name == "suite_deadline_minutes"
+        return self.minutes
+
+
+def test_the_run_fails_its_remaining_tests_past_the_deadline():
+    config = _Config("30", start=1000.0)
+    assert conftest.suite_deadline_passed(config, now=1000.0 + 30 * 60) is None
+    message = conftest.suite_deadline_passed(config, now=1000.0 + 31 * 60)
+    assert message.startswith("the test run has lasted 31.0 minutes, past its deadline of 30 ")
+    assert "suite_deadline_minutes in pyproject.toml" in message
+    assert conftest.suite_deadline_passed(_Config("0", 1000.0), now=1e9) is None
+
+
+def test_this_run_has_a_deadline(pytestconfig):
+    # pyproject.toml sets it; a deadline of 0 would let a slowed-down run outlast CI's limit.
+    assert 0 < float(pytestconfig.getini("suite_deadline_minutes")) <= 60
+    assert conftest.suite_deadline_passed(pytestconfig) is None
+
+
+def test_a_failed_tiny_model_fails_later_users_without_training_again(monkeypatch, tmp_path):
+    calls = []
+
+    def failing_run(command, timeout, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "the training broke")
+
+    class Factory:
+        def mktemp(self, name):
+            return tmp_path / name
+
+    monkeypatch.setattr(_models, "_TRAINED", {})
+    monkeypatch.setattr(_models, "run", failing_run)
+    with pytest.raises(
+        pytest.fail.Exception, match="(?s)tf-mlstm-train failed:.*the training broke"
+    ):
+        _models.tiny_trained_model_dir(Factory())
+    with pytest.raises(
+        pytest.fail.Exception,
+        match="the shared tiny model failed earlier in this run: tf-mlstm-train failed:",
+    ):
+        _models.tiny_trained_model_dir(Factory())
+    assert len(calls) == 1
+    assert all(flag in calls[0] for flag in _models.PINNED_FLAGS)
+
+
+def test_a_command_past_its_time_out_fails_with_its_output():
+    script = "import sys, time; print('started', file=sys.stderr, flush=True); time.sleep(60)"
+    with pytest.raises(pytest.fail.Exception, match=r"ran past its 2 s time-out") as failed:
+        _models.run([sys.executable, "-c", script], timeout=2)
+    assert failed.value.msg.endswith("its output ended:\nstarted\n")
+    done = _models.run([sys.executable, "-c", "print('fine')"], timeout=60)
+    assert done.returncode == 0 and done.stdout == "fine\n"
