@@ -1,5 +1,7 @@
 """Shared pytest fixtures: the shared corpus, the demo TFRecords, two CPU replicas; quiet TF logs.
 
+The autotune cache (`XDG_CACHE_HOME`) points at a temporary folder of this session.
+
 Markers (`slow`) and the per-test timeout are configured in pyproject.toml.
 
 The CPU is split into two logical devices when this file is imported, before
@@ -8,8 +10,11 @@ any test starts the TensorFlow runtime (devices are fixed at start-up), so a
 multi-GPU path, on a CPU. Ops without a device still run on the first one.
 """
 
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
@@ -20,6 +25,11 @@ import tensorflow as tf  # noqa: E402 (after the log level)
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 CPU_REPLICAS = 2
+
+# Measured `auto` settings are cached per user (tf_mlstm.train.autotune): tests, and the
+# binaries they start, read and write a cache of their own, never the developer's.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tf_mlstm_test_cache_")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
