@@ -18,8 +18,10 @@ recipe's shape (768 units, 64 rows x 64 bytes) in chars/s unless noted:
 * Intel Xeon with AMX (`amx_bf16`): mixed_bfloat16 1.5-1.7x faster than
   float32 (H = 512-1024); a 2048^3 product 679 vs 174 GFLOP/s.
 * AMD EPYC with AVX2 only: mixed_bfloat16 emulated, the CPU recipe 5.7x
-  slower (3.2k vs 18.2k). Measured again by `autotune` on a 2-core one at
-  the recipe's shape: see `docs/performance.md` for the rates it logged.
+  slower (3.2k vs 18.2k). `autotune` on a 2-core one (shared, busy) at the
+  recipe's shape, float32 only: XLA off 3,195, on 2,784 (busier: 1,316 vs
+  1,285); earlier benchmarks there had XLA 1.13-1.15x faster, so the
+  table's XLA-on is kept as the prior and the run measures.
 * AMD EPYC with AVX-512 and `avx512_bf16`, no AMX (2 cores): float32 XLA off
   6,912, XLA on 7,464; mixed_bfloat16 XLA off 10,630, XLA on 5,105. At
   1,024 units x 64 x 256: mixed_bfloat16 6,715 vs float32 4,204 (1.60x).
