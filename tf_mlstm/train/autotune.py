@@ -346,6 +346,8 @@ def measure(
             logging.warning("Autotune: %s failed and is skipped (%s).", candidate.name, why)
             failed[candidate.name] = why
             continue
+        # Drop this candidate's model before the next one is built (memory).
+        step = None
         rates[candidate.name] = units_per_step * steps / max(elapsed, 1e-9)
         logging.info("Autotune: %s %s %s.", candidate.name, f"{rates[candidate.name]:,.0f}", unit)
     return rates, failed, clock() - start
