@@ -248,7 +248,6 @@ class Runner:
         `allreduce_dtype`, `max_steps`, `max_minutes`, `max_nonfinite_steps`,
         `log_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
         `eval_every_steps`, and the distribution fields).
-
       strategy: the strategy to run under; None builds the one `config` names.
 
     Raises:
