@@ -7,14 +7,19 @@ With `CI=true` in the environment (as CI services set it, and `.ci/run`), a
 test whose inputs are missing fails instead of skipping: a skip there would
 quietly drop what the test proves.
 
+The autotune cache (`XDG_CACHE_HOME`) points at a temporary folder of this session.
+
 The CPU is split into two logical devices when this file is imported, before
 any test starts the TensorFlow runtime (devices are fixed at start-up), so a
 `MirroredStrategy` can run two replicas in this process: the one-machine
 multi-GPU path, on a CPU. Ops without a device still run on the first one.
 """
 
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -26,6 +31,11 @@ import tensorflow as tf  # noqa: E402 (after the log level)
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 CPU_REPLICAS = 2
+
+# Measured `auto` settings are cached per user (tf_mlstm.train.autotune): tests, and the
+# binaries they start, read and write a cache of their own, never the developer's.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tf_mlstm_test_cache_")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],

@@ -160,9 +160,20 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
         ) from None
 
 
-def write_config(model_dir, config, name=CONFIG_FILE):
-    """Writes `config.to_json()` to `model_dir/name` atomically."""
-    fileio.write_text_atomic(os.path.join(model_dir, name), config.to_json() + "\n")
+def write_config(model_dir, config, name=CONFIG_FILE, extra=None):
+    """Writes `config.to_json()` to `model_dir/name` atomically.
+
+    Args:
+      model_dir: the run folder.
+      config: the config dataclass.
+      name: the file name.
+      extra: optional {key: JSON value} written beside the config's fields
+        (e.g. how `auto` chose the precision); `from_json` ignores them.
+    """
+    text = config.to_json()
+    if extra:
+        text = json.dumps({**json.loads(text), **extra}, indent=2, sort_keys=True)
+    fileio.write_text_atomic(os.path.join(model_dir, name), text + "\n")
 
 
 def write_results(model_dir, results):
@@ -224,7 +235,7 @@ def _flag_value(value):
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-def begin_run(model_dir, configs, chief=True):
+def begin_run(model_dir, configs, chief=True, extras=None):
     """Starts or resumes a training run in `model_dir`.
 
     The chief takes the run lock (held until the process exits); when the
@@ -235,6 +246,8 @@ def begin_run(model_dir, configs, chief=True):
       model_dir: the run folder (created).
       configs: {file name: config dataclass}, e.g. `{CONFIG_FILE: train_config}`.
       chief: whether this worker keeps the run's outputs.
+      extras: optional {file name: {key: JSON value}} written into those
+        config files beside the fields (see `write_config`).
 
     Raises:
       RunDirError: another live run holds the folder, or a config changes a
@@ -248,7 +261,7 @@ def begin_run(model_dir, configs, chief=True):
             check_resumed_config(model_dir, config, name)
     if chief:
         for name, config in configs.items():
-            write_config(model_dir, config, name)
+            write_config(model_dir, config, name, (extras or {}).get(name))
 
 
 # === The run lock ===

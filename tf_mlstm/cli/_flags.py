@@ -25,24 +25,24 @@ def define_feature_precision(default="auto", note=""):
         default,
         ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
         "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
-        "weights and features stay float32. auto: mixed_float16 on GPUs with tensor cores, "
-        "mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32." + note,
+        "weights and features stay float32. auto: the fastest on this machine, timed on a few "
+        "batches of the model at --batch_size x --window among the policies the hardware "
+        "computes natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or "
+        "AMX; mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute "
+        "capability 8.0), cached in the user's cache folder." + note,
     )
 
 
-def resolve_feature_precision(choice):
-    """`choice`, with `auto` decided from this machine's hardware (and logged)."""
+def resolve_feature_precision(choice, model_dir, batch_size, window):
+    """`choice`, with `auto` measured for `model_dir`'s model at this batch shape (logged)."""
     # pylint: disable=g-import-not-at-top
-    from absl import logging
-
     from tf_mlstm.train import hardware
+    from tf_mlstm.transfer import features
 
     # pylint: enable=g-import-not-at-top
     if choice != hardware.AUTO:
         return choice
-    machine = hardware.detect()
-    precision, reason = hardware.resolve_precision(choice, machine)
-    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
+    precision, _ = features.measured_precision(model_dir, batch_size, window)
     return precision
 
 
@@ -122,9 +122,10 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
         "precision",
         default("precision"),
         list(config_lib.PRECISION_CHOICES),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: mixed_float16 on GPUs "
-        "with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16 units, else float32; "
-        "a resumed run keeps the precision its config records.",
+        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest measured "
+        "here among the policies the hardware computes natively (a few steps each at the run's "
+        "shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py "
+        "for runs too short to measure); a resumed run keeps the precision its config records.",
     )
     flags.DEFINE_enum(
         "allreduce_dtype",
@@ -136,8 +137,8 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
         "jit_compile",
         default("jit_compile"),
         list(config_lib.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto = on for GPUs and for float32 on CPUs, off "
-        "for 16-bit policies on CPUs (measured; table in tf_mlstm/train/hardware.py).",
+        "XLA-compile the per-replica step; auto: measured with --precision (on and off timed), "
+        "else the table in tf_mlstm/train/hardware.py.",
     )
     flags.DEFINE_integer("seed", default("seed"), "Random seed.")
     define_distribution_flags(defaults)

@@ -7,9 +7,11 @@ SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
   tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
       --hidden_size=4096 --batch_size=256
 
-Precision and XLA default to `auto`, decided from the hardware at start-up
-(`tf_mlstm/train/hardware.py`); the run folder's config.json records the
-concrete values.
+Precision and XLA default to `auto`: measured at start-up, a few steps of
+each native setting at the run's shape, cached in the user's cache folder
+(`tf_mlstm/train/autotune.py`; the table in `tf_mlstm/train/hardware.py` for
+runs too short to measure); the run folder's config.json records the
+concrete values and the rates.
 
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
 run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a

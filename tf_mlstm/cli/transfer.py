@@ -162,7 +162,9 @@ def config_from_flags():
             "num_labeled": experiment.parse_num_labeled(FLAGS.num_labeled),
             "batch_size": FLAGS.batch_size,
             "window": FLAGS.window,
-            "precision": _flags.resolve_feature_precision(FLAGS.precision),
+            "precision": _flags.resolve_feature_precision(
+                FLAGS.precision, FLAGS.model_dir, FLAGS.batch_size, FLAGS.window
+            ),
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
             "val_fraction": FLAGS.val_fraction,

@@ -1,11 +1,30 @@
-"""What this machine computes on, and the precision and XLA setting that suit it.
+"""What this machine computes on, and the table of precision and XLA settings (the prior).
 
 Machines differ from day to day, and the fastest settings differ with them: on
 a CPU with bfloat16 matrix units `mixed_bfloat16` trains 1.5-1.7x faster than
 float32, on one without them bfloat16 is emulated and the same recipe ran 5.7x
-slower. So `--precision=auto` and `--jit_compile=auto` are decided here, from
-`/proc/cpuinfo` and the GPUs TensorFlow sees, by the rules and measurements
-written down below, never by which machine a recipe was tuned on.
+slower, and on a CPU with only the AVX512-BF16 dot product the table below
+chose float32 where bfloat16 was 1.42x faster. So a training run's
+`--precision=auto` and `--jit_compile=auto` are measured on the machine that
+runs (`autotune.py`: every native candidate's step timed at the run's shape,
+the result cached). This module detects the hardware (`/proc/cpuinfo`, the
+GPUs TensorFlow sees) and keeps the rules and measurements written down below
+as the prior: what auto picks where measuring is impossible or not worth it
+(featurizing one text, serving, a run too short to pay for it).
+
+Kinds of machine measured by this project, the training step at the CPU
+recipe's shape (768 units, 64 rows x 64 bytes) in chars/s unless noted:
+
+* Intel Xeon with AMX (`amx_bf16`): mixed_bfloat16 1.5-1.7x faster than
+  float32 (H = 512-1024); a 2048^3 product 679 vs 174 GFLOP/s.
+* AMD EPYC with AVX2 only: mixed_bfloat16 emulated, the CPU recipe 5.7x
+  slower (3.2k vs 18.2k). `autotune` on a 2-core one (shared, busy) at the
+  recipe's shape, float32 only: XLA off 3,195, on 2,784 (busier: 1,316 vs
+  1,285); earlier benchmarks there had XLA 1.13-1.15x faster, so the
+  table's XLA-on is kept as the prior and the run measures.
+* AMD EPYC with AVX-512 and `avx512_bf16`, no AMX (2 cores): float32 XLA off
+  6,912, XLA on 7,464; mixed_bfloat16 XLA off 10,630, XLA on 5,105. At
+  1,024 units x 64 x 256: mixed_bfloat16 6,715 vs float32 4,204 (1.60x).
 
 `resolve_run_config` turns a config's `auto` values into concrete ones before
 a run starts, so the run folder's config.json, a resume and every later tool
@@ -54,23 +73,23 @@ REPORTED_EXTENSIONS = (
     "i8mm",
 )
 
-# The CPU flags that make mixed_bfloat16 the automatic choice.
+# The CPU flags that make mixed_bfloat16 the table's choice (the prior; a
+# training run measures, see `autotune.py`).
 #
 # amx_bf16 (Intel AMX, Sapphire Rapids and later): oneDNN runs bfloat16
 # products on the tile units. Measured here: a 2048^3 product 679 vs 174
 # GFLOP/s in float32, the training step 1.5-1.7x faster (H = 512-1024), at a
 # cost of +0.005 bits/char over the first 1,200 steps of the CPU recipe.
 #
-# avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5) does NOT qualify. Its
-# instruction is a dot product of bfloat16 pairs into float32 lanes: at most
-# twice the float32 rate for the products, against 3-4x from AMX. The step
-# measured here spends about half its time outside the products (a 3.5x faster
-# product gave a 1.6x faster step), so the bound there is about 1.35x, and
-# what oneDNN reaches on those chips was never measured by this project. The
-# downside of a wrong bfloat16 choice is large (emulated bfloat16 ran the CPU
-# recipe 5.7x slower on an AVX2-only EPYC) and the upside small, so auto keeps
-# float32 there; pass --precision=mixed_bfloat16 to try it. The AArch64 `bf16`
-# feature is left out for the same reason (unmeasured).
+# avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5) is left out of the
+# prior, though on the one such CPU measured (an AMD EPYC, 2 cores, see the
+# module docstring) mixed_bfloat16 without XLA was the fastest setting, 1.42x
+# float32 with XLA at 768 units and 1.60x at 1,024: one machine is not the
+# kind, and the downside of a wrong bfloat16 choice is large (emulated
+# bfloat16 ran the CPU recipe 5.7x slower on an AVX2-only EPYC). Where it
+# counts (training), auto measures bfloat16 on these CPUs instead of
+# guessing (`autotune.BFLOAT16_CPU_FLAGS`). The AArch64 `bf16` feature is
+# left out of the prior for the same reason (unmeasured).
 BFLOAT16_MATRIX_FLAGS = frozenset({"amx_bf16"})
 
 # Tensor cores (float16 matrix units) arrived with compute capability 7.0
@@ -78,7 +97,7 @@ BFLOAT16_MATRIX_FLAGS = frozenset({"amx_bf16"})
 # and some far slower, so mixed_float16 is chosen only from 7.0 up.
 TENSOR_CORE_CAPABILITY = (7, 0)
 
-# --jit_compile=auto: (device kind, precision) -> (XLA on?, why). Every CPU
+# --jit_compile=auto's prior: (device kind, precision) -> (XLA on?, why). Every CPU
 # entry is a measurement of this project's training step with its hand-written
 # sequence gradient (tools/benchmark.py, docs/performance.md). The GPU entries
 # are the GPU recipes' choice and have not been measured side by side by this
@@ -93,7 +112,7 @@ JIT_TABLE = {
     ("cpu", "mixed_bfloat16"): (
         False,
         "XLA's CPU backend does not hand bfloat16 products to oneDNN: 3.2k vs 19.2k chars/s "
-        "without XLA at H = 512 on an AMX CPU",
+        "without XLA at H = 512 on an AMX CPU, 5.1k vs 10.6k at H = 768 on an AVX512-BF16 one",
     ),
     ("cpu", "mixed_float16"): (
         False,
@@ -363,7 +382,7 @@ def recorded_precision(path):
     return precision if precision in PRECISIONS else None
 
 
-def resolve_run_config(config, recorded_config_path, hardware=None):
+def resolve_run_config(config, recorded_config_path, hardware=None, decide=None):
     """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
 
     An existing run's recorded precision wins over `auto`, so a resume on
@@ -372,15 +391,19 @@ def resolve_run_config(config, recorded_config_path, hardware=None):
     warning. `auto` XLA is decided for this machine on every start: it changes
     speed, not what is trained.
 
-    Each worker of a multi-worker run resolves on its own hardware; on a
-    cluster of unlike machines, or when only the chief can read the run
-    folder, pass --precision and --jit_compile explicitly so all agree.
+    Without `decide` each worker of a multi-worker run resolves on its own
+    hardware by the table; the runner passes a `decide` that measures on the
+    chief and hands its choice to every worker (`autotune.py`).
 
     Args:
       config: a frozen dataclass with `precision`, `jit_compile` and
         optionally `num_gpus` fields (TrainConfig, FinetuneConfig).
       recorded_config_path: the run folder's config JSON, read if it exists.
       hardware: a `Hardware`; None detects this machine.
+      decide: optional `decide(precision, jit_compile, hardware, use_gpus)`
+        -> (precision, reason, jit bool, jit reason), or None to let the
+        table decide; `precision` is the fixed one (explicit or recorded) or
+        "auto".
 
     Returns:
       The config with concrete values (re-validated when it has `validate`).
@@ -396,6 +419,7 @@ def resolve_run_config(config, recorded_config_path, hardware=None):
     logging.info("Hardware: %s.", hardware.describe())
     recorded = recorded_precision(recorded_config_path)
     precision, reason = resolve_precision(config.precision, hardware, use_gpus)
+    fixed = config.precision
     if recorded and recorded != precision:
         if config.precision == AUTO:
             logging.warning(
@@ -413,7 +437,13 @@ def resolve_run_config(config, recorded_config_path, hardware=None):
                 os.path.dirname(recorded_config_path) or ".",
                 recorded,
             )
-    jit, jit_reason = resolve_jit(config.jit_compile, precision, hardware, use_gpus)
+    if recorded and config.precision == AUTO:
+        fixed = recorded  # never re-measured into another precision mid-run
+    decided = decide(fixed, config.jit_compile, hardware, use_gpus) if decide else None
+    if decided is not None:
+        precision, reason, jit, jit_reason = decided
+    else:
+        jit, jit_reason = resolve_jit(config.jit_compile, precision, hardware, use_gpus)
     logging.info(
         "Precision %s (%s: %s); XLA %s (%s: %s).",
         precision,

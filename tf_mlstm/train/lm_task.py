@@ -23,6 +23,7 @@ from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.models.sampling import make_sampler
 from tf_mlstm.models.sampling import sample_text
 from tf_mlstm.rundir import CONFIG_FILE
+from tf_mlstm.train import autotune
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import TRAIN_SUMMARY_SUBDIR
@@ -127,6 +128,18 @@ class LanguageModelTask(Task):
     def carried_state_shape(self):
         return (self.runner.per_replica_batch, self.config.hidden_size)
 
+    def measurement(self, rows):
+        config = self.config
+        shape = {
+            "task": "language_model",
+            "hidden_size": config.hidden_size,
+            "embedding_size": config.embedding_size,
+            "weight_norm": config.weight_norm,
+            "seq_length": config.seq_length,
+            "rows": rows,
+        }
+        return autotune.Probe(SyntheticLanguageModelTask, shape, rows * config.seq_length)
+
     # === The step ===
 
     def loss(self, batch, state):
@@ -224,3 +237,37 @@ class LanguageModelTask(Task):
             "validation_bits_per_char": final["bits_per_char"],
             "validation_chars": final["chars"],
         }
+
+
+class SyntheticLanguageModelTask(LanguageModelTask):
+    """The language model's step on random bytes: what `auto` times (`autotune.py`).
+
+    The same model, loss, carried state and step as `LanguageModelTask`; the
+    batches are one random [rows, seq_length] block, repeated, so no file is
+    read and the real run's input is untouched.
+
+    Args:
+      config: the `TrainConfig` of the candidate (its precision and XLA).
+    """
+
+    def __init__(self, config):
+        super().__init__(config, [], [])
+
+    def prepare(self, runner):
+        self.runner = runner
+        self.source_repeats = ()
+
+    def dataset(self, input_context, rows):
+        ids = tf.random.stateless_uniform(
+            [rows, self.config.seq_length + 1], seed=[0, 0], maxval=256, dtype=tf.int32
+        )
+        ids = tf.cast(ids, tf.uint8)
+        batch = {
+            "inputs": ids[:, :-1],
+            "targets": ids[:, 1:],
+            "weights": tf.ones([rows, self.config.seq_length], tf.float32),
+        }
+        return tf.data.Dataset.from_tensors(batch).repeat()
+
+    def periodic(self):
+        return []

@@ -7,10 +7,6 @@ language model's part (model, data, loss, validation, samples) in
 `lm_task.py`. This module keeps the entry points callers use.
 """
 
-import os
-
-from tf_mlstm.rundir import CONFIG_FILE
-from tf_mlstm.train import hardware
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.lm_task import build_model  # noqa: F401 (re-exported)
 from tf_mlstm.train.lm_task import build_schedule  # noqa: F401 (re-exported)
@@ -28,6 +24,6 @@ class Trainer(Runner):
     """
 
     def __init__(self, config, train_files, validation_files):
-        # Concrete precision and XLA from the hardware (an existing run keeps its precision).
-        config = hardware.resolve_run_config(config, os.path.join(config.model_dir, CONFIG_FILE))
+        # `auto` precision and XLA are measured by the runner (an existing run
+        # keeps its precision).
         super().__init__(LanguageModelTask(config, train_files, validation_files), config)

@@ -56,7 +56,9 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 
@@ -68,7 +70,9 @@ from tensorboard.plugins.hparams import api as hparams_api
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.train import autotune
 from tf_mlstm.train import checkpointing
+from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
@@ -131,6 +135,20 @@ class Task:
 
     #: What the start line calls this run ("Training", "Fine-tuning").
     title = "Training"
+    #: The run folder's file that records the task's config (and the precision).
+    config_file = rundir.CONFIG_FILE
+
+    def set_config(self, config):
+        """Takes the config with `auto` precision and XLA made concrete (before `prepare`)."""
+        self.config = config
+
+    def measurement(self, rows):
+        """How `auto` times this task's step: an `autotune.Probe`, or None (the table decides).
+
+        Args:
+          rows: rows per replica.
+        """
+        return None
 
     def prepare(self, runner):
         """Reads and checks inputs before the model is built (seeding follows)."""
@@ -218,6 +236,11 @@ class Task:
 class Runner:
     """Runs a `Task` data-parallel under a `tf.distribute` strategy.
 
+    `auto` precision and XLA are resolved here, after the strategy and before
+    the task prepares: measured on the chief where the task supplies a
+    `measurement` and the run can afford it (`autotune.py`), the choice
+    handed to every worker, recorded in the run's config file.
+
     Args:
       task: the `Task`.
       config: a validated config with the run fields (`model_dir`,
@@ -225,16 +248,24 @@ class Runner:
         `allreduce_dtype`, `max_steps`, `max_minutes`, `max_nonfinite_steps`,
         `log_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
         `eval_every_steps`, and the distribution fields).
+      strategy: the strategy to run under; None builds the one `config` names.
 
     Raises:
       ValueError: the global batch does not divide over the replicas, or the
         task rejects its inputs.
     """
 
-    def __init__(self, task, config):
+    def __init__(self, task, config, strategy=None):
         self.task = task
         self.config = config
-        self._setup_strategy()
+        self._setup_strategy(strategy)
+        self.autotune, self.autotune_seconds = None, 0.0
+        if hardware.AUTO in (config.precision, config.jit_compile):
+            self.config = hardware.resolve_run_config(
+                config, os.path.join(config.model_dir, task.config_file), decide=self._decide
+            )
+            task.set_config(self.config)
+        self.jit = self.config.jit_compile == "true"
         task.prepare(self)
         tf.random.set_seed(config.seed)
         keras.utils.set_random_seed(config.seed)
@@ -249,9 +280,9 @@ class Runner:
 
     # === Setup ===
 
-    def _setup_strategy(self):
+    def _setup_strategy(self, strategy=None):
         config = self.config
-        self.strategy = strategy_lib.get_distribution_strategy(
+        self.strategy = strategy or strategy_lib.get_distribution_strategy(
             config.distribution_strategy,
             num_gpus=None if config.num_gpus < 0 else config.num_gpus,
             all_reduce=config.all_reduce,
@@ -268,12 +299,76 @@ class Runner:
             )
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
-        if "auto" in (config.precision, config.jit_compile):
-            raise errors.InvalidValueError(
-                "the runner needs a concrete --precision and --jit_compile: resolve `auto` "
-                "with tf_mlstm.train.hardware.resolve_run_config first."
+
+    # === auto precision and XLA ===
+
+    def _decide(self, precision, jit, machine, use_gpus):
+        """`hardware.resolve_run_config`'s `decide`: the chief's choice, on every worker."""
+        options = autotune.candidates(machine, use_gpus, precision, jit)
+        choice = self._chief_choice(options, machine, use_gpus) if self.chief else None
+        if self.num_workers > 1:
+            # Every worker takes part, whatever its own hardware says, so
+            # that unlike machines still agree.
+            choice = autotune.agree(self.strategy, choice, self.chief, self.local_replicas)
+        self.autotune = choice
+        if choice.how in ("table", "only candidate"):
+            if choice.note:
+                logging.info("Autotune: not measured (%s); the table decides.", choice.note)
+            return None
+        return (
+            choice.candidate.precision,
+            choice.reason(),
+            choice.candidate.jit,
+            "set explicitly" if jit != hardware.AUTO else "chosen with the precision",
+        )
+
+    def _chief_choice(self, options, machine, use_gpus):
+        config = self.config
+        probe = self.task.measurement(self.per_replica_batch)
+        if probe is None:
+            allowed, why, key = False, "this task's step is not measurable", None
+        else:
+            allowed, why = autotune.worth_measuring(
+                config.max_minutes, config.max_steps, len(options)
             )
-        self.jit = config.jit_compile == "true"
+            shape = {**probe.shape, "replicas": self.strategy.num_replicas_in_sync}
+            key = autotune.cache_key(machine, use_gpus, shape)
+        scratch = tempfile.mkdtemp(prefix="tf_mlstm_autotune_")
+        try:
+            choice = autotune.choose(
+                options,
+                lambda candidate: self._candidate_step(candidate, probe, scratch, use_gpus),
+                probe.units_per_step if probe else 0,
+                cache=autotune.Cache(),
+                key=key,
+                max_seconds=autotune.time_cap_s(config.max_minutes),
+                allowed=allowed,
+                not_allowed_why=why,
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.autotune_seconds = choice.seconds
+        return choice
+
+    def _candidate_step(self, candidate, probe, scratch, use_gpus):
+        """One step of `candidate` on one replica of this worker, synthetic data, fresh model.
+
+        Built by a second runner on one local device, so nothing of this run
+        (its variables, seeds, iterator, folder) is touched: this runner
+        seeds and builds its model afterwards exactly as without measuring.
+        """
+        config = dataclasses.replace(
+            self.config,
+            precision=candidate.precision,
+            jit_compile="true" if candidate.jit else "false",
+            batch_size=self.per_replica_batch,
+            model_dir=os.path.join(scratch, candidate.name.replace("/", "_")),
+            max_minutes=0.0,
+        )
+        gpu = use_gpus and tf.config.list_logical_devices("GPU")
+        device = tf.distribute.OneDeviceStrategy("/gpu:0" if gpu else "/cpu:0")
+        probe_runner = Runner(probe.make_task(config), config, strategy=device)
+        return probe_runner.train_step
 
     def _build_model_and_optimizer(self):
         config = self.config
@@ -567,8 +662,14 @@ class Runner:
 
     def _train(self, finalize):
         # The run lock, and on resume the configs checked against their saved
-        # copies, before anything is restored or written.
-        rundir.begin_run(self.config.model_dir, self.task.configs(), chief=self.chief)
+        # copies, before anything is restored or written; how auto decided
+        # goes into the task's config file.
+        extras = {}
+        if self.autotune is not None:
+            extras[self.task.config_file] = {"autotune": self.autotune.record()}
+        rundir.begin_run(
+            self.config.model_dir, self.task.configs(), chief=self.chief, extras=extras
+        )
         restored = self.restore()
         start_step = int(self.step.numpy())
         self._record_hparams()
@@ -652,7 +753,9 @@ class Runner:
           TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
         """
         config = self.config
-        deadline = begin + config.max_minutes * 60 if config.max_minutes else None
+        # Measuring `auto` settings (before `begin`) counts against the budget.
+        budget_s = config.max_minutes * 60 - self.autotune_seconds
+        deadline = begin + budget_s if config.max_minutes else None
         window = _Window(begin)
         step, last_saved = start_step, start_step if restored else -1
         nonfinite_run, save_due = 0, False

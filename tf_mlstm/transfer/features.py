@@ -11,6 +11,10 @@ with the state carried, in an inference-only compiled function (no gradient
 tape, no training-mode paths). Progress is reported through
 `tf_mlstm.progress`.
 
+`measured_precision` is `--precision=auto` for featurization: the policy
+whose featurization step runs fastest on this machine at the batch shape,
+timed like a training run's `auto` (`tf_mlstm.train.autotune`) and cached.
+
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
 or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 (`tf_mlstm.transfer.logistic.select_feature_kinds`).
@@ -18,12 +22,16 @@ or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
+from tf_mlstm.train import autotune
+from tf_mlstm.train import hardware
 
 FEATURE_KINDS = featurize.FEATURE_KINDS
 FEATURE_GROUPS = (
@@ -190,3 +198,72 @@ class TextFeaturizer:
                 done = start + len(rows)
                 report.advance(int(lengths[rows].sum()), texts=f"{done:,}/{len(texts):,}")
         return out
+
+
+def measured_precision(
+    model_dir,
+    batch_size=DEFAULT_BATCH_SIZE,
+    window=DEFAULT_WINDOW,
+    machine=None,
+    cache=None,
+    clock=None,
+):
+    """The policy `model_dir`'s model featurizes fastest in here: `--precision=auto`.
+
+    Every policy the hardware computes natively (`autotune.native_precisions`)
+    featurizes a few batches of `batch_size` one-window texts; the fastest is
+    kept and cached per machine kind, TensorFlow version and shape, so the
+    next call returns at once. The table's choice is the prior: measured
+    first, and kept when nothing else runs. (Featurization is not
+    XLA-compiled, so precision is the only setting.)
+
+    Args:
+      model_dir: a tf-mlstm-train (or fine-tuning init) `--model_dir`.
+      batch_size: texts per model call.
+      window: bytes per model call.
+      machine: a `hardware.Hardware`; None detects this machine.
+      cache: an `autotune.Cache`; None uses the user's cache folder.
+      clock: seconds (tests pass a fake); None is `time.perf_counter`.
+
+    Returns:
+      (precision, `autotune.Choice`).
+    """
+    machine = machine or hardware.detect()
+    prior, _ = hardware.resolve_precision(hardware.AUTO, machine)
+    precisions = autotune.native_precisions(machine)
+    ordered = [prior] + [p for p in precisions if p != prior]
+    candidates = [autotune.Candidate(p, False) for p in ordered]
+    config = rundir.read_config(model_dir)
+    shape = {
+        "task": "featurize",
+        "hidden_size": config.hidden_size,
+        "embedding_size": config.embedding_size,
+        "weight_norm": config.weight_norm,
+        "rows": batch_size,
+        "window": window,
+    }
+    # One window per text (the framing byte fills the last place): every
+    # batch is the same full [rows, window] block.
+    texts = ["a" * (window - 1)] * batch_size
+
+    def build(candidate):
+        model, _ = rundir.load_trained_model(model_dir, precision=candidate.precision)
+        featurizer = TextFeaturizer(model, batch_size, window, kinds=("cell",))
+        return lambda: featurizer(texts, progress=False)
+
+    options = {"clock": clock} if clock else {}
+    choice = autotune.choose(
+        candidates,
+        build,
+        batch_size * window,
+        cache=cache or autotune.Cache(),
+        key=autotune.cache_key(machine, True, shape),
+        **options,
+    )
+    logging.info(
+        "Features in %s (auto: %s); %s.",
+        choice.candidate.precision,
+        choice.reason(),
+        machine.describe(),
+    )
+    return choice.candidate.precision, choice

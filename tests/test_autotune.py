@@ -1,0 +1,396 @@
+"""`auto` precision and XLA by measurement: candidates, choice, cache, time cap, workers agree.
+
+The choice is tested with a fake clock: each candidate's step advances it by a
+set cost, so which one wins is known. The real runs are tiny and check the
+wiring (the runner's own step is timed, config.json records the choice and
+rates, the cache serves the next run, exact resume and seeding untouched).
+"""
+
+import json
+import logging
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_hardware import AMX_XEON
+from test_hardware import AVX2_EPYC
+from test_hardware import AVX512_BF16_EPYC
+from test_hardware import GRAVITON
+from test_hardware import H100
+from test_hardware import P100
+from test_hardware import V100
+from test_hardware import _machine
+
+from _models import tiny_train_config
+from tf_mlstm.train import autotune
+from tf_mlstm.train.autotune import Candidate
+
+F32_ON, F32_OFF = Candidate("float32", True), Candidate("float32", False)
+BF16_ON, BF16_OFF = Candidate("mixed_bfloat16", True), Candidate("mixed_bfloat16", False)
+F16_ON, F16_OFF = Candidate("mixed_float16", True), Candidate("mixed_float16", False)
+
+
+class FakeClock:
+    """A clock that moves only when a fake step runs: step costs are known exactly."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_build(clock, costs, built=None):
+    """`build` for `autotune.measure`: candidate -> a step costing `costs[name]` seconds.
+
+    A cost that is an exception is raised instead (a candidate that fails to compile).
+    """
+
+    def build(candidate):
+        if built is not None:
+            built.append(candidate.name)
+        cost = costs[candidate.name]
+        if isinstance(cost, Exception):
+            raise cost
+
+        def step():
+            clock.now += cost
+
+        return step
+
+    return build
+
+
+def choose_faked(candidates, costs, clock, built=None, units=100, **options):
+    """`autotune.choose` of `candidates` with the steps of `fake_build` on `clock`."""
+    return autotune.choose(
+        candidates, fake_build(clock, costs, built), units, clock=clock, **options
+    )
+
+
+def test_candidates_are_what_the_hardware_runs_natively_with_the_prior_first():
+    # AVX2 only: bfloat16 is emulated there, so float32 only; XLA on is the prior.
+    assert autotune.candidates(_machine(AVX2_EPYC)) == [F32_ON, F32_OFF]
+    # AVX512-BF16 without AMX: the prior is float32, bfloat16 is measured too.
+    assert autotune.candidates(_machine(AVX512_BF16_EPYC)) == [F32_ON, F32_OFF, BF16_OFF, BF16_ON]
+    assert autotune.candidates(_machine(AMX_XEON)) == [BF16_OFF, BF16_ON, F32_ON, F32_OFF]
+    assert autotune.candidates(_machine(GRAVITON))[2:] == [BF16_OFF, BF16_ON]
+    # GPUs: float16 with tensor cores, bfloat16 from compute capability 8.0.
+    assert autotune.candidates(_machine(AVX2_EPYC, [H100])) == [
+        F16_ON,
+        F16_OFF,
+        F32_ON,
+        F32_OFF,
+        BF16_ON,
+        BF16_OFF,
+    ]
+    assert autotune.native_precisions(_machine(AVX2_EPYC, [V100])) == ["float32", "mixed_float16"]
+    assert autotune.native_precisions(_machine(AVX2_EPYC, [V100, P100])) == ["float32"]
+    # --num_gpus=0: the CPU's candidates.
+    assert autotune.candidates(_machine(AVX2_EPYC, [H100]), use_gpus=False) == [F32_ON, F32_OFF]
+    # A fixed precision (explicit or recorded) or XLA setting leaves the other to measure.
+    assert autotune.candidates(_machine(AMX_XEON), precision="float32") == [F32_ON, F32_OFF]
+    assert autotune.candidates(_machine(AVX512_BF16_EPYC), jit="false") == [F32_OFF, BF16_OFF]
+
+
+def test_the_faster_candidate_wins_and_the_rates_are_logged(caplog):
+    clock = FakeClock()
+    costs = {F32_ON.name: 0.4, F32_OFF.name: 0.5, BF16_OFF.name: 0.25, BF16_ON.name: 0.8}
+    with caplog.at_level(logging.INFO):
+        choice = autotune.choose(
+            [F32_ON, F32_OFF, BF16_OFF, BF16_ON], fake_build(clock, costs), 1000, clock=clock
+        )
+    assert choice.candidate == BF16_OFF and choice.how == "measured"
+    # Rates from the timed steps only (the warm-up steps are excluded): 1000 chars / cost.
+    assert choice.rates == pytest.approx({name: 1000 / cost for name, cost in costs.items()})
+    total = (autotune.WARMUP_STEPS + autotune.TIMED_STEPS) * sum(costs.values())
+    assert choice.seconds == pytest.approx(total)
+    assert "Autotune: mixed_bfloat16/xla_off 4,000 chars/s." in caplog.text
+    assert choice.reason().startswith("measured (mixed_bfloat16/xla_off 4,000, float32/xla_on")
+    record = choice.record()
+    assert record["precision"] == "mixed_bfloat16" and record["jit_compile"] is False
+    assert record["rates"]["float32/xla_on"] == 2500.0
+
+
+def test_the_cache_is_used_the_second_time(tmp_path):
+    cache = autotune.Cache(str(tmp_path / "cache" / "autotune.json"))
+    clock = FakeClock()
+    costs = {F32_ON.name: 0.5, F32_OFF.name: 0.4}
+    built = []
+    first = autotune.choose(
+        [F32_ON, F32_OFF], fake_build(clock, costs, built), 100, cache=cache, key="k", clock=clock
+    )
+    assert first.candidate == F32_OFF and built == [F32_ON.name, F32_OFF.name]
+    again = autotune.choose(
+        [F32_ON, F32_OFF], fake_build(clock, costs, built), 100, cache=cache, key="k", clock=clock
+    )
+    assert again.candidate == F32_OFF and again.how == "cached" and again.seconds == 0
+    assert again.rates == pytest.approx(first.rates)
+    assert len(built) == 2  # nothing built, compiled or timed the second time
+    # A candidate the cache does not know is measured alone, its rate merged with the
+    # cached ones.
+    costs[BF16_OFF.name] = 0.1
+    more = choose_faked([F32_ON, F32_OFF, BF16_OFF], costs, clock, built, cache=cache, key="k")
+    assert built[2:] == [BF16_OFF.name]
+    assert more.candidate == BF16_OFF and more.how == "measured and cached"
+    # A damaged cache file counts as empty, with a warning.
+    (tmp_path / "cache" / "autotune.json").write_text("{not json")
+    assert cache.get("k") is None
+
+
+def test_cache_key_names_machine_kind_tensorflow_and_shape(monkeypatch, tmp_path):
+    shape = {"hidden_size": 768, "rows": 64, "seq_length": 64, "replicas": 1}
+    key = json.loads(autotune.cache_key(_machine(AVX2_EPYC), True, shape))
+    assert key["tensorflow"] == tf.__version__ and key["hidden_size"] == 768
+    assert key["machine"].startswith("cpu: AMD EPYC 7B12 (flags ")
+    gpu = json.loads(autotune.cache_key(_machine(AVX2_EPYC, [H100]), True, shape))
+    assert gpu["machine"] == "gpu: NVIDIA H100 80GB HBM3 (9.0)"
+    # CPUs of one model with other flags are other kinds.
+    assert autotune.machine_kind(_machine(AVX2_EPYC)) != autotune.machine_kind(
+        _machine(AVX2_EPYC.replace("sha_ni", ""))
+    )
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert autotune.cache_path() == str(tmp_path / "tf_mlstm" / "autotune.json")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert autotune.cache_path().endswith("/.cache/tf_mlstm/autotune.json")
+
+
+def test_a_failing_candidate_is_skipped_with_a_warning(tmp_path, caplog):
+    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    clock = FakeClock()
+    costs = {
+        BF16_OFF.name: 0.3,
+        BF16_ON.name: tf.errors.InvalidArgumentError(None, None, "XLA compilation failed\nmore"),
+        F32_ON.name: 0.2,
+    }
+    built = []
+    with caplog.at_level(logging.WARNING):
+        choice = choose_faked(
+            [BF16_OFF, BF16_ON, F32_ON], costs, clock, built, cache=cache, key="k"
+        )
+    assert choice.candidate == F32_ON
+    assert "Autotune: mixed_bfloat16/xla_on failed and is skipped (InvalidArgumentError: XLA " in (
+        caplog.text
+    )
+    assert choice.skipped == {BF16_ON.name: "InvalidArgumentError: XLA compilation failed"}
+    # The failure is cached too: the next run does not compile it again.
+    again = autotune.choose(
+        [BF16_OFF, BF16_ON, F32_ON], fake_build(clock, costs, built), 10, cache=cache, key="k"
+    )
+    assert again.how == "cached" and len(built) == 3
+    # Nothing runs: the prior, said so.
+    everything_fails = {F32_ON.name: RuntimeError("no"), F32_OFF.name: RuntimeError("no")}
+    choice = autotune.choose([F32_ON, F32_OFF], fake_build(clock, everything_fails), 10)
+    assert (choice.candidate, choice.how, choice.note) == (
+        F32_ON,
+        "table",
+        "every candidate failed to run",
+    )
+
+
+def test_time_cap_measures_the_prior_first_and_skips_the_rest_uncached(tmp_path):
+    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    clock = FakeClock()
+    costs = {F32_ON.name: 3.0, F32_OFF.name: 1.0, BF16_OFF.name: 0.1}
+    choice = autotune.choose(
+        [F32_ON, F32_OFF, BF16_OFF],
+        fake_build(clock, costs),
+        10,
+        cache=cache,
+        key="k",
+        clock=clock,
+        max_seconds=10,
+    )
+    # The prior's 5 steps take 15 s > 10 s: it is kept whole, the others never start.
+    assert choice.candidate == F32_ON and list(choice.rates) == [F32_ON.name]
+    assert choice.skipped[F32_OFF.name].startswith("not measured: the 10 s cap was spent")
+    assert json.loads((tmp_path / "autotune.json").read_text())["k"]["failed"] == {}
+    assert autotune.time_cap_s(30) == 60 and autotune.time_cap_s(10) == 30
+    assert autotune.time_cap_s(0) == autotune.MAX_MEASURE_S
+
+
+def test_short_runs_use_the_table_unless_the_cache_knows():
+    assert autotune.worth_measuring(30, 10**6, 4) == (True, "")
+    assert autotune.worth_measuring(0, 600, 4) == (True, "")
+    allowed, why = autotune.worth_measuring(0, 10, 2)
+    assert not allowed and why == "--max_steps=10 is too short to pay for measuring (< 100)"
+    assert not autotune.worth_measuring(1, 10**6, 2)[0]  # 3 s of a 1-minute budget
+    clock = FakeClock()
+    build = fake_build(clock, {})  # would fail: nothing may be built
+    choice = autotune.choose(
+        [F32_ON, F32_OFF], build, 1, clock=clock, allowed=False, not_allowed_why=why
+    )
+    assert (choice.candidate, choice.how, choice.note) == (F32_ON, "table", why)
+    assert autotune.choose([F32_OFF], build, 1).how == "only candidate"
+
+
+def test_the_choice_travels_as_two_numbers_and_only_the_chiefs_counts(mirrored_on_cpus):
+    for candidate in (F32_ON, F32_OFF, BF16_OFF, F16_ON):
+        assert autotune.decode(autotune.encode(candidate)) == candidate
+    with pytest.raises(ValueError, match="no precision in the chief's message"):
+        autotune.decode([0.0, 0.0])
+    from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
+    # Two replicas in this process: only the chief's first one contributes, so the
+    # sum is the chief's value, not twice it.
+    strategy = strategy_lib.get_distribution_strategy("mirrored")
+    assert strategy.num_replicas_in_sync == 2
+    chosen = autotune.Choice(BF16_OFF, "measured", {BF16_OFF.name: 1.0})
+    assert autotune.agree(strategy, chosen, True, 2) is chosen
+    # A non-chief worker with no chief in the sum would receive nothing: refused.
+    with pytest.raises(ValueError, match="no precision"):
+        autotune.agree(strategy, None, False, 2)
+
+
+# === Real runs (tiny) ===
+
+
+def _train(config, files):
+    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+
+    trainer = loop.Trainer(config, files, [])
+    return trainer, trainer.train()
+
+
+@pytest.mark.slow
+def test_a_run_measures_its_own_step_records_it_and_the_next_run_uses_the_cache(
+    tmp_path, demo_tfrecords, caplog, monkeypatch
+):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(demo_tfrecords, "train")
+    # A budget (so measuring is allowed) the two steps never reach; XLA on and off. The
+    # cap is raised: on a busy machine the first XLA compilation alone can spend 60 s.
+    monkeypatch.setattr(autotune, "MAX_MEASURE_S", 600.0)
+    tiny = dict(max_steps=2, max_minutes=300, jit_compile="auto", checkpoint_every_steps=2)
+    config = tiny_train_config(tmp_path / "a", demo_tfrecords, **tiny)
+    with caplog.at_level(logging.INFO):
+        trainer, results = _train(config, files)
+    assert "Autotune: timing float32/xla_on, float32/xla_off" in caplog.text
+    recorded = json.loads((tmp_path / "a" / "config.json").read_text())
+    record = recorded["autotune"]
+    assert record["how"] == "measured" and record["unit"] == "chars/s"
+    assert set(record["rates"]) == {"float32/xla_on", "float32/xla_off"}
+    best = max(record["rates"], key=record["rates"].get)
+    assert best == f"float32/xla_{'on' if recorded['jit_compile'] == 'true' else 'off'}"
+    assert re.search(r"Precision float32 \(float32: measured \(float32/xla_", caplog.text)
+
+    # Same shape: from the cache, nothing timed; the same weights as a run told the
+    # choice outright (measuring leaves the seeding and the data untouched).
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _, cached = _train(tiny_train_config(tmp_path / "b", demo_tfrecords, **tiny), files)
+    assert "Autotune: timing" not in caplog.text
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["autotune"]["how"] == "cached"
+    told = dict(tiny, jit_compile=recorded["jit_compile"])
+    _, explicit = _train(tiny_train_config(tmp_path / "c", demo_tfrecords, **told), files)
+    assert results["weights_sha256"] == cached["weights_sha256"] == explicit["weights_sha256"]
+    assert "autotune" not in json.loads((tmp_path / "c" / "config.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_recorded_precision(tmp_path, demo_tfrecords, monkeypatch):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(demo_tfrecords, "train")
+    started = tiny_train_config(
+        tmp_path / "r", demo_tfrecords, precision="mixed_bfloat16", max_steps=2
+    )
+    _train(started, files)
+    # On a machine where bfloat16 is a candidate and would win, auto still resumes in it...
+    monkeypatch.setattr(hardware, "detect", lambda: _machine(AVX512_BF16_EPYC))
+    seen = []
+    monkeypatch.setattr(
+        autotune,
+        "candidates",
+        lambda machine, use_gpus, precision, jit: seen.append(precision) or [BF16_OFF],
+    )
+    resumed = tiny_train_config(tmp_path / "r", demo_tfrecords, precision="auto", max_steps=4)
+    trainer, results = _train(resumed, files)
+    assert seen == ["mixed_bfloat16"]  # only the recorded precision is a candidate
+    assert trainer.config.precision == "mixed_bfloat16" and results["step"] == 4
+    assert np.isfinite(results["final_learning_rate"])
+
+
+# === Featurization and classification ===
+
+
+@pytest.mark.slow
+def test_featurization_measures_its_precision_and_classify_auto_uses_it(tmp_path, monkeypatch):
+    from test_classify import _fitted  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.cli import classify as classify_cli  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model_dir, _, _ = _fitted(tmp_path)
+    # A CPU with the bfloat16 dot product: both policies are timed (for real, tiny).
+    bf16_cpu = _machine(AVX512_BF16_EPYC)
+    precision, choice = features.measured_precision(str(model_dir), 4, 32, machine=bf16_cpu)
+    assert choice.how == "measured"
+    assert set(choice.rates) == {"float32/xla_off", "mixed_bfloat16/xla_off"}
+    assert precision == max(choice.rates, key=choice.rates.get).split("/")[0]
+    again, cached = features.measured_precision(str(model_dir), 4, 32, machine=bf16_cpu)
+    assert (again, cached.how) == (precision, "cached")
+    # Where AVX2 alone emulates bfloat16, float32 is the only candidate: nothing is timed.
+    assert features.measured_precision(str(model_dir), 4, 32, _machine(AVX2_EPYC))[0] == "float32"
+
+    # tf-mlstm-classify --precision=auto where bfloat16 measured faster computes in it,
+    # and its probabilities stay within the features' documented bfloat16 tolerance.
+    path = tmp_path / "cache" / "tf_mlstm" / "autotune.json"
+    entries = json.loads(path.read_text())
+    for entry in entries.values():
+        entry["rates"] = {"float32/xla_off": 1000.0, "mixed_bfloat16/xla_off": 2000.0}
+    path.write_text(json.dumps(entries))
+    monkeypatch.setattr(hardware, "detect", lambda *args, **kwargs: bf16_cpu)
+    jsonl = tmp_path / "in.txt"
+    jsonl.write_text("A wonderful, moving film.\nBoring and far too long.\nGreat.\nDull, dull.\n")
+    common = dict(
+        model_dir=str(model_dir),
+        classifier=str(tmp_path / "classifier.json"),
+        input=str(jsonl),
+        output="-",
+        batch_size=4,
+        window=32,
+    )
+    loaded = []
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+
+    load = rundir.load_trained_model
+    monkeypatch.setattr(
+        rundir,
+        "load_trained_model",
+        lambda model_dir, precision=None: (
+            loaded.append(precision) or load(model_dir, precision=precision)
+        ),
+    )
+    auto = classify_cli.classify(classify_cli.ClassifyConfig(**common, precision="auto"))
+    exact = classify_cli.classify(classify_cli.ClassifyConfig(**common, precision="float32"))
+    assert loaded == ["mixed_bfloat16", "float32"]
+    np.testing.assert_allclose(auto[1], exact[1], atol=0.05)
+    assert not np.array_equal(auto[1], exact[1])  # really computed in bfloat16
+
+
+@pytest.mark.slow
+def test_two_workers_use_the_choice_the_chief_measured(tmp_path, demo_tfrecords):
+    from test_multi_worker import _run_launcher  # pylint: disable=g-import-not-at-top
+    from test_multi_worker import _train_args  # pylint: disable=g-import-not-at-top
+    from test_multi_worker import _worker_text  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    # A budget the 2 steps never reach (measuring allowed); the later flag wins over TINY's.
+    args = _train_args(model_dir, demo_tfrecords, "--max_steps=2", "--max_minutes=300")
+    code, log = _run_launcher(2, tmp_path / "log.txt", [*args, "--jit_compile=auto"], 400)
+    assert code == 0, log[-4000:]
+    chief, other = _worker_text(log, 0), _worker_text(log, 1)
+    assert "Autotune: timing float32/xla_on" in chief
+    assert "Autotune: timing" not in other  # only the chief measures
+    record = json.loads((model_dir / "config.json").read_text())["autotune"]
+    assert record["how"] == "measured" and "float32/xla_on" in record["rates"]
+    xla = "on" if record["jit_compile"] else "off"
+    assert f"Precision float32 (auto: from the chief); XLA {xla}" in other
+    for text in (chief, other):
+        assert re.search(rf"Training: 2 worker\(s\).*float32, XLA {xla}, from step 0", text)

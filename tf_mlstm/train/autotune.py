@@ -1,0 +1,480 @@
+"""`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest.
+
+A table of CPU flags was right on two kinds of machine and wrong on a third
+(`hardware.py` keeps it as the prior), so where a run can afford it, `auto`
+times a few steps of every setting the hardware runs natively, at the run's
+own shape, and takes the fastest:
+
+* float32 with XLA on and off, everywhere;
+* mixed_bfloat16 (XLA on and off) on a CPU with bfloat16 instructions or
+  matrix units (`BFLOAT16_CPU_FLAGS`): on an AVX2-only CPU bfloat16 is
+  emulated (5.7x slower there), so it is no candidate;
+* mixed_float16 on GPUs with tensor cores (compute capability >= 7.0) and
+  mixed_bfloat16 on GPUs of compute capability >= 8.0 (no loss scaling).
+
+`choose` is the pure part: candidates, a function that builds a candidate's
+step, a clock and a cache in, a `Choice` out. A candidate that fails to
+build, compile or run is skipped with a warning; the time spent is capped
+(`time_cap_s`: a small fraction of the run's budget, at most
+`MAX_MEASURE_S`); the rates and the choice are cached in the user's cache
+folder (`cache_path`) per machine kind, TensorFlow version and shape, so the
+next run of the same shape starts at once. The runner (`runner.py`) supplies
+the step it trains with and makes every worker of a multi-worker run use the
+chief's choice (`agree`).
+"""
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import time
+
+from absl import logging
+
+from tf_mlstm import fileio
+from tf_mlstm.train import hardware
+
+CACHE_FILE = "autotune.json"
+# Untimed first steps of a candidate (tracing, XLA compilation), then timed ones.
+WARMUP_STEPS = 2
+TIMED_STEPS = 3
+# Measuring stops after this long whatever the budget (candidates left are skipped).
+MAX_MEASURE_S = 60.0
+# ... and after this fraction of a --max_minutes budget.
+BUDGET_FRACTION = 0.05
+# Below this cap a budget is too short to measure in; the table decides.
+MIN_MEASURE_S = 5.0
+# Why a candidate has no rate when the time cap, not a failure, left it out.
+NOT_MEASURED = "not measured"
+# Without a time budget, a run measures only when it has this many times the
+# steps measuring takes (shorter runs, tests among them, use the table).
+MIN_STEPS_FACTOR = 10
+
+# CPU flags with which bfloat16 is worth timing: the AVX512-BF16 dot product
+# (Cooper Lake, Zen 4/5), AMX tiles (Sapphire Rapids on), and AArch64's BF16
+# extension (Graviton 3/4, Neoverse V1/V2).
+BFLOAT16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# bfloat16 matrix units on NVIDIA GPUs arrived with Ampere.
+BFLOAT16_GPU_CAPABILITY = (8, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One setting to time: a precision policy and whether the step is XLA-compiled."""
+
+    precision: str
+    jit: bool
+
+    @property
+    def name(self):
+        """E.g. "mixed_bfloat16/xla_off": the key of its rate in logs, cache and config.json."""
+        return f"{self.precision}/xla_{'on' if self.jit else 'off'}"
+
+    @classmethod
+    def from_name(cls, name):
+        precision, _, xla = name.partition("/")
+        return cls(precision, xla == "xla_on")
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What `auto` chose, how and from which rates.
+
+    Attributes:
+      candidate: the chosen `Candidate`.
+      how: "measured", "cached", "measured and cached" (some rates from
+        each), "table", "only candidate" or "from the chief" (a worker
+        that received the chief's choice).
+      rates: {candidate name: units per second} measured (or cached).
+      skipped: {candidate name: why it has no rate (failed, or left out by
+        the time cap)}.
+      unit: what `rates` count ("chars/s").
+      seconds: time spent measuring now (0 when cached).
+      note: why the table decided, when it did.
+    """
+
+    candidate: Candidate
+    how: str
+    rates: dict = dataclasses.field(default_factory=dict)
+    skipped: dict = dataclasses.field(default_factory=dict)
+    unit: str = "chars/s"
+    seconds: float = 0.0
+    note: str = ""
+
+    def reason(self):
+        """A phrase for the log line: the rates that decided, or why none did."""
+        if not self.rates:
+            return f"{self.how}{': ' + self.note if self.note else ''}"
+        rates = ", ".join(
+            f"{name} {rate:,.0f}"
+            for name, rate in sorted(self.rates.items(), key=lambda item: -item[1])
+        )
+        return f"{self.how} ({rates} {self.unit})"
+
+    def record(self):
+        """JSON-ready summary for config.json (`autotune` key)."""
+        return {
+            "precision": self.candidate.precision,
+            "jit_compile": self.candidate.jit,
+            "how": self.how,
+            "rates": {name: round(rate, 1) for name, rate in self.rates.items()},
+            "unit": self.unit,
+            "skipped": dict(self.skipped),
+            "seconds": round(self.seconds, 1),
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """How a task's step is timed (see `runner.Task.measurement`).
+
+    Attributes:
+      make_task: `make_task(config)` -> a task with the same model, loss and
+        step as the real one, fed synthetic batches (no files read).
+      shape: what the step's speed depends on besides the machine (model
+        size, rows per replica, sequence length), for the cache key.
+      units_per_step: characters one replica's step processes.
+    """
+
+    make_task: object
+    shape: dict
+    units_per_step: float
+
+
+# === Candidates ===
+
+
+def native_precisions(machine, use_gpus=True):
+    """The precision policies `machine` computes natively, float32 first.
+
+    Args:
+      machine: a `hardware.Hardware`.
+      use_gpus: whether the run places its work on the GPUs.
+
+    Returns:
+      A list of policy names.
+    """
+    if use_gpus and machine.gpus:
+        capabilities = [gpu.compute_capability for gpu in machine.gpus]
+        precisions = ["float32"]
+        # Every replica runs one policy: every GPU must have the units.
+        if all(gpu.has_tensor_cores for gpu in machine.gpus):
+            precisions.append("mixed_float16")
+        if all(c is not None and tuple(c) >= BFLOAT16_GPU_CAPABILITY for c in capabilities):
+            precisions.append("mixed_bfloat16")
+        return precisions
+    if machine.cpu_flags & BFLOAT16_CPU_FLAGS:
+        return ["float32", "mixed_bfloat16"]
+    return ["float32"]
+
+
+def candidates(machine, use_gpus=True, precision=hardware.AUTO, jit=hardware.AUTO):
+    """The settings `auto` times, the table's choice (the prior) first.
+
+    Args:
+      machine: a `hardware.Hardware`.
+      use_gpus: whether the run places its work on the GPUs.
+      precision: "auto" or a fixed policy (explicit, or recorded by the run).
+      jit: "auto", "true" or "false".
+
+    Returns:
+      A list of `Candidate`, the prior first (it is measured first, so a
+      time cap never leaves it out).
+    """
+    prior, _ = hardware.resolve_precision(precision, machine, use_gpus)
+    precisions = native_precisions(machine, use_gpus) if precision == hardware.AUTO else [prior]
+    if prior not in precisions:
+        precisions.insert(0, prior)
+    result = []
+    for name in [prior] + [p for p in precisions if p != prior]:
+        table_jit, _ = hardware.resolve_jit(jit, name, machine, use_gpus)
+        jits = [table_jit, not table_jit] if jit == hardware.AUTO else [table_jit]
+        result.extend(Candidate(name, on) for on in jits)
+    return result
+
+
+# === Cache ===
+
+
+def cache_path():
+    """`$XDG_CACHE_HOME/tf_mlstm/autotune.json`, or under `~/.cache` without it."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "tf_mlstm", CACHE_FILE)
+
+
+def machine_kind(machine, use_gpus=True):
+    """What a cached rate is valid for: the GPUs, or the CPU model, flags and cores."""
+    if use_gpus and machine.gpus:
+        return "gpu: " + ", ".join(
+            f"{g.name} ({g.to_dict()['compute_capability'] or 'unknown'})" for g in machine.gpus
+        )
+    flags = hashlib.sha256(" ".join(sorted(machine.cpu_flags)).encode()).hexdigest()[:12]
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count()
+    return f"cpu: {machine.cpu_model} (flags {flags}, {cores} cores)"
+
+
+def cache_key(machine, use_gpus, shape):
+    """The cache key of `shape` (a dict) on `machine` with this TensorFlow."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return json.dumps(
+        {"machine": machine_kind(machine, use_gpus), "tensorflow": tf.__version__, **shape},
+        sort_keys=True,
+    )
+
+
+class Cache:
+    """Measured rates by key, in one JSON file; an unreadable file counts as empty.
+
+    Args:
+      path: the JSON file (created on the first `put`); None: `cache_path()`.
+    """
+
+    def __init__(self, path=None):
+        self.path = path or cache_path()
+
+    def _read(self):
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                entries = json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            logging.warning("Autotune cache %s unreadable (%s); measuring again.", self.path, e)
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+    def get(self, key):
+        """The entry of `key` ({"rates": ..., "failed": ...}), or None."""
+        entry = self._read().get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, key, rates, failed, unit):
+        """Merges measured `rates` and `failed` candidates into `key`'s entry."""
+        entries = self._read()
+        entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
+        entry.setdefault("rates", {}).update(rates)
+        entry.setdefault("failed", {}).update(failed)
+        for name in rates:
+            entry["failed"].pop(name, None)
+        entry["unit"] = unit
+        entry["measured"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        entries[key] = entry
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            fileio.write_json_atomic(self.path, entries)
+        except OSError as e:  # a read-only home: the run goes on, the next one measures again
+            logging.warning("Autotune cache %s not written (%s).", self.path, e)
+
+
+# === Measuring and choosing ===
+
+
+def time_cap_s(max_minutes):
+    """Seconds measuring may take: `BUDGET_FRACTION` of a budget, at most `MAX_MEASURE_S`."""
+    if max_minutes > 0:
+        return min(MAX_MEASURE_S, BUDGET_FRACTION * max_minutes * 60)
+    return MAX_MEASURE_S
+
+
+def worth_measuring(max_minutes, max_steps, count):
+    """Whether a run may spend time timing `count` candidates; else (False, why).
+
+    Args:
+      max_minutes: the run's time budget (0: none).
+      max_steps: the run's step budget.
+      count: the number of candidates.
+
+    Returns:
+      (bool, phrase saying why not, or "").
+    """
+    if max_minutes > 0:
+        cap = time_cap_s(max_minutes)
+        if cap < MIN_MEASURE_S:
+            return False, f"--max_minutes={max_minutes:g} leaves {cap:.1f} s to measure in"
+        return True, ""
+    needed = MIN_STEPS_FACTOR * count * (WARMUP_STEPS + TIMED_STEPS)
+    if max_steps < needed:
+        return False, f"--max_steps={max_steps} is too short to pay for measuring (< {needed})"
+    return True, ""
+
+
+def measure(
+    candidates_, build, units_per_step, clock=time.perf_counter, max_seconds=60.0, unit="chars/s"
+):
+    """Times each candidate's step; skips those that fail, and those past the time cap.
+
+    Args:
+      candidates_: `Candidate`s, in the order to measure them.
+      build: `build(candidate)` -> a function that runs one step and returns
+        when it is done (its results read back).
+      units_per_step: what one step processes (characters), for the rates.
+      clock: seconds, monotonic (`time.perf_counter`; tests pass a fake).
+      max_seconds: measuring stops after this long; the first candidate is
+        always measured in full.
+      unit: what `units_per_step` counts, per second (for the log).
+
+    Returns:
+      (rates {name: units/s}, failed {name: why}, seconds spent).
+    """
+    start = clock()
+    rates, failed = {}, {}
+    for candidate in candidates_:
+        if (rates or failed) and clock() - start >= max_seconds:
+            failed[candidate.name] = f"{NOT_MEASURED}: the {max_seconds:.0f} s cap was spent"
+            continue
+        try:
+            step = build(candidate)
+            for _ in range(WARMUP_STEPS):
+                step()
+            began, steps = clock(), 0
+            for _ in range(TIMED_STEPS):
+                step()
+                steps += 1
+                if rates and clock() - start >= max_seconds:
+                    break
+            elapsed = clock() - began
+        # Any failure (an op XLA cannot compile, memory, a missing kernel)
+        # only means this candidate is unusable here: the others still count.
+        except Exception as e:  # pylint: disable=broad-except
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e) else ''}"
+            logging.warning("Autotune: %s failed and is skipped (%s).", candidate.name, why)
+            failed[candidate.name] = why
+            continue
+        # Drop this candidate's model before the next one is built (memory).
+        step = None
+        rates[candidate.name] = units_per_step * steps / max(elapsed, 1e-9)
+        logging.info("Autotune: %s %s %s.", candidate.name, f"{rates[candidate.name]:,.0f}", unit)
+    return rates, failed, clock() - start
+
+
+def choose(
+    candidates_,
+    build,
+    units_per_step,
+    *,
+    cache=None,
+    key=None,
+    clock=time.perf_counter,
+    max_seconds=MAX_MEASURE_S,
+    allowed=True,
+    not_allowed_why="",
+    unit="chars/s",
+):
+    """The fastest of `candidates_`, from the cache or measured now.
+
+    Args:
+      candidates_: `Candidate`s, the prior first.
+      build: see `measure`.
+      units_per_step: see `measure`.
+      cache: a `Cache`, or None for none.
+      key: the cache key (`cache_key`).
+      clock: see `measure`.
+      max_seconds: see `measure`.
+      allowed: whether measuring is allowed now (`worth_measuring`); when
+        not, a complete cache entry still decides, else the prior does.
+      not_allowed_why: the phrase logged when it is not.
+      unit: what the rates count.
+
+    Returns:
+      A `Choice`.
+    """
+    candidates_ = list(candidates_)
+    if len(candidates_) == 1:
+        return Choice(candidates_[0], "only candidate", note="one native setting")
+    names = [c.name for c in candidates_]
+    entry = (cache.get(key) if cache is not None and key is not None else None) or {}
+    rates = {n: r for n, r in entry.get("rates", {}).items() if n in names}
+    skipped = {n: w for n, w in entry.get("failed", {}).items() if n in names}
+    missing = [c for c in candidates_ if c.name not in rates and c.name not in skipped]
+    if rates and (not missing or not allowed):
+        best = max(rates, key=rates.get)
+        return Choice(Candidate.from_name(best), "cached", rates, skipped, unit)
+    if not allowed:
+        return Choice(candidates_[0], "table", note=not_allowed_why)
+    logging.info(
+        "Autotune: timing %s (%d warm-up + %d steps each, at most %.0f s).",
+        ", ".join(c.name for c in missing),
+        WARMUP_STEPS,
+        TIMED_STEPS,
+        max_seconds,
+    )
+    measured, failed, seconds = measure(missing, build, units_per_step, clock, max_seconds, unit)
+    for name, why in failed.items():
+        if why.startswith(NOT_MEASURED):
+            logging.info("Autotune: %s %s.", name, why)
+    # A candidate skipped only for time was not measured: the next run tries it.
+    failed_here = {n: w for n, w in failed.items() if not w.startswith(NOT_MEASURED)}
+    if cache is not None and key is not None and (measured or failed_here):
+        cache.put(key, measured, failed_here, unit)
+    rates.update(measured)
+    skipped.update(failed)
+    if not rates:
+        return Choice(
+            candidates_[0], "table", {}, skipped, unit, seconds, "every candidate failed to run"
+        )
+    best = max(rates, key=rates.get)
+    how = "measured" if len(measured) == len(rates) else "measured and cached"
+    return Choice(Candidate.from_name(best), how, rates, skipped, unit, seconds)
+
+
+# === Workers agree ===
+
+
+def encode(candidate):
+    """A candidate as two floats (precision index + 1, XLA), for a collective."""
+    return [float(hardware.PRECISIONS.index(candidate.precision) + 1), float(candidate.jit)]
+
+
+def decode(values):
+    """`encode`'s inverse.
+
+    Raises:
+      ValueError: the values name no precision (the chief sent nothing).
+    """
+    index = int(round(values[0])) - 1
+    if not 0 <= index < len(hardware.PRECISIONS):
+        raise ValueError(f"no precision in the chief's message {list(values)}")
+    return Candidate(hardware.PRECISIONS[index], bool(round(values[1])))
+
+
+def agree(strategy, choice, chief, local_replicas):
+    """Every worker's copy of the chief's `choice`, by one SUM all-reduce.
+
+    The chief's first replica contributes the encoded choice, every other
+    replica zeros, so the sum is the chief's value on every worker; it needs
+    no shared file system. Every worker must call this at the same point.
+
+    Args:
+      strategy: the run's (multi-worker) strategy.
+      choice: the chief's `Choice` (ignored on other workers).
+      chief: whether this worker is the chief.
+      local_replicas: replicas on this worker.
+
+    Returns:
+      The chief's `Choice` (on other workers how="from the chief", no rates).
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    values = encode(choice.candidate) if chief else [0.0, 0.0]
+
+    @tf.function
+    def reduce():
+        def replica_fn():
+            context = tf.distribute.get_replica_context()
+            first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
+            mine = tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+        return strategy.run(replica_fn)
+
+    summed = strategy.experimental_local_results(reduce())[0].numpy()
+    candidate = decode(summed)
+    if chief:
+        return choice
+    return Choice(candidate, "from the chief")
