@@ -96,18 +96,9 @@ def define_feature_precision(default="auto", note=""):
 
 def resolve_feature_precision(choice):
     """`choice`, with `auto` decided from this machine's hardware (and logged)."""
-    # pylint: disable=g-import-not-at-top
-    from absl import logging
+    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
 
-    from tf_mlstm.train import hardware
-
-    # pylint: enable=g-import-not-at-top
-    if choice != hardware.AUTO:
-        return choice
-    machine = hardware.detect()
-    precision, reason = hardware.resolve_precision(choice, machine)
-    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
-    return precision
+    return features.resolve_precision(choice)
 
 
 def define_runner_flags(defaults, end_of_run="evaluate and export"):

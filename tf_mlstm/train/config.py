@@ -9,6 +9,8 @@ import json
 import math
 
 from tf_mlstm import errors
+from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.data.repeats import parse_source_repeats
 from tf_mlstm.train.hardware import AUTO
 from tf_mlstm.train.hardware import PRECISION_CHOICES
@@ -307,3 +309,28 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """What `tf-mlstm-eval` scores. Field names match its flags."""
+
+    model_dir: str
+    data: str  # a TFRecord folder (its `split` shards) or glob, or raw corpus files/globs
+    text_key: tuple = TEXT_KEYS
+    text_mode: str = "line"
+    split: str = "test"
+    batch_size: int = 32
+    seq_length: int = 256
+    max_batches: int = 0
+
+    @property
+    def text_keys(self):
+        """The keys tried in order, blanks left out."""
+        return split_keys(self.text_key)
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.text_keys:
+            raise errors.InvalidValueError("--text_key must name at least one key")
+        return self

@@ -18,12 +18,14 @@ or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm.data import framing
 from tf_mlstm.models import featurize
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
+from tf_mlstm.train import hardware
 
 FEATURE_KINDS = featurize.FEATURE_KINDS
 FEATURE_GROUPS = (
@@ -37,6 +39,25 @@ at most 6 fits, where selecting among the 9 kinds takes up to 45."""
 AUTO = "auto"
 DEFAULT_WINDOW = 256
 DEFAULT_BATCH_SIZE = 64
+
+
+def resolve_precision(choice):
+    """The policy features are computed in: `choice`, or for `auto` this machine's choice.
+
+    Args:
+      choice: float32, mixed_bfloat16, mixed_float16, or auto (mixed_float16
+        on GPUs with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16
+        units, else float32; logged with the reason).
+
+    Returns:
+      A concrete policy name.
+    """
+    if choice != hardware.AUTO:
+        return choice
+    machine = hardware.detect()
+    precision, reason = hardware.resolve_precision(choice, machine)
+    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
+    return precision
 
 
 def parse_feature_kinds(spec):
