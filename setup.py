@@ -9,8 +9,19 @@ versions the test suite last passed with are in `constraints.txt`
 """
 
 import pathlib
+import re
 
 import setuptools
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def _version():
+    """The version in tf_mlstm/_version.py, read as text (importing the package needs its
+    dependencies, which are not installed yet)."""
+    text = (_HERE / "tf_mlstm" / "_version.py").read_text(encoding="utf-8")
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.M).group(1)
+
 
 _BINARIES = {
     "tf-mlstm-train": "tf_mlstm.cli.train:run",
@@ -67,13 +78,13 @@ _EXTRAS_REQUIRE = {
 
 setuptools.setup(
     name="tf_mlstm",
-    version="0.1.0",
+    version=_version(),
     description=(
         "Byte-level multiplicative LSTM language modeling on review text with "
         "TensorFlow 2 / Keras 3: large-batch multi-worker training and "
         "sentiment transfer."
     ),
-    long_description=(pathlib.Path(__file__).parent / "README.md").read_text(encoding="utf-8"),
+    long_description=(_HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.11,<3.14",
     classifiers=[

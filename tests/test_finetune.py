@@ -32,6 +32,7 @@ from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.rundir import read_config
 from tf_mlstm.train import local_cluster
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
@@ -189,7 +190,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
         allreduce_dtype="float16",
         lm_loss_weight=0.5,
         max_steps=10,
-        feature="mean",
+        features="mean",
         threshold_metric="f1",
     )
     tuner = finetune.Finetuner(config)
@@ -223,10 +224,10 @@ def test_without_validation_data_a_stratified_share_is_held_out(tmp_path):
 
 def test_config_errors():
     base = dict(init_model_dir="m", train_data="t", model_dir="o")
-    with pytest.raises(ValueError, match="--feature must name distinct kinds of cell,hidden,mean"):
-        finetune.FinetuneConfig(**base, feature="mean,cell_max").validate()
-    with pytest.raises(ValueError, match="--feature must name distinct kinds of .* got 'max,max'"):
-        finetune.FinetuneConfig(**base, feature="max,max").validate()
+    with pytest.raises(ValueError, match="--features must name distinct kinds of cell,hidden,mean"):
+        finetune.FinetuneConfig(**base, features="mean,cell_max").validate()
+    with pytest.raises(ValueError, match="--features must name distinct kinds of .* got 'max,max'"):
+        finetune.FinetuneConfig(**base, features="max,max").validate()
     with pytest.raises(ValueError, match="--head_init=probe starts a linear head; it cannot"):
         finetune.FinetuneConfig(**base, head_init="probe", head_hidden=4).validate()
     with pytest.raises(ValueError, match="--head_init must be one of"):
@@ -238,7 +239,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="--init_model_dir is required"):
         finetune.FinetuneConfig(train_data="t", model_dir="o").validate()
     with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs --precision=mixed_fl"):
-        finetune.FinetuneConfig(**base, allreduce_dtype="float16").validate()
+        finetune.FinetuneConfig(**base, precision="float32", allreduce_dtype="float16").validate()
     with pytest.raises(ValueError, match="--max_minutes must be >= 0, got -1.0"):
         finetune.FinetuneConfig(**base, max_minutes=-1.0).validate()
     with pytest.raises(ValueError, match="--max_nonfinite_steps must be positive, got 0"):
@@ -266,6 +267,18 @@ def test_a_resumed_run_keeps_its_head_and_classes(tmp_path):
     assert check_resumed_config(str(tmp_path), config, FINETUNE_CONFIG_FILE) == {
         "head_dropout": (0.0, 0.5)
     }
+
+
+def test_a_config_saved_before_the_features_rename_reads_and_resumes(tmp_path):
+    base = dict(init_model_dir="m", train_data="t", model_dir=str(tmp_path))
+    saved = json.loads(finetune.FinetuneConfig(**base, features="mean,max").to_json())
+    saved["feature"] = saved.pop("features")  # as runs of earlier releases wrote it
+    (tmp_path / FINETUNE_CONFIG_FILE).write_text(json.dumps(saved))
+    config = read_config(str(tmp_path), finetune.FinetuneConfig, FINETUNE_CONFIG_FILE)
+    assert config.features == "mean,max" and config.feature_kinds == ("mean", "max")
+    assert check_resumed_config(str(tmp_path), config, FINETUNE_CONFIG_FILE) == {}
+    with pytest.raises(ValueError, match=r"--features=cell \(saved mean,max\)"):
+        check_resumed_config(str(tmp_path), finetune.FinetuneConfig(**base), FINETUNE_CONFIG_FILE)
 
 
 def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):
@@ -332,9 +345,9 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     K classes); its C and validation metrics are reported."""
     if label_key == "stars":
         config = _three_class_config(task, tmp_path, (160, 40, 0))
-        config = dataclasses.replace(config, head_init="probe", feature="mean,max")
+        config = dataclasses.replace(config, head_init="probe", features="mean,max")
     else:
-        config = _config(task, tmp_path / "run", label_key=label_key, feature="mean,max")
+        config = _config(task, tmp_path / "run", label_key=label_key, features="mean,max")
         config = dataclasses.replace(config, head_init="probe", precision="float32")
     job = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
     job.prepare(types.SimpleNamespace(num_workers=1))
@@ -343,7 +356,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     if job.kind == "binary":
         outputs = 1
     model = finetune.SequenceClassifier(
-        encoder, outputs, config.feature, job.kind == "multiclass", head_init=job.head_init
+        encoder, outputs, config.features, job.kind == "multiclass", head_init=job.head_init
     )
     x, y = {}, {}
     for name in ("train", "validation"):
@@ -616,7 +629,7 @@ def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feat
     for variable in model.classifier.weights:  # biases away from 0 too
         variable.assign(rng.normal(size=variable.shape).astype(np.float32))
     thresholds = None if kind == "multiclass" else np.linspace(0.3, 0.6, outputs, dtype=np.float32)
-    config = finetune.FinetuneConfig(feature=feature, head_hidden=head_hidden, max_length=20)
+    config = finetune.FinetuneConfig(features=feature, head_hidden=head_hidden, max_length=20)
     tuned = finetune.FinetunedClassifier(model, config, kind, classes, thresholds)
     head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
     module = saved_model.ServingModule(model.encoder, classifier=head)
@@ -656,7 +669,7 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
         task,
         tmp_path,
         (120, 30, 0),
-        feature="mean",
+        features="mean",
         head_hidden=8,
         head_dropout=0.2,
         max_length=24,

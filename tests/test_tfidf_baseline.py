@@ -37,14 +37,14 @@ def _three_classes(path, n, seed):
 
 def _config(**overrides):
     config = {
-        "train": "",
-        "val": "",
-        "test": "",
+        "train_data": "",
+        "validation_data": "",
+        "test_data": "",
         "text_keys": ("sentence",),
         "label_keys": ("label",),
         "label_map": "",
         "label_threshold": None,
-        "val_fraction": 0.2,
+        "validation_fraction": 0.2,
         "max_train_examples": 0,
         "max_eval_examples": 0,
         "threshold_metric": "accuracy",
@@ -58,8 +58,8 @@ def _config(**overrides):
 def test_three_classes_are_learned_and_scored_with_the_shared_metrics(tmp_path):
     result = tfidf_baseline.run_baseline(
         _config(
-            train=_three_classes(tmp_path / "train.csv", 300, 0),
-            test=_three_classes(tmp_path / "test.csv", 90, 1),
+            train_data=_three_classes(tmp_path / "train.csv", 300, 0),
+            test_data=_three_classes(tmp_path / "test.csv", 90, 1),
         )
     )
     assert result["task"] == "multiclass"
@@ -71,8 +71,8 @@ def test_three_classes_are_learned_and_scored_with_the_shared_metrics(tmp_path):
 def test_a_label_map_merges_classes(tmp_path):
     result = tfidf_baseline.run_baseline(
         _config(
-            train=_three_classes(tmp_path / "train.csv", 300, 0),
-            test=_three_classes(tmp_path / "test.csv", 90, 1),
+            train_data=_three_classes(tmp_path / "train.csv", 300, 0),
+            test_data=_three_classes(tmp_path / "test.csv", 90, 1),
             label_map="0:neg,1:neg,2:pos",
         )
     )
@@ -90,7 +90,9 @@ def test_several_labels_get_a_regression_and_a_threshold_each(tmp_path):
         rows.append([a, b, " ".join(rng.permutation(words))])
     train = _write(tmp_path / "train.csv", rows, ["anger", "joy", "Tweet"])
     result = tfidf_baseline.run_baseline(
-        _config(train=train, test=train, text_keys=("Tweet",), label_keys=("anger", "joy"))
+        _config(
+            train_data=train, test_data=train, text_keys=("Tweet",), label_keys=("anger", "joy")
+        )
     )
     assert result["task"] == "multilabel"
     assert len(result["C"]) == len(result["thresholds"]) == 2
@@ -99,7 +101,7 @@ def test_several_labels_get_a_regression_and_a_threshold_each(tmp_path):
 
 def test_the_binary_prints_one_json_line_and_refuses_bad_flags(tmp_path):
     train = _three_classes(tmp_path / "train.csv", 200, 0)
-    tool = [sys.executable, str(REPO / "tools" / "tfidf_baseline.py"), f"--train={train}"]
+    tool = [sys.executable, str(REPO / "tools" / "tfidf_baseline.py"), f"--train_data={train}"]
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [*tool, "--text_key=sentence"], capture_output=True, text=True, env=env, timeout=300
@@ -120,7 +122,7 @@ def test_a_bad_c_grid_is_a_usage_error(grid, tmp_path):
         [
             sys.executable,
             str(REPO / "tools" / "tfidf_baseline.py"),
-            f"--train={train}",
+            f"--train_data={train}",
             f"--c_grid={grid}",
         ],
         capture_output=True,
@@ -142,16 +144,16 @@ def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):
     test = _three_classes(tmp_path / "test.csv", 200, 1)
     limits = dict(max_train_examples=120, max_eval_examples=50)
     base_train, base_val, base_test = tfidf_baseline.read_splits(
-        _config(train=train, test=test, val_fraction=0.1, seed=3, **limits)
+        _config(train_data=train, test_data=test, validation_fraction=0.1, seed=3, **limits)
     )
     assert (len(base_train), len(base_val), len(base_test)) == (108, 12, 50)
     transfer = experiment._read_data(
         experiment.TransferConfig(
             model_dir="m",
-            train=train,
-            test=test,
+            train_data=train,
+            test_data=test,
             output_dir="o",
-            text_keys=("sentence",),
+            text_key=("sentence",),
             seed=3,
             **limits,
         )
@@ -174,5 +176,7 @@ def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):
     # The subset is seeded, in file order, and another seed keeps other rows.
     lines = [line for _, line in base_test.places]
     assert lines == sorted(set(lines)) and len(lines) == 50
-    other = tfidf_baseline.read_splits(_config(train=train, test=test, seed=4, **limits))[2]
+    other = tfidf_baseline.read_splits(_config(train_data=train, test_data=test, seed=4, **limits))[
+        2
+    ]
     assert other.texts != base_test.texts

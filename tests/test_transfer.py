@@ -267,15 +267,15 @@ def test_label_threshold_turns_scores_into_two_classes(tmp_path):
     assert labeled.read_labeled(str(path), ("reviewText",), "overall").classes() == (1, 3, 4, 5)
     with pytest.raises(ValueError, match="--label_threshold must be a finite number"):
         experiment.TransferConfig(
-            model_dir="m", train=str(path), output_dir="o", label_threshold=float("nan")
+            model_dir="m", train_data=str(path), output_dir="o", label_threshold=float("nan")
         ).validate()
     with pytest.raises(ValueError, match="--label_threshold and --label_map cannot be combined"):
         experiment.TransferConfig(
-            model_dir="m", train="t", output_dir="o", label_threshold=4, label_map="1:a,5:b"
+            model_dir="m", train_data="t", output_dir="o", label_threshold=4, label_map="1:a,5:b"
         ).validate()
     with pytest.raises(ValueError, match="--label_map entry 2 \\('5positive'\\) is not VALUE"):
         experiment.TransferConfig(
-            model_dir="m", train="t", output_dir="o", label_map="1:negative,5positive"
+            model_dir="m", train_data="t", output_dir="o", label_map="1:negative,5positive"
         ).validate()
 
 
@@ -414,9 +414,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
         "-m",
         "tf_mlstm.cli.transfer",
         f"--model_dir={model_dir}",
-        f"--train={review_csvs['train']}",
-        f"--val={review_csvs['val']}",
-        f"--test={review_csvs['test']}",
+        f"--train_data={review_csvs['train']}",
+        f"--validation_data={review_csvs['val']}",
+        f"--test_data={review_csvs['test']}",
         "--text_key=sentence",
         "--label_key=label",
         f"--output_dir={out}",
@@ -486,7 +486,7 @@ def test_binaries_fail_with_one_line(tmp_path, review_csvs):
     model_dir, _ = write_untrained_model_dir(tmp_path / "m")
     transfer = [sys.executable, "-m", "tf_mlstm.cli.transfer", f"--model_dir={model_dir}"]
     transfer += [f"--output_dir={tmp_path / 'out'}", "--text_key=sentence"]
-    transfer += [f"--train={review_csvs['train']}"]
+    transfer += [f"--train_data={review_csvs['train']}"]
     cases = {
         "--label_key=stars": [
             "train.csv: no usable record with text ['sentence'] and label 'stars'",
@@ -521,9 +521,9 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     model_dir, _ = write_untrained_model_dir(tmp_path / "m")
     config = experiment.TransferConfig(
         model_dir=str(model_dir),
-        train=str(tmp_path / "missing.csv"),
+        train_data=str(tmp_path / "missing.csv"),
         output_dir=str(tmp_path / "out"),
-        text_keys=("sentence",),
+        text_key=("sentence",),
     )
     with pytest.raises(FileNotFoundError, match="input file not found: .*missing.csv"):
         experiment.run_transfer(config)
@@ -533,10 +533,13 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         experiment.run_transfer(dataclasses.replace(config, penalty="elasticnet"))
     with pytest.raises(ValueError, match="--solver=lbfgs fits only --penalty=l2, not l1"):
         experiment.run_transfer(dataclasses.replace(config, solver="lbfgs"))
-    with pytest.raises(ValueError, match="--val_fraction must be in \\(0, 1\\)"):
+    with pytest.raises(ValueError, match="--validation_fraction must be in \\(0, 1\\)"):
         experiment.run_transfer(
             experiment.TransferConfig(
-                model_dir=str(model_dir), train=review_csvs["train"], output_dir="x", val_fraction=1
+                model_dir=str(model_dir),
+                train_data=review_csvs["train"],
+                output_dir="x",
+                validation_fraction=1,
             )
         )
     # The training run's own folder: its results.json is not the transfer's to replace.
@@ -547,7 +550,7 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         r"would replace the run's results.json: give a folder of its own, e.g. .*/m/transfer",
     ):
         experiment.run_transfer(
-            dataclasses.replace(config, train=review_csvs["train"], output_dir=str(model_dir))
+            dataclasses.replace(config, train_data=review_csvs["train"], output_dir=str(model_dir))
         )
     assert json.loads((model_dir / "results.json").read_text()) == {"step": 20}
     one_class = tmp_path / "one.csv"
@@ -556,9 +559,9 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         experiment.run_transfer(
             experiment.TransferConfig(
                 model_dir=str(model_dir),
-                train=str(one_class),
+                train_data=str(one_class),
                 output_dir=str(tmp_path / "out"),
-                text_keys=("sentence",),
+                text_key=("sentence",),
             )
         )
 
@@ -569,10 +572,10 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
     results = experiment.run_transfer(
         experiment.TransferConfig(
             model_dir=str(model_dir),
-            train=review_csvs["train"],
-            test=review_csvs["test"],
+            train_data=review_csvs["train"],
+            test_data=review_csvs["test"],
             output_dir=str(tmp_path / "out"),
-            text_keys=("sentence",),
+            text_key=("sentence",),
             features="auto",
             max_train_examples=40,
             max_eval_examples=10,
@@ -625,11 +628,14 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     paths = {name: _write_stars(tmp_path / f"{name}.csv", 40, i) for i, name in enumerate("abc")}
     out = tmp_path / "stars"
     command = [sys.executable, "-m", "tf_mlstm.cli.transfer", f"--model_dir={model_dir}"]
+    # The spellings of earlier releases still work, each with one warning line.
     command += [f"--train={paths['a']}", f"--val={paths['b']}", f"--test={paths['c']}"]
     command += ["--text_key=sentence", "--label_key=stars", f"--label_map={STAR_MAP}"]
     command += [f"--output_dir={out}", "--penalty=l2", "--num_labeled=6,all", "--batch_size=16"]
     done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    for old, new in (("train", "train_data"), ("val", "validation_data"), ("test", "test_data")):
+        assert done.stderr.count(f"--{old} is deprecated; use --{new}") == 1, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["task"] == "multiclass" and 0.0 <= summary["test_macro_f1"] <= 1.0
     results = json.loads((out / "results.json").read_text())
@@ -685,8 +691,8 @@ def test_several_labels_through_transfer_and_classify(tmp_path_factory, tmp_path
     results = experiment.run_transfer(
         experiment.TransferConfig(
             model_dir=str(model_dir),
-            train=_write_tagged(tmp_path / "train.jsonl", 80, 0),
-            test=_write_tagged(tmp_path / "test.jsonl", 30, 1),
+            train_data=_write_tagged(tmp_path / "train.jsonl", 80, 0),
+            test_data=_write_tagged(tmp_path / "test.jsonl", 30, 1),
             output_dir=str(tmp_path / "out"),
             label_key="good,plot,long",
             threshold_metric="f1",
@@ -738,10 +744,10 @@ def _shared_transfer(tmp_path, **values):
 def test_sst5_five_classes_smoke(tmp_path, shared_data):
     results = _shared_transfer(
         tmp_path,
-        train=str(shared_data / "sst5" / "train.csv"),
-        val=str(shared_data / "sst5" / "val.csv"),
-        test=str(shared_data / "sst5" / "test.csv"),
-        text_keys=("sentence",),
+        train_data=str(shared_data / "sst5" / "train.csv"),
+        validation_data=str(shared_data / "sst5" / "val.csv"),
+        test_data=str(shared_data / "sst5" / "test.csv"),
+        text_key=("sentence",),
     )
     assert results["task"] == "multiclass" and results["classes"] == [0, 1, 2, 3, 4]
     assert results["metrics"]["test"]["examples"] == 100
@@ -757,9 +763,9 @@ SEMEVAL_EMOTIONS = (
 def test_semeval_eleven_emotions_smoke(tmp_path, shared_data):
     results = _shared_transfer(
         tmp_path,
-        train=str(shared_data / "semeval" / "train.csv"),
-        test=str(shared_data / "semeval" / "test.csv"),
-        text_keys=("Tweet",),
+        train_data=str(shared_data / "semeval" / "train.csv"),
+        test_data=str(shared_data / "semeval" / "test.csv"),
+        text_key=("Tweet",),
         label_key=SEMEVAL_EMOTIONS,
         threshold_metric="f1",
     )

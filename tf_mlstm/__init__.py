@@ -1,1 +1,55 @@
-"""tf_mlstm: byte-level multiplicative LSTM language models on review text."""
+"""tf_mlstm: byte-level multiplicative LSTM language models on review text.
+
+The Python API (docs/python.md), over the same functions the `tf-mlstm-*`
+binaries call, with the same config objects:
+
+    import tf_mlstm
+
+    tf_mlstm.pretrain(tf_mlstm.TrainConfig(model_dir="runs/demo"))
+    model = tf_mlstm.load("runs/demo")
+    model.score(["A fine film."])              # bits/char per text
+    model.generate("This movie", length=100, seed=7)
+
+`import tf_mlstm` is cheap: each name below is imported on first use (PEP
+562), so TensorFlow loads only when something needs it.
+"""
+
+import importlib
+
+from tf_mlstm._version import __version__
+
+# Public name -> (module, attribute). The entry points are verbs that do not
+# shadow the subpackages (`tf_mlstm.train`, `tf_mlstm.transfer` and
+# `tf_mlstm.export` are packages): `pretrain` trains the language model,
+# `probe` fits the linear probe of `tf-mlstm-transfer`.
+_LAZY = {
+    "load": ("tf_mlstm.api", "load"),
+    "TrainedModel": ("tf_mlstm.api", "TrainedModel"),
+    "convert": ("tf_mlstm.api", "convert"),
+    "pretrain": ("tf_mlstm.api", "pretrain"),
+    "evaluate": ("tf_mlstm.api", "evaluate"),
+    "finetune": ("tf_mlstm.api", "finetune"),
+    "probe": ("tf_mlstm.api", "probe"),
+    "ConvertConfig": ("tf_mlstm.data.convert", "ConvertConfig"),
+    "TrainConfig": ("tf_mlstm.train.config", "TrainConfig"),
+    "EvalConfig": ("tf_mlstm.train.config", "EvalConfig"),
+    "FinetuneConfig": ("tf_mlstm.transfer.settings", "FinetuneConfig"),
+    "TransferConfig": ("tf_mlstm.transfer.experiment", "TransferConfig"),
+    "UserError": ("tf_mlstm.errors", "UserError"),
+    "InvalidValueError": ("tf_mlstm.errors", "InvalidValueError"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tf_mlstm' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

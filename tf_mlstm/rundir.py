@@ -89,7 +89,7 @@ RESUME_FIXED = {
         "label_key": split_keys,  # the classifier's outputs
         "label_map": None,  # the classes, so the outputs too
         "head_hidden": None,  # the head's variables
-        "feature": split_keys,  # the head's width
+        "features": split_keys,  # the head's width
         "precision": None,
         # Whether the LM head is trained decides the optimizer's variables.
         "lm_loss_weight": lambda weight: weight > 0,
@@ -205,8 +205,11 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE):
     if not tf.io.gfile.exists(path):
         return {}
     saved = fileio.read_json(path)
+    if hasattr(config, "upgrade_saved"):  # a file written before a field was renamed
+        saved = config.upgrade_saved(saved)
     new = json.loads(json.dumps(dataclasses.asdict(config)))
-    changed = {k: (saved[k], v) for k, v in new.items() if k in saved and saved[k] != v}
+    # In name order, as the file lists them.
+    changed = {k: (saved[k], v) for k, v in sorted(new.items()) if k in saved and saved[k] != v}
     fixed = RESUME_FIXED.get(name, {})
     refused = []
     for field, (old, value) in changed.items():

@@ -6,17 +6,17 @@ fine-tuning are compared with. It reads, splits and scores labeled data
 through `tf_mlstm.transfer.labeled`, exactly as `tf-mlstm-transfer` and
 `tf-mlstm-finetune` do, so the three see the same rows:
 
-  python tools/tfidf_baseline.py --train=../shared/data/sst/train.csv \
-      --val=../shared/data/sst/val.csv --test=../shared/data/sst/test.csv \
+  python tools/tfidf_baseline.py --train_data=../shared/data/sst/train.csv \
+      --validation_data=../shared/data/sst/val.csv --test_data=../shared/data/sst/test.csv \
       --text_key=sentence --label_key=label
-  python tools/tfidf_baseline.py --train=semeval/train.csv --test=semeval/test.csv \
+  python tools/tfidf_baseline.py --train_data=semeval/train.csv --test_data=semeval/test.csv \
       --text_key=Tweet --label_key=anger,anticipation,disgust,fear,joy,love,optimism,\
 pessimism,sadness,surprise,trust
 
 One label key: one multinomial regression over the classes (two or more).
 Several: one binary regression per label, each with its own C and a
 probability threshold chosen on validation (`--threshold_metric`). Without
-`--val`, a stratified `--val_fraction` of train is held out. The last line
+`--validation_data`, a stratified `--validation_fraction` of train is held out. The last line
 printed is one JSON object with the validation and test metrics.
 """
 
@@ -38,9 +38,11 @@ C_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
 
 def define_flags():
     """Defines this tool's flags."""
-    flags.DEFINE_string("train", None, "Labeled training files (comma-separated files/globs).")
-    flags.DEFINE_string("val", "", "Labeled validation files; empty: hold out --val_fraction.")
-    flags.DEFINE_string("test", "", "Labeled test files; empty: no test metrics.")
+    flags.DEFINE_string("train_data", None, "Labeled training files (comma-separated files/globs).")
+    flags.DEFINE_string(
+        "validation_data", "", "Labeled validation files; empty: hold out --validation_fraction."
+    )
+    flags.DEFINE_string("test_data", "", "Labeled test files; empty: no test metrics.")
     _flags.define_text_key()
     flags.DEFINE_list("label_key", ["label"], "Label key; several keys = multi-label (0/1 each).")
     flags.DEFINE_string(
@@ -49,14 +51,18 @@ def define_flags():
     flags.DEFINE_float(
         "label_threshold", None, "Read the label as a score: positive when >= this value."
     )
-    flags.DEFINE_float("val_fraction", 0.1, "Share of train held out without --val.")
+    flags.DEFINE_float(
+        "validation_fraction", 0.1, "Share of train held out without --validation_data."
+    )
     flags.DEFINE_integer(
         "max_train_examples",
         0,
         "A seeded random subset of this many training texts (0 = all): the rows "
         "tf-mlstm-transfer and tf-mlstm-finetune keep with the same value and --seed.",
     )
-    flags.DEFINE_integer("max_eval_examples", 0, "The same for --val and --test each (0 = all).")
+    flags.DEFINE_integer(
+        "max_eval_examples", 0, "The same for --validation_data and --test_data each (0 = all)."
+    )
     flags.DEFINE_enum(
         "threshold_metric",
         "accuracy",
@@ -65,6 +71,13 @@ def define_flags():
     )
     flags.DEFINE_list("c_grid", [str(c) for c in C_GRID], "Inverse regularization strengths.")
     flags.DEFINE_integer("seed", 0, "Seed of the held-out split and the solver.")
+    for old, new in (
+        ("train", "train_data"),
+        ("val", "validation_data"),
+        ("test", "test_data"),
+        ("val_fraction", "validation_fraction"),
+    ):
+        _flags.define_deprecated_alias(old, new)  # the spellings of earlier releases
 
 
 def read_splits(config):
@@ -82,12 +95,12 @@ def read_splits(config):
             seed=config["seed"],
         )
 
-    train = read(config["train"], config["max_train_examples"])
-    if config["val"]:
-        val = read(config["val"], config["max_eval_examples"])
+    train = read(config["train_data"], config["max_train_examples"])
+    if config["validation_data"]:
+        val = read(config["validation_data"], config["max_eval_examples"])
     else:
-        train, val = labeled.split_off(train, config["val_fraction"], config["seed"])
-    test = read(config["test"], config["max_eval_examples"]) if config["test"] else None
+        train, val = labeled.split_off(train, config["validation_fraction"], config["seed"])
+    test = read(config["test_data"], config["max_eval_examples"]) if config["test_data"] else None
     return train, val, test
 
 
@@ -165,6 +178,19 @@ def run_baseline(config):
     return result
 
 
+_LABELED_FLAGS = (
+    "train_data",
+    "validation_data",
+    "test_data",
+    "text_key",
+    "label_key",
+    "label_map",
+    "validation_fraction",
+    "max_train_examples",
+    "max_eval_examples",
+)
+
+
 def _config():
     try:
         c_grid = tuple(float(c) for c in FLAGS.c_grid)
@@ -172,19 +198,19 @@ def _config():
         raise app.UsageError(f"--c_grid must be numbers, got {FLAGS.c_grid}") from None
     if not c_grid or min(c_grid) <= 0:
         raise app.UsageError("--c_grid must hold positive numbers")
-    if not 0 < FLAGS.val_fraction < 1:
-        raise app.UsageError("--val_fraction must be in (0, 1)")
-    if FLAGS.max_train_examples < 0 or FLAGS.max_eval_examples < 0:
-        raise app.UsageError("--max_train_examples and --max_eval_examples must be >= 0")
+    # The labeled-data flags are checked as transfer and fine-tuning check them.
+    settings.LabeledDataFields(
+        **{name: FLAGS[name].value for name in _LABELED_FLAGS}
+    ).validate_labeled_data()
     return {
-        "train": FLAGS.train,
-        "val": FLAGS.val,
-        "test": FLAGS.test,
+        "train_data": FLAGS.train_data,
+        "validation_data": FLAGS.validation_data,
+        "test_data": FLAGS.test_data,
         "text_keys": _flags.text_keys(FLAGS.text_key),
         "label_keys": _flags.text_keys(FLAGS.label_key),
         "label_map": FLAGS.label_map,
         "label_threshold": FLAGS.label_threshold,
-        "val_fraction": FLAGS.val_fraction,
+        "validation_fraction": FLAGS.validation_fraction,
         "max_train_examples": FLAGS.max_train_examples,
         "max_eval_examples": FLAGS.max_eval_examples,
         "threshold_metric": FLAGS.threshold_metric,
@@ -210,7 +236,7 @@ def run():
         define_flags,
         lambda config: _headline(run_baseline(config)),
         _config,
-        required=["train"],
+        required=["train_data"],
     )
 
 

@@ -5,9 +5,73 @@ record reads the same in every binary.
 """
 
 from absl import flags
+from absl import logging
 
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
+
+# === One name per idea ===
+#
+# Every binary names one idea with one flag (`--train_data`, `--validation_data`,
+# `--test_data`, `--features`, `--validation_fraction`, ...), the name of the
+# config field it sets. A name a binary used before keeps working for now as a
+# deprecated alias: it sets the flag it stands for and logs one warning line.
+
+DEPRECATED_ALIASES = {}
+"""Deprecated flag name -> the flag it sets, for every alias defined so far."""
+
+
+def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
+    """Defines `--old_name` as a deprecated spelling of the existing flag `--name`.
+
+    The alias parses like `--name` and sets its value (so a required `--name`
+    is satisfied by it too); each use logs one warning line naming the new
+    spelling. `--help` lists it as deprecated.
+
+    Args:
+      old_name: the spelling that is going away.
+      name: the flag it sets (defined before).
+      flag_values: where both live.
+    """
+    original = flag_values[name]
+
+    class _DeprecatedAlias(flags.Flag):
+        def parse(self, argument):
+            original.parse(argument)
+            self.present += 1
+
+        def _parse_from_default(self, value):
+            return value  # the original flag parsed it already
+
+        @property
+        def value(self):
+            return original.value
+
+        @value.setter
+        def value(self, value):
+            original.value = value
+
+    flags.DEFINE_flag(
+        _DeprecatedAlias(
+            original.parser,
+            original.serializer,
+            old_name,
+            original.default,
+            f"Deprecated: use --{name}.",
+            boolean=original.boolean,
+        ),
+        flag_values,
+    )
+
+    def warn_once_parsed(_):
+        # A validator runs once every flag has parsed, so the warning is one
+        # ordinary log line (absl announces log lines written during parsing).
+        if flag_values[old_name].present:
+            logging.warning("--%s is deprecated; use --%s (same value).", old_name, name)
+        return True
+
+    flags.register_validator(old_name, warn_once_parsed, flag_values=flag_values)
+    DEPRECATED_ALIASES[old_name] = name
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):
@@ -33,17 +97,12 @@ def define_feature_precision(default="auto", note=""):
     )
 
 
-def resolve_feature_precision(choice, model_dir, batch_size, window):
+def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None):
     """`choice`, with `auto` measured for `model_dir`'s model at this batch shape (logged)."""
-    # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import hardware
-    from tf_mlstm.transfer import features
+    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
 
-    # pylint: enable=g-import-not-at-top
-    if choice != hardware.AUTO:
-        return choice
-    precision, _ = features.measured_precision(model_dir, batch_size, window)
-    return precision
+    shape = {k: v for k, v in (("batch_size", batch_size), ("window", window)) if v}
+    return features.resolve_precision(choice, model_dir, **shape)
 
 
 def define_runner_flags(defaults, end_of_run="evaluate and export"):

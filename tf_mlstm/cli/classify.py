@@ -199,32 +199,22 @@ def load_predictor(config):
       FileNotFoundError: a missing model or classifier.
       ValueError: a classifier that does not fit the model.
     """
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
 
-    if not config.classifier:
-        return _finetuned_predictor(config)
-    classifier = logistic.LogisticClassifier.load(config.classifier)
-    precision = _flags.resolve_feature_precision(
-        config.precision, config.model_dir, config.batch_size, config.window
-    )
-    model, _ = rundir.load_trained_model(config.model_dir, precision=precision)
-    if model.hidden_size != classifier.hidden_size:
-        raise errors.InvalidValueError(
-            f"{config.classifier}: fitted on a {classifier.hidden_size}-unit model, but "
-            f"{config.model_dir} has {model.hidden_size} units"
+    precision = (
+        _flags.resolve_feature_precision(
+            config.precision, config.model_dir, config.batch_size, config.window
         )
-    # The chunks report progress together (`classify_chunks`), not each alone.
-    featurizer = features.TextFeaturizer(
-        model, config.batch_size, config.window, classifier.feature_kinds
+        if config.classifier
+        else None
     )
-
-    def predict(texts):
-        x = features.concat_features(featurizer(texts, progress=False), classifier.feature_kinds)
-        return classifier.predict_proba(x), classifier.predict(x)
-
-    return predict, classifier.classes
+    return predict.load_predictor(
+        config.model_dir,
+        config.classifier,
+        config.batch_size,
+        config.window,
+        precision or "float32",
+    )
 
 
 def classify_chunks(config, stdin=None):
@@ -297,26 +287,6 @@ class CsvWriter:
             self._writer.writerow([self.rows, line, *cells])
             self.rows += 1
         self._stream.flush()
-
-
-def _finetuned_predictor(config):
-    """`load_predictor` for the fine-tuned encoder and head of `config.model_dir`."""
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
-
-    if not rundir.is_finetune_run(config.model_dir):
-        raise errors.InvalidValueError(
-            f"--model_dir={config.model_dir} is not a finished tf-mlstm-finetune run (no "
-            f"{rundir.FINETUNE_CONFIG_FILE} and {rundir.RESULTS_FILE}); give "
-            "--classifier=classifier.json for a tf-mlstm-transfer classifier"
-        )
-    tuned = finetune.load_finetuned_model(config.model_dir)
-
-    def predict(texts):
-        probabilities = tuned.predict_proba(texts, config.batch_size)
-        return probabilities, tuned.predict(probabilities)
-
-    return predict, tuned.classes
 
 
 def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):

@@ -11,39 +11,12 @@ document and reset between documents, as in training. The last line printed
 is one JSON object: {"bits_per_char": ..., "chars": ...}.
 """
 
-import dataclasses
-
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-    """What to score. Field names match the flags."""
-
-    model_dir: str
-    data: str
-    text_key: tuple = _flags.TEXT_KEYS
-    text_mode: str = "line"
-    split: str = "test"
-    batch_size: int = 32
-    seq_length: int = 256
-    max_batches: int = 0
-
-    @property
-    def text_keys(self):
-        """The keys tried in order, blanks left out."""
-        return _flags.text_keys(self.text_key)
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key")
-        return self
+from tf_mlstm.train.config import EvalConfig
 
 
 def define_eval_flags():
@@ -67,16 +40,7 @@ def main(config):
     """Scores the data; returns the final line's object."""
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
-    result = evaluation.evaluate_data(
-        config.model_dir,
-        config.data,
-        config.text_keys,
-        config.text_mode,
-        config.split,
-        config.batch_size,
-        config.seq_length,
-        config.max_batches,
-    )
+    result = evaluation.evaluate_config(config)
     logging.info(
         "%.4f bits/char over %d chars (%.0f chars/s)",
         result["bits_per_char"],

@@ -9,8 +9,8 @@
   tf-mlstm-finetune ... --distribution_strategy=multi_worker \
       --precision=mixed_float16 --lm_loss_weight=0.5
 
-A head on the final cell state (`--feature=cell`), the mean hidden state
-(`--feature=mean`) or several kinds concatenated (`--feature=mean,max,min`)
+A head on the final cell state (`--features=cell`), the mean hidden state
+(`--features=mean`) or several kinds concatenated (`--features=mean,max,min`)
 trains with the encoder unfrozen, optionally with the language-model loss as
 an auxiliary term. `--head_init=probe` starts a linear head as the logistic
 regression on the starting model's features, then fine-tunes (linear probing,
@@ -92,8 +92,8 @@ def define_finetune_flags():
         "Bytes per text (document start included); longer texts are cut.",
     )
     flags.DEFINE_list(
-        "feature",
-        _default("feature"),
+        "features",
+        _default("features"),
         "The head's features, one or several (concatenated) of "
         f"{','.join(finetune_lib.FEATURES)}: the final cell or hidden state, or the mean, "
         "max, min or std of the hidden state over the text.",
@@ -130,6 +130,7 @@ def define_finetune_flags():
         "batch_size", _default("batch_size"), "Global batch; split evenly over replicas."
     )
     _flags.define_runner_flags(_DEFAULTS, end_of_run="choose thresholds and evaluate")
+    _flags.define_deprecated_alias("feature", "features")  # the spelling of earlier releases
 
 
 def main(config):

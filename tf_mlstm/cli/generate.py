@@ -130,11 +130,7 @@ def generate_texts(config, model=None, sampler=None):
       ValueError: `--neuron` is outside the model, or the classifier is
         invalid, from a model of another size or its neuron is not a cell unit.
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data import framing  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
@@ -148,22 +144,18 @@ def generate_texts(config, model=None, sampler=None):
         config.sentiment,
         tool="tf-mlstm-generate",
     )
-    prompt = normalize_text(config.prompt)
-    ids = framing.frame_ids_tf(tf.constant([prompt] * config.num_samples)).ids
-    out = sampling.sample_ids(
+    return sampling.generate_texts(
         model,
-        ids,
+        config.prompt,
         config.length,
+        num_samples=config.num_samples,
         temperature=config.temperature,
         seed=config.seed,
         neuron=unit,
         neuron_value=value,
-        stop_at_doc_end=config.stop_at_end,
+        stop_at_end=config.stop_at_end,
         sampler=sampler,
     )
-    return [
-        prompt + sampling.ids_to_text(row, strip_doc_end=config.stop_at_end) for row in out.numpy()
-    ]
 
 
 def main(config):

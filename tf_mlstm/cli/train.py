@@ -129,9 +129,12 @@ def define_train_flags():
 def main(config):
     """Trains, evaluates and exports; returns the results."""
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
-    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import api  # pylint: disable=g-import-not-at-top
 
-    return _run.train_and_export(config)
+    results = api.pretrain(config)
+    if "validation_bits_per_char" in results:
+        print(f"validation bits/char: {results['validation_bits_per_char']:.4f}")
+    return results
 
 
 def run():

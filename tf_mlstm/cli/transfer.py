@@ -1,18 +1,18 @@
 """tf-mlstm-transfer: sentiment classification from a trained model's features.
 
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst \
-      --train=../shared/data/sst/train.csv --val=../shared/data/sst/val.csv \
-      --test=../shared/data/sst/test.csv --text_key=sentence --label_key=label
+      --train_data=../shared/data/sst/train.csv --validation_data=../shared/data/sst/val.csv \
+      --test_data=../shared/data/sst/test.csv --text_key=sentence --label_key=label
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/imdb \
-      --train=imdb/train.jsonl --test=imdb/test.jsonl --features=auto
+      --train_data=imdb/train.jsonl --test_data=imdb/test.jsonl --features=auto
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/amazon \
-      --train=amazon/books.jsonl --test=amazon/electronics.jsonl \
+      --train_data=amazon/books.jsonl --test_data=amazon/electronics.jsonl \
       --text_key=reviewText --label_key=overall --label_threshold=4
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst5 \
-      --train=sst5/train.csv --val=sst5/val.csv --test=sst5/test.csv \
+      --train_data=sst5/train.csv --validation_data=sst5/val.csv --test_data=sst5/test.csv \
       --text_key=sentence --penalty=l2
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/semeval \
-      --train=semeval/train.csv --test=semeval/test.csv --text_key=Tweet \
+      --train_data=semeval/train.csv --test_data=semeval/test.csv --text_key=Tweet \
       --label_key=anger,fear,joy,sadness --threshold_metric=f1
 
 Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
@@ -25,8 +25,8 @@ state by default; `--features=cell,cell_mean`, any combination, or `auto`
 to choose on validation), fits an L1- (or `--penalty=l2`) regularized
 logistic regression (two classes: the paper's; more: multinomial;
 multi-label: one per label, each with a threshold chosen on validation)
-with C chosen on validation (`--val`, or a seeded stratified
-`--val_fraction` of train), and finds the sentiment neuron (per class or
+with C chosen on validation (`--validation_data`, or a seeded stratified
+`--validation_fraction` of train), and finds the sentiment neuron (per class or
 label: its top unit against the rest). Writes to `--output_dir`:
 results.json, classifier.json (for tf-mlstm-classify and tf-mlstm-export
 --classifier), neuron_histogram.png and accuracy_vs_labeled.png. The last
@@ -47,11 +47,13 @@ FLAGS = flags.FLAGS
 def define_transfer_flags():
     """Defines every tf-mlstm-transfer flag (all optional; `run` marks required ones)."""
     flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
-    flags.DEFINE_string("train", None, "Labeled training files (comma-separated files/globs).")
+    flags.DEFINE_string("train_data", None, "Labeled training files (comma-separated files/globs).")
     flags.DEFINE_string(
-        "val", "", "Labeled validation files; empty: hold out --val_fraction of train."
+        "validation_data",
+        "",
+        "Labeled validation files; empty: hold out --validation_fraction of train.",
     )
-    flags.DEFINE_string("test", "", "Labeled test files; empty: no test accuracy.")
+    flags.DEFINE_string("test_data", "", "Labeled test files; empty: no test accuracy.")
     _flags.define_text_key()
     flags.DEFINE_list(
         "label_key",
@@ -106,9 +108,15 @@ def define_transfer_flags():
         "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
     )
     flags.DEFINE_integer(
-        "max_eval_examples", 0, "Same for --val and --test each (0 = all); for quick checks."
+        "max_eval_examples",
+        0,
+        "Same for --validation_data and --test_data each (0 = all); for quick checks.",
     )
-    flags.DEFINE_float("val_fraction", 0.1, "Share of train held out for validation without --val.")
+    flags.DEFINE_float(
+        "validation_fraction",
+        0.1,
+        "Share of train held out for validation without --validation_data.",
+    )
     flags.DEFINE_list(
         "c_grid", [], "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
     )
@@ -127,6 +135,17 @@ def define_transfer_flags():
         "for l2.",
     )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
+    for old, new in _RENAMED:
+        _flags.define_deprecated_alias(old, new)
+
+
+# Spellings of earlier releases, kept for now.
+_RENAMED = (
+    ("train", "train_data"),
+    ("val", "validation_data"),
+    ("test", "test_data"),
+    ("val_fraction", "validation_fraction"),
+)
 
 
 def _floats(values, name):
@@ -149,11 +168,11 @@ def config_from_flags():
     try:
         values = {
             "model_dir": FLAGS.model_dir,
-            "train": FLAGS.train,
+            "train_data": FLAGS.train_data,
             "output_dir": FLAGS.output_dir,
-            "val": FLAGS.val,
-            "test": FLAGS.test,
-            "text_keys": _flags.text_keys(FLAGS.text_key),
+            "validation_data": FLAGS.validation_data,
+            "test_data": FLAGS.test_data,
+            "text_key": _flags.text_keys(FLAGS.text_key),
             "label_key": FLAGS.label_key,
             "label_threshold": FLAGS.label_threshold,
             "label_map": FLAGS.label_map,
@@ -167,7 +186,7 @@ def config_from_flags():
             ),
             "max_train_examples": FLAGS.max_train_examples,
             "max_eval_examples": FLAGS.max_eval_examples,
-            "val_fraction": FLAGS.val_fraction,
+            "validation_fraction": FLAGS.validation_fraction,
             "penalty": FLAGS.penalty,
             "solver": FLAGS.solver,
             "seed": FLAGS.seed,
@@ -236,7 +255,7 @@ def run():
         define_transfer_flags,
         main,
         config_from_flags,
-        required=["model_dir", "train", "output_dir"],
+        required=["model_dir", "train_data", "output_dir"],
     )
 
 

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tf_mlstm import errors
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.data.text import normalize_text
 
 PAD_ID = -1
 """Fills `sample_ids` rows after the `DOC_START` that ended them."""
@@ -274,3 +275,53 @@ def sample_text(
         sampler=sampler,
     )
     return ids_to_text(out[0], strip_doc_end=stop_at_doc_end)
+
+
+def generate_texts(
+    model,
+    prompt,
+    length,
+    num_samples=1,
+    temperature=1.0,
+    seed=0,
+    neuron=-1,
+    neuron_value=0.0,
+    stop_at_end=True,
+    sampler=None,
+):
+    """Samples `num_samples` continuations of a raw prompt (`tf-mlstm-generate`'s samples).
+
+    The prompt is normalized as training text is and framed after the
+    document-start byte; the rows are sampled in one batch.
+
+    Args:
+      model: an `MLSTMLanguageModel`.
+      prompt: the text to continue (may be empty).
+      length: bytes to generate per sample (at most, with `stop_at_end`).
+      num_samples: samples drawn.
+      temperature, seed, neuron, neuron_value: as in `sample_ids`.
+      stop_at_end: end a sample at the end of the review (the next
+        document-start byte), which is not part of the text.
+      sampler: a `make_sampler(model)` to reuse across calls.
+
+    Returns:
+      A list of `num_samples` strs, each the normalized prompt and its
+      continuation.
+
+    Raises:
+      ValueError: as `sample_ids`.
+    """
+    prompt = normalize_text(prompt)
+    ids = framing.frame_ids_tf(tf.constant([prompt] * num_samples)).ids
+    out = sample_ids(
+        model,
+        ids,
+        length,
+        temperature=temperature,
+        seed=seed,
+        neuron=neuron,
+        neuron_value=neuron_value,
+        stop_at_doc_end=stop_at_end,
+        sampler=sampler,
+    )
+    return [prompt + ids_to_text(row, strip_doc_end=stop_at_end) for row in out.numpy()]

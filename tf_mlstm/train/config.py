@@ -9,6 +9,8 @@ import json
 import math
 
 from tf_mlstm import errors
+from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
 from tf_mlstm.data.repeats import parse_source_repeats
 from tf_mlstm.train.hardware import AUTO
 from tf_mlstm.train.hardware import PRECISION_CHOICES
@@ -98,17 +100,175 @@ class JsonConfig:
                     f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
                 )
 
+    # Field names a config file written before a rename holds: old -> new.
+    RENAMED_FIELDS = {}
+
+    @classmethod
+    def upgrade_saved(cls, values):
+        """A saved config's dict with the names `RENAMED_FIELDS` replaced (new ones win)."""
+        upgraded = {cls.RENAMED_FIELDS.get(k, k): v for k, v in values.items()}
+        upgraded.update({k: v for k, v in values.items() if k not in cls.RENAMED_FIELDS})
+        return upgraded
+
     @classmethod
     def from_json(cls, text):
         """Builds a config from `to_json` output, ignoring unknown keys."""
-        values = json.loads(text)
+        values = cls.upgrade_saved(json.loads(text))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
+# === The shared vocabulary ===
+#
+# Small groups of settings that every training binary shares, each with its
+# one validation. `TrainConfig` and the fine-tuning config
+# (`transfer.settings.FinetuneConfig`) are composed of them: their fields are
+# the groups' fields (so config files stay flat and a flag name is a field
+# name), and `validate` calls each group's check once. A binary changes a
+# group's default by declaring the field again; its check stays the group's.
+
+CLUSTER_RESOLVERS = ("tf_config", "slurm")
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(JsonConfig):
-    """Training settings. Field names match the `tf-mlstm-train` flags."""
+class RuntimeFields(JsonConfig):
+    """Where and how the steps run: precision, XLA, seed, distribution."""
+
+    precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
+    allreduce_dtype: str = "float32"
+    jit_compile: str = AUTO  # likewise
+    seed: int = 0
+    distribution_strategy: str = "default"
+    all_reduce: str = "auto"
+    cluster_resolver: str = "tf_config"
+    num_gpus: int = -1  # -1 = all visible
+    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
+
+    @property
+    def runtime(self):
+        """This config's runtime settings alone, as a `RuntimeFields`."""
+        return _group(self, RuntimeFields)
+
+    def validate_runtime(self):
+        """Raises ValueError naming the first bad runtime setting."""
+        self.check_choices(
+            {
+                "precision": PRECISION_CHOICES,
+                "allreduce_dtype": ALLREDUCE_DTYPES,
+                "jit_compile": JIT_CHOICES,
+                "distribution_strategy": STRATEGIES,
+                "all_reduce": ALL_REDUCE,
+                "cluster_resolver": CLUSTER_RESOLVERS,
+            }
+        )
+        if not 0 <= self.collective_timeout_s < float("inf"):
+            raise errors.InvalidValueError(
+                f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
+                f"{self.collective_timeout_s}."
+            )
+        # With auto the check waits for the resolved config (hardware.resolve_run_config
+        # validates it again once the precision is concrete).
+        if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
+            raise errors.InvalidValueError(
+                "--allreduce_dtype=float16 needs "
+                "--precision=mixed_float16 (its loss scaling keeps "
+                "float16 gradient sums finite)."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizationFields(JsonConfig):
+    """The optimizer's settings: global batch, peak rate, warmup, decay, clipping."""
+
+    batch_size: int = 32  # global
+    lr: float = 5e-3
+    warmup_steps: int = 0
+    lr_decay: str = "linear"
+    clip_norm: float = 1.0
+
+    @property
+    def optimization(self):
+        """This config's optimization settings alone, as an `OptimizationFields`."""
+        return _group(self, OptimizationFields)
+
+    def validate_optimization(self, schedule_steps):
+        """Raises ValueError naming the first bad optimization setting.
+
+        Args:
+          schedule_steps: the schedule's length, which bounds the warmup.
+        """
+        self.check_positive(("batch_size", "lr"))
+        self.check_choices({"lr_decay": DECAYS})
+        if self.clip_norm < 0:
+            raise errors.InvalidValueError(f"--clip_norm must be >= 0, got {self.clip_norm}.")
+        if not 0 <= self.warmup_steps <= schedule_steps:
+            raise errors.InvalidValueError(
+                f"--warmup_steps must be in [0, {schedule_steps}] "
+                f"(the schedule length), got {self.warmup_steps}."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetFields(JsonConfig):
+    """How long a run goes and its bookkeeping: steps, time, cadence, divergence."""
+
+    max_steps: int = 600
+    max_minutes: float = 0.0  # 0 = no time budget
+    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
+    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
+    log_every_steps: int = 25
+    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
+    eval_every_steps: int = 200  # 0 = only at the end
+    checkpoint_every_steps: int = 200
+    keep_checkpoints: int = 3
+
+    @property
+    def budget(self):
+        """This config's budget settings alone, as a `BudgetFields`."""
+        return _group(self, BudgetFields)
+
+    @property
+    def schedule_steps(self):
+        """The learning-rate schedule's length in steps."""
+        return self.max_steps
+
+    def validate_budget(self):
+        """Raises ValueError naming the first bad budget setting."""
+        self.check_positive(
+            (
+                "max_steps",
+                "max_nonfinite_steps",
+                "log_every_steps",
+                "checkpoint_every_steps",
+                "keep_checkpoints",
+            )
+        )
+        self.check_choices({"schedule_length": SCHEDULE_LENGTHS})
+        if self.max_minutes < 0:
+            raise errors.InvalidValueError(f"--max_minutes must be >= 0, got {self.max_minutes}.")
+        profile_bounds(self.profile_steps)
+
+
+def _group(config, group):
+    """The fields of `group` (a fields dataclass) taken from `config`, as a `group`."""
+    return group(**{f.name: getattr(config, f.name) for f in dataclasses.fields(group)})
+
+
+def validate_runner_settings(config):
+    """The checks of the groups every runner config is composed of, each group's once."""
+    config.check_numbers()
+    config.validate_runtime()
+    config.validate_optimization(config.schedule_steps)
+    config.validate_budget()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
+    """Training settings. Field names match the `tf-mlstm-train` flags.
+
+    Runtime, optimization and budget settings are the shared groups' (above);
+    the fields here are the language model's own.
+    """
 
     # Data.
     train_data: str = ""  # TFRecord folder or glob; "" = embedded demo corpus.
@@ -120,99 +280,57 @@ class TrainConfig(JsonConfig):
     hidden_size: int = 256
     embedding_size: int = 64
     weight_norm: bool = True
-    # Optimization.
+    # Optimization beyond the shared group.
     seq_length: int = 128
-    batch_size: int = 32  # global
-    lr: float = 5e-3
     lr_scaling: str = "none"
     lr_base_batch: int = 128
     max_lr: float = 0.0
-    warmup_steps: int = 0
-    lr_decay: str = "linear"
     total_steps: int = 0  # 0 = max_steps
-    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
-    clip_norm: float = 1.0
-    precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
-    allreduce_dtype: str = "float32"
-    jit_compile: str = AUTO  # likewise
-    seed: int = 0
-    # Budget and bookkeeping.
-    max_steps: int = 600
+    # Budget and bookkeeping beyond the shared group.
     epochs: float = 0.0  # > 0: max_steps from the converted corpus's byte count
-    max_minutes: float = 0.0
-    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
-    checkpoint_every_steps: int = 200
-    keep_checkpoints: int = 3
-    log_every_steps: int = 25
-    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
-    eval_every_steps: int = 200
     eval_batches: int = 20
     sample_every_steps: int = 200
     sample_length: int = 200
-    # Distribution.
-    distribution_strategy: str = "default"
-    all_reduce: str = "auto"
-    cluster_resolver: str = "tf_config"
-    num_gpus: int = -1  # -1 = all visible
-    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""
-        self.check_numbers()
-        self.check_positive(
-            (
-                "hidden_size",
-                "embedding_size",
-                "seq_length",
-                "batch_size",
-                "max_steps",
-                "checkpoint_every_steps",
-                "keep_checkpoints",
-                "log_every_steps",
-                "lr_base_batch",
-                "max_nonfinite_steps",
-                "lr",
-            )
-        )
-        self.check_choices(
-            {
-                "precision": PRECISION_CHOICES,
-                "distribution_strategy": STRATEGIES,
-                "all_reduce": ALL_REDUCE,
-                "jit_compile": JIT_CHOICES,
-                "lr_scaling": SCALINGS,
-                "lr_decay": DECAYS,
-                "allreduce_dtype": ALLREDUCE_DTYPES,
-                "schedule_length": SCHEDULE_LENGTHS,
-            }
-        )
-        for name in ("clip_norm", "max_minutes", "max_lr", "epochs"):
+        validate_runner_settings(self)
+        self.check_positive(("hidden_size", "embedding_size", "seq_length", "lr_base_batch"))
+        self.check_choices({"lr_scaling": SCALINGS})
+        for name in ("max_lr", "epochs"):
             if getattr(self, name) < 0:
                 raise errors.InvalidValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
-        if not 0 <= self.collective_timeout_s < float("inf"):
-            raise errors.InvalidValueError(
-                f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
-                f"{self.collective_timeout_s}."
-            )
-        if self.warmup_steps < 0 or self.warmup_steps > self.schedule_steps:
-            raise errors.InvalidValueError(
-                f"--warmup_steps must be in [0, {self.schedule_steps}] "
-                f"(the schedule length), got {self.warmup_steps}."
-            )
         try:
             parse_source_repeats(self.source_repeats)
         except ValueError as error:
             raise errors.InvalidValueError(f"--{error}") from None
-        # With auto the check waits for the resolved config (hardware.resolve_run_config).
-        profile_bounds(self.profile_steps)
-        if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
-            raise errors.InvalidValueError(
-                "--allreduce_dtype=float16 needs "
-                "--precision=mixed_float16 (its loss scaling keeps "
-                "float16 gradient sums finite)."
-            )
         return self
 
     @property
     def schedule_steps(self):
         return self.total_steps or self.max_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """What `tf-mlstm-eval` scores. Field names match its flags."""
+
+    model_dir: str
+    data: str  # a TFRecord folder (its `split` shards) or glob, or raw corpus files/globs
+    text_key: tuple = TEXT_KEYS
+    text_mode: str = "line"
+    split: str = "test"
+    batch_size: int = 32
+    seq_length: int = 256
+    max_batches: int = 0
+
+    @property
+    def text_keys(self):
+        """The keys tried in order, blanks left out."""
+        return split_keys(self.text_key)
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.text_keys:
+            raise errors.InvalidValueError("--text_key must name at least one key")
+        return self

@@ -159,3 +159,17 @@ def evaluate_data(
     if read_errors:
         raise read_errors[0]
     return result
+
+
+def evaluate_config(config):
+    """`evaluate_data` of a `train.config.EvalConfig` (what `tf-mlstm-eval` runs)."""
+    return evaluate_data(
+        config.model_dir,
+        config.data,
+        config.text_keys,
+        config.text_mode,
+        config.split,
+        config.batch_size,
+        config.seq_length,
+        config.max_batches,
+    )

@@ -26,12 +26,12 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.data.fields import split_keys
 from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import plots
+from tf_mlstm.transfer import settings
 
 RESULTS_FILE = rundir.RESULTS_FILE
 CLASSIFIER_FILE = "classifier.json"
@@ -69,51 +69,37 @@ def parse_num_labeled(spec):
 
 
 @dataclasses.dataclass(frozen=True)
-class TransferConfig:
-    """Settings of one transfer run. Field names match the flags."""
+class TransferConfig(settings.LabeledDataFields):
+    """Settings of one transfer run. Field names match the flags.
 
-    model_dir: str
-    train: str
-    output_dir: str
-    val: str = ""  # "" = a held-out share of train
-    test: str = ""  # "" = no test accuracy
-    text_keys: tuple = ("text",)
-    label_key: str = "label"  # several, comma-separated = multi-label (0/1 each)
+    The labeled data (splits, keys, labels, subsampling) is the group that
+    fine-tuning reads too (`settings.LabeledDataFields`).
+    """
+
+    model_dir: str = ""
+    output_dir: str = ""
     label_threshold: float | None = None  # None: labels are classes; else value >= it is 1
-    label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes
     threshold_metric: str = "accuracy"  # multi-label: what each label's threshold maximizes
     features: str = "cell"
     num_labeled: tuple = ()
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
     window: int = features_lib.DEFAULT_WINDOW
     precision: str = "float32"  # the policy features are computed in
-    max_train_examples: int = 0
-    max_eval_examples: int = 0
-    val_fraction: float = 0.1
     c_grid: tuple = logistic.DEFAULT_C_GRID
     penalty: str = "l1"
     solver: str = "auto"  # liblinear for l1 (saga for K > 2 classes), lbfgs for l2
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
 
-    @property
-    def label_keys(self):
-        """The label keys, in order (one: classes; several: multi-label)."""
-        return split_keys(self.label_key)
-
     def validate(self):
         """Raises ValueError naming the first bad setting."""
+        for name in ("model_dir", "output_dir"):
+            if not getattr(self, name):
+                raise errors.InvalidValueError(f"--{name} is required.")
+        self.validate_labeled_data()
         features_lib.parse_feature_kinds(self.features)
         if self.batch_size <= 0 or self.window <= 0:
             raise errors.InvalidValueError("--batch_size and --window must be positive")
-        if self.max_train_examples < 0 or self.max_eval_examples < 0:
-            raise errors.InvalidValueError(
-                "--max_train_examples and --max_eval_examples must be >= 0"
-            )
-        if not 0 < self.val_fraction < 1:
-            raise errors.InvalidValueError(
-                f"--val_fraction must be in (0, 1), got {self.val_fraction}"
-            )
         if self.precision not in PRECISIONS:
             raise errors.InvalidValueError(
                 f"--precision must be one of {PRECISIONS}, got {self.precision!r}"
@@ -133,12 +119,6 @@ class TransferConfig:
         if not self.c_grid or min(self.c_grid) <= 0:
             raise errors.InvalidValueError(
                 f"--c_grid must hold positive values, got {list(self.c_grid)}"
-            )
-        if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key")
-        if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
-            raise errors.InvalidValueError(
-                f"--label_key must name distinct keys, got {self.label_key!r}"
             )
         if self.label_threshold is not None and not math.isfinite(self.label_threshold):
             raise errors.InvalidValueError(
@@ -183,18 +163,19 @@ def _read(config, spec, limit):
 
 def _read_data(config):
     """Reads and subsamples the splits, holds out validation, checks the labels."""
-    train = _read(config, config.train, config.max_train_examples)
+    train = _read(config, config.train_data, config.max_train_examples)
     splits = {
         name: _read(config, spec, config.max_eval_examples)
-        for name, spec in (("val", config.val), ("test", config.test))
+        for name, spec in (("val", config.validation_data), ("test", config.test_data))
         if spec
     }
     held_out = "val" not in splits
     fit = train
     if held_out:
-        fit, splits["val"] = labeled.split_off(train, config.val_fraction, config.seed)
+        fit, splits["val"] = labeled.split_off(train, config.validation_fraction, config.seed)
         logging.info(
-            "No --val: validating on %d rows held out of the training data", len(splits["val"])
+            "No --validation_data: validating on %d rows held out of the training data",
+            len(splits["val"]),
         )
     splits = {"train": fit, **splits}
     return _Data(train, splits, _training_classes(config, splits), held_out)
@@ -212,14 +193,14 @@ def _training_classes(config, splits):
         for key, column in zip(fit.label_keys, fit.labels.T):
             if len(np.unique(column)) < 2:
                 raise errors.InvalidValueError(
-                    f"{config.train}: label {key!r} is {int(column[0])} on every training row; "
-                    "each label needs both 0 and 1"
+                    f"{config.train_data}: label {key!r} is {int(column[0])} on every training "
+                    "row; each label needs both 0 and 1"
                 )
         return fit.label_keys
     classes = fit.classes()
     if len(classes) < 2:
         raise errors.InvalidValueError(
-            f"{config.train}: a classifier needs two or more classes, found {list(classes)}"
+            f"{config.train_data}: a classifier needs two or more classes, found {list(classes)}"
         )
     missing = [c for c in fit.class_order or () if c not in classes]
     if missing:

@@ -47,6 +47,33 @@ DEFAULT_WINDOW = 256
 DEFAULT_BATCH_SIZE = 64
 
 
+def resolve_precision(choice, model_dir=None, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW):
+    """The policy features are computed in: `choice`, or for `auto` this machine's choice.
+
+    Args:
+      choice: float32, mixed_bfloat16, mixed_float16, or auto: measured for
+        `model_dir`'s model at this batch shape (`measured_precision`), or,
+        without a model, the hardware table's choice (mixed_float16 on GPUs
+        with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16 units,
+        else float32). Logged with the reason.
+      model_dir: the trained model's run folder, or None.
+      batch_size: texts per model call.
+      window: bytes per model call.
+
+    Returns:
+      A concrete policy name.
+    """
+    if choice != hardware.AUTO:
+        return choice
+    if model_dir is not None:
+        precision, _ = measured_precision(model_dir, batch_size, window)
+        return precision
+    machine = hardware.detect()
+    precision, reason = hardware.resolve_precision(choice, machine)
+    logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
+    return precision
+
+
 def parse_feature_kinds(spec):
     """Parses a `--features` value.
 

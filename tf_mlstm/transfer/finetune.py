@@ -492,7 +492,7 @@ class FinetuneTask(Task):
         self.model = SequenceClassifier(
             encoder,
             len(self.names),
-            config.feature,
+            config.features,
             softmax=self.kind == MULTICLASS,
             head_hidden=config.head_hidden,
             head_dropout=config.head_dropout,
@@ -834,7 +834,7 @@ def load_finetuned_model(model_dir):
     model = SequenceClassifier(
         encoder,
         len(classes) if kind == MULTICLASS else len(config.label_keys),
-        config.feature,
+        config.features,
         softmax=kind == MULTICLASS,
         head_hidden=config.head_hidden,
         head_dropout=config.head_dropout,

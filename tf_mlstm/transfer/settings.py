@@ -29,55 +29,23 @@ THRESHOLD_METRICS = ("accuracy", "f1")
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneConfig(train_config_lib.JsonConfig):
-    """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags."""
+class LabeledDataFields:
+    """Labeled text for transfer and fine-tuning: splits, keys, labels, subsampling.
 
-    # Data.
-    init_model_dir: str = ""
+    `tf-mlstm-transfer`, `tf-mlstm-finetune` and `tools/tfidf_baseline.py`
+    read the same fields under the same flag names, checked by
+    `validate_labeled_data` once.
+    """
+
     train_data: str = ""
     validation_data: str = ""  # "" = a held-out share of train_data
-    test_data: str = ""
-    model_dir: str = ""
+    test_data: str = ""  # "" = no test metrics
     text_key: tuple = TEXT_KEYS  # or one comma-separated string
     label_key: str = "label"  # several, comma-separated = multi-label
     label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes (one label key)
     validation_fraction: float = 0.1
     max_train_examples: int = 0  # a seeded random subset of train (0 = all)
     max_eval_examples: int = 0  # the same for validation and test each
-    max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
-    # Model and loss.
-    feature: str = "cell"  # one or several (comma-separated) of FEATURES
-    head_init: str = "random"
-    head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
-    head_dropout: float = 0.0  # dropout before the output layer, in training
-    lm_loss_weight: float = 0.0
-    threshold_metric: str = "accuracy"
-    # Optimization.
-    batch_size: int = 32  # global
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    lr_decay: str = "linear"
-    clip_norm: float = 1.0
-    max_steps: int = 1000
-    precision: str = "auto"
-    allreduce_dtype: str = "float32"
-    jit_compile: str = "auto"
-    seed: int = 0
-    # Budget and bookkeeping.
-    max_minutes: float = 0.0  # 0 = no time budget
-    schedule_length: str = "budget"  # with max_minutes: end the decay at the budget
-    max_nonfinite_steps: int = 20  # non-finite steps in a row that end the run
-    log_every_steps: int = 25
-    profile_steps: str = ""  # "START,END": TensorBoard profile of those steps
-    eval_every_steps: int = 0  # 0 = only at the end
-    checkpoint_every_steps: int = 500
-    keep_checkpoints: int = 2
-    # Distribution.
-    distribution_strategy: str = "default"
-    all_reduce: str = "auto"
-    cluster_resolver: str = "tf_config"
-    num_gpus: int = -1
-    collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
 
     @property
     def label_keys(self):
@@ -85,38 +53,95 @@ class FinetuneConfig(train_config_lib.JsonConfig):
         return split_keys(self.label_key)
 
     @property
-    def feature_kinds(self):
-        """The head's feature kinds, in order."""
-        return split_keys(self.feature)
-
-    @property
     def text_keys(self):
         """The text keys, tried in order."""
         return split_keys(self.text_key)
 
-    def validate(self):
-        """Raises ValueError with one clear line for an inconsistent config; returns self."""
-        self.check_numbers()
-        for name in ("init_model_dir", "train_data", "model_dir"):
-            if not getattr(self, name):
-                raise errors.InvalidValueError(f"--{name} is required.")
+    @property
+    def labeled_data(self):
+        """This config's labeled-data settings alone, as a `LabeledDataFields`."""
+        return LabeledDataFields(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(LabeledDataFields)}
+        )
+
+    def validate_labeled_data(self):
+        """Raises ValueError naming the first bad labeled-data setting."""
+        if not self.train_data:
+            raise errors.InvalidValueError("--train_data is required.")
+        if not self.text_keys:
+            raise errors.InvalidValueError("--text_key must name at least one key.")
         if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
             raise errors.InvalidValueError(
                 f"--label_key must name distinct keys, got {self.label_key!r}."
             )
-        if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key.")
-        if self.label_map:
-            if len(self.label_keys) > 1:
+        if self.label_map and len(self.label_keys) > 1:
+            raise errors.InvalidValueError(
+                "--label_map needs one --label_key (several keys are 0/1 labels each), got "
+                f"{self.label_key!r}."
+            )
+        if not 0 < self.validation_fraction < 1:
+            raise errors.InvalidValueError(
+                f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
+            )
+        for name in ("max_train_examples", "max_eval_examples"):
+            if getattr(self, name) < 0:
                 raise errors.InvalidValueError(
-                    "--label_map needs one --label_key (several keys are 0/1 labels each), got "
-                    f"{self.label_key!r}."
+                    f"--{name} must be >= 0 (0 = all), got {getattr(self, name)}."
                 )
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig(
+    LabeledDataFields,
+    train_config_lib.RuntimeFields,
+    train_config_lib.OptimizationFields,
+    train_config_lib.BudgetFields,
+):
+    """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags.
+
+    Composed of the labeled-data group (above) and the runner's runtime,
+    optimization and budget groups (`train.config`); the fields here are
+    fine-tuning's own, and the shared ones whose default differs.
+    """
+
+    # Files config.json predates the plural flag name with.
+    RENAMED_FIELDS = {"feature": "features"}
+
+    init_model_dir: str = ""
+    model_dir: str = ""
+    max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
+    # Model and loss.
+    features: str = "cell"  # one or several (comma-separated) of FEATURES
+    head_init: str = "random"
+    head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
+    head_dropout: float = 0.0  # dropout before the output layer, in training
+    lm_loss_weight: float = 0.0
+    threshold_metric: str = "accuracy"
+    # Shared settings with fine-tuning's own defaults.
+    lr: float = 1e-4
+    max_steps: int = 1000
+    eval_every_steps: int = 0  # 0 = only at the end
+    checkpoint_every_steps: int = 500
+    keep_checkpoints: int = 2
+
+    @property
+    def feature_kinds(self):
+        """The head's feature kinds, in order."""
+        return split_keys(self.features)
+
+    def validate(self):
+        """Raises ValueError with one clear line for an inconsistent config; returns self."""
+        for name in ("init_model_dir", "model_dir"):
+            if not getattr(self, name):
+                raise errors.InvalidValueError(f"--{name} is required.")
+        self.validate_labeled_data()
+        train_config_lib.validate_runner_settings(self)
         kinds = self.feature_kinds
         unknown = [kind for kind in kinds if kind not in FEATURES]
         if not kinds or unknown or len(set(kinds)) != len(kinds):
             raise errors.InvalidValueError(
-                f"--feature must name distinct kinds of {','.join(FEATURES)}, got {self.feature!r}."
+                f"--features must name distinct kinds of {','.join(FEATURES)}, got "
+                f"{self.features!r}."
             )
         if self.head_init == "probe" and self.head_hidden:
             raise errors.InvalidValueError(
@@ -131,56 +156,13 @@ class FinetuneConfig(train_config_lib.JsonConfig):
             raise errors.InvalidValueError(
                 f"--head_dropout must be in [0, 1), got {self.head_dropout}."
             )
-        self.check_positive(
-            (
-                "batch_size",
-                "max_steps",
-                "log_every_steps",
-                "checkpoint_every_steps",
-                "keep_checkpoints",
-                "max_nonfinite_steps",
-                "lr",
-            )
-        )
         if self.max_length < 2:
             raise errors.InvalidValueError(
                 f"--max_length must be >= 2 bytes, got {self.max_length}."
             )
-        self.check_choices(
-            {
-                "head_init": HEAD_INITS,
-                "threshold_metric": THRESHOLD_METRICS,
-                "lr_decay": train_config_lib.DECAYS,
-                "precision": train_config_lib.PRECISION_CHOICES,
-                "jit_compile": train_config_lib.JIT_CHOICES,
-                "distribution_strategy": train_config_lib.STRATEGIES,
-                "all_reduce": train_config_lib.ALL_REDUCE,
-                "allreduce_dtype": train_config_lib.ALLREDUCE_DTYPES,
-                "schedule_length": train_config_lib.SCHEDULE_LENGTHS,
-            }
-        )
-        for name in (
-            "lm_loss_weight",
-            "clip_norm",
-            "eval_every_steps",
-            "max_minutes",
-            "collective_timeout_s",
-        ):
-            if getattr(self, name) < 0:
-                raise errors.InvalidValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
-        train_config_lib.profile_bounds(self.profile_steps)
-        if self.allreduce_dtype == "float16" and self.precision != "mixed_float16":
+        self.check_choices({"head_init": HEAD_INITS, "threshold_metric": THRESHOLD_METRICS})
+        if self.lm_loss_weight < 0:
             raise errors.InvalidValueError(
-                "--allreduce_dtype=float16 needs --precision=mixed_float16 (its loss scaling "
-                "keeps float16 gradient sums finite)."
-            )
-        if not 0 < self.validation_fraction < 1:
-            raise errors.InvalidValueError(
-                f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
-            )
-        if not 0 <= self.warmup_steps <= self.max_steps:
-            raise errors.InvalidValueError(
-                f"--warmup_steps must be in [0, --max_steps={self.max_steps}], got "
-                f"{self.warmup_steps}."
+                f"--lm_loss_weight must be >= 0, got {self.lm_loss_weight}."
             )
         return self

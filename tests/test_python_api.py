@@ -1,0 +1,180 @@
+"""The Python API (`import tf_mlstm`): lazy, versioned, and equal to the binaries' numbers.
+
+The examples of docs/python.md run too, in order, in a temporary folder.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tf_mlstm
+from _models import write_untrained_model_dir
+from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.cli import generate as generate_cli
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.models import featurize
+from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.transfer import features
+from tf_mlstm.transfer import logistic
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TEXTS = ["A wonderful, moving film.", "Boring and far too long.", "Café au lait: très bon!", "Ok"]
+
+
+def _python(code, cwd=REPO, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+# === The package ===
+
+
+def test_import_is_cheap_and_the_configs_come_without_tensorflow():
+    out = _python(
+        textwrap.dedent(
+            """
+            import sys
+            import tf_mlstm
+            assert "tensorflow" not in sys.modules, "import tf_mlstm imported tensorflow"
+            for name in ("TrainConfig", "EvalConfig", "FinetuneConfig", "UserError"):
+                getattr(tf_mlstm, name)
+            assert "tensorflow" not in sys.modules, "a config imported tensorflow"
+            assert set(tf_mlstm.__all__) <= set(dir(tf_mlstm))
+            print(tf_mlstm.__version__)
+            """
+        )
+    )
+    assert out.strip() == tf_mlstm.__version__
+
+
+def test_the_version_has_one_home_that_setup_py_reads():
+    setup = (REPO / "setup.py").read_text(encoding="utf-8")
+    assert "version=_version()" in setup
+    assert not re.search(r"version=\"\d", setup)
+    out = subprocess.run(
+        [sys.executable, "setup.py", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.stdout.strip().splitlines()[-1] == tf_mlstm.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tf_mlstm.__version__)
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="module 'tf_mlstm' has no attribute 'fit'"):
+        tf_mlstm.fit  # noqa: B018
+    # The entry points are functions, never shadowed by the subpackages.
+    assert callable(tf_mlstm.pretrain) and callable(tf_mlstm.probe)
+
+
+# === A loaded model gives the binaries' numbers ===
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path, _ = write_untrained_model_dir(tmp_path_factory.mktemp("api") / "m")
+    return path
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    return tf_mlstm.load(str(model_dir), batch_size=3, window=8)
+
+
+def test_featurize_equals_transfer_features_and_each_text_alone(loaded, model_dir):
+    got = loaded.featurize(TEXTS)
+    model, _ = load_trained_model(str(model_dir))
+    normalized = [normalize_text(text) for text in TEXTS]
+    want = features.TextFeaturizer(model, 64, 256)(normalized, progress=False)
+    assert set(got) == set(featurize.FEATURE_KINDS)
+    for kind in featurize.FEATURE_KINDS:
+        assert got[kind].shape == (len(TEXTS), model.hidden_size)
+        np.testing.assert_allclose(got[kind], want[kind], rtol=1e-5, atol=1e-6)
+    cell = loaded.featurize(TEXTS[2:3], kinds=("cell",))
+    assert list(cell) == ["cell"]
+    np.testing.assert_allclose(cell["cell"][0], want["cell"][2], rtol=1e-5, atol=1e-6)
+
+
+def test_score_equals_tf_mlstm_eval_of_each_text(loaded, model_dir, tmp_path):
+    scores = loaded.score(TEXTS + [""])
+    assert np.isnan(scores[-1])  # nothing to score
+    for index, text in enumerate(TEXTS):
+        path = tmp_path / f"text{index}.txt"
+        path.write_text(text + "\n", encoding="utf-8")
+        # What tf-mlstm-eval runs on its flags' config.
+        result = tf_mlstm.evaluate(
+            tf_mlstm.EvalConfig(model_dir=str(model_dir), data=str(path), batch_size=1)
+        )
+        assert result["chars"] == len(normalize_text(text).encode("utf-8"))
+        np.testing.assert_allclose(scores[index], result["bits_per_char"], rtol=1e-5)
+
+
+def test_generate_with_a_seed_is_deterministic_and_the_binary_s_sample(loaded, model_dir):
+    first = loaded.generate("This movie", length=40, seed=7, stop_at_end=False)
+    assert first == loaded.generate("This movie", length=40, seed=7, stop_at_end=False)
+    assert first.startswith("This movie") and len(first.encode("utf-8")) >= len("This movie")
+    assert first != loaded.generate("This movie", length=40, seed=8, stop_at_end=False)
+    config = generate_cli.GenerateConfig(
+        model_dir=str(model_dir), prompt="This movie", length=40, seed=7, stop_at_end=False
+    ).validate()
+    assert generate_cli.generate_texts(config) == [first]
+
+
+def test_classify_with_a_fitted_classifier_equals_tf_mlstm_classify(model_dir, tmp_path):
+    model, _ = load_trained_model(str(model_dir))
+    normalized = [normalize_text(text) for text in TEXTS] * 3
+    x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
+    labels = np.array([1, 0, 1, 0] * 3)
+    fitted, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
+    path = str(tmp_path / "classifier.json")
+    fitted.save(path)
+
+    out = tf_mlstm.load(str(model_dir), classifier=path).classify(TEXTS)
+    assert out.classes == (0, 1) and out.probabilities.shape == (4, 2)
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    config = classify_cli.ClassifyConfig(
+        model_dir=str(model_dir), classifier=path, input=str(tmp_path / "in.txt"), output="-"
+    ).validate()
+    _, probabilities, predicted, classes = classify_cli.classify(config)
+    np.testing.assert_allclose(out.probabilities, probabilities, atol=1e-6)
+    np.testing.assert_array_equal(out.labels, predicted)
+
+
+def test_classify_without_a_classifier_needs_a_fine_tuned_run(loaded):
+    with pytest.raises(ValueError, match="is not a fine-tuned run: give tf_mlstm.load"):
+        loaded.classify(TEXTS)
+    with pytest.raises(ValueError, match="texts must be a list of str, not one str"):
+        loaded.score("one text")
+
+
+# === docs/python.md ===
+
+
+def python_blocks(markdown):
+    """The ```python blocks of a Markdown text, in order."""
+    return re.findall(r"^```python\n(.*?)^```$", markdown, re.S | re.M)
+
+
+@pytest.mark.slow
+def test_the_python_page_s_examples_run_in_order(tmp_path):
+    blocks = python_blocks((REPO / "docs" / "python.md").read_text(encoding="utf-8"))
+    assert len(blocks) >= 4
+    # One process, as a notebook runs the cells; each block ends with a marker.
+    script = "\n".join(
+        f"{block}\nprint('block {i} done', flush=True)" for i, block in enumerate(blocks)
+    )
+    out = _python(script, cwd=tmp_path, timeout=900)
+    assert f"block {len(blocks) - 1} done" in out

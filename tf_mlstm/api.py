@@ -1,0 +1,360 @@
+"""The Python API behind `import tf_mlstm` (docs/python.md).
+
+A thin layer over the functions the `tf-mlstm-*` binaries call, taking the
+config objects the binaries build from their flags, so a notebook and a
+binary given the same settings compute the same numbers:
+
+| binary | function | config |
+| --- | --- | --- |
+| `tf-mlstm-make-tfrecords` | `convert` | `data.convert.ConvertConfig` |
+| `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `train.config.TrainConfig` |
+| `tf-mlstm-eval` | `evaluate` | `train.config.EvalConfig` |
+| `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
+| `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
+
+`load(model_dir)` gives a `TrainedModel` with the inference of
+`tf-mlstm-generate`, `tf-mlstm-classify` and the SavedModel's `featurize`
+and `score` signatures.
+
+Layering: this module sits above `transfer` and below `cli` (it is where
+training and export meet, as they import neither each other); the binaries
+call it, it never imports them.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tf_mlstm import errors
+from tf_mlstm import rundir
+from tf_mlstm.data import framing
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.export import saved_model
+from tf_mlstm.models import featurize
+from tf_mlstm.models import sampling
+from tf_mlstm.train import data_files
+from tf_mlstm.train import evaluation
+from tf_mlstm.train import loop
+from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.transfer import features as features_lib
+from tf_mlstm.transfer import predict
+
+# === Entry points ===
+
+
+def convert(config):
+    """Converts a corpus into sharded TFRecords (`tf-mlstm-make-tfrecords`).
+
+    Args:
+      config: a `tf_mlstm.ConvertConfig`.
+
+    Returns:
+      The stats written to the output's stats.json (records, bytes, splits,
+      skipped records by reason, ...).
+    """
+    from tf_mlstm.data import convert as convert_lib  # pylint: disable=g-import-not-at-top
+
+    return convert_lib.convert(config)
+
+
+def pretrain(config):
+    """Trains a language model, then (on the chief) exports its SavedModel (`tf-mlstm-train`).
+
+    The export folder is checked before training starts, so a folder that
+    holds something the exporter did not write stops the run at once rather
+    than after the training. A rerun with the same `model_dir` resumes.
+
+    Args:
+      config: a `tf_mlstm.TrainConfig` (validated here).
+
+    Returns:
+      The results dict (step, bits/char, ...), with `export_dir` (the
+      SavedModel's version folder) on the chief.
+
+    Raises:
+      ValueError: an invalid config, or `model_dir/export` holds something
+        not written by an export.
+    """
+    config = config.validate()
+    export_base = rundir.export_dir(config.model_dir)
+    saved_model.check_export_base(export_base)
+    train_files, validation_files = data_files.resolve_data(config)
+    config = data_files.steps_for_epochs(config, train_files)
+    trainer = loop.Trainer(config, train_files, validation_files)
+    results = trainer.train(finalize=False)
+    if strategy_lib.is_chief(trainer.strategy):
+        exported = saved_model.export_trained_model(
+            config.model_dir, export_base, metadata={"results": results}
+        )
+        results["export_dir"] = exported["export_dir"]
+    strategy_lib.finalize(trainer.strategy)
+    return results
+
+
+def evaluate(config):
+    """Bits per character of a trained model on held-out text (`tf-mlstm-eval`).
+
+    Args:
+      config: a `tf_mlstm.EvalConfig`.
+
+    Returns:
+      dict with `bits_per_char`, `chars` and `chars_per_s`.
+    """
+    return evaluation.evaluate_config(config.validate())
+
+
+def finetune(config):
+    """Fine-tunes a trained model end to end as a text classifier (`tf-mlstm-finetune`).
+
+    Args:
+      config: a `tf_mlstm.FinetuneConfig` (validated here).
+
+    Returns:
+      The results dict (task kind, classes or thresholds, metrics per split).
+    """
+    from tf_mlstm.transfer import finetune as finetune_lib  # pylint: disable=g-import-not-at-top
+
+    return finetune_lib.finetune(config.validate())
+
+
+def probe(config):
+    """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
+
+    Writes results.json, classifier.json (for `load(..., classifier=...)`)
+    and the plots to `config.output_dir`.
+
+    Args:
+      config: a `tf_mlstm.TransferConfig` with a concrete `precision`.
+
+    Returns:
+      The results dict.
+    """
+    from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
+
+    return experiment.run_transfer(config)
+
+
+# === A trained model ===
+
+
+@dataclasses.dataclass(frozen=True)
+class Classified:
+    """What `TrainedModel.classify` gives for N texts.
+
+    Attributes:
+      labels: the predicted class of each text [N] (multi-label: [N, L] 0/1).
+      probabilities: [N, K] per class (binary: [N, 2]; multi-label: [N, L]
+        per label).
+      classes: the K classes (or L label names) of the probability columns.
+    """
+
+    labels: np.ndarray
+    probabilities: np.ndarray
+    classes: tuple
+
+
+def load(
+    model_dir,
+    classifier="",
+    precision="float32",
+    batch_size=features_lib.DEFAULT_BATCH_SIZE,
+    window=features_lib.DEFAULT_WINDOW,
+):
+    """Loads the newest intact checkpoint of a run folder.
+
+    Args:
+      model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`.
+      classifier: a `classifier.json` of `tf-mlstm-transfer` for `classify`;
+        "" = a fine-tuned run's own head (if `model_dir` is one).
+      precision: the policy the model computes in: float32 (the numbers the
+        exported SavedModel gives), mixed_bfloat16, mixed_float16, or auto
+        (decided from this machine, as `tf-mlstm-classify --precision=auto`).
+      batch_size: texts per model call.
+      window: bytes per model call; the state carries across windows.
+
+    Returns:
+      A `TrainedModel`.
+
+    Raises:
+      FileNotFoundError: no trained model in `model_dir`.
+    """
+    precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
+    model, config, checkpoint = rundir.load_trained_checkpoint(model_dir, precision=precision)
+    return TrainedModel(
+        model_dir, model, config, checkpoint, classifier, precision, batch_size, window
+    )
+
+
+class TrainedModel:
+    """A trained language model with the inference the binaries run.
+
+    Texts are raw: each method normalizes them as training text was (as the
+    SavedModel and `tf-mlstm-classify` do).
+
+    Attributes:
+      model: the `MLSTMLanguageModel` (a `keras.Model`).
+      config: the run's `TrainConfig`.
+      checkpoint: the checkpoint prefix loaded.
+      model_dir: the run folder.
+      precision: the policy it computes in.
+    """
+
+    def __init__(
+        self, model_dir, model, config, checkpoint, classifier, precision, batch_size, window
+    ):
+        if batch_size <= 0 or window <= 0:
+            raise errors.InvalidValueError(
+                f"batch_size and window must be positive, got {batch_size}, {window}"
+            )
+        self.model_dir = model_dir
+        self.model = model
+        self.config = config
+        self.checkpoint = checkpoint
+        self.classifier = classifier
+        self.precision = precision
+        self.batch_size = int(batch_size)
+        self.window = int(window)
+        self._featurizer = None
+        self._sampler = None
+        self._predictor = None
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def score_of(texts):
+            framed = framing.frame_ids_tf(texts, pad_to_multiple=self.window)
+            return featurize.score_ids(self.model, framed.ids, framed.valid, self.window)
+
+        self._score_of = score_of
+
+    @property
+    def hidden_size(self):
+        """The model's mLSTM units."""
+        return self.model.hidden_size
+
+    def featurize(self, texts, kinds=features_lib.FEATURE_KINDS):
+        """Features of each text: final states and statistics of the states over it.
+
+        The numbers of `tf-mlstm-transfer` and of the SavedModel's
+        `featurize` signature.
+
+        Args:
+          texts: a sequence of str.
+          kinds: the feature kinds to return (`FEATURE_KINDS` of
+            `tf_mlstm.models.featurize`: cell, hidden, mean, max, min, std,
+            cell_mean, cell_max, cell_min).
+
+        Returns:
+          dict kind -> float32 [len(texts), hidden_size].
+        """
+        kinds = tuple(kinds)
+        if self._featurizer is None or self._featurizer.kinds != kinds:
+            self._featurizer = features_lib.TextFeaturizer(
+                self.model, self.batch_size, self.window, kinds
+            )
+        return self._featurizer(_normalized(texts), progress=False)
+
+    def score(self, texts):
+        """Bits per character of each text under the model.
+
+        Every byte after the document start is predicted from the ones before
+        it, with the state reset at the start: `tf-mlstm-eval` of the text
+        alone, and the SavedModel's `score` signature.
+
+        Args:
+          texts: a sequence of str.
+
+        Returns:
+          float64 [len(texts)] bits/char (NaN for a text that is empty after
+          normalization: nothing to score).
+        """
+        texts = _normalized(texts)
+        bits, chars = np.zeros(len(texts)), np.zeros(len(texts))
+        for start in range(0, len(texts), self.batch_size):
+            batch = tf.constant(texts[start : start + self.batch_size], tf.string)
+            b, c = self._score_of(batch)
+            bits[start : start + len(b)], chars[start : start + len(c)] = b.numpy(), c.numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(chars > 0, bits / np.maximum(chars, 1.0), np.nan)
+
+    def generate(
+        self,
+        prompt="",
+        length=200,
+        seed=0,
+        temperature=1.0,
+        neuron=-1,
+        neuron_value=0.0,
+        stop_at_end=True,
+    ):
+        """Samples a continuation of `prompt` (`tf-mlstm-generate`'s first sample).
+
+        Args:
+          prompt: the text to continue (normalized first; may be empty).
+          length: bytes to generate (at most, with `stop_at_end`).
+          seed: the same seed gives the same text.
+          temperature: softmax temperature (> 0; small is near argmax).
+          neuron: a cell-state unit held at `neuron_value` after every byte
+            (the sentiment-neuron experiment), or -1 for none.
+          neuron_value: the held value.
+          stop_at_end: end at the end of the review (the next document start).
+
+        Returns:
+          The normalized prompt followed by its continuation, as a str.
+        """
+        if self._sampler is None:
+            self._sampler = sampling.make_sampler(self.model)
+        texts = sampling.generate_texts(
+            self.model,
+            prompt,
+            length,
+            temperature=temperature,
+            seed=seed,
+            neuron=neuron,
+            neuron_value=neuron_value,
+            stop_at_end=stop_at_end,
+            sampler=self._sampler,
+        )
+        return texts[0]
+
+    def classify(self, texts):
+        """Class probabilities and predictions of each text (`tf-mlstm-classify`).
+
+        With `load(..., classifier=path)`, the `tf-mlstm-transfer` logistic
+        regression on this model's features; otherwise the head of a
+        fine-tuned run (`tf-mlstm-finetune`), which cuts texts to its
+        `--max_length`.
+
+        Args:
+          texts: a sequence of str.
+
+        Returns:
+          A `Classified` (labels, probabilities, classes).
+
+        Raises:
+          ValueError: no classifier given and the run is not a finished
+            fine-tuning run.
+        """
+        if self._predictor is None:
+            if not self.classifier and not rundir.is_finetune_run(self.model_dir):
+                raise errors.InvalidValueError(
+                    f"{self.model_dir} is not a fine-tuned run: give "
+                    "tf_mlstm.load(model_dir, classifier=CLASSIFIER_JSON) (a tf-mlstm-transfer "
+                    "classifier) to classify"
+                )
+            self._predictor = predict.load_predictor(
+                self.model_dir,
+                self.classifier,
+                self.batch_size,
+                self.window,
+                self.precision,
+                model=self.model,
+            )
+        predictor, classes = self._predictor
+        probabilities, labels = predictor(_normalized(texts))
+        return Classified(np.asarray(labels), np.asarray(probabilities), tuple(classes))
+
+
+def _normalized(texts):
+    if isinstance(texts, str):
+        raise errors.InvalidValueError("texts must be a list of str, not one str")
+    return [normalize_text(text) for text in texts]
