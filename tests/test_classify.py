@@ -1,4 +1,5 @@
-"""tf-mlstm-classify: stdin with bad lines skipped and counted; streaming in bounded chunks."""
+"""tf-mlstm-classify: stdin with bad lines skipped and counted; streaming in bounded chunks;
+an earlier output kept through any failure; a classifier bound to the weights it was fitted on."""
 
 import csv
 import dataclasses
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from _models import write_untrained_model_dir
 from tf_mlstm.data.text import normalize_text
@@ -126,3 +128,153 @@ def test_chunk_size_and_precision_are_checked_before_tensorflow(tmp_path):
         [*command, "--precision=float64"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0 and "--precision" in done.stderr
+
+
+def _write_reviews(tmp_path):
+    with open(tmp_path / "reviews.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["review"], *([text] for text in TEXTS)])
+
+
+def _config(tmp_path, model_dir, **overrides):
+    from tf_mlstm.cli import classify as classify_cli
+
+    values = dict(
+        model_dir=str(model_dir),
+        classifier=str(tmp_path / "classifier.json"),
+        input=str(tmp_path / "reviews.csv"),
+        output=str(tmp_path / "scores.csv"),
+        text_key=("review",),
+    )
+    values.update(overrides)
+    return classify_cli.ClassifyConfig(**values).validate()
+
+
+def test_a_failure_at_any_stage_leaves_an_earlier_csv_byte_identical(tmp_path):
+    from tf_mlstm.cli import classify as classify_cli
+
+    model_dir, _, _ = _fitted(tmp_path)
+    _write_reviews(tmp_path)
+    classify_cli.main(_config(tmp_path, model_dir))
+    earlier = (tmp_path / "scores.csv").read_bytes()
+    assert earlier.startswith(b"index,line,probability,label\n") and earlier.count(b"\n") == 5
+    stages = {
+        "wrong model": (dict(model_dir=str(tmp_path / "nowhere")), FileNotFoundError, "nowhere"),
+        "missing input": (dict(input=str(tmp_path / "gone.csv")), FileNotFoundError, "gone.csv"),
+        "wrong text key": (dict(text_key=("text",)), ValueError, "no text column"),
+        "broken classifier": (
+            dict(classifier=str(tmp_path / "reviews.csv")),
+            ValueError,
+            "not JSON",
+        ),
+    }
+    for stage, (overrides, error, match) in stages.items():
+        with pytest.raises(error, match=match):
+            folder = overrides.pop("model_dir", model_dir)
+            classify_cli.main(_config(tmp_path, folder, **overrides))
+        assert (tmp_path / "scores.csv").read_bytes() == earlier, stage
+
+    class Broken(RuntimeError):
+        pass
+
+    # Midway: the second chunk fails after the first one's rows were written.
+    chunks = classify_cli.classify_chunks
+
+    def failing(config, stdin=None):
+        generator = chunks(config, stdin)
+        yield next(generator)
+        raise Broken("disk gone")
+
+    classify_cli.classify_chunks = failing
+    try:
+        with pytest.raises(Broken):
+            classify_cli.main(_config(tmp_path, model_dir, chunk_texts=2))
+    finally:
+        classify_cli.classify_chunks = chunks
+    assert (tmp_path / "scores.csv").read_bytes() == earlier
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_classifier_refuses_other_weights_of_the_same_size(tmp_path, caplog):
+    from tf_mlstm import rundir
+    from tf_mlstm.cli import classify as classify_cli
+
+    model_dir, classifier, _ = _fitted(tmp_path)
+    _, model = write_untrained_model_dir(model_dir, seed=0)  # the same weights again
+    fingerprint = rundir.weights_checksum(model.weights)
+    recorded = dataclasses.replace(classifier, weights_sha256=fingerprint, precision="float32")
+    recorded.save(str(tmp_path / "classifier.json"))
+    record = logistic.LogisticClassifier.load(str(tmp_path / "classifier.json"))
+    assert (record.weights_sha256, record.precision) == (fingerprint, "float32")
+    other_dir, other = write_untrained_model_dir(tmp_path / "other", seed=1)
+    assert other.hidden_size == model.hidden_size
+    _write_reviews(tmp_path)
+
+    classify_cli.main(_config(tmp_path, model_dir))  # its own model: fine
+    with pytest.raises(
+        rundir.OtherModelError,
+        match=rf"classifier {tmp_path}/classifier.json was fitted on other model weights "
+        rf"\(sha256 {fingerprint}\) than those of {other_dir} \(\w{{16}}\): give the "
+        "--model_dir it was fitted on, .* or pass --allow_other_model",
+    ):
+        classify_cli.main(_config(tmp_path, other_dir))
+    caplog.set_level("WARNING")
+    classify_cli.main(_config(tmp_path, other_dir, allow_other_model=True))
+    assert "applied anyway (--allow_other_model)" in caplog.text
+
+
+def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):
+    from tf_mlstm import rundir
+    from tf_mlstm.cli import classify as classify_cli
+
+    model_dir, classifier, _ = _fitted(tmp_path)
+    dataclasses.replace(classifier, precision="mixed_bfloat16").save(
+        str(tmp_path / "classifier.json")
+    )
+    _write_reviews(tmp_path)
+    asked = []
+
+    class Loaded(Exception):
+        pass
+
+    def recording(model_dir, checkpoint=None, precision="float32"):
+        asked.append(precision)
+        raise Loaded  # what it computes in is all this test asks
+
+    monkeypatch.setattr(rundir, "load_trained_model", recording)
+    for precision in (None, "float32"):
+        with pytest.raises(Loaded):
+            classify_cli.main(_config(tmp_path, model_dir, precision=precision))
+    assert asked == ["mixed_bfloat16", "float32"]
+    assert not (tmp_path / "scores.csv").exists()
+
+
+@pytest.mark.slow
+def test_the_cli_answers_another_model_in_one_line_and_keeps_the_csv(tmp_path):
+    from tf_mlstm import rundir
+
+    model_dir, classifier, _ = _fitted(tmp_path)
+    _, model = write_untrained_model_dir(model_dir, seed=0)
+    fingerprint = rundir.weights_checksum(model.weights)
+    dataclasses.replace(classifier, weights_sha256=fingerprint).save(
+        str(tmp_path / "classifier.json")
+    )
+    other_dir, _ = write_untrained_model_dir(tmp_path / "other", seed=1)
+    _write_reviews(tmp_path)
+    (tmp_path / "scores.csv").write_bytes(b"an earlier result\n")
+    command = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={other_dir}"]
+    command += [f"--classifier={tmp_path / 'classifier.json'}", "--text_key=review"]
+    command += [f"--input={tmp_path / 'reviews.csv'}", f"--output={tmp_path / 'scores.csv'}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [
+        line for line in done.stderr.splitlines() if line.startswith("E") and " _main.py:" in line
+    ]
+    assert len(errors) == 1 and "was fitted on other model weights" in errors[0], errors
+    assert (tmp_path / "scores.csv").read_bytes() == b"an earlier result\n"
+    forced = subprocess.run(
+        [*command, "--allow_other_model"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert "applied anyway (--allow_other_model)" in forced.stderr
+    assert (tmp_path / "scores.csv").read_text().startswith("index,line,probability,label")

@@ -8,8 +8,14 @@ read as complete: the text goes to a temporary sibling first and is renamed
 over the target only once it is fully written. On POSIX filesystems the
 rename is atomic; object stores give a copy-then-delete, which still never
 exposes a partial file under the final name.
+
+`Staged` is the one way every binary writes what a user keeps (a
+classification CSV, a classifier and its plots, an export, a conversion's
+shards): beside the final names first, renamed in only once all is written,
+so a failure at any stage leaves earlier outputs byte for byte as they were.
 """
 
+import contextlib
 import json
 import os
 import uuid
@@ -18,7 +24,138 @@ import tensorflow as tf
 
 from tf_mlstm import errors
 
-_TMP_MARK = ".tmp-"
+TMP_PREFIX = ".tmp-"
+"""Names of outputs being written (`Staged`): hidden, beside their final name."""
+OLD_PREFIX = ".old-"
+"""Names of replaced folders for the moment between two renames (`Staged`)."""
+
+
+def is_temp_name(name):
+    """Whether a folder entry is an output being written or replaced (`Staged`'s)."""
+    return os.path.basename(name.rstrip("/")).startswith((TMP_PREFIX, OLD_PREFIX))
+
+
+def _sibling(path, prefix):
+    # A prefix, not a suffix: some filesystems (ram://) report a file as
+    # existing when another one's name extends it.
+    folder, name = os.path.split(path.rstrip("/"))
+    return os.path.join(folder, f"{prefix}{name}-{uuid.uuid4().hex}")
+
+
+def _fsync(path, recursive=True):
+    """Flushes a local file or folder (with what it holds) to disk.
+
+    Other filesystems (object stores) commit a file when it is closed.
+    """
+    if "://" in path:
+        return
+    paths = [path]
+    if recursive and os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            paths += [os.path.join(root, name) for name in files + dirs]
+    for name in paths:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class Staged:
+    """Outputs written beside their final names, renamed in together only on success.
+
+    Every binary writes what a user keeps this way: `path(final)` gives a
+    hidden temporary name in the same folder (a file or a folder may be
+    written there); leaving the `with` block normally flushes each to disk and
+    renames it over its final name (a folder replaces an earlier one as a
+    whole), and leaving it with an error removes them all, so an earlier
+    output is left byte for byte as it was. A binary checks its inputs before
+    it stages anything.
+
+      with fileio.Staged() as staged:
+          write_csv(staged.path("scores.csv"))
+          draw(staged.path("plot.png"))
+    """
+
+    def __init__(self):
+        self._pending = []  # (temporary, final)
+
+    def path(self, final):
+        """A temporary sibling of `final` to write (its folder is created)."""
+        folder = os.path.dirname(final.rstrip("/"))
+        if folder:
+            tf.io.gfile.makedirs(folder)
+        tmp = _sibling(final, TMP_PREFIX)
+        self._pending.append((tmp, final))
+        return tmp
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+        return False
+
+    def commit(self):
+        """Renames every staged output over its final name (each written by now)."""
+        try:
+            # A staged name the writer did not use (an optional output) is no output.
+            self._pending = [(t, f) for t, f in self._pending if tf.io.gfile.exists(t)]
+            for tmp, _ in self._pending:
+                _fsync(tmp)
+            while self._pending:
+                tmp, final = self._pending[0]
+                _rename_over(tmp, final)
+                self._pending.pop(0)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self):
+        """Removes what was staged and not yet renamed in."""
+        for tmp, _ in self._pending:
+            _remove(tmp)
+        self._pending = []
+
+
+def _remove(path):
+    try:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        elif tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+    except tf.errors.NotFoundError:
+        pass
+
+
+def _rename_over(tmp, final):
+    """Renames `tmp` to `final`; a folder there is moved aside, then removed."""
+    if not tf.io.gfile.isdir(tmp):
+        tf.io.gfile.rename(tmp, final, overwrite=True)
+    else:
+        old = _sibling(final, OLD_PREFIX) if tf.io.gfile.exists(final) else None
+        if old:
+            tf.io.gfile.rename(final, old)
+        try:
+            tf.io.gfile.rename(tmp, final)
+        except BaseException:
+            if old:
+                tf.io.gfile.rename(old, final)
+            raise
+        if old:
+            tf.io.gfile.rmtree(old)
+    # The renamed entry itself is durable once its folder is.
+    _fsync(os.path.dirname(final.rstrip("/")) or ".", recursive=False)
+
+
+@contextlib.contextmanager
+def replacing(path):
+    """`Staged` for one output: yields the temporary name to write for `path`."""
+    with Staged() as staged:
+        yield staged.path(path)
 
 
 def write_text_atomic(path, text):
@@ -32,18 +169,9 @@ def write_text_atomic(path, text):
       tf.errors.OpError: the filesystem refused (permissions, full disk); the
         destination is left as it was.
     """
-    folder = os.path.dirname(path)
-    if folder:
-        tf.io.gfile.makedirs(folder)
-    tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
-    try:
+    with replacing(path) as tmp:
         with tf.io.gfile.GFile(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
-        raise
 
 
 def write_json_atomic(path, value):

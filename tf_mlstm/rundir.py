@@ -45,6 +45,7 @@ module as an argument, never by import.
 import atexit
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -52,6 +53,7 @@ import socket
 import sys
 import uuid
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -550,6 +552,54 @@ def load_trained_checkpoint(model_dir, checkpoint=None, precision="float32"):
         if not checkpoint:
             raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
     return model, config, checkpoint
+
+
+def weights_checksum(variables):
+    """SHA-256 (hex, 16 digits) of the variables' values, in order.
+
+    The fingerprint of a model: results.json records it for the weights a
+    run ends with, classifier.json for the weights its features came from
+    (the same in any compute precision: the variables stay float32).
+    """
+    digest = hashlib.sha256()
+    for variable in variables:
+        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()[:16]
+
+
+class OtherModelError(RunDirError):
+    """A classifier applied to model weights other than those it was fitted on."""
+
+
+def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_model=False):
+    """Checks that `model` has the weights a classifier was fitted on.
+
+    Args:
+      model: the loaded language model.
+      fitted_sha256: the classifier's recorded `weights_checksum` ("" for a
+        file written before it was recorded: nothing to check).
+      source: the classifier file, for the message ("" when the caller names it).
+      model_dir: the model's folder, for the message.
+      allow_other_model: warn instead of raising.
+
+    Raises:
+      OtherModelError: other weights, unless `allow_other_model`.
+    """
+    if not fitted_sha256:
+        return
+    actual = weights_checksum(model.weights)
+    if actual == fitted_sha256:
+        return
+    message = (
+        f"classifier {source + ' ' if source else ''}was fitted on other model weights "
+        f"(sha256 {fitted_sha256}) than those of {model_dir} ({actual})"
+    )
+    if not allow_other_model:
+        raise OtherModelError(
+            f"{message}: give the --model_dir it was fitted on, refit it with "
+            "tf-mlstm-transfer, or pass --allow_other_model to apply it anyway"
+        )
+    logging.warning("%s; applied anyway (--allow_other_model).", message)
 
 
 def check_not_run_dir(path, flag):

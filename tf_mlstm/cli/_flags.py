@@ -97,6 +97,17 @@ def define_feature_precision(default="auto", note=""):
     )
 
 
+def define_allow_other_model():
+    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export)."""
+    flags.DEFINE_bool(
+        "allow_other_model",
+        False,
+        "Apply a classifier to other model weights than those it was fitted on (classifier.json "
+        "records their fingerprint), with a warning; "
+        "without it that is an error.",
+    )
+
+
 def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None):
     """`choice`, with `auto` measured for `model_dir`'s model at this batch shape (logged)."""
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top

@@ -26,12 +26,18 @@ multi-label `labels` (the predicted label names, joined by ";") and
 
 The input streams through in chunks of `--chunk_texts` texts: each chunk is
 read, featurized, classified and its rows written (and flushed) before the
-next is read, so memory stays bounded for any input size and the output
-grows as the work goes; progress (texts done, their rate) is logged as
-chunks finish. `--precision` sets the policy the features are computed in
-(float32 by default: the numbers the exported SavedModel gives; `auto` times
-the policies the hardware computes natively at `--batch_size` x `--window`
-and keeps the fastest, as `tf-mlstm-transfer` does).
+next is read, so memory stays bounded for any input size; progress (texts
+done, their rate) is logged as chunks finish. stdout gets the rows as they
+come; an output file is written beside its name (a hidden `.tmp-` sibling)
+and renamed in only when every text is classified, after the model, the
+classifier and the first chunk of input were checked, so a failure at any
+stage leaves an earlier file of that name as it was.
+
+A classifier knows its model: classifier.json records the fingerprint of the
+weights it was fitted on, and another model (even of the same size) is
+refused in one line unless `--allow_other_model` (then a warning).
+`--precision` sets the policy the features are computed in; unset, the one
+the classifier was fitted in (as tf-mlstm-export serves it).
 """
 
 import contextlib
@@ -62,8 +68,9 @@ class ClassifyConfig:
     text_key: tuple = _flags.TEXT_KEYS
     batch_size: int = 64
     window: int = 256
-    precision: str = "float32"  # as the SavedModel's classify signature computes
+    precision: str | None = None  # None: as the classifier's features were fitted
     chunk_texts: int = 4096
+    allow_other_model: bool = False
 
     @property
     def text_keys(self):
@@ -105,9 +112,10 @@ def define_classify_flags():
     flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
     _flags.define_feature_precision(
         defaults.precision,
-        " float32 (the default) gives the numbers the exported SavedModel gives; a mixed "
-        "policy is faster on hardware with 16-bit matrix units.",
+        " Unset: the precision the classifier's features were fitted in (recorded in "
+        "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
     )
+    _flags.define_allow_other_model()
     flags.DEFINE_integer(
         "chunk_texts",
         defaults.chunk_texts,
@@ -199,12 +207,15 @@ def load_predictor(config):
       FileNotFoundError: a missing model or classifier.
       ValueError: a classifier that does not fit the model.
     """
+    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
 
+    choice = config.precision
+    if config.classifier and not choice:
+        # As the classifier's features were fitted (float32 for files without the record).
+        choice = logistic.LogisticClassifier.load(config.classifier).precision or "float32"
     precision = (
-        _flags.resolve_feature_precision(
-            config.precision, config.model_dir, config.batch_size, config.window
-        )
+        _flags.resolve_feature_precision(choice, config.model_dir, config.batch_size, config.window)
         if config.classifier
         else None
     )
@@ -214,6 +225,7 @@ def load_predictor(config):
         config.batch_size,
         config.window,
         precision or "float32",
+        allow_other_model=config.allow_other_model,
     )
 
 
@@ -296,14 +308,24 @@ def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):
 
 
 def main(config):
-    """Classifies the input a chunk at a time, writing each chunk's rows as it goes."""
+    """Classifies the input a chunk at a time, writing each chunk's rows as it goes.
+
+    The model, the classifier and the first chunk of the input are checked
+    before any output exists; a file output is written beside its name and
+    renamed in at the end, so a failure leaves an earlier one as it was.
+    """
+    from tf_mlstm import fileio  # pylint: disable=g-import-not-at-top
+
+    chunks = classify_chunks(config)
+    first = next(chunks)
     with contextlib.ExitStack() as stack:
         if config.output == "-":
             stream = sys.stdout
         else:
-            stream = stack.enter_context(open(config.output, "w", encoding="utf-8", newline=""))
+            tmp = stack.enter_context(fileio.replacing(config.output))
+            stream = stack.enter_context(open(tmp, "w", encoding="utf-8", newline=""))
         writer = None
-        for lines, probabilities, labels, classes in classify_chunks(config):
+        for lines, probabilities, labels, classes in itertools.chain([first], chunks):
             if writer is None:
                 writer = CsvWriter(stream, classes, np.asarray(labels).ndim == 2)
             writer.write(lines, probabilities, labels)

@@ -22,7 +22,11 @@ Every signature takes raw UTF-8 text and normalizes it in the graph as
 training did; requests beyond
 `--max_text_bytes` or `--max_generate_length` fail with InvalidArgument (see
 docs/serving.md). The model is exported in float32 whatever precision it
-trained in. The last line printed is one JSON object:
+trained in, or with `--classifier` in the precision the classifier's features
+were fitted in (`--precision` overrides either); a classifier fitted on other
+model weights than those of `--model_dir` is refused (classifier.json records
+their fingerprint) unless `--allow_other_model`. The last line printed is one
+JSON object:
 {"export_dir": <the version folder>, "version": ..., "signatures": [...]}.
 """
 
@@ -31,6 +35,7 @@ import dataclasses
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -48,6 +53,8 @@ class ExportConfig:
     # TensorFlow loads only after the flags parsed).
     max_text_bytes: int = 65536
     max_generate_length: int = 4096
+    precision: str | None = None  # None: the classifier's (float32 without one)
+    allow_other_model: bool = False
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
@@ -85,6 +92,12 @@ def define_export_flags():
         defaults.max_generate_length,
         "Largest length the generate signature accepts; larger requests are refused.",
     )
+    _flags.define_feature_precision(
+        defaults.precision,
+        " Unset: with --classifier, the precision its features were fitted in (recorded in "
+        "classifier.json), else float32. 'auto' decides by this machine, not the server's.",
+    )
+    _flags.define_allow_other_model()
 
 
 def export(config):
@@ -112,6 +125,7 @@ def export(config):
         saved_model.check_export_base(config.export_dir)
         head = None
         metadata = {}
+        precision = config.precision or "float32"
         if not config.classifier and rundir.is_finetune_run(config.model_dir):
             tuned = finetune.load_finetuned_model(config.model_dir)
             head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
@@ -129,6 +143,8 @@ def export(config):
         elif config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head = classifier.serving_head()
+            # Served as it was fitted, unless asked otherwise.
+            precision = config.precision or classifier.precision or "float32"
             metadata["classifier"] = {
                 "source": config.classifier,
                 "task": classifier.kind,
@@ -151,6 +167,8 @@ def export(config):
             max_text_bytes=config.max_text_bytes,
             max_generate_length=config.max_generate_length,
             metadata=metadata,
+            precision=_flags.resolve_feature_precision(precision),
+            allow_other_model=config.allow_other_model,
         )
     except saved_model.ExportDirError as e:
         raise errors.InvalidValueError(f"--export_dir={e}") from None

@@ -27,7 +27,9 @@ they normalize in-graph as training did):
   cuts `probability` at the threshold chosen on validation and has no
   `neuron`.
 
-The exported model runs in float32 whatever precision it trained in. The
+The exported model runs in float32 whatever precision it trained in (or in
+the precision a classifier's features were fitted in, see
+`export_trained_model`; outputs are float32 either way). The
 text normalization uses the `NormalizeUTF8` op of TensorFlow Text, so a
 process that loads the SavedModel must have `tensorflow_text` imported (the
 standard TensorFlow Serving binary links it).
@@ -48,7 +50,6 @@ base folder holding anything it did not write.
 
 import dataclasses
 import os
-import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -76,8 +77,6 @@ META_FILE = os.path.join("assets.extra", "meta.json")
 """The export's metadata, relative to its version folder."""
 EXPORTER = "tf_mlstm"
 """The `exporter` value in META_FILE that marks a folder as written here."""
-_TMP_PREFIX = ".tmp-export-"
-_OLD_PREFIX = ".old-export-"
 
 
 class ExportDirError(errors.InvalidValueError):
@@ -112,6 +111,9 @@ class ClassifierHead:
       hidden_bias: [U] with `hidden_weights`.
       max_length: framed bytes per text read (document start included), as a
         fine-tuned model was trained; 0 = the whole text.
+      weights_sha256: fingerprint of the model weights it was fitted on
+        (`rundir.weights_checksum`); "" = not recorded.
+      precision: the policy its features were computed in; "" = not recorded.
     """
 
     feature_kinds: tuple
@@ -126,6 +128,8 @@ class ClassifierHead:
     hidden_weights: np.ndarray | None = None
     hidden_bias: np.ndarray | None = None
     max_length: int = 0
+    weights_sha256: str = ""
+    precision: str = ""
 
     @property
     def binary(self):
@@ -480,7 +484,7 @@ def check_export_base(base_dir):
             f"tf-mlstm-export: move it into a numbered folder, e.g. {os.path.join(base_dir, '1')})"
         )
     for name in sorted(entry.rstrip("/") for entry in tf.io.gfile.listdir(base_dir)):
-        if name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
+        if fileio.is_temp_name(name):
             continue
         if name.isdigit() and is_export(os.path.join(base_dir, name)):
             continue
@@ -518,28 +522,11 @@ def export_saved_model(module, base_dir, version, metadata=None):
     check_export_base(base_dir)
     tf.io.gfile.makedirs(base_dir)
     target = os.path.join(base_dir, str(version))
-    tag = f"{version}-{uuid.uuid4().hex}"
-    tmp = os.path.join(base_dir, _TMP_PREFIX + tag)
-    old = os.path.join(base_dir, _OLD_PREFIX + tag)
-    try:
+    with fileio.replacing(target) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         meta = dict(metadata or {})
         meta.update(exporter=EXPORTER, version=version, limits=module.limits())
         fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)
-        replacing = tf.io.gfile.exists(target)
-        if replacing:
-            tf.io.gfile.rename(target, old)
-        try:
-            tf.io.gfile.rename(tmp, target)
-        except BaseException:
-            if replacing:
-                tf.io.gfile.rename(old, target)
-            raise
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
-    if tf.io.gfile.exists(old):
-        tf.io.gfile.rmtree(old)
     logging.info("Exported SavedModel version %d to %s", version, target)
     return target
 
@@ -552,6 +539,8 @@ def export_trained_model(
     max_text_bytes=DEFAULT_MAX_TEXT_BYTES,
     max_generate_length=DEFAULT_MAX_GENERATE_LENGTH,
     metadata=None,
+    precision="float32",
+    allow_other_model=False,
 ):
     """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
 
@@ -563,7 +552,11 @@ def export_trained_model(
       max_text_bytes: see `ServingModule`.
       max_generate_length: see `ServingModule`.
       metadata: optional dict for the export's meta.json; the training config
-        is added under "config".
+        is added under "config", the precision under "precision".
+      precision: the dtype policy the signatures compute in (float32, or the
+        one a classifier's features were fitted in); outputs are float32.
+      allow_other_model: export a classifier fitted on other weights (with a
+        warning) instead of refusing it.
 
     Returns:
       dict with `export_dir` (the version folder), `version` and
@@ -573,10 +566,16 @@ def export_trained_model(
       ExportDirError: `base_dir` holds something not written here (checked
         before the model is loaded).
       FileNotFoundError: no config or checkpoint in `model_dir`.
-      ValueError: a classifier that does not fit the model, or a bad limit.
+      ValueError: a classifier that does not fit the model (another size, or
+        other weights: `rundir.OtherModelError`), or a bad limit.
     """
     check_export_base(base_dir)
-    model, train_config, checkpoint = rundir.load_trained_checkpoint(model_dir)
+    model, train_config, checkpoint = rundir.load_trained_checkpoint(model_dir, precision=precision)
+    if classifier is not None:
+        classifier.check(model.hidden_size)
+        rundir.check_fitted_model(
+            model, classifier.weights_sha256, "", model_dir, allow_other_model
+        )
     version = checkpoint_step(checkpoint)
     module = ServingModule(
         model,
@@ -585,6 +584,6 @@ def export_trained_model(
         max_text_bytes=max_text_bytes,
         max_generate_length=max_generate_length,
     )
-    metadata = dict(metadata or {}, config=train_config.to_json())
+    metadata = dict(metadata or {}, config=train_config.to_json(), precision=precision)
     export_dir = export_saved_model(module, base_dir, version, metadata=metadata)
     return {"export_dir": export_dir, "version": version, "signatures": sorted(module.signatures())}

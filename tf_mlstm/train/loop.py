@@ -7,11 +7,11 @@ language model's part (model, data, loss, validation, samples) in
 `lm_task.py`. This module keeps the entry points callers use.
 """
 
+from tf_mlstm.rundir import weights_checksum  # noqa: F401 (re-exported)
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.lm_task import build_model  # noqa: F401 (re-exported)
 from tf_mlstm.train.lm_task import build_schedule  # noqa: F401 (re-exported)
 from tf_mlstm.train.runner import Runner
-from tf_mlstm.train.runner import weights_checksum  # noqa: F401 (re-exported)
 
 
 class Trainer(Runner):

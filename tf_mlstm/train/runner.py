@@ -54,7 +54,6 @@ periodic evaluations, config files and its final results.
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import shutil
 import signal
@@ -112,14 +111,6 @@ class PreemptedError(RuntimeError):
 
 class TrainingDivergedError(errors.UserError, RuntimeError):
     """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
-
-
-def weights_checksum(variables):
-    """SHA-256 (hex, 16 digits) of the variables' values, in order."""
-    digest = hashlib.sha256()
-    for variable in variables:
-        digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
-    return digest.hexdigest()[:16]
 
 
 class Task:
@@ -863,7 +854,7 @@ class Runner:
             "stopped_by": stopped_by,
             # Equal on every worker of a healthy run: replicas apply identical
             # reduced gradients.
-            "weights_sha256": weights_checksum(self.model.weights),
+            "weights_sha256": rundir.weights_checksum(self.model.weights),
             "final_learning_rate": self.learning_rate(),
         }
         if self.plan is not None:

@@ -20,7 +20,6 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
@@ -305,34 +304,32 @@ def _labeled_curve(config, full, splits, data, hidden):
     return curve
 
 
-def _write_outputs(config, classifier, splits, curve):
-    """Writes classifier.json and the plots; returns their paths by name."""
-    tf.io.gfile.makedirs(config.output_dir)
+def _write_outputs(config, classifier, splits, curve, staged):
+    """Writes classifier.json and the plots into `staged`; returns their final paths by name."""
     files = {"classifier": os.path.join(config.output_dir, CLASSIFIER_FILE)}
-    classifier.save(files["classifier"])
-    files.update(_write_plots(config, classifier, splits, curve))
+    classifier.save(staged.path(files["classifier"]))
+    files.update(_write_plots(config, classifier, splits, curve, staged))
     return files
 
 
-def _write_plots(config, classifier, splits, curve):
+def _write_plots(config, classifier, splits, curve, staged):
     """Draws the neuron histograms (test, else val) and the labeled-examples curve."""
     split = "test" if "test" in splits else "val"
     x, labels = splits[split]
-    path = os.path.join(config.output_dir, NEURON_PLOT)
+    files = {"neuron_histogram": os.path.join(config.output_dir, NEURON_PLOT)}
+    path = staged.path(files["neuron_histogram"])
     if classifier.kind == "binary":
         neuron = classifier.neuron
         kind, unit = classifier.describe(neuron.index)
-        files = {
-            "neuron_histogram": plots.neuron_histogram(
-                path,
-                x[:, neuron.index],
-                labels,
-                classifier.classes,
-                neuron.threshold,
-                title=f"unit {unit} ({kind}), {split} accuracy "
-                f"{classifier.neuron_accuracy(x, labels):.3f}",
-            )
-        }
+        plots.neuron_histogram(
+            path,
+            x[:, neuron.index],
+            labels,
+            classifier.classes,
+            neuron.threshold,
+            title=f"unit {unit} ({kind}), {split} accuracy "
+            f"{classifier.neuron_accuracy(x, labels):.3f}",
+        )
     else:
         targets = classifier.targets(labels)
         panels = []
@@ -340,11 +337,12 @@ def _write_plots(config, classifier, splits, curve):
             kind, unit = classifier.describe(neuron.index)
             title = f"{name}: unit {unit} ({kind})"
             panels.append((title, x[:, neuron.index], targets[:, k], neuron.threshold))
-        files = {"neuron_histogram": plots.one_against_rest(path, panels, split)}
+        plots.one_against_rest(path, panels, split)
     if curve:
         metric = f"{split}_{classifier.score_name}"
-        files["accuracy_vs_labeled"] = plots.accuracy_curve(
-            os.path.join(config.output_dir, CURVE_PLOT),
+        files["accuracy_vs_labeled"] = os.path.join(config.output_dir, CURVE_PLOT)
+        plots.accuracy_curve(
+            staged.path(files["accuracy_vs_labeled"]),
             [row["num_labeled"] for row in curve],
             [row[metric] for row in curve],
             ylabel=metric.replace("_", " "),
@@ -419,22 +417,33 @@ def run_transfer(config):
     classifier, sweep = logistic.fit_logistic(
         *splits["train"], *splits["val"], kinds, model.hidden_size, **_fit_kwargs(config, data)
     )
+    # The model it was fitted on, for classify and export to check and follow.
+    fingerprint = rundir.weights_checksum(model.weights)
+    classifier = dataclasses.replace(
+        classifier, weights_sha256=fingerprint, precision=config.precision
+    )
     curve = _labeled_curve(config, classifier, splits, data, model.hidden_size)
-    files = _write_outputs(config, classifier, splits, curve)
-    results = {
-        "model_dir": config.model_dir,
-        "hidden_size": model.hidden_size,
-        "config": {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()
-        },
-        "feature_kinds": list(kinds),
-        "feature_selection": selection,
-        "c_sweep": sweep,
-        **_results(data, classifier, splits),
-        "num_labeled": curve,
-        "featurize": timings,
-        "seconds": round(time.monotonic() - started, 1),
-        "files": files,
-    }
-    fileio.write_json_atomic(os.path.join(config.output_dir, RESULTS_FILE), results)
+    # All outputs are renamed in together at the end: a failure leaves earlier ones as they were.
+    with fileio.Staged() as staged:
+        files = _write_outputs(config, classifier, splits, curve, staged)
+        results = {
+            "model_dir": config.model_dir,
+            "hidden_size": model.hidden_size,
+            "weights_sha256": classifier.weights_sha256,
+            "config": {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(config).items()
+            },
+            "feature_kinds": list(kinds),
+            "feature_selection": selection,
+            "c_sweep": sweep,
+            **_results(data, classifier, splits),
+            "num_labeled": curve,
+            "featurize": timings,
+            "seconds": round(time.monotonic() - started, 1),
+            "files": files,
+        }
+        fileio.write_json_atomic(
+            staged.path(os.path.join(config.output_dir, RESULTS_FILE)), results
+        )
     return results

@@ -166,6 +166,10 @@ class LogisticClassifier:
         top unit against the rest; multilabel, each label's.
       multilabel: whether the rows are independent 0/1 labels.
       thresholds: multilabel: the L probability thresholds.
+      weights_sha256: the fingerprint (`rundir.weights_checksum`) of the
+        model weights the features came from; "" when unknown (files
+        written before it was recorded).
+      precision: the policy the features were computed in ("" = unknown).
     """
 
     feature_kinds: tuple
@@ -179,6 +183,8 @@ class LogisticClassifier:
     neurons: tuple
     multilabel: bool = False
     thresholds: tuple = ()
+    weights_sha256: str = ""
+    precision: str = ""
 
     @property
     def kind(self):
@@ -355,6 +361,8 @@ class LogisticClassifier:
             neuron=self.neurons[0].index if self.kind == "binary" else -1,
             multilabel=self.multilabel,
             thresholds=tuple(self.thresholds),
+            weights_sha256=self.weights_sha256,
+            precision=self.precision,
         )
 
     # === Serialization ===
@@ -384,6 +392,11 @@ class LogisticClassifier:
             "feature_kinds": list(self.feature_kinds),
             "hidden_size": self.hidden_size,
         }
+        # The model it was fitted on: classify and export check and follow them.
+        if self.weights_sha256:
+            record["weights_sha256"] = self.weights_sha256
+        if self.precision:
+            record["precision"] = self.precision
         names = [_json_value(c) for c in self.classes]
         if self.multilabel:
             record.update(labels=names, thresholds=[float(t) for t in self.thresholds])
@@ -478,6 +491,8 @@ class LogisticClassifier:
             ),
             multilabel=multilabel,
             thresholds=tuple(float(t) for t in record["thresholds"]) if multilabel else (),
+            weights_sha256=str(record.get("weights_sha256", "")),
+            precision=str(record.get("precision", "")),
         )
 
     def save(self, path):

@@ -21,6 +21,7 @@ def load_predictor(
     window=features.DEFAULT_WINDOW,
     precision="float32",
     model=None,
+    allow_other_model=False,
 ):
     """The model of `model_dir` and a classifier, as one function of texts.
 
@@ -35,6 +36,8 @@ def load_predictor(
         in (float32: the numbers the exported SavedModel gives).
       model: the language model of `model_dir`, already loaded in
         `precision`, to reuse (a classifier.json only).
+      allow_other_model: apply a classifier fitted on other weights than
+        those of `model_dir` (with a warning) instead of refusing it.
 
     Returns:
       (predict, classes): `predict(texts)` of normalized texts gives
@@ -44,7 +47,8 @@ def load_predictor(
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: a classifier that does not fit the model, or no classifier
+      ValueError: a classifier that does not fit the model (another size, or
+        other weights: `rundir.OtherModelError`), or no classifier
         and `model_dir` is not a finished fine-tuning run.
     """
     if not classifier:
@@ -57,6 +61,9 @@ def load_predictor(
             f"{classifier}: fitted on a {fitted.hidden_size}-unit model, but "
             f"{model_dir} has {model.hidden_size} units"
         )
+    rundir.check_fitted_model(
+        model, fitted.weights_sha256, classifier, model_dir, allow_other_model
+    )
     # Callers that predict in chunks report progress for all of them, not each alone.
     featurizer = features.TextFeaturizer(model, batch_size, window, fitted.feature_kinds)
 
