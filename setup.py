@@ -24,6 +24,8 @@ def _version():
 
 
 _BINARIES = {
+    # The umbrella: `tf-mlstm train ...` runs `tf-mlstm-train ...`.
+    "tf-mlstm": "tf_mlstm.cli.main:run",
     "tf-mlstm-train": "tf_mlstm.cli.train:run",
     "tf-mlstm-eval": "tf_mlstm.cli.eval:run",
     "tf-mlstm-make-tfrecords": "tf_mlstm.cli.make_tfrecords:run",

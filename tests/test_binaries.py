@@ -1,5 +1,6 @@
 """Every binary runs in one skeleton (tf_mlstm/cli/_main.py): help, flag checks, error endings."""
 
+import ast
 import errno
 import json
 import logging
@@ -51,6 +52,10 @@ _CONSOLE_SCRIPT = textwrap.dedent(
 
 def _console(module, *args, timeout=120):
     code = _CONSOLE_SCRIPT.format(name=module.replace("_", "-"), module=module)
+    return _python(code, *args, timeout=timeout)
+
+
+def _python(code, *args, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
         [sys.executable, "-c", code, *args],
@@ -65,11 +70,191 @@ def _console(module, *args, timeout=120):
 @pytest.mark.parametrize("module", sorted(_BINARIES))
 def test_help_under_a_console_script_shows_the_binarys_usage_and_flags(module):
     done = _console(module, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
     usage = __import__(f"tf_mlstm.cli.{module}", fromlist=["_"]).__doc__.strip().splitlines()[0]
     assert usage in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.startswith(f"tf-mlstm-{module.replace('_', '-')}: ")
     for flag in _BINARIES[module]:
         assert flag in done.stdout, f"{flag} missing from tf-mlstm-{module} --help"
     assert "tensorflow imported: False" in done.stderr
+
+
+@pytest.mark.parametrize("module", sorted(_BINARIES))
+def test_version_exits_0_with_the_package_version(module):
+    from tf_mlstm.cli import main
+
+    done = _console(module, "--version")
+    assert done.returncode == 0, done.stderr[-2000:]
+    name = main.PREFIX + module.replace("_", "-")
+    assert done.stdout == _main.version_line(name) + "\n"
+    assert done.stdout.startswith(f"{name} {_main.package_version()} (TensorFlow 2.")
+    assert "tensorflow imported: False" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "arg"), [("classify", "-h"), ("train", "-?"), ("eval", "--helpfull")]
+)
+def test_short_and_full_help_exit_0(module, arg):
+    done = _console(module, "--model_dir=m", arg, "--no_such_flag")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"tf-mlstm-{module}: ")
+    # The full help also lists absl's own flags; the short one only the binary's.
+    assert ("--log_dir" in done.stdout) == (arg == "--helpfull")
+
+
+@pytest.mark.parametrize("module", sorted(_BINARIES))
+def test_help_text_is_the_docstring_as_written(module):
+    """Examples keep their shell line continuations and `\\n`s: a raw docstring."""
+    path = REPO / "tf_mlstm" / "cli" / f"{module}.py"
+    doc = __import__(f"tf_mlstm.cli.{module}", fromlist=["_"]).__doc__
+    source = path.read_text(encoding="utf-8")
+    for line in doc.splitlines():
+        assert line in source, f"{path.name}: docstring line {line!r} is not in the source"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no_such_flag=1"], "tf-mlstm-eval: Unknown command line flag 'no_such_flag'"),
+        (
+            ["--model_dir=m", "--data=d", "--batch_size=x"],
+            "tf-mlstm-eval: flag --batch_size=x: invalid",
+        ),
+        ([], "tf-mlstm-eval: missing required flags: --model_dir, --data (--help lists"),
+        (["--data=d"], "tf-mlstm-eval: missing required flag: --model_dir (--help lists"),
+    ],
+)
+def test_flag_errors_are_one_line(args, message):
+    done = _console("eval", *args)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
+    assert line.startswith(message) and line.endswith("(--help lists the flags)"), line
+
+
+def _quiet_env(**changes):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    return dict(env, PYTHONPATH=str(REPO), **changes)
+
+
+@pytest.mark.slow
+def test_a_user_error_after_tensorflow_starts_is_the_only_line(tmp_path):
+    """TensorFlow's start-up lines (CUDA probing, CPU notices) stay off the screen."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.eval", f"--model_dir={tmp_path}", "--data=x"],
+        capture_output=True,
+        text=True,
+        env=_quiet_env(),
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"{tmp_path}: no config.json" in done.stderr
+
+
+# A binary whose body reports the TensorFlow log level it runs under.
+_LOG_LEVEL_BINARY = textwrap.dedent(
+    """
+    \"\"\"tf-mlstm-probe: reports the log level.\"\"\"
+    import os, sys
+    from tf_mlstm.cli import _main
+    sys.modules["tensorflow"] = sys  # Imported already: nothing to start.
+    _main.run_binary(__name__, lambda: None, lambda config: os.environ.get(
+        "TF_CPP_MIN_LOG_LEVEL"), lambda: None)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "level"),
+    [
+        ({"TF_CPP_MIN_LOG_LEVEL": "0"}, [], "0"),
+        ({"TF_CPP_MIN_LOG_LEVEL": "1"}, ["--verbosity=-3"], "1"),
+        ({}, ["--verbosity=0"], "0"),
+        ({}, ["-v", "-2"], "2"),
+        ({}, ["--verbosity=1"], "0"),
+    ],
+)
+def test_a_users_tensorflow_log_level_is_kept_and_verbosity_sets_it(env, args, level):
+    done = subprocess.run(
+        [sys.executable, "-c", _LOG_LEVEL_BINARY, *args],
+        capture_output=True,
+        text=True,
+        env=_quiet_env(**env),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == json.dumps(level)
+
+
+def test_tensorflow_log_level():
+    level = _main.tensorflow_log_level
+    assert level({}, False, 0) == _main.QUIET_TF_LOG_LEVEL == "3"
+    assert level({"TF_CPP_MIN_LOG_LEVEL": "1"}, True, 0) == "1"
+    assert level({"TF_CPP_MIN_LOG_LEVEL": ""}, False, 0) == "3"  # Empty: not set.
+    assert [level({}, True, v) for v in (2, 1, 0, -1, -2, -3, -4)] == list("0001233")
+
+
+# === The tf-mlstm umbrella command ===
+
+
+def _umbrella(*args):
+    code = "import sys; sys.argv[0] = '/usr/bin/tf-mlstm'; from tf_mlstm.cli.main import run; run()"
+    return _python(code, *args)
+
+
+def test_umbrella_lists_every_binary_with_its_summary():
+    from tf_mlstm.cli import main
+
+    done = _umbrella("--help")
+    assert done.returncode == 0, done.stderr
+    assert sorted(main.binaries()) == sorted(m.replace("_", "-") for m in _BINARIES)
+    for name, module in main.binaries().items():
+        doc_line = __import__(module, fromlist=["_"]).__doc__.strip().splitlines()[0]
+        assert doc_line == f"tf-mlstm-{name}: {main.summary(module)}"
+        assert f"  {name} " in done.stdout and main.summary(module) in done.stdout
+
+
+def test_umbrella_runs_the_binary_with_the_rest_of_the_line():
+    done = _umbrella("make_tfrecords", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tf-mlstm-make-tfrecords: ") and "--num_shards" in done.stdout
+    done = _umbrella("eval", "--data=d")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "tf-mlstm-eval: missing required flag: --model_dir (--help lists the flags)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "out", "err"),
+    [
+        (["--version"], 0, _main.version_line("tf-mlstm"), ""),
+        (["nope"], 1, "", "tf-mlstm: unknown command 'nope' (tf-mlstm --help lists the commands)"),
+        ([], 1, "", "usage: tf-mlstm COMMAND"),
+    ],
+)
+def test_umbrella_version_and_mistakes(args, code, out, err):
+    done = _umbrella(*args)
+    assert done.returncode == code
+    assert done.stdout.strip() == out
+    assert done.stderr.startswith(err)
+
+
+def test_setup_installs_the_umbrella_and_every_binary():
+    from tf_mlstm.cli import main
+
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    [table] = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "_BINARIES"
+    ]
+    scripts = ast.literal_eval(table)
+    assert scripts.pop("tf-mlstm") == "tf_mlstm.cli.main:run"
+    assert scripts == {
+        main.PREFIX + name: f"{module}:run" for name, module in main.binaries().items()
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
-"""Runs a training command as N multi-worker processes on loopback.
+r"""Runs a training command as N multi-worker processes on loopback.
 
 Usage:
 
-  python tools/launch_local_workers.py --num_workers=2 --cpus_per_worker=1 -- \\
+  python tools/launch_local_workers.py --num_workers=2 --cpus_per_worker=1 -- \
       tf-mlstm-train --distribution_strategy=multi_worker --model_dir=/tmp/run
 
 Each worker gets its own `TF_CONFIG` (a loopback cluster on free ports), its

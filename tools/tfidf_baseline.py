@@ -1,4 +1,4 @@
-"""The supervised bag-of-words baseline beside every transfer result.
+r"""The supervised bag-of-words baseline beside every transfer result.
 
 TF-IDF of word unigrams and bigrams, then a logistic regression with C
 chosen on validation: the reference a pretrained model's features and its

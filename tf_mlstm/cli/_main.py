@@ -9,21 +9,34 @@ way for every binary:
 2. makes `--help` show the binary's own usage text and flags also when it
    runs as a console script (absl describes the `__main__` module, which is
    then a generated shim without either);
-3. parses the flags and refuses positional arguments; flag bounds and the
-   config's `validate()` answer before TensorFlow is imported, with one
-   error line and exit status 1 (absl would print the whole usage text,
-   every flag, before it);
-4. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
+3. answers `-h`/`--help`/`--helpfull` (the usage text on stdout) and
+   `--version` with exit status 0 (absl's help exits 1 and knows neither
+   `-h` nor `--version`);
+4. parses the flags and refuses positional arguments; an unknown flag, a
+   bad value, a missing required flag, flag bounds and the config's
+   `validate()` answer before TensorFlow is imported, with one error line
+   and exit status 1 (absl would print several lines, or the whole usage
+   text with every flag);
+5. keeps TensorFlow's start-up messages (its C++ log: CUDA probing on a
+   machine without GPUs, CPU instruction notices) off the screen, unless
+   `--verbosity` was given (its level then applies to TensorFlow's log too)
+   or the user set `TF_CPP_MIN_LOG_LEVEL`, which is left as it is;
+6. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
    value, a missing or unwritable file, a full disk, a port in use, a dead
    peer) is one error line and exit status 1, a preempted training run
    exits with its own status (75, relaunch to resume), and anything else is
    a bug that keeps its traceback;
-5. prints the body's result, when it returns one, as the last line: one
+7. prints the body's result, when it returns one, as the last line: one
    JSON object.
 """
 
+import contextlib
 import dataclasses
+import functools
+import importlib.metadata
 import json
+import os
+import re
 import sys
 
 from absl import app
@@ -34,6 +47,20 @@ from tf_mlstm import errors
 from tf_mlstm.cli._config import config_from_flags
 
 FLAGS = flags.FLAGS
+
+TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+"""TensorFlow's C++ log threshold: 0 all, 1 no INFO, 2 no WARNING, 3 no ERROR."""
+QUIET_TF_LOG_LEVEL = "3"
+"""TensorFlow's log level when neither the user nor `--verbosity` asked for more.
+
+On a machine without GPUs TensorFlow logs its failed CUDA probe at ERROR
+level; a real failure of a run comes back as a Python exception, which the
+binaries report in one line whatever this level.
+"""
+HELP_ARGS = ("-h", "--help", "-help", "-?", "--helpshort", "-helpshort")
+HELPFULL_ARGS = ("--helpfull", "-helpfull")
+VERSION_ARGS = ("--version", "-version")
+_REQUIRED = re.compile(r"Flag --(\w+) must have a value other than None")
 
 
 def run_binary(module_name, define_flags, body, config, required=()):
@@ -54,10 +81,105 @@ def run_binary(module_name, define_flags, body, config, required=()):
     define_flags()
     flags.mark_flags_as_required(list(required))
     _describe_in_help(module_name, [FLAGS[name] for name in FLAGS if name not in known])
-    app.run(lambda argv: _main(argv, body, config))
+    name = binary_name(module_name)
+    app.run(
+        lambda argv: _main(argv, body, config, name),
+        flags_parser=functools.partial(parse_flags, name=name),
+    )
 
 
-def _main(argv, body, config):
+def binary_name(module_name):
+    """The command a binary is run as: the first word of its docstring ("tf-mlstm-train")."""
+    doc = (sys.modules[module_name].__doc__ or "").strip()
+    first = doc.split(":", 1)[0] if doc else ""
+    if first and " " not in first:
+        return first
+    return os.path.basename(sys.argv[0]) if sys.argv else module_name
+
+
+def package_version():
+    """The installed tf_mlstm's version ("unknown" when it is not installed)."""
+    try:
+        return importlib.metadata.version("tf_mlstm")
+    except importlib.metadata.PackageNotFoundError:
+        import tf_mlstm  # pylint: disable=g-import-not-at-top
+
+        return getattr(tf_mlstm, "__version__", "unknown")
+
+
+def version_line(name):
+    """What `--version` prints: the command, tf_mlstm's version and the stack's."""
+    stack = []
+    for package, shown in (("tensorflow", "TensorFlow"), ("keras", "Keras")):
+        try:
+            stack.append(f"{shown} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return f"{name} {package_version()}" + (f" ({', '.join(stack)})" if stack else "")
+
+
+def parse_flags(argv, name):
+    """absl's flag parsing with the conventions of a command line (see the module doc).
+
+    Args:
+      argv: the command line, the program first.
+      name: the command's name, for `--version` and error lines.
+
+    Returns:
+      The arguments left after the flags, the program first.
+
+    Raises:
+      SystemExit: 0 after the help or the version; 1 after one error line.
+    """
+    for arg in argv[1:]:
+        if arg == "--":  # absl reads no flags after it.
+            break
+        if arg in HELP_ARGS or arg in HELPFULL_ARGS:
+            short = arg in HELP_ARGS
+            with stdout_may_close():
+                app.usage(shorthelp=short, writeto_stdout=True)
+                if short:
+                    print("Try --helpfull to get a list of all flags.")
+            sys.exit(0)
+        if arg in VERSION_ARGS:
+            print(version_line(name))
+            sys.exit(0)
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        usage_error(name, flag_error_line(e))
+
+
+@contextlib.contextmanager
+def stdout_may_close():
+    """Ends quietly when stdout is closed early (`--help | head`), without a traceback."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush of stdout at exit, so it goes to /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+
+
+def flag_error_line(error):
+    """absl's flag error as one line; the required flags that are missing named together."""
+    missing = _REQUIRED.findall(str(error))
+    if missing:
+        return f"missing required flag{'s' if len(missing) > 1 else ''}: " + ", ".join(
+            f"--{flag}" for flag in missing
+        )
+    return errors.one_line(error)
+
+
+def usage_error(name, message):
+    """Ends the command with one error line on stderr and exit status 1."""
+    print(f"{name}: {message} (--help lists the flags)", file=sys.stderr)
+    sys.exit(1)
+
+
+def _main(argv, body, config, name):
     try:
         if len(argv) > 1:
             raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
@@ -69,8 +191,8 @@ def _main(argv, body, config):
             except ValueError as e:
                 raise app.UsageError(str(e)) from None
     except app.UsageError as e:
-        logging.error("%s (--help lists the flags)", e)
-        sys.exit(1)
+        usage_error(name, errors.one_line(e))
+    quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     result = run_body(body, config)
     if result is not None:
         print(json.dumps(result, sort_keys=True))
@@ -116,3 +238,59 @@ def _describe_in_help(module_name, own_flags):
     for owner in {module_name, sys.argv[0] if sys.argv else ""}:
         for flag in own_flags:
             FLAGS.register_key_flag_for_module(owner, flag)
+
+
+def tensorflow_log_level(environ, verbosity_given, verbosity):
+    """The `TF_CPP_MIN_LOG_LEVEL` a run uses.
+
+    Args:
+      environ: the environment; a level the user set there is kept.
+      verbosity_given: whether `--verbosity` (`-v`) was on the command line.
+      verbosity: its value (absl's: 0 INFO, -1 WARNING, -2 ERROR, -3 FATAL,
+        1 and up debug levels), mapped to TensorFlow's level that shows the
+        same messages.
+
+    Returns:
+      The level, as the variable's string.
+    """
+    if environ.get(TF_LOG_LEVEL, "") != "":
+        return environ[TF_LOG_LEVEL]
+    if verbosity_given:
+        return str(min(max(-verbosity, 0), 3))
+    return QUIET_TF_LOG_LEVEL
+
+
+def quiet_tensorflow(environ, verbosity_given, verbosity):
+    """Sets TensorFlow's log level (see `tensorflow_log_level`), then imports it.
+
+    TensorFlow 2.21 prints a few lines while it loads (that it found no CUDA
+    driver, before its log is set up) whatever the level says; when the
+    level hides INFO, those are hidden by importing it with the process's
+    stderr pointed at /dev/null. An import that fails still raises its
+    exception, shown as usual once stderr is back. The level is set in
+    `environ` also when TensorFlow is already imported (it then applies only
+    to the processes the run starts).
+    """
+    level = tensorflow_log_level(environ, verbosity_given, verbosity)
+    environ[TF_LOG_LEVEL] = level
+    if verbosity_given and verbosity > 0:
+        environ.setdefault("TF_CPP_MAX_VLOG_LEVEL", str(verbosity))
+    if "tensorflow" in sys.modules or not level.isdigit() or int(level) < 1:
+        return
+    with _stderr_to_devnull():
+        import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+
+@contextlib.contextmanager
+def _stderr_to_devnull():
+    """Points file descriptor 2 at /dev/null (C++ writes there directly), then back."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w", encoding="utf-8") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -1,4 +1,4 @@
-"""tf-mlstm-classify: class probabilities for new text with a fitted classifier.
+r"""tf-mlstm-classify: class probabilities for new text with a fitted classifier.
 
   tf-mlstm-classify --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
       --input=reviews.jsonl --text_key=reviewText --output=scores.csv

@@ -1,4 +1,4 @@
-"""tf-mlstm-eval: bits per character of a trained model on held-out text.
+r"""tf-mlstm-eval: bits per character of a trained model on held-out text.
 
   tf-mlstm-eval --model_dir=runs/r1 --data=data/reviews            # test split
   tf-mlstm-eval --model_dir=runs/r1 --data=electronics.jsonl \

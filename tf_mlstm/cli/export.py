@@ -1,4 +1,4 @@
-"""tf-mlstm-export: write a servable, versioned SavedModel of a trained model.
+r"""tf-mlstm-export: write a servable, versioned SavedModel of a trained model.
 
   tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm
   tf-mlstm-export --model_dir=runs/r1 --export_dir=serving/mlstm_sst \

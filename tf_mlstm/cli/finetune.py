@@ -1,4 +1,4 @@
-"""tf-mlstm-finetune: fine-tune a trained mLSTM end to end as a text classifier.
+r"""tf-mlstm-finetune: fine-tune a trained mLSTM end to end as a text classifier.
 
   tf-mlstm-finetune --init_model_dir=runs/r1 --model_dir=runs/r1_sst \
       --train_data=sst/train.csv --validation_data=sst/val.csv \

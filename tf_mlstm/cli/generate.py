@@ -1,4 +1,4 @@
-"""tf-mlstm-generate: sample review text from a trained model.
+r"""tf-mlstm-generate: sample review text from a trained model.
 
   tf-mlstm-generate --model_dir=runs/r1 --prompt="This movie" --length=300
   tf-mlstm-generate --model_dir=runs/r1 --neuron=2388 --neuron_value=1.0 \

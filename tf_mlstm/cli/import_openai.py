@@ -1,7 +1,7 @@
-"""tf-mlstm-import-openai: OpenAI's released byte mLSTM as a tf_mlstm run folder.
+r"""tf-mlstm-import-openai: OpenAI's released byte mLSTM as a tf_mlstm run folder.
 
-  tf-mlstm-import-openai \\
-      --weights_dir=generating-reviews-discovering-sentiment/model \\
+  tf-mlstm-import-openai \
+      --weights_dir=generating-reviews-discovering-sentiment/model \
       --model_dir=runs/openai
   tf-mlstm-transfer --model_dir=runs/openai --output_dir=runs/openai/sst ...
 

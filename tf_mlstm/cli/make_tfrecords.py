@@ -1,4 +1,4 @@
-"""Converts a review corpus into sharded train/validation/test TFRecords.
+r"""tf-mlstm-make-tfrecords: convert a review corpus into sharded train/validation/test TFRecords.
 
 Reads JSON lines (the Amazon dump, IMDB), CSV/TSV with a header, or plain
 text, each optionally gzip-compressed, normalizes the text and writes
@@ -7,10 +7,10 @@ records per split and every skipped record by reason. A non-empty output
 directory is refused unless `--overwrite`; a conversion that stops early
 leaves a folder that training and evaluation refuse until it is re-run.
 
-    tf-mlstm-make-tfrecords \\
+    tf-mlstm-make-tfrecords \
         --input='reviews/*.json.gz' --output_dir=data/amazon --num_shards=1000
 
-    python -m tf_mlstm.cli.make_tfrecords \\
+    python -m tf_mlstm.cli.make_tfrecords \
         --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
 """
 

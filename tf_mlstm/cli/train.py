@@ -1,4 +1,4 @@
-"""tf-mlstm-train: train a byte-level mLSTM language model.
+r"""tf-mlstm-train: train a byte-level mLSTM language model.
 
 With no flags it trains a small model on the embedded demo corpus (the
 `flags/demo.flags` recipe), then prints validation bits/char and exports a

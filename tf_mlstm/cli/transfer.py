@@ -1,4 +1,4 @@
-"""tf-mlstm-transfer: sentiment classification from a trained model's features.
+r"""tf-mlstm-transfer: sentiment classification from a trained model's features.
 
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst \
       --train_data=../shared/data/sst/train.csv --validation_data=../shared/data/sst/val.csv \

@@ -1,4 +1,4 @@
-"""tf-mlstm-visualize: draw one cell-state unit's activation over text.
+r"""tf-mlstm-visualize: draw one cell-state unit's activation over text.
 
   tf-mlstm-visualize --model_dir=runs/r1 --neuron=2388 \
       --input="Terrible plot. But the acting was wonderful!" --output_dir=viz
