@@ -25,16 +25,16 @@ from tf_mlstm.transfer import settings
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # Prints {binary: {"flags": [...], "aliases": {old: new}, "config": [fields] or None}}
-# for every binary under tf_mlstm/cli (and the tools named on the command line).
+# for every binary of the `tf-mlstm` command (and the tools named on the command line).
 _WALK = textwrap.dedent(
     """
-    import dataclasses, importlib, json, pkgutil, sys
+    import dataclasses, importlib, json, sys
     from absl import flags
-    import tf_mlstm.cli
     from tf_mlstm.cli import _flags, _main
+    from tf_mlstm.cli import main as umbrella
 
-    names = [f"tf_mlstm.cli.{m.name}" for m in pkgutil.iter_modules(tf_mlstm.cli.__path__)
-             if not m.name.startswith("_")] + sys.argv[1:]
+    # The binaries as the `tf-mlstm` command lists them (it has no flags of its own).
+    names = list(umbrella.binaries().values()) + sys.argv[1:]
     out = {}
     for name in names:
         module = importlib.import_module(name)
