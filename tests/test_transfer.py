@@ -945,6 +945,12 @@ def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, c
         x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", c_grid=(1.0,)
     )
     assert sweep[-1]["iterations"] < cold[0]["iterations"]
+    # Feature selection only scores: the same fit without the neuron search.
+    scored, _ = logistic.fit_logistic(
+        x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", neurons=False
+    )
+    assert scored.neurons == () and len(classifier.neurons) == 6
+    np.testing.assert_array_equal(scored.weights, classifier.weights)
     monkeypatch.setitem(logistic.MAX_ITER, "lbfgs", 2)
     with caplog.at_level("WARNING"):
         _, capped = logistic.fit_logistic(

@@ -708,6 +708,7 @@ def fit_logistic(
     classes=None,
     threshold_metric="accuracy",
     ngrams=None,
+    neurons=True,
 ):
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
@@ -730,6 +731,9 @@ def fit_logistic(
       ngrams: with the `tfidf` kind (last in `kinds`; `train_x` and `val_x`
         then scipy sparse), its `ngrams.NgramVocabulary`, kept in the
         classifier.
+      neurons: False skips the search for the neurons (the classifier then
+        has none: it predicts and scores, as feature selection needs, but
+        has no `neuron`, report or serving head).
 
     The features are standardized (training mean and deviation; the n-gram
     block see `block_standardizer`) and the grid is swept from the smallest
@@ -772,16 +776,17 @@ def fit_logistic(
     unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
-    neurons = tuple(
-        find_neuron(train_x, targets, weights, balanced=balanced)
-        for targets, weights, balanced in fitted.pop("neuron_targets")
+    targets = fitted.pop("neuron_targets")
+    found = tuple(
+        find_neuron(train_x, y01, weights, balanced=balanced)
+        for y01, weights, balanced in (targets if neurons else ())
     )
     classifier = LogisticClassifier(
         feature_kinds=tuple(kinds),
         hidden_size=int(hidden_size),
         mean=mean,
         scale=scale,
-        neurons=neurons,
+        neurons=found,
         ngrams=ngrams if with_ngrams else None,
         **fitted,
     )
@@ -1031,6 +1036,7 @@ def select_feature_kinds(
                 val_y,
                 kinds,
                 hidden_size,
+                neurons=False,
                 **fit_kwargs,
             )
             cache[kinds] = classifier.score(val_x, val_y)
