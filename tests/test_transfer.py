@@ -874,6 +874,8 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     loaded = logistic.LogisticClassifier.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
     assert loaded.ngrams.terms == vocabulary.terms and loaded.model_kinds == ("cell",)
+    with pytest.raises(ValueError, match="the word n-gram '(superb|awful)', not a unit of the"):
+        neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
     # The sparse path gives what the same features give dense.
     dense = logistic.LogisticClassifier(**{**classifier.__dict__, "feature_kinds": ("cell", "max")})
     np.testing.assert_allclose(
