@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -915,21 +916,21 @@ def test_auto_with_ngrams_weighs_the_words_as_a_group():
 
 
 def test_transfer_defaults_are_the_best_measured_settings():
-    from tf_mlstm.cli import transfer as transfer_cli
-
     config = experiment.TransferConfig(model_dir="m", train_data="t", output_dir="o")
     assert (config.features, config.penalty, config.solver) == ("auto", "l2", "auto")
-    defaults = {}
-
-    class Recorder:  # stands in for absl.flags: records each flag's default
-        def __getattr__(self, name):
-            return lambda flag, default, *args, **kwargs: defaults.setdefault(flag, default)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(transfer_cli, "flags", Recorder())
-        patch.setattr(transfer_cli._flags, "flags", Recorder())
-        transfer_cli.define_transfer_flags()
-    assert (defaults["features"], defaults["penalty"]) == (config.features, config.penalty)
+    done = subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.transfer", "--helpfull"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = {}
+    for name in ("features", "penalty"):
+        after = done.stdout.split(f"--{name}:", 1)[1]
+        shown[name] = re.search(r"\(default: '([^']*)'\)", after).group(1)
+    assert shown == {"features": config.features, "penalty": config.penalty}
 
 
 def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, caplog):
