@@ -1,4 +1,5 @@
-"""tools/benchmark.py: a smoke run with tiny sizes prints valid JSON lines (no timing checks)."""
+"""tools/benchmark.py and benchmark_transfer_fit.py: smoke runs with tiny sizes print valid JSON
+lines (no timing checks)."""
 
 import json
 import pathlib
@@ -138,3 +139,19 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode != 0
     assert "--modes: unknown ['fly']" in done.stderr
+
+
+@pytest.mark.slow
+def test_transfer_fit_benchmark_prints_a_line_per_trial_and_a_summary():
+    command = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py")]
+    command += ["--texts=150", "--classes=3", "--hidden=8", "--factors=4"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    *trials, summary = lines
+    assert summary["trials"] == len(trials) >= 3 and summary["penalty"] == "l2"
+    assert [t["width"] for t in trials[:3]] == [16, 32, 24]  # the three groups of 8 units
+    for trial in trials:
+        assert len(trial["iterations"]) == 9 and 0 <= trial["val_accuracy"] <= 1
+        assert trial["cpu_seconds"] >= 0 and isinstance(trial["not_converged"], list)
+    assert summary["chosen"] in [t["kinds"] for t in trials]

@@ -1,6 +1,7 @@
 """The SavedModel export and signatures: versioned safe export, serving limits, empty
 requests, score against the library, and serving without tf_mlstm."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer import ngrams
 
 TEXTS = [
     "A wonderful, moving film.<br /><br />Loved it.",
@@ -443,3 +445,105 @@ def test_training_refuses_an_export_folder_it_did_not_write_before_it_trains(tmp
         _run.train_and_export(config)
     # Refused before anything was trained or written.
     assert _tree(tmp_path / "run") == ["export", "export/notes.txt"]
+
+
+# Texts with punctuation, case and Unicode the n-gram tokens must agree on.
+NGRAM_TEXTS = [
+    "A GREAT film, great cast!",
+    "Dull... dull &amp; DULL; a dull film.",
+    "Caf\u00e9 CR\u00c8ME \u2014 great \U0001f600 na\u00efve stra\u00dfe",
+    "\u0130stanbul, \u03a3\u039f\u03a6\u0399\u0391: a great_film?",
+    "",
+]
+
+
+def _ngram_classifier(model, kinds, labels):
+    texts = [normalize_text(t) for t in NGRAM_TEXTS] * 2
+    vocabulary, fitted = ngrams.fit_vocabulary(texts)
+    computed = {"tfidf": fitted}
+    if len(kinds) > 1:
+        computed.update(features.TextFeaturizer(model, batch_size=8)(texts))
+    x = features.concat_features(computed, kinds)
+    classifier, _ = logistic.fit_logistic(
+        x, labels, x, labels, kinds, model.hidden_size, penalty="l2", ngrams=vocabulary
+    )
+    return classifier
+
+
+def _python_probabilities(classifier, model, texts):
+    """What tf-mlstm-classify computes for raw `texts`."""
+    texts = [normalize_text(t) for t in texts]
+    computed = {"tfidf": classifier.ngrams.transform(texts)}
+    if classifier.model_kinds:
+        computed.update(features.TextFeaturizer(model)(texts))
+    return classifier.predict_proba(features.concat_features(computed, classifier.feature_kinds))
+
+
+def test_classify_signature_computes_ngrams_from_the_stored_vocabulary(small_model):
+    labels = np.array(["neg", "pos", "mid", "pos", "neg"] * 2, object)
+    classifier = _ngram_classifier(small_model, ("tfidf",), labels)
+    assert classifier.kind == "multiclass" and len(classifier.ngrams) > 5
+    module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+    out = module.classify(tf.constant(NGRAM_TEXTS + ["unseen words only"]))
+    want = _python_probabilities(classifier, small_model, NGRAM_TEXTS + ["unseen words only"])
+    np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
+    assert out["label"].numpy().astype(str).tolist() == list(
+        classifier.classes[i] for i in np.argmax(want, 1)
+    )
+    head = classifier.serving_head()
+    bad = dataclasses.replace(head, ngram_terms=head.ngram_terms[:-1])
+    with pytest.raises(ValueError, match="IDF values for"):
+        saved_model.ServingModule(small_model, classifier=bad)
+    with pytest.raises(ValueError, match="the tfidf kind \\(last\\) and a vocabulary go together"):
+        saved_model.ServingModule(small_model, classifier=dataclasses.replace(head, ngram_terms=()))
+
+
+_SERVE_CLASSIFY = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+    out = tf.saved_model.load(sys.argv[1]).signatures["classify"](
+        text=tf.constant(json.loads(sys.argv[2])))
+    print(json.dumps({
+        "imported_tf_mlstm": any(m.startswith("tf_mlstm") for m in sys.modules),
+        "probabilities": out["probabilities"].numpy().tolist(),
+        "neuron": out["neuron"].numpy().tolist(),
+    }))
+    """)
+
+
+@pytest.mark.slow
+def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
+    model_dir, _ = _model_dir_at_step(tmp_path / "run", 3)
+    model, _ = saved_model.load_trained_model(str(model_dir))
+    classifier = _ngram_classifier(model, ("max", "tfidf"), np.array([1, 0, 1, 0, 0] * 2))
+    classifier.save(str(tmp_path / "classifier.json"))
+    done = export_cli.export(
+        export_cli.ExportConfig(
+            str(model_dir), str(tmp_path / "export"), str(tmp_path / "classifier.json")
+        )
+    )
+    served = run_without_tf_mlstm(
+        _SERVE_CLASSIFY, [done["export_dir"], json.dumps(NGRAM_TEXTS)], tmp_path
+    )
+    assert not served["imported_tf_mlstm"]
+    want = _python_probabilities(classifier, model, NGRAM_TEXTS)
+    np.testing.assert_allclose(served["probabilities"], want, atol=1e-5)
+    texts = [normalize_text(t) for t in NGRAM_TEXTS]
+    x = features.concat_features(
+        {"tfidf": classifier.ngrams.transform(texts), **features.TextFeaturizer(model)(texts)},
+        classifier.feature_kinds,
+    )
+    np.testing.assert_allclose(
+        served["neuron"], logistic.column(x, classifier.neuron.index), atol=1e-5
+    )
+    # tf-mlstm-classify reads the same classifier file to the same numbers.
+    from tf_mlstm.cli import classify as classify_cli  # pylint: disable=g-import-not-at-top
+
+    (tmp_path / "new.txt").write_text("\n".join(NGRAM_TEXTS[:4]) + "\n", encoding="utf-8")
+    _, probabilities, _, _ = classify_cli.classify(
+        classify_cli.ClassifyConfig(
+            str(model_dir), str(tmp_path / "classifier.json"), str(tmp_path / "new.txt"), "-"
+        ).validate()
+    )
+    np.testing.assert_allclose(probabilities, want[:4], atol=1e-6)

@@ -6,11 +6,13 @@ import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import tensorflow as tf
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
@@ -22,6 +24,7 @@ from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.data import framing
+from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.rundir import load_trained_model
@@ -31,6 +34,7 @@ from tf_mlstm.transfer import features
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
+from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer.sklearn_featurizer import MLSTMFeaturizer
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
@@ -532,7 +536,7 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     with pytest.raises(ValueError, match="--penalty must be one of .* got 'elasticnet'"):
         experiment.run_transfer(dataclasses.replace(config, penalty="elasticnet"))
     with pytest.raises(ValueError, match="--solver=lbfgs fits only --penalty=l2, not l1"):
-        experiment.run_transfer(dataclasses.replace(config, solver="lbfgs"))
+        experiment.run_transfer(dataclasses.replace(config, solver="lbfgs", penalty="l1"))
     with pytest.raises(ValueError, match="--validation_fraction must be in \\(0, 1\\)"):
         experiment.run_transfer(
             experiment.TransferConfig(
@@ -566,22 +570,31 @@ def test_run_transfer_errors(tmp_path, review_csvs):
         )
 
 
+def _review_config(tmp_path, review_csvs, **values):
+    """A transfer on the review CSVs with an untrained model (val, test as given in values)."""
+    model_dir, _ = write_untrained_model_dir(tmp_path / "m")
+    config = dict(
+        model_dir=str(model_dir),
+        train_data=review_csvs["train"],
+        output_dir=str(tmp_path / "out"),
+        text_key=("sentence",),
+        progress=False,
+    )
+    return experiment.TransferConfig(**{**config, **values})
+
+
 @pytest.mark.slow
 def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
-    model_dir, _ = write_untrained_model_dir(tmp_path / "m")
     results = experiment.run_transfer(
-        experiment.TransferConfig(
-            model_dir=str(model_dir),
-            train_data=review_csvs["train"],
+        _review_config(
+            tmp_path,
+            review_csvs,
             test_data=review_csvs["test"],
-            output_dir=str(tmp_path / "out"),
-            text_key=("sentence",),
             features="auto",
             max_train_examples=40,
             max_eval_examples=10,
             precision="mixed_bfloat16",
             penalty="l2",
-            progress=False,
         )
     )
     assert results["config"]["precision"] == "mixed_bfloat16"
@@ -774,3 +787,258 @@ def test_semeval_eleven_emotions_smoke(tmp_path, shared_data):
     test = results["metrics"]["test"]
     assert test["examples"] == 100 and 0.0 <= test["jaccard"] <= 1.0
     assert len(test["per_label"]) == 11
+
+
+# === Word n-grams (tfidf) ===
+
+NGRAM_TEXTS = [
+    "Great FILM, great cast!",
+    "A dull film; dull... DULL.",
+    "Caf\u00e9 cr\u00e8me \u2014 superb \U0001f600 na\u00efve",
+    "\u0130stanbul \u03a3\u039f\u03a6\u0399\u0391 stra\u00dfe, don't",
+    "great great film x y z_1 42",
+    "",
+]
+
+
+def test_words_are_lowercased_runs_of_two_or_more_word_characters():
+    got = words.word_strings([normalize_text(t) for t in NGRAM_TEXTS])
+    assert got[0] == "great film great cast"
+    assert got[1] == "dull film dull dull"
+    assert got[2] == "caf\u00e9 cr\u00e8me superb na\u00efve"  # the emoji and the dash separate
+    # Unicode case mapping (the dotted capital I keeps its combining dot); "t" is too short.
+    assert got[3] == "i\u0307stanbul \u03c3\u03bf\u03c6\u03b9\u03b1 stra\u00dfe don"
+    assert got[4] == "great great film z_1 42"
+    assert got[5] == ""
+
+
+def test_ngram_vocabulary_comes_from_training_text_and_the_graph_computes_the_same():
+    texts = [normalize_text(t) for t in NGRAM_TEXTS]
+    vocabulary, fitted = ngrams.fit_vocabulary(texts[:5])
+    # Only the n-grams of two or more training texts (min_df=2), bigrams included.
+    assert vocabulary.terms == ("film", "great", "great film")
+    np.testing.assert_array_equal(vocabulary.transform(texts[:5]).toarray(), fitted.toarray())
+    table = words.vocabulary_table(vocabulary.terms)
+    graph = words.tfidf(tf.constant(texts), table, tf.constant(vocabulary.idf, tf.float32))
+    python = vocabulary.transform(texts).toarray()
+    np.testing.assert_allclose(graph.numpy(), python, atol=1e-6)
+    assert python[5].tolist() == [0.0, 0.0, 0.0]  # nothing known: a row of zeros
+    np.testing.assert_allclose(np.linalg.norm(python[[0, 1, 4]], axis=1), 1.0)
+    again = ngrams.NgramVocabulary.from_record(json.loads(json.dumps(vocabulary.to_record())))
+    assert again.terms == vocabulary.terms
+    np.testing.assert_array_equal(again.idf, vocabulary.idf)
+    with pytest.raises(ValueError, match="no word n-gram occurs in two of the 2 training texts"):
+        ngrams.fit_vocabulary(["one text", "another"])
+
+
+def _worded(rng, rows):
+    """Texts whose label is a word, and model features of noise."""
+    labels = rng.integers(2, size=rows)
+    filler = ["the", "film", "was", "quite", "plot", "and", "acting"]
+    texts = [
+        " ".join(list(rng.choice(filler, 4)) + [("Superb!" if y else "Awful.")]) for y in labels
+    ]
+    return texts, labels, rng.normal(size=(rows, 8)).astype(np.float32)
+
+
+def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    texts, labels, noise = _worded(rng, 160)
+    vocabulary, fitted = ngrams.fit_vocabulary(texts[:120])
+    computed = {
+        "cell": noise,
+        "tfidf": sp.vstack([fitted, vocabulary.transform(texts[120:])]).tocsr(),
+    }
+    x = features.concat_features(computed, ("cell", "tfidf"))
+    assert sp.issparse(x) and x.shape == (160, 8 + len(vocabulary))
+    np.testing.assert_array_equal(x[:, :8].toarray(), noise)
+    kinds = ("cell", "tfidf")
+    classifier, sweep = logistic.fit_logistic(
+        x[:120], labels[:120], x[120:], labels[120:], kinds, 8, penalty="l2", ngrams=vocabulary
+    )
+    assert all(row["converged"] for row in sweep)
+    assert classifier.accuracy(x[120:], labels[120:]) == 1.0
+    top = classifier.top_units(2)
+    assert {row["term"] for row in top} == {"superb", "awful"} and top[0]["kind"] == "tfidf"
+    assert classifier.describe(8 + vocabulary.terms.index("superb")) == (
+        "tfidf",
+        vocabulary.terms.index("superb"),
+    )
+    # The n-gram columns keep mean 0 and one scale (1 / sqrt(1024) beside 8 model units).
+    np.testing.assert_array_equal(classifier.mean[8:], 0.0)
+    np.testing.assert_allclose(classifier.scale[8:], 1 / 32)
+    assert classifier.neuron.index >= 8  # a word is the best single feature
+    path = str(tmp_path / "classifier.json")
+    classifier.save(path)
+    record = json.loads(open(path, encoding="utf-8").read())
+    assert record["version"] == 3 and record["ngrams"]["terms"] == list(vocabulary.terms)
+    loaded = logistic.LogisticClassifier.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
+    assert loaded.ngrams.terms == vocabulary.terms and loaded.model_kinds == ("cell",)
+    with pytest.raises(ValueError, match="the word n-gram '(superb|awful)', not a unit of the"):
+        neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+    # The sparse path gives what the same features give dense.
+    dense = logistic.LogisticClassifier(**{**classifier.__dict__, "feature_kinds": ("cell", "max")})
+    np.testing.assert_allclose(
+        dense.predict_proba(x.toarray()), classifier.predict_proba(x), rtol=1e-12
+    )
+    # A file without n-grams is still written as version 2.
+    plain, _ = logistic.fit_logistic(noise, labels, noise, labels, ("cell",), 8)
+    assert json.loads(plain.to_json())["version"] == 2
+    with pytest.raises(ValueError, match="the tfidf feature kind needs its n-gram vocabulary"):
+        logistic.fit_logistic(x, labels, x, labels, kinds, 8)
+
+
+def test_auto_with_ngrams_weighs_the_words_as_a_group():
+    rng = np.random.default_rng(1)
+    texts, labels, _ = _worded(rng, 200)
+    vocabulary, fitted = ngrams.fit_vocabulary(texts[:150])
+    data = _kinds_with_signal(rng, 200, {})
+    train = {kind: values[:150] for kind, values in data.items()}
+    val = {kind: values[150:] for kind, values in data.items()}
+    train["tfidf"], val["tfidf"] = fitted, vocabulary.transform(texts[150:])
+    groups = features.FEATURE_GROUPS + (features.NGRAM_GROUP,)
+    kinds, trials = logistic.select_feature_kinds(
+        train, labels[:150], val, labels[150:], 8, groups=groups, penalty="l2", ngrams=vocabulary
+    )
+    assert kinds == ("tfidf",)
+    assert [t["kinds"] for t in trials[:4]] == [list(g) for g in groups]
+    assert trials[3]["val_accuracy"] == 1.0 and trials[3]["not_converged"] == []
+    assert features.parse_feature_kinds("tfidf, cell") == ("cell", "tfidf")
+    assert features.parse_feature_kinds("auto,TFIDF") == features.AUTO_NGRAMS
+    with pytest.raises(ValueError, match="'auto' cannot be combined with other feature kinds"):
+        features.parse_feature_kinds("auto,cell")
+    assert features.kinds_to_compute(("mean", "tfidf")) == (("mean",), True)
+    assert features.kinds_to_compute(features.AUTO) == (features.FEATURE_KINDS, False)
+
+
+# === Defaults, convergence and the majority class ===
+
+
+def test_transfer_defaults_are_the_best_measured_settings():
+    config = experiment.TransferConfig(model_dir="m", train_data="t", output_dir="o")
+    assert (config.features, config.penalty, config.solver) == ("auto", "l2", "auto")
+    done = subprocess.run(
+        [sys.executable, "-m", "tf_mlstm.cli.transfer", "--helpfull"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = {}
+    for name in ("features", "penalty"):
+        after = done.stdout.split(f"--{name}:", 1)[1]
+        shown[name] = re.search(r"\(default: '([^']*)'\)", after).group(1)
+    assert shown == {"features": config.features, "penalty": config.penalty}
+
+
+def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, caplog):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 40))
+    labels = np.argmax(x[:, :6] + 0.5 * rng.normal(size=(300, 6)), axis=1)
+    classifier, sweep = logistic.fit_logistic(
+        x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2"
+    )
+    assert classifier.kind == "multiclass" and len(classifier.classes) == 6
+    assert all(row["converged"] for row in sweep)
+    assert all(0 < row["iterations"] <= logistic.MAX_ITER["lbfgs"] for row in sweep)
+    # Each fit starts from the last: a cold start at the largest C needs more iterations.
+    _, cold = logistic.fit_logistic(
+        x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", c_grid=(1.0,)
+    )
+    assert sweep[-1]["iterations"] < cold[0]["iterations"]
+    # Feature selection only scores: the same fit without the neuron search.
+    scored, _ = logistic.fit_logistic(
+        x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", neurons=False
+    )
+    assert scored.neurons == () and len(classifier.neurons) == 6
+    np.testing.assert_array_equal(scored.weights, classifier.weights)
+    monkeypatch.setitem(logistic.MAX_ITER, "lbfgs", 2)
+    with caplog.at_level("WARNING"):
+        _, capped = logistic.fit_logistic(
+            x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2"
+        )
+    assert not any(row["converged"] for row in capped[2:])
+    assert all(row["iterations"] == 2 for row in capped[2:])
+    assert "The solver did not converge for C in" in caplog.text
+
+
+def test_a_classifier_no_better_than_the_majority_is_flagged():
+    x, labels = _synthetic(0)
+    labels = np.where(np.arange(200) < 150, 1, labels)  # mostly 1
+    good, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), 50, penalty="l2")
+    report = logistic.majority_baseline(good, labels, x, labels)
+    assert report["metric"] == "accuracy" and report["majority_prediction"] == 1
+    assert report["majority"] == np.mean(labels == 1) and report["better"]
+    # So strongly regularized that every row gets the prior: the majority class.
+    constant, _ = logistic.fit_logistic(
+        x, labels, x, labels, ("cell",), 50, penalty="l2", c_grid=(1e-9,)
+    )
+    report = logistic.majority_baseline(constant, labels, x, labels)
+    assert report["classifier"] == report["majority"] and not report["better"]
+    several = np.stack([labels, 1 - labels], axis=1)
+    tagged, _ = logistic.fit_logistic(
+        x, several, x, several, ("cell",), 50, penalty="l2", classes=("a", "b")
+    )
+    report = logistic.majority_baseline(tagged, several, x, several)
+    assert report["metric"] == "jaccard" and report["majority_prediction"] == {"a": 1, "b": 0}
+    assert report["better"]
+
+
+@pytest.mark.slow
+def test_auto_with_ngrams_through_transfer_classify_and_the_results(tmp_path, review_csvs):
+    """The words carry the labels: `auto,tfidf` weighs them as a group, `cell,tfidf` fits them
+    beside the final cell state, the vocabulary from the training rows only."""
+    config = _review_config(
+        tmp_path,
+        review_csvs,
+        validation_data=review_csvs["val"],
+        test_data=review_csvs["test"],
+        output_dir=str(tmp_path / "auto"),
+        features="auto,tfidf",
+    )
+    model_dir = config.model_dir
+    results = experiment.run_transfer(config)
+    trials = {tuple(t["kinds"]): t["val_accuracy"] for t in results["feature_selection"]["trials"]}
+    assert trials[("tfidf",)] == 1.0 and len(trials) >= 4
+    assert results["val_accuracy"] == max(trials.values())
+    results = experiment.run_transfer(
+        dataclasses.replace(config, features="tfidf,cell", output_dir=str(tmp_path / "out"))
+    )
+    assert results["feature_kinds"] == ["cell", "tfidf"]
+    assert results["test_accuracy"] == 1.0
+    assert results["majority_baseline"]["better"] and results["warnings"] == []
+    assert all("iterations" in row for row in results["c_sweep"])
+    train = labeled.read_labeled(review_csvs["train"], ("sentence",), "label")
+    vocabulary, _ = ngrams.fit_vocabulary(train.texts)
+    assert results["featurize"]["tfidf"]["terms"] == len(vocabulary)
+    classifier = logistic.LogisticClassifier.load(results["files"]["classifier"])
+    assert classifier.ngrams.terms == vocabulary.terms
+    jsonl = tmp_path / "new.jsonl"
+    jsonl.write_text('{"text": "The movie was SUPERB!"}\n{"text": "Dreadful."}\n')
+    _, probabilities, labels, _ = classify_cli.classify(
+        _classify_config(model_dir, results["files"]["classifier"], jsonl)
+    )
+    assert labels.tolist() == [1, 0] and probabilities.shape == (2, 2)
+
+
+@pytest.mark.slow
+def test_a_constant_classifier_is_a_warning_in_the_log_and_the_results(tmp_path, review_csvs):
+    # Three positives to one negative; so strong a penalty that only the prior is left.
+    rows = "".join(f"{int(i % 4 != 0)},Review number {i}.\n" for i in range(40))
+    (tmp_path / "skewed.csv").write_text("label,sentence\n" + rows)
+    results = experiment.run_transfer(
+        _review_config(
+            tmp_path,
+            review_csvs,
+            train_data=str(tmp_path / "skewed.csv"),
+            features="cell",
+            c_grid=(1e-9,),
+        )
+    )
+    assert results["majority_baseline"]["majority_prediction"] == 1
+    assert not results["majority_baseline"]["better"]
+    assert any("no better than always predicting the majority" in w for w in results["warnings"])
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["warnings"] == results["warnings"]

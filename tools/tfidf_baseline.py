@@ -1,7 +1,8 @@
 r"""The supervised bag-of-words baseline beside every transfer result.
 
-TF-IDF of word unigrams and bigrams, then a logistic regression with C
-chosen on validation: the reference a pretrained model's features and its
+TF-IDF of word unigrams and bigrams (`tf_mlstm.transfer.ngrams`, the
+vectorizer `tf-mlstm-transfer --features=tfidf` uses), then a logistic
+regression with C chosen on validation: the reference a pretrained model's features and its
 fine-tuning are compared with. It reads, splits and scores labeled data
 through `tf_mlstm.transfer.labeled`, exactly as `tf-mlstm-transfer` and
 `tf-mlstm-finetune` do, so the three see the same rows:
@@ -24,12 +25,12 @@ import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer import settings
 
 FLAGS = flags.FLAGS
@@ -169,11 +170,10 @@ def run_baseline(config):
     """Reads the splits, fits the vectorizer on train, and scores val and test."""
     train, val, test = read_splits(config)
     logging.info("train %d, val %d, test %d texts", len(train), len(val), len(test or ()))
-    vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-    vectorizer.fit(train.texts)
+    vectorizer, _ = ngrams.fit_vocabulary(train.texts)
     fit = multi_label if train.multilabel else single_label
     result = fit(train, val, test, vectorizer, config)
-    result["features"] = len(vectorizer.vocabulary_)
+    result["features"] = len(vectorizer)
     result["examples"] = {"train": len(train), "val": len(val), "test": len(test or ())}
     return result
 

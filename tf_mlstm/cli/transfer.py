@@ -4,13 +4,13 @@ r"""tf-mlstm-transfer: sentiment classification from a trained model's features.
       --train_data=../shared/data/sst/train.csv --validation_data=../shared/data/sst/val.csv \
       --test_data=../shared/data/sst/test.csv --text_key=sentence --label_key=label
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/imdb \
-      --train_data=imdb/train.jsonl --test_data=imdb/test.jsonl --features=auto
+      --train_data=imdb/train.jsonl --test_data=imdb/test.jsonl --features=auto,tfidf
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/amazon \
       --train_data=amazon/books.jsonl --test_data=amazon/electronics.jsonl \
       --text_key=reviewText --label_key=overall --label_threshold=4
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst5 \
       --train_data=sst5/train.csv --validation_data=sst5/val.csv --test_data=sst5/test.csv \
-      --text_key=sentence --penalty=l2
+      --text_key=sentence
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/semeval \
       --train_data=semeval/train.csv --test_data=semeval/test.csv --text_key=Tweet \
       --label_key=anger,fear,joy,sadness --threshold_metric=f1
@@ -20,10 +20,13 @@ read and normalized: a class label (two classes or more), a score cut into
 two classes with `--label_threshold`, raw values mapped to classes with
 `--label_map` (e.g. `1:negative,2:negative,3:neutral,4:positive,5:positive`
 for Amazon stars), or with several comma-separated `--label_key`s one 0/1
-label each (multi-label). Featurizes every text with the model (final cell
-state by default; `--features=cell,cell_mean`, any combination, or `auto`
-to choose on validation), fits an L1- (or `--penalty=l2`) regularized
-logistic regression (two classes: the paper's; more: multinomial;
+label each (multi-label). Featurizes every text with the model (by default
+`--features=auto`: the final states, the hidden-state statistics and the
+cell-state statistics, combined as validation prefers; or any combination
+such as `--features=cell,cell_mean`; `tfidf` adds TF-IDF of word uni- and
+bigrams fitted on the training texts, e.g. `--features=auto,tfidf`), fits an
+L2- (or `--penalty=l1`) regularized logistic regression (two classes: the
+paper's; more: multinomial;
 multi-label: one per label, each with a threshold chosen on validation)
 with C chosen on validation (`--validation_data`, or a seeded stratified
 `--validation_fraction` of train), and finds the sentiment neuron (per class or
@@ -91,10 +94,12 @@ def define_transfer_flags():
     )
     flags.DEFINE_string(
         "features",
-        "cell",
+        "auto",
         "Comma-separated of cell, hidden (final states), mean, max, min, std (of the hidden "
-        "state), cell_mean, cell_max, cell_min (of the cell state), concatenated; or auto "
-        "(choose among final / hidden statistics / cell statistics on validation).",
+        "state), cell_mean, cell_max, cell_min (of the cell state), tfidf (TF-IDF of word uni- "
+        "and bigrams, fitted on the training texts), concatenated; or auto (choose among final "
+        "/ hidden statistics / cell statistics on validation); auto,tfidf: the n-grams are one "
+        "more group to choose.",
     )
     flags.DEFINE_string(
         "num_labeled",
@@ -122,17 +127,17 @@ def define_transfer_flags():
     )
     flags.DEFINE_enum(
         "penalty",
-        "l1",
+        "l2",
         ["l1", "l2"],
-        "l1: sparse weights (Radford et al.), the units that carry sentiment stand out; l2: "
-        "dense weights, more accurate from the pooled features of small models.",
+        "l2: dense weights, more accurate from the pooled features of small models; l1: sparse "
+        "weights (Radford et al.), the units that carry sentiment stand out.",
     )
     flags.DEFINE_enum(
         "solver",
         "auto",
         ["auto", "liblinear", "saga", "lbfgs"],
-        "scikit-learn solver; auto: liblinear for l1 (saga for more than two classes), lbfgs "
-        "for l2.",
+        "scikit-learn solver; auto: lbfgs for l2, liblinear for l1 (saga for more than two "
+        "classes).",
     )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
     for old, new in _RENAMED:
@@ -221,6 +226,8 @@ def headline(results):
         names = ("jaccard", "micro_f1", "macro_f1") if multilabel else ("macro_f1",)
         line["task"] = results["task"]
         line.update({f"{split}_{name}": results["metrics"][split][name] for name in names})
+    if results.get("warnings"):
+        line["warnings"] = results["warnings"]
     line["output_dir"] = results["config"]["output_dir"]
     return line
 

@@ -21,7 +21,9 @@ they normalize in-graph as training did):
   (of the positive class) and `neuron` [N] (the sentiment neuron's feature
   value); a multilabel one `labels` [N, L] int64, 1 where a label's
   probability is above its threshold. All from a logistic regression on
-  standardized features computed in-graph, or from a fine-tuned head (linear,
+  standardized features computed in-graph (with the `tfidf` kind, TF-IDF of
+  word n-grams from the stored vocabulary, `tf_mlstm.data.words`), or from
+  a fine-tuned head (linear,
   or one ReLU layer and the output layer) on the fine-tuned encoder's
   features of each text's first bytes, as in fine-tuning; a binary one then
   cuts `probability` at the threshold chosen on validation and has no
@@ -59,6 +61,7 @@ from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
+from tf_mlstm.data import words
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
@@ -114,6 +117,9 @@ class ClassifierHead:
       weights_sha256: fingerprint of the model weights it was fitted on
         (`rundir.weights_checksum`); "" = not recorded.
       precision: the policy its features were computed in; "" = not recorded.
+      ngram_terms: with the `tfidf` kind (last of `feature_kinds`): the V
+        n-grams, in column order.
+      ngram_idf: [V] their inverse document frequencies.
     """
 
     feature_kinds: tuple
@@ -130,6 +136,13 @@ class ClassifierHead:
     max_length: int = 0
     weights_sha256: str = ""
     precision: str = ""
+    ngram_terms: tuple = ()
+    ngram_idf: np.ndarray | None = None
+
+    @property
+    def model_kinds(self):
+        """The feature kinds the language model computes (all but `tfidf`)."""
+        return tuple(k for k in self.feature_kinds if k != words.NGRAM_KIND)
 
     @property
     def binary(self):
@@ -138,13 +151,28 @@ class ClassifierHead:
 
     def check(self, hidden_size):
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
-        unknown = [k for k in self.feature_kinds if k not in featurize.FEATURE_KINDS]
+        known = featurize.FEATURE_KINDS + (words.NGRAM_KIND,)
+        unknown = [k for k in self.feature_kinds if k not in known]
         if unknown or not self.feature_kinds:
             raise errors.InvalidValueError(
                 f"classifier feature kinds {list(self.feature_kinds)} are not a non-empty "
-                f"subset of {list(featurize.FEATURE_KINDS)}"
+                f"subset of {list(known)}"
             )
-        width = hidden_size * len(self.feature_kinds)
+        with_ngrams = words.NGRAM_KIND in self.feature_kinds
+        if with_ngrams != bool(len(self.ngram_terms)) or (
+            with_ngrams and self.feature_kinds[-1] != words.NGRAM_KIND
+        ):
+            raise errors.InvalidValueError(
+                f"classifier feature kinds {list(self.feature_kinds)} with "
+                f"{len(self.ngram_terms)} n-gram terms: the tfidf kind (last) and a "
+                "vocabulary go together"
+            )
+        if with_ngrams and np.shape(self.ngram_idf) != (len(self.ngram_terms),):
+            raise errors.InvalidValueError(
+                f"classifier has {np.size(self.ngram_idf)} IDF values for "
+                f"{len(self.ngram_terms)} n-gram terms"
+            )
+        width = hidden_size * len(self.model_kinds) + len(self.ngram_terms)
         rows = 1 if self.binary else len(self.classes)
         inputs = width
         shapes = {"mean": ((width,),), "scale": ((width,),)}
@@ -241,6 +269,11 @@ class ServingModule(tf.Module):
                 trainable=False,
                 name="classifier_bias",
             )
+            if classifier.ngram_terms:
+                self.ngram_table = words.vocabulary_table(classifier.ngram_terms)
+                self.ngram_idf = tf.Variable(
+                    np.asarray(classifier.ngram_idf, np.float32), trainable=False, name="ngram_idf"
+                )
             self.classifier_names = tf.constant([str(c) for c in classifier.classes])
             if all(isinstance(c, (int, np.integer)) for c in classifier.classes):
                 self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
@@ -286,10 +319,15 @@ class ServingModule(tf.Module):
             "(a limit set at export)",
         )
 
-    def _ids(self, text, signature, max_length=None):
-        """(ids, valid) of the texts, normalized, framed and maybe cut, in whole windows."""
+    def _normalized(self, text, signature):
+        """The texts normalized, after the length check."""
         with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
-            normalized = normalize_text_tf(text)
+            return normalize_text_tf(text)
+
+    def _ids(self, text, signature, max_length=None, normalized=None):
+        """(ids, valid) of the texts, normalized, framed and maybe cut, in whole windows."""
+        if normalized is None:
+            normalized = self._normalized(text, signature)
         framed = framing.frame_ids_tf(
             normalized, max_length=max_length, pad_to_multiple=self.window
         )
@@ -349,9 +387,16 @@ class ServingModule(tf.Module):
         return {"text": text}
 
     def _classify(self, text):
-        ids, valid = self._ids(text, "classify", self.classifier.max_length or None)
-        features = featurize.featurize_ids(self.model, ids, valid, self.window)
-        x = tf.concat([features[kind] for kind in self.classifier.feature_kinds], axis=1)
+        normalized = self._normalized(text, "classify")
+        parts = []
+        if self.classifier.model_kinds:
+            max_length = self.classifier.max_length or None
+            ids, valid = self._ids(text, "classify", max_length, normalized)
+            features = featurize.featurize_ids(self.model, ids, valid, self.window)
+            parts = [features[kind] for kind in self.classifier.model_kinds]
+        if self.classifier.ngram_terms:
+            parts.append(words.tfidf(normalized, self.ngram_table, self.ngram_idf))
+        x = tf.concat(parts, axis=1)
         inputs = (x - self.classifier_mean) / self.classifier_scale
         if self.classifier_hidden is not None:
             weights, bias = self.classifier_hidden

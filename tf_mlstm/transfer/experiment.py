@@ -2,8 +2,10 @@
 
 Reads labeled CSV/JSONL splits with `tf_mlstm.transfer.labeled` (so the text
 is normalized exactly as for training), featurizes them with a trained
-model, fits the L1 (or L2) logistic regression (C chosen on validation: the
-given validation split, or a seeded stratified share of train), finds the
+model (and, with the `tfidf` kind, computes word n-gram TF-IDF fitted on
+the training rows), fits the L2 (or L1) logistic regression (C chosen on
+validation: the given validation split, or a seeded stratified share of
+train), warns when it is no better than the majority class, finds the
 neurons, repeats the fit on subsamples of train for the `num_labeled`
 curve, and writes `results.json`, `classifier.json` and the plots to the
 output folder.
@@ -29,6 +31,7 @@ from tf_mlstm.train.config import PRECISIONS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer import plots
 from tf_mlstm.transfer import settings
 
@@ -79,14 +82,14 @@ class TransferConfig(settings.LabeledDataFields):
     output_dir: str = ""
     label_threshold: float | None = None  # None: labels are classes; else value >= it is 1
     threshold_metric: str = "accuracy"  # multi-label: what each label's threshold maximizes
-    features: str = "cell"
+    features: str = "auto"  # measured best (docs/transfer.md); "cell" is the paper's
     num_labeled: tuple = ()
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
     window: int = features_lib.DEFAULT_WINDOW
     precision: str = "float32"  # the policy features are computed in
     c_grid: tuple = logistic.DEFAULT_C_GRID
-    penalty: str = "l1"
-    solver: str = "auto"  # liblinear for l1 (saga for K > 2 classes), lbfgs for l2
+    penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
+    solver: str = "auto"  # lbfgs for l2; liblinear for l1 (saga for K > 2 classes)
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
 
@@ -211,14 +214,43 @@ def _training_classes(config, splits):
 
 
 def _featurize(config, model, data):
-    """Features of every split: (dict split -> dict kind -> [N, H], timings)."""
-    spec = features_lib.parse_feature_kinds(config.features)
-    computed = features_lib.FEATURE_KINDS if spec == features_lib.AUTO else spec
-    featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
-    features, timings = {}, {}
-    for name, split in data.splits.items():
+    """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
+
+    The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
+    on the fit rows of train alone, never on validation or test text.
+    """
+    computed, with_ngrams = features_lib.kinds_to_compute(
+        features_lib.parse_feature_kinds(config.features)
+    )
+    featurizer = None
+    if computed:
+        featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
+    features, timings, vocabulary = {}, {}, None
+    if with_ngrams:
         start = time.monotonic()
-        features[name] = featurizer(split.texts, progress=config.progress)
+        vocabulary, fitted = ngrams_lib.fit_vocabulary(data.splits["train"].texts)
+        features = {
+            name: {
+                ngrams_lib.NGRAM_KIND: fitted if name == "train" else vocabulary.transform(s.texts)
+            }
+            for name, s in data.splits.items()
+        }
+        timings[ngrams_lib.NGRAM_KIND] = {
+            "seconds": round(time.monotonic() - start, 3),
+            "terms": len(vocabulary),
+        }
+        logging.info(
+            "TF-IDF of %d word n-grams (seen in two or more of %d training texts) in %.1f s",
+            len(vocabulary),
+            len(data.splits["train"]),
+            timings[ngrams_lib.NGRAM_KIND]["seconds"],
+        )
+    for name, split in data.splits.items():
+        features.setdefault(name, {})
+        if featurizer is None:
+            continue
+        start = time.monotonic()
+        features[name].update(featurizer(split.texts, progress=config.progress))
         seconds = time.monotonic() - start
         chars = int(features_lib.text_lengths(split.texts).sum())
         timings[name] = {
@@ -228,11 +260,12 @@ def _featurize(config, model, data):
         logging.info(
             "Featurized %d %s texts (%d chars) in %.1f s", len(split.texts), name, chars, seconds
         )
-    return features, timings
+    return features, timings, vocabulary
 
 
-def _fit_kwargs(config, data):
+def _fit_kwargs(config, data, vocabulary=None):
     return {
+        "ngrams": vocabulary,
         "c_grid": config.c_grid,
         "penalty": config.penalty,
         "solver": config.solver,
@@ -242,18 +275,22 @@ def _fit_kwargs(config, data):
     }
 
 
-def _choose_kinds(config, features, data, hidden):
+def _choose_kinds(config, features, data, hidden, vocabulary):
     """The feature kinds: `--features`, or chosen on validation for `auto`."""
     spec = features_lib.parse_feature_kinds(config.features)
-    if spec != features_lib.AUTO:
+    if spec not in (features_lib.AUTO, features_lib.AUTO_NGRAMS):
         return spec, None
+    groups = features_lib.FEATURE_GROUPS
+    if spec == features_lib.AUTO_NGRAMS:
+        groups += (features_lib.NGRAM_GROUP,)
     kinds, trials = logistic.select_feature_kinds(
         features["train"],
         data.splits["train"].labels,
         features["val"],
         data.splits["val"].labels,
         hidden,
-        **_fit_kwargs(config, data),
+        groups=groups,
+        **_fit_kwargs(config, data, vocabulary),
     )
     logging.info("Chose features %s on validation", ",".join(kinds))
     return kinds, {"chosen": list(kinds), "trials": trials}
@@ -280,13 +317,13 @@ def _labeled_curve(config, full, splits, data, hidden):
                     continue
             else:
                 subset = labeled.balanced_subsample(labels, requested, config.seed)
-            classifier, _ = logistic.fit_logistic(
+            classifier, sweep = logistic.fit_logistic(
                 x[subset],
                 labels[subset],
                 *splits["val"],
                 full.feature_kinds,
                 hidden,
-                **_fit_kwargs(config, data),
+                **_fit_kwargs(config, data, full.ngrams),
             )
             rows = len(subset)
         if curve and curve[-1]["num_labeled"] == rows:
@@ -296,6 +333,8 @@ def _labeled_curve(config, full, splits, data, hidden):
             "C": classifier.C,
             "nonzero_weights": classifier.nonzero_weights,
         }
+        if classifier is not full:
+            row["not_converged"] = sorted({r["C"] for r in sweep if not r["converged"]})
         for name, (split_x, split_y) in splits.items():
             if name != "train":
                 row[f"{name}_{metric}"] = classifier.score(split_x, split_y)
@@ -323,7 +362,7 @@ def _write_plots(config, classifier, splits, curve, staged):
         kind, unit = classifier.describe(neuron.index)
         plots.neuron_histogram(
             path,
-            x[:, neuron.index],
+            logistic.column(x, neuron.index),
             labels,
             classifier.classes,
             neuron.threshold,
@@ -336,7 +375,9 @@ def _write_plots(config, classifier, splits, curve, staged):
         for k, (name, neuron) in enumerate(zip(classifier.output_names, classifier.neurons)):
             kind, unit = classifier.describe(neuron.index)
             title = f"{name}: unit {unit} ({kind})"
-            panels.append((title, x[:, neuron.index], targets[:, k], neuron.threshold))
+            panels.append(
+                (title, logistic.column(x, neuron.index), targets[:, k], neuron.threshold)
+            )
         plots.one_against_rest(path, panels, split)
     if curve:
         metric = f"{split}_{classifier.score_name}"
@@ -390,6 +431,38 @@ def _results(data, classifier, splits):
     return results
 
 
+def _warnings(sweep, selection, curve, majority):
+    """What results.json must not let pass silently, each logged once as a warning."""
+    found = []
+    if not majority["better"]:
+        found.append(
+            f"the classifier is no better than always predicting the majority "
+            f"({majority['majority_prediction']}) on validation: {majority['metric']} "
+            f"{majority['classifier']:.4f} against {majority['majority']:.4f}"
+        )
+    unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
+    if unconverged:
+        found.append(
+            f"the fit stopped at the iteration cap before converging for C in {unconverged} "
+            "(c_sweep)"
+        )
+    for trial in (selection or {}).get("trials", ()):
+        if trial["not_converged"]:
+            found.append(
+                f"feature selection: {','.join(trial['kinds'])} did not converge for C in "
+                f"{trial['not_converged']}"
+            )
+    for row in curve:
+        if row.get("not_converged"):
+            found.append(
+                f"num_labeled {row['num_labeled']}: did not converge for C in "
+                f"{row['not_converged']}"
+            )
+    for line in found:
+        logging.warning("%s", line)
+    return found
+
+
 def run_transfer(config):
     """Runs the experiment `config` describes and writes its outputs.
 
@@ -408,15 +481,22 @@ def run_transfer(config):
     started = time.monotonic()
     model, _ = rundir.load_trained_model(config.model_dir, precision=config.precision)
     data = _read_data(config)
-    features, timings = _featurize(config, model, data)
-    kinds, selection = _choose_kinds(config, features, data, model.hidden_size)
+    features, timings, vocabulary = _featurize(config, model, data)
+    kinds, selection = _choose_kinds(config, features, data, model.hidden_size, vocabulary)
     splits = {
         name: (features_lib.concat_features(features[name], kinds), split.labels)
         for name, split in data.splits.items()
     }
+    fit_started = time.monotonic()
     classifier, sweep = logistic.fit_logistic(
-        *splits["train"], *splits["val"], kinds, model.hidden_size, **_fit_kwargs(config, data)
+        *splits["train"],
+        *splits["val"],
+        kinds,
+        model.hidden_size,
+        **_fit_kwargs(config, data, vocabulary),
     )
+    fit_seconds = time.monotonic() - fit_started
+    majority = logistic.majority_baseline(classifier, splits["train"][1], *splits["val"])
     # The model it was fitted on, for classify and export to check and follow.
     fingerprint = rundir.weights_checksum(model.weights)
     classifier = dataclasses.replace(
@@ -438,10 +518,13 @@ def run_transfer(config):
             "feature_selection": selection,
             "c_sweep": sweep,
             **_results(data, classifier, splits),
+            "majority_baseline": majority,
             "num_labeled": curve,
             "featurize": timings,
+            "fit_seconds": round(fit_seconds, 2),
             "seconds": round(time.monotonic() - started, 1),
             "files": files,
+            "warnings": _warnings(sweep, selection, curve, majority),
         }
         fileio.write_json_atomic(
             staged.path(os.path.join(config.output_dir, RESULTS_FILE)), results

@@ -17,16 +17,23 @@ timed like a training run's `auto` (`tf_mlstm.train.autotune`) and cached.
 
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
 or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
-(`tf_mlstm.transfer.logistic.select_feature_kinds`).
+(`tf_mlstm.transfer.logistic.select_feature_kinds`). One more kind,
+`tfidf` (`NGRAM_KIND`), is not the model's: TF-IDF of word uni- and bigrams
+(`tf_mlstm.transfer.ngrams`), fitted on the training texts; it can stand
+alone ("tfidf"), join model kinds ("cell_mean,tfidf"), or join the choice
+("auto,tfidf": `auto` then also weighs the n-grams as a group of their own,
+alone or beside the model's features).
 """
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
+from tf_mlstm.data.words import NGRAM_KIND
 from tf_mlstm.models import featurize
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
@@ -42,7 +49,12 @@ FEATURE_GROUPS = (
 """The units of `--features=auto`'s selection: the final state, statistics of
 the hidden state, statistics of the cell state. Selecting among 3 groups takes
 at most 6 fits, where selecting among the 9 kinds takes up to 45."""
+NGRAM_GROUP = (NGRAM_KIND,)
+ALL_KINDS = FEATURE_KINDS + (NGRAM_KIND,)
+"""Every kind, in the order they are concatenated: the model's, then the n-grams."""
 AUTO = "auto"
+AUTO_NGRAMS = "auto,tfidf"
+"""`auto` over `FEATURE_GROUPS` and `NGRAM_GROUP`."""
 DEFAULT_WINDOW = 256
 DEFAULT_BATCH_SIZE = 64
 
@@ -78,44 +90,51 @@ def parse_feature_kinds(spec):
     """Parses a `--features` value.
 
     Args:
-      spec: comma-separated kinds from `FEATURE_KINDS` ("cell,mean"), or "auto".
+      spec: comma-separated kinds from `ALL_KINDS` ("cell,mean", "tfidf"),
+        "auto", or "auto,tfidf".
 
     Returns:
-      `AUTO`, or a tuple of distinct kinds in `FEATURE_KINDS` order (so
-      "mean,cell" and "cell,mean" name the same features).
+      `AUTO`, `AUTO_NGRAMS`, or a tuple of distinct kinds in `ALL_KINDS`
+      order (so "mean,cell" and "cell,mean" name the same features).
 
     Raises:
-      ValueError: an empty spec, an unknown kind, or "auto" mixed with kinds.
+      ValueError: an empty spec, an unknown kind, or "auto" mixed with model
+        kinds.
     """
     names = [name.strip().lower() for name in spec.split(",") if name.strip()]
+    choices = f"choose from {list(ALL_KINDS)}, auto or auto,tfidf"
     if not names:
-        raise errors.InvalidValueError(
-            f"no feature kinds in {spec!r}; choose from {list(FEATURE_KINDS)} or auto"
-        )
+        raise errors.InvalidValueError(f"no feature kinds in {spec!r}; {choices}")
     if AUTO in names:
-        if len(names) > 1:
+        if set(names) - {AUTO, NGRAM_KIND}:
             raise errors.InvalidValueError(
-                f"'auto' cannot be combined with other feature kinds: {spec!r}"
+                f"'auto' cannot be combined with other feature kinds than tfidf: {spec!r}"
             )
-        return AUTO
-    unknown = sorted(set(names) - set(FEATURE_KINDS))
+        return AUTO_NGRAMS if NGRAM_KIND in names else AUTO
+    unknown = sorted(set(names) - set(ALL_KINDS))
     if unknown:
-        raise errors.InvalidValueError(
-            f"unknown feature kinds {unknown} in {spec!r}; choose from "
-            f"{list(FEATURE_KINDS)} or auto"
-        )
-    return tuple(kind for kind in FEATURE_KINDS if kind in names)
+        raise errors.InvalidValueError(f"unknown feature kinds {unknown} in {spec!r}; {choices}")
+    return tuple(kind for kind in ALL_KINDS if kind in names)
+
+
+def kinds_to_compute(spec):
+    """(model kinds, whether the n-grams are needed) for a parsed spec."""
+    if spec in (AUTO, AUTO_NGRAMS):
+        return FEATURE_KINDS, spec == AUTO_NGRAMS
+    return tuple(k for k in spec if k != NGRAM_KIND), NGRAM_KIND in spec
 
 
 def concat_features(features, kinds):
     """Concatenates the chosen kinds, in order, into one [N, H * len(kinds)] array.
 
     Args:
-      features: dict of [N, H] arrays keyed by kind (a `TextFeaturizer` result).
-      kinds: the kinds to use.
+      features: dict of [N, H] arrays keyed by kind (a `TextFeaturizer`
+        result), and for `tfidf` a scipy sparse [N, V] matrix.
+      kinds: the kinds to use (`tfidf`, if there, last).
 
     Returns:
       float32 [N, H * len(kinds)]; column `k * H + u` is unit u of `kinds[k]`.
+      With `tfidf`: a scipy CSR matrix whose last V columns are the n-grams.
 
     Raises:
       KeyError: a kind missing from `features`.
@@ -123,7 +142,13 @@ def concat_features(features, kinds):
     missing = [kind for kind in kinds if kind not in features]
     if missing:
         raise KeyError(f"features {missing} were not computed (have {sorted(features)})")
-    return np.concatenate([np.asarray(features[kind], np.float32) for kind in kinds], axis=1)
+    dense = [np.asarray(features[kind], np.float32) for kind in kinds if kind != NGRAM_KIND]
+    if NGRAM_KIND not in kinds:
+        return np.concatenate(dense, axis=1)
+    ngrams = sparse.csr_matrix(features[NGRAM_KIND], dtype=np.float32)
+    if not dense:
+        return ngrams
+    return sparse.hstack([sparse.csr_matrix(np.concatenate(dense, axis=1)), ngrams], format="csr")
 
 
 def describe_feature(index, kinds, hidden_size):
@@ -135,8 +160,11 @@ def describe_feature(index, kinds, hidden_size):
       hidden_size: the model's units.
 
     Returns:
-      (kind, unit).
+      (kind, unit); for the n-grams (last), ("tfidf", the term's column).
     """
+    dense = hidden_size * sum(kind != NGRAM_KIND for kind in kinds)
+    if index >= dense:
+        return NGRAM_KIND, index - dense
     return kinds[index // hidden_size], index % hidden_size
 
 

@@ -6,8 +6,13 @@ with an L1 penalty (`l1_ratio=1`, the spelling of `penalty="l1"` that
 scikit-learn 1.8+ does not deprecate) for each C of a log grid, and keep the
 C with the best validation score (ties go to the smaller C: fewer units).
 The L1 penalty makes the weights sparse, so the units that carry sentiment
-stand out. The L2 penalty (`l1_ratio=0`) keeps every weight, which
-classifies better from the weak pooled features of small models.
+stand out. The L2 penalty (`l1_ratio=0`, what `tf-mlstm-transfer` uses by
+default) keeps every weight, which classifies better from the weak pooled
+features of small models. The grid is swept upwards with warm starts and
+an iteration cap (`MAX_ITER`), each fit's convergence reported; features
+may include a sparse block of word n-gram TF-IDF (`ngrams`), standardized
+apart (`block_standardizer`), and `majority_baseline` tells a classifier
+that learned nothing from one that did.
 
 One classifier class serves three kinds of task:
 
@@ -33,6 +38,7 @@ import warnings
 
 import numpy as np
 from absl import logging
+from scipy import sparse
 from scipy.special import expit
 from scipy.special import softmax
 from sklearn import metrics as sk_metrics
@@ -43,6 +49,7 @@ from tf_mlstm import errors
 from tf_mlstm.export.saved_model import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
+from tf_mlstm.transfer import ngrams as ngrams_lib
 
 PENALTIES = ("l1", "l2")
 """l1: Radford et al.'s sparse weights, which single out the units that carry
@@ -65,7 +72,20 @@ FORMAT = "tf_mlstm.logistic_classifier"
 FORMAT_VERSION = 2
 """Version 2 adds `kind`, K classes (ints or names), L labels with
 thresholds and per-class neurons; version 1 files (binary) still load."""
-_READ_VERSIONS = (1, 2)
+NGRAM_FORMAT_VERSION = 3
+"""Version 3 adds `ngrams` (the TF-IDF vocabulary); only a classifier on word
+n-grams is written as version 3, so files without them read as before."""
+_READ_VERSIONS = (1, 2, 3)
+NGRAM_BLOCK_MIN = 1024
+"""The TF-IDF block is scaled by sqrt(max(width of the model's features, this))
+before the fit (see `fit_logistic`)."""
+
+
+def column(x, index):
+    """Column `index` of features `x` (a NumPy array or a scipy sparse matrix) as [N]."""
+    if sparse.issparse(x):
+        return np.asarray(x[:, [index]].todense(), np.float64).ravel()
+    return np.asarray(x)[:, index]
 
 
 # === Thresholds on one unit ===
@@ -87,7 +107,7 @@ class Threshold:
 
     def predict01(self, x):
         """0/1 predictions for the rows of features `x` [N, D]."""
-        return (self.sign * (np.asarray(x)[:, self.index] - self.threshold) > 0).astype(np.int64)
+        return (self.sign * (column(x, self.index) - self.threshold) > 0).astype(np.int64)
 
 
 def fit_threshold(values, labels01, balanced=False):
@@ -170,6 +190,11 @@ class LogisticClassifier:
         model weights the features came from; "" when unknown (files
         written before it was recorded).
       precision: the policy the features were computed in ("" = unknown).
+      ngrams: the `ngrams.NgramVocabulary` of the `tfidf` kind (None without it).
+
+    With the `tfidf` kind, features are a scipy sparse matrix (model kinds
+    first, the V n-gram columns last; see `features.concat_features`), and
+    those columns' `mean` is 0 and `scale` 1 / the block's scale.
     """
 
     feature_kinds: tuple
@@ -185,6 +210,12 @@ class LogisticClassifier:
     thresholds: tuple = ()
     weights_sha256: str = ""
     precision: str = ""
+    ngrams: object = None
+
+    @property
+    def model_kinds(self):
+        """The feature kinds the language model computes (all but `tfidf`)."""
+        return tuple(k for k in self.feature_kinds if k != ngrams_lib.NGRAM_KIND)
 
     @property
     def kind(self):
@@ -215,8 +246,14 @@ class LogisticClassifier:
 
     def decision_function(self, x):
         """Logits (float64): [N] for binary, else [N, K] or [N, L]."""
-        standardized = (np.asarray(x, np.float64) - self.mean) / self.scale
-        logits = standardized @ self.weights.T + self.bias
+        if sparse.issparse(x):
+            # The centering folded into the bias keeps the n-gram columns sparse.
+            folded = self.weights / self.scale
+            shift = self.bias - (self.mean / self.scale) @ self.weights.T
+            logits = np.asarray(x.astype(np.float64) @ folded.T) + shift
+        else:
+            standardized = (np.asarray(x, np.float64) - self.mean) / self.scale
+            logits = standardized @ self.weights.T + self.bias
         return logits[:, 0] if self.kind == "binary" else logits
 
     def predict_proba(self, x):
@@ -340,6 +377,8 @@ class LogisticClassifier:
                 break
             kind, unit = self.describe(int(index))
             row = {"index": int(index), "kind": kind, "unit": unit}
+            if kind == ngrams_lib.NGRAM_KIND:
+                row["term"] = self.ngrams.terms[unit]
             if self.kind == "binary":
                 row["weight"] = float(self.weights[0, index])
             else:
@@ -363,6 +402,8 @@ class LogisticClassifier:
             thresholds=tuple(self.thresholds),
             weights_sha256=self.weights_sha256,
             precision=self.precision,
+            ngram_terms=self.ngrams.terms if self.ngrams is not None else (),
+            ngram_idf=self.ngrams.idf if self.ngrams is not None else None,
         )
 
     # === Serialization ===
@@ -419,6 +460,8 @@ class LogisticClassifier:
                 weights=self.weights.tolist(),
             )
         record.update(mean=self.mean.tolist(), scale=self.scale.tolist())
+        if self.ngrams is not None:
+            record.update(version=NGRAM_FORMAT_VERSION, ngrams=self.ngrams.to_record())
         return json.dumps(record)
 
     @classmethod
@@ -493,6 +536,11 @@ class LogisticClassifier:
             thresholds=tuple(float(t) for t in record["thresholds"]) if multilabel else (),
             weights_sha256=str(record.get("weights_sha256", "")),
             precision=str(record.get("precision", "")),
+            ngrams=(
+                ngrams_lib.NgramVocabulary.from_record(record["ngrams"])
+                if "ngrams" in record
+                else None
+            ),
         )
 
     def save(self, path):
@@ -601,22 +649,44 @@ def resolve_solver(penalty, solver, num_classes=2):
     return solver
 
 
-def _fit_one(z, y, c, penalty, solver, seed):
-    """One fit: (weights [R, D], bias [R], converged)."""
+MAX_ITER = {"lbfgs": 300, "saga": 300, "liblinear": 200}
+"""Iterations a fit may take. Along the C grid each lbfgs or saga fit starts
+from the previous C's solution (warm start), so after the first only a few
+are needed; a fit that stops at the cap is reported (`converged` false) rather
+than left to run for minutes on the separable features of a wide model."""
+
+
+def _sweep(z, y, c_grid, penalty, solver, seed):
+    """Fits at each C of the (ascending) grid, each from the previous solution.
+
+    Yields:
+      (C, weights [R, D], bias [R], converged, iterations) per C.
+    """
+    warm = solver != "liblinear"  # liblinear always starts from zero
     model = LogisticRegression(
-        C=c,
         l1_ratio=1.0 if penalty == "l1" else 0.0,
         solver=solver,
-        max_iter=200 if solver == "liblinear" else 1000,
+        max_iter=MAX_ITER[solver],
         random_state=seed,
+        warm_start=warm,
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        model.fit(z, y)
-    converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-    # C order, as a loaded classifier has: the same products to the last bit.
-    weights = np.ascontiguousarray(model.coef_, np.float64)
-    return weights, model.intercept_.astype(np.float64), converged
+    # lbfgs and saga work in the data's precision: float32 halves the cost of
+    # the products that dominate, and the standardized features need no more.
+    data = z if solver == "liblinear" else _as_float32(z)
+    for c in c_grid:
+        model.set_params(C=c)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            model.fit(data, y)
+        converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        # C order, as a loaded classifier has: the same products to the last bit.
+        weights = np.ascontiguousarray(model.coef_, np.float64)
+        bias = model.intercept_.astype(np.float64)
+        yield c, weights, bias, converged, int(np.max(model.n_iter_))
+
+
+def _as_float32(z):
+    return z.astype(np.float32) if z.dtype != np.float32 else z
 
 
 def _predicted_index(z, weights, bias):
@@ -637,6 +707,8 @@ def fit_logistic(
     penalty="l1",
     classes=None,
     threshold_metric="accuracy",
+    ngrams=None,
+    neurons=True,
 ):
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
@@ -656,12 +728,23 @@ def fit_logistic(
         multilabel: the L label names (None: label_0, label_1, ...).
       threshold_metric: multilabel: what each label's threshold, and its C,
         maximize on validation (`labeled.THRESHOLD_METRICS`).
+      ngrams: with the `tfidf` kind (last in `kinds`; `train_x` and `val_x`
+        then scipy sparse), its `ngrams.NgramVocabulary`, kept in the
+        classifier.
+      neurons: False skips the search for the neurons (the classifier then
+        has none: it predicts and scores, as feature selection needs, but
+        has no `neuron`, report or serving head).
+
+    The features are standardized (training mean and deviation; the n-gram
+    block see `block_standardizer`) and the grid is swept from the smallest
+    C up, each fit starting from the previous solution (lbfgs, saga), at
+    most `MAX_ITER` iterations each.
 
     Returns:
       (LogisticClassifier, sweep): sweep is a list of dicts in grid order,
-      {C, train_accuracy, val_accuracy, nonzero_weights, converged}; for
-      multilabel one per label and C, {label, C, threshold,
-      val_<threshold_metric>, nonzero_weights, converged}.
+      {C, train_accuracy, val_accuracy, nonzero_weights, converged,
+      iterations}; for multilabel one per label and C, {label, C, threshold,
+      val_<threshold_metric>, nonzero_weights, converged, iterations}.
 
     Raises:
       ValueError: a bad penalty, solver or grid, fewer than two classes, a
@@ -671,9 +754,12 @@ def fit_logistic(
     c_grid = sorted(float(c) for c in c_grid)
     if not c_grid or min(c_grid) <= 0:
         raise errors.InvalidValueError(f"the C grid must hold positive values, got {c_grid}")
-    mean, scale = standardizer(train_x)
-    train_z = (np.asarray(train_x, np.float64) - mean) / scale
-    val_z = (np.asarray(val_x, np.float64) - mean) / scale
+    with_ngrams = ngrams_lib.NGRAM_KIND in kinds
+    if with_ngrams and ngrams is None:
+        raise errors.InvalidValueError("the tfidf feature kind needs its n-gram vocabulary")
+    dense_width = int(hidden_size) * sum(k != ngrams_lib.NGRAM_KIND for k in kinds)
+    mean, scale = block_standardizer(train_x, dense_width)
+    train_z, val_z = (standardize(x, mean, scale, dense_width) for x in (train_x, val_x))
     fit = _fit_labels if np.ndim(train_y) == 2 else _fit_classes
     fitted, sweep = fit(
         train_z,
@@ -690,19 +776,89 @@ def fit_logistic(
     unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
-    neurons = tuple(
-        find_neuron(train_x, targets, weights, balanced=balanced)
-        for targets, weights, balanced in fitted.pop("neuron_targets")
+    targets = fitted.pop("neuron_targets")
+    found = tuple(
+        find_neuron(train_x, y01, weights, balanced=balanced)
+        for y01, weights, balanced in (targets if neurons else ())
     )
     classifier = LogisticClassifier(
         feature_kinds=tuple(kinds),
         hidden_size=int(hidden_size),
         mean=mean,
         scale=scale,
-        neurons=neurons,
+        neurons=found,
+        ngrams=ngrams if with_ngrams else None,
         **fitted,
     )
     return classifier, sweep
+
+
+def block_standardizer(x, dense_width):
+    """Mean and scale of features `x` whose first `dense_width` columns are the model's.
+
+    The model's columns get their training mean and standard deviation
+    (`standardizer`). The rest, the TF-IDF columns of a sparse `x`, keep
+    mean 0 (so they stay sparse) and get scale 1 / sqrt(max(dense_width,
+    `NGRAM_BLOCK_MIN`)): each TF-IDF row has unit norm, each standardized
+    model row a squared norm of about `dense_width`, and scaling the n-grams
+    to the same norm lets one C regularize both blocks alike (and puts the
+    n-grams' best C, alone, inside the default grid).
+    """
+    if not sparse.issparse(x):
+        return standardizer(x)
+    x = sparse.csr_matrix(x)
+    mean, scale = standardizer(x[:, :dense_width].toarray()) if dense_width else ((), ())
+    ngram_scale = 1.0 / np.sqrt(max(dense_width, NGRAM_BLOCK_MIN))
+    width = x.shape[1] - dense_width
+    return (
+        np.concatenate([mean, np.zeros(width)]),
+        np.concatenate([scale, np.full(width, ngram_scale)]),
+    )
+
+
+def standardize(x, mean, scale, dense_width):
+    """(x - mean) / scale: float64 [N, D], or CSR when `x` is sparse (its n-grams scaled only)."""
+    if not sparse.issparse(x):
+        return (np.asarray(x, np.float64) - mean) / scale
+    x = sparse.csr_matrix(x, dtype=np.float64)
+    ngrams = x[:, dense_width:].multiply(1.0 / scale[dense_width:]).tocsr()
+    if not dense_width:
+        return ngrams
+    dense = (x[:, :dense_width].toarray() - mean[:dense_width]) / scale[:dense_width]
+    return sparse.hstack([sparse.csr_matrix(dense), ngrams], format="csr")
+
+
+def majority_baseline(classifier, train_y, val_x, val_y):
+    """How the classifier compares on validation with always predicting the majority.
+
+    Single-label: the most common training class, scored by accuracy;
+    multi-label: each label's more common training value, scored by Jaccard.
+
+    Returns:
+      {metric, classifier, majority, majority_prediction, better}: `better`
+      is whether the classifier scores strictly above the constant
+      prediction.
+    """
+    train_y, val_y = np.asarray(train_y), np.asarray(val_y)
+    if classifier.multilabel:
+        constant = (train_y.mean(axis=0) > 0.5).astype(np.int64)
+        predicted = np.tile(constant, (len(val_y), 1))
+        majority = float(
+            sk_metrics.jaccard_score(val_y, predicted, average="samples", zero_division=1.0)
+        )
+        prediction = dict(zip(classifier.classes, constant.tolist()))
+    else:
+        values, counts = np.unique(train_y, return_counts=True)
+        prediction = _json_value(values[np.argmax(counts)])
+        majority = float(np.mean(val_y == prediction))
+    score = classifier.score(val_x, val_y)
+    return {
+        "metric": classifier.score_name,
+        "classifier": score,
+        "majority": majority,
+        "majority_prediction": prediction,
+        "better": bool(score > majority),
+    }
 
 
 def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, classes, _):
@@ -711,8 +867,8 @@ def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, 
     val_index, _ = encode_labels(val_y, classes, what="validation labels")
     solver = resolve_solver(penalty, solver, len(classes))
     sweep, best = [], None
-    for c in c_grid:
-        weights, bias, converged = _fit_one(train_z, train_index, c, penalty, solver, seed)
+    fits = _sweep(train_z, train_index, c_grid, penalty, solver, seed)
+    for c, weights, bias, converged, iterations in fits:
         row = {
             "C": c,
             "train_accuracy": float(
@@ -721,6 +877,7 @@ def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, 
             "val_accuracy": float(np.mean(_predicted_index(val_z, weights, bias) == val_index)),
             "nonzero_weights": int(np.count_nonzero(np.any(weights != 0, axis=0))),
             "converged": converged,
+            "iterations": iterations,
         }
         sweep.append(row)
         if best is None or row["val_accuracy"] > best[0]["val_accuracy"]:
@@ -759,8 +916,8 @@ def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, n
                 f"label {name!r} is {values} on every training row; each label needs both 0 and 1"
             )
         best = None
-        for c in c_grid:
-            weights, bias, converged = _fit_one(train_z, train_y[:, k], c, penalty, solver, seed)
+        fits = _sweep(train_z, train_y[:, k], c_grid, penalty, solver, seed)
+        for c, weights, bias, converged, iterations in fits:
             probability = expit(val_z @ weights[0] + bias[0])
             threshold = labeled.choose_threshold(probability, val_y[:, k], metric)
             value = _binary_metric(val_y[:, k], probability > threshold, metric)
@@ -771,6 +928,7 @@ def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, n
                 f"val_{metric}": value,
                 "nonzero_weights": int(np.count_nonzero(weights)),
                 "converged": converged,
+                "iterations": iterations,
             }
             sweep.append(row)
             if best is None or value > best[0]:
@@ -811,17 +969,26 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balan
     Returns:
       A `Threshold`.
     """
-    x = np.asarray(train_x, np.float64)
     train_y01 = np.asarray(train_y01, np.int64)
-    centered = x - x.mean(axis=0)
     y = train_y01 - train_y01.mean()
-    norms = np.sqrt((centered**2).sum(axis=0) * (y**2).sum())
-    correlation = np.abs(centered.T @ y) / np.where(norms > 0, norms, 1.0)
+    if sparse.issparse(train_x):
+        # Sums of squares about the mean without densifying the n-gram columns.
+        x = sparse.csr_matrix(train_x, dtype=np.float64)
+        mean = np.asarray(x.mean(axis=0)).ravel()
+        squares = np.asarray(x.multiply(x).sum(axis=0)).ravel() - len(y) * mean**2
+        covariance = np.asarray(x.T @ y).ravel()
+    else:
+        x = np.asarray(train_x, np.float64)
+        centered = x - x.mean(axis=0)
+        squares = (centered**2).sum(axis=0)
+        covariance = centered.T @ y
+    norms = np.sqrt(np.maximum(squares, 0.0) * (y**2).sum())
+    correlation = np.abs(covariance) / np.where(norms > 0, norms, 1.0)
     by_weight = np.argsort(-np.abs(weights), kind="stable")[:candidates]
     by_correlation = np.argsort(-correlation, kind="stable")[:candidates]
     best = None
     for index in dict.fromkeys(itertools.chain(by_weight, by_correlation)):
-        sign, threshold, accuracy = fit_threshold(x[:, index], train_y01, balanced)
+        sign, threshold, accuracy = fit_threshold(column(x, index), train_y01, balanced)
         key = (accuracy, abs(weights[index]))
         if best is None or key > best[0]:
             best = (key, Threshold(int(index), int(sign), threshold))
@@ -845,36 +1012,42 @@ def select_feature_kinds(
       hidden_size: the model's units.
       groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
       **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty,
-        classes, threshold_metric).
+        classes, threshold_metric, ngrams).
 
     Returns:
-      (kinds, trials): the chosen tuple of kinds in `FEATURE_KINDS` order, and
-      a list of {kinds, val_accuracy (or val_jaccard)} for every combination
-      tried.
+      (kinds, trials): the chosen tuple of kinds in `features.ALL_KINDS`
+      order, and a list of {kinds, val_accuracy (or val_jaccard),
+      not_converged (the Cs whose fit stopped at the iteration cap)} for
+      every combination tried.
     """
     trials = []
     cache = {}
 
     def score(chosen_groups):
         kinds = tuple(
-            kind
-            for kind in features_lib.FEATURE_KINDS
-            if any(kind in group for group in chosen_groups)
+            kind for kind in features_lib.ALL_KINDS if any(kind in group for group in chosen_groups)
         )
         if kinds not in cache:
             val_x = features_lib.concat_features(val, kinds)
-            classifier, _ = fit_logistic(
+            classifier, sweep = fit_logistic(
                 features_lib.concat_features(train, kinds),
                 train_y,
                 val_x,
                 val_y,
                 kinds,
                 hidden_size,
+                neurons=False,
                 **fit_kwargs,
             )
             cache[kinds] = classifier.score(val_x, val_y)
             metric = classifier.score_name
-            trials.append({"kinds": list(kinds), f"val_{metric}": cache[kinds]})
+            trials.append(
+                {
+                    "kinds": list(kinds),
+                    f"val_{metric}": cache[kinds],
+                    "not_converged": sorted({r["C"] for r in sweep if not r["converged"]}),
+                }
+            )
             logging.info("Features %s: validation %s %.4f", ",".join(kinds), metric, cache[kinds])
         return cache[kinds], chosen_groups
 
@@ -894,5 +1067,5 @@ def select_feature_kinds(
         if score_plus <= best_score:
             break
         best_score, chosen = score_plus, groups_plus
-    kinds = tuple(kind for kind in features_lib.FEATURE_KINDS if any(kind in g for g in chosen))
+    kinds = tuple(kind for kind in features_lib.ALL_KINDS if any(kind in g for g in chosen))
     return kinds, trials

@@ -127,6 +127,13 @@ def neuron_from_classifier(path, tool, hidden_size=None):
         raise errors.InvalidValueError(
             f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1"
         )
+    if kind == "tfidf":
+        raise errors.InvalidValueError(
+            f"{path}: the sentiment neuron is feature {index}, the word n-gram "
+            f"{classifier.ngrams.terms[unit]!r}, not a unit of the model; {tool} works on "
+            f"cell-state units (a classifier fitted with --features among "
+            f"{', '.join(CELL_KINDS)}); choose a unit with --neuron instead of --classifier"
+        )
     if kind not in CELL_KINDS:
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "

@@ -65,10 +65,16 @@ def load_predictor(
         model, fitted.weights_sha256, classifier, model_dir, allow_other_model
     )
     # Callers that predict in chunks report progress for all of them, not each alone.
-    featurizer = features.TextFeaturizer(model, batch_size, window, fitted.feature_kinds)
+    featurizer = None
+    if fitted.model_kinds:
+        featurizer = features.TextFeaturizer(model, batch_size, window, fitted.model_kinds)
 
     def predict(texts):
-        x = features.concat_features(featurizer(texts, progress=False), fitted.feature_kinds)
+        computed = featurizer(texts, progress=False) if featurizer is not None else {}
+        if fitted.ngrams is not None:
+            # The n-grams come from the vocabulary stored with the classifier.
+            computed[features.NGRAM_KIND] = fitted.ngrams.transform(texts)
+        x = features.concat_features(computed, fitted.feature_kinds)
         return fitted.predict_proba(x), fitted.predict(x)
 
     return predict, fitted.classes

@@ -69,10 +69,15 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
 
     def _kinds(self):
         kinds = features_lib.parse_feature_kinds(self.features)
-        if kinds == features_lib.AUTO:
+        if kinds in (features_lib.AUTO, features_lib.AUTO_NGRAMS):
             raise errors.InvalidValueError(
                 "MLSTMFeaturizer: features='auto' chooses on labeled validation data "
                 "(tf-mlstm-transfer); name the kinds, e.g. 'cell' or 'cell_mean,cell_max'"
+            )
+        if features_lib.NGRAM_KIND in kinds:
+            raise errors.InvalidValueError(
+                "MLSTMFeaturizer: features='tfidf' is fitted on text, not computed by the model; "
+                "put scikit-learn's TfidfVectorizer beside it (a FeatureUnion)"
             )
         return kinds
 

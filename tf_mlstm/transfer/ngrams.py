@@ -1,0 +1,100 @@
+"""Word n-gram TF-IDF features: the one vectorizer of transfer and of the bag-of-words baseline.
+
+TF-IDF of word unigrams and bigrams (scikit-learn's `TfidfVectorizer` with
+`VECTORIZER_SETTINGS`: n-grams seen in at least two training texts,
+sublinear term frequency, rows of unit L2 norm), with the words of
+`tf_mlstm.data.words` (TensorFlow ops), so an exported `classify` signature
+computes the same features from the stored vocabulary inside the graph.
+
+`fit_vocabulary(texts)` fits on training text only and returns an
+`NgramVocabulary` (terms in column order and their IDF: plain arrays, saved
+in classifier.json); its `transform(texts)` gives the scipy CSR features.
+`tools/tfidf_baseline.py` and `tf-mlstm-transfer --features=tfidf` both use
+it.
+"""
+
+import dataclasses
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from tf_mlstm import errors
+from tf_mlstm.data import words
+
+NGRAM_KIND = words.NGRAM_KIND
+VECTORIZER_SETTINGS = {"ngram_range": (1, words.MAX_N), "min_df": 2, "sublinear_tf": True}
+"""The settings of the bag-of-words baseline (uni- and bigrams, min_df=2, sublinear tf)."""
+
+
+def _vectorizer(**overrides):
+    # The words come from the TensorFlow tokenizer already lowercased and
+    # joined by spaces: scikit-learn only splits them and forms the n-grams.
+    settings = dict(
+        VECTORIZER_SETTINGS, tokenizer=str.split, token_pattern=None, lowercase=False, **overrides
+    )
+    return TfidfVectorizer(**settings)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NgramVocabulary:
+    """A fitted TF-IDF vocabulary.
+
+    Attributes:
+      terms: the V n-grams (words joined by one space), in column order.
+      idf: [V] inverse document frequencies, in the same order.
+    """
+
+    terms: tuple
+    idf: np.ndarray
+
+    def __len__(self):
+        return len(self.terms)
+
+    def transform(self, texts):
+        """TF-IDF features of normalized `texts`: scipy CSR float64 [N, V]."""
+        vectorizer = _vectorizer(vocabulary=list(self.terms))
+        vectorizer.idf_ = np.asarray(self.idf, np.float64)
+        return vectorizer.transform(words.word_strings(texts))
+
+    def to_record(self):
+        """The JSON fields: {terms, idf, max_n}."""
+        return {"terms": list(self.terms), "idf": self.idf.tolist(), "max_n": words.MAX_N}
+
+    @classmethod
+    def from_record(cls, record):
+        """Rebuilds a vocabulary from `to_record` output.
+
+        Raises:
+          ValueError: the record does not fit together, or counts other n-grams.
+        """
+        terms, idf = tuple(record["terms"]), np.asarray(record["idf"], np.float64)
+        if record.get("max_n", words.MAX_N) != words.MAX_N:
+            raise errors.InvalidValueError(
+                f"n-grams of up to {record['max_n']} words; this code counts up to {words.MAX_N}"
+            )
+        if idf.shape != (len(terms),) or len(set(terms)) != len(terms):
+            raise errors.InvalidValueError(
+                f"n-gram vocabulary of {len(terms)} terms has {idf.size} IDF values "
+                "(or repeats a term)"
+            )
+        return cls(terms, idf)
+
+
+def fit_vocabulary(texts):
+    """Fits the vocabulary and IDF on (training) `texts`.
+
+    Returns:
+      (NgramVocabulary, features): the vocabulary and the texts' CSR features.
+
+    Raises:
+      ValueError: no n-gram occurs in two texts.
+    """
+    vectorizer = _vectorizer()
+    try:
+        features = vectorizer.fit_transform(words.word_strings(texts))
+    except ValueError as e:  # scikit-learn's "empty vocabulary" and min_df errors
+        raise errors.InvalidValueError(
+            f"no word n-gram occurs in two of the {len(texts)} training texts ({e})"
+        ) from None
+    terms = tuple(vectorizer.get_feature_names_out().tolist())
+    return NgramVocabulary(terms, vectorizer.idf_.astype(np.float64)), features
