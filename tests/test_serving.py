@@ -435,14 +435,14 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
 
 
 def test_training_refuses_an_export_folder_it_did_not_write_before_it_trains(tmp_path):
-    from tf_mlstm.cli import _run  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import api  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     (tmp_path / "run" / "export").mkdir(parents=True)
     (tmp_path / "run" / "export" / "notes.txt").write_text("mine")
     config = TrainConfig(model_dir=str(tmp_path / "run"), hidden_size=8, max_steps=1)
     with pytest.raises(ValueError, match="export: holds 'notes.txt', not a tf-mlstm-export"):
-        _run.train_and_export(config)
+        api.pretrain(config)
     # Refused before anything was trained or written.
     assert _tree(tmp_path / "run") == ["export", "export/notes.txt"]
 
