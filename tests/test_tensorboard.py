@@ -11,6 +11,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from _models import PINNED_FLAGS
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -22,6 +24,7 @@ def test_training_writes_named_scalars_hparams_and_a_profile(tmp_path):
         "-m",
         "tf_mlstm.cli.train",
         f"--model_dir={model_dir}",
+        *PINNED_FLAGS,
         "--hidden_size=16",
         "--embedding_size=8",
         "--seq_length=16",

@@ -12,10 +12,13 @@ import time
 
 import pytest
 
+from _models import PINNED_FLAGS
 from tf_mlstm.train.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# Pinned (float32, XLA off): a test that gives --precision later overrides it.
 TINY = [
+    *PINNED_FLAGS,
     "--hidden_size=32",
     "--embedding_size=16",
     "--seq_length=32",
