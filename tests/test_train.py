@@ -247,6 +247,57 @@ def test_incomplete_conversion_is_refused_before_training(tmp_path):
     assert "re-run tf-mlstm-make-tfrecords" in proc.stderr
 
 
+def test_raw_training_text_is_one_line_naming_the_conversion_that_runs(tmp_path):
+    # What tf-mlstm-eval reads (JSON lines, CSV, text) training refuses
+    # before it creates anything, with the command that converts it.
+    corpus = tmp_path / "reviews.csv"
+    corpus.write_text(
+        '"text","stars"\n' + "".join(f'"review {i} was fine",{i}\n' for i in range(40))
+    )
+    proc = _run(_train_cmd(tmp_path / "m", f"--train_data={corpus}"), timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("E1")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-3000:]
+    assert f"--train_data={corpus} names raw corpus files ({corpus})" in errors[0]
+    assert not (tmp_path / "m").exists()
+    command = re.search(r"`(tf-mlstm-make-tfrecords [^`]+)`", errors[0]).group(1)
+    output = re.search(r"then pass --train_data=(\S+)$", errors[0]).group(1)
+    assert output == str(tmp_path / "reviews_tfrecords")
+    # The command, pasted, converts; training then accepts what it wrote.
+    binary, *args = command.split()
+    assert binary == "tf-mlstm-make-tfrecords"
+    converted = _run([sys.executable, "-m", "tf_mlstm.cli.make_tfrecords", *args], timeout=120)
+    assert converted.returncode == 0, converted.stderr[-3000:]
+    train, _ = _resolve(output)
+    assert train and all(path.startswith(output) for path in train)
+
+
+def test_raw_text_without_a_default_text_field_names_the_fields_to_choose_from(tmp_path):
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
+
+    corpus = tmp_path / "posts.jsonl"
+    corpus.write_text('{"id": 1, "body": "hello there"}\n')
+    with pytest.raises(ValueError, match=r"--text_key=<the text field, one of: id, body> "):
+        data_files.check_converted("validation_data", str(corpus))
+    lists = f"{corpus},{corpus}"
+    with pytest.raises(ValueError, match=rf"--output_dir={tmp_path}/posts_tfrecords`"):
+        data_files.check_converted("train_data", lists)
+
+
+def test_tfrecord_data_is_told_from_raw_files_by_content_not_only_by_name(tmp_path):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    paths = _shards(tmp_path / "data", 6, num_shards=1)
+    renamed = tmp_path / "shard-without-suffix"
+    renamed.write_bytes(pathlib.Path(paths["train"][0]).read_bytes())
+    (tmp_path / "notes.txt").write_text("plain text, several lines of it\n" * 3)
+    assert tfrecord.is_tfrecord_data(str(tmp_path / "data"))
+    assert tfrecord.is_tfrecord_data(f"{tmp_path}/data/train-*")
+    assert tfrecord.is_tfrecord_data(str(renamed))
+    assert not tfrecord.is_tfrecord_data(str(tmp_path / "notes.txt"))
+    assert not tfrecord.is_tfrecord_data(f"{tmp_path}/*.txt")
+    assert not tfrecord.is_tfrecord_data(f"{renamed},{tmp_path / 'notes.txt'}")
+
+
 @pytest.mark.slow
 def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(tmp_path):
     _shards(tmp_path / "empty", 0)

@@ -447,6 +447,36 @@ def _file_documents(
             yield from _read_text_file(lines, path, fields)
 
 
+def record_fields(path: str) -> tuple[str, ...] | None:
+    """The field names of `path`'s first record (JSON keys, CSV/TSV header), for messages.
+
+    Args:
+        path: a raw corpus file, gzip or not.
+
+    Returns:
+        The names in file order; None for plain text (no fields), or when the
+        first record does not parse (the reader itself says why, with its line).
+    """
+    kind = _file_kind(path)
+    if kind == "text":
+        return None
+    with tf.io.gfile.GFile(path, "rb") as stored:
+        stream = gzip.open(stored, "rb") if path.lower().endswith(".gz") else stored
+        try:
+            first = next((line for line in stream if line.strip()), b"")
+        except (OSError, EOFError):
+            return None
+    text = first.decode("utf-8", "replace")
+    if kind == "json":
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return None
+        return tuple(record) if isinstance(record, dict) else None
+    row = next(csv.reader([text], delimiter="\t" if kind == "tsv" else ","), [])
+    return tuple(name.strip() for name in row)
+
+
 def _file_kind(path: str) -> str:
     """Returns "json", "csv", "tsv" or "text" from the file name."""
     name = path.lower()

@@ -161,6 +161,38 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
     return files
 
 
+def is_tfrecord_data(spec: str) -> bool:
+    """Whether `spec` names TFRecord data rather than raw corpus files.
+
+    TFRecord data is a folder of `tf-mlstm-make-tfrecords` shards, or a glob
+    or file whose name says `.tfrecord`; any other file counts when its first
+    record reads as one. Comma-separated lists, and files such as
+    `reviews.jsonl` or `notes.txt`, are raw corpus files (JSON lines, CSV,
+    text), which `readers.read_documents` reads.
+
+    Args:
+        spec: a `--data`/`--train_data` value.
+
+    Returns:
+        True for TFRecord data, or for a spec that matches nothing (the
+        TFRecord path then says what is missing); False for raw files.
+    """
+    if tf.io.gfile.isdir(spec) or TFRECORD_SUFFIX in spec:
+        return True
+    if "," in spec:
+        return False
+    matches = sorted(m for m in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(m))
+    if not matches:
+        return True
+    compression = "GZIP" if matches[0].endswith(".gz") else ""
+    try:
+        for _ in tf.data.TFRecordDataset(matches[0], compression).take(1):
+            pass
+    except tf.errors.OpError:
+        return False
+    return True
+
+
 class IncompleteDataError(errors.InvalidValueError):
     """A TFRecord folder whose conversion did not finish."""
 

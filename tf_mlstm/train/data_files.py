@@ -16,6 +16,8 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm.data import demo
+from tf_mlstm.data import fields
+from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 
 
@@ -41,6 +43,8 @@ def resolve_data(config):
         (`tfrecord.IncompleteDataError`); every message names the data.
     """
     train_data = config.train_data
+    check_converted("train_data", train_data)
+    check_converted("validation_data", config.validation_data)
     if not train_data:
         train_data = demo.build_demo_tfrecords(os.path.join(config.model_dir, "demo_data"))
     train_files = tfrecord.split_files(train_data, "train")
@@ -85,6 +89,39 @@ def resolve_data(config):
             "The validation shards of %s hold no records: training without validation.", source
         )
     return train_files, validation_files
+
+
+def check_converted(flag, spec):
+    """Raises, with the conversion command, when `--flag=spec` names raw corpus files.
+
+    Training reads TFRecord shards (shuffled, split, counted in stats.json);
+    JSON lines, CSV and text files are converted once by
+    `tf-mlstm-make-tfrecords`. Checked before the run creates anything.
+
+    Args:
+      flag: the flag's name, for the message.
+      spec: its value (empty: nothing to check).
+
+    Raises:
+      ValueError: `spec` names raw files; the message is the command to run.
+    """
+    if not spec or tfrecord.is_tfrecord_data(spec):
+        return
+    files = readers.expand_inputs(spec)
+    first = files[0]
+    stem = os.path.basename(first).split(".")[0] or "corpus"
+    output = os.path.join(
+        os.path.dirname(first), f"{stem}_tfrecords" if len(files) == 1 else "tfrecords"
+    )
+    keys = readers.record_fields(first)
+    key_flag = ""
+    if keys is not None and not set(keys) & set(fields.TEXT_KEYS):
+        key_flag = f" --text_key=<the text field, one of: {', '.join(keys)}>"
+    raise errors.InvalidValueError(
+        f"--{flag}={spec} names raw corpus files ({first}), and training reads TFRecord shards: "
+        f"convert them once with `tf-mlstm-make-tfrecords --input={spec}{key_flag} "
+        f"--output_dir={output}`, then pass --{flag}={output}"
+    )
 
 
 def _folders(files):

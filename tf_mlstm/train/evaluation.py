@@ -104,10 +104,6 @@ def _progress_total(dataset, max_batches, expected):
     return most if expected is None else min(expected, most)
 
 
-def _is_tfrecords(spec):
-    return tf.io.gfile.isdir(spec) or ".tfrecord" in spec
-
-
 def evaluate_data(
     model_dir,
     data,
@@ -137,7 +133,7 @@ def evaluate_data(
     model, _ = rundir.load_trained_model(model_dir)
     read_errors = []  # A raw corpus file that could not be read ends its stream here.
     expected = None  # A raw corpus's size in characters is known only once read.
-    if _is_tfrecords(data):
+    if tfrecord.is_tfrecord_data(data):
         files = tfrecord.split_files(data, split)
         if not tfrecord.nonempty_files(files):
             raise errors.InvalidValueError(
