@@ -315,7 +315,7 @@ def test_binary_missing_input_is_one_error_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_binary_all_bad_input_fails_with_stats(tmp_path):
+def test_binary_all_bad_input_fails_in_one_line_and_leaves_nothing_behind(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"text": \n{"other": 1}\n\xff\xfe\n')
     out = tmp_path / "out"
@@ -323,14 +323,22 @@ def test_binary_all_bad_input_fails_with_stats(tmp_path):
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     errors = _error_lines(result.stderr)
-    assert len(errors) == 1 and "no documents written from 1 input files: 3 records" in errors[0]
-    stats = json.loads((out / "stats.json").read_text())
-    assert stats["records"] == 0
-    assert stats["skipped"]["by_reason"] == {
-        "invalid_utf8": 1,
-        "malformed_json": 1,
-        "missing_text_key": 1,
-    }
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "no documents written from 1 input files: 3 records skipped {" in errors[0]
+    assert "'invalid_utf8': 1, 'malformed_json': 1, 'missing_text_key': 1}" in errors[0]
+    assert f"the first: {bad}:" in errors[0] and errors[0].endswith(f"nothing left in {out}")
+    # The folder it made is gone, so the corrected retry needs no --overwrite.
+    assert not out.exists()
+    bad.write_text('{"text": "a fine review"}\n' * 5)
+    again = _run_binary(f"--input={bad}", f"--output_dir={out}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((out / "stats.json").read_text())["records"] == 5
+
+    # A folder that was there (empty) before stays, emptied of the attempt.
+    made = tmp_path / "made"
+    made.mkdir()
+    result = _run_binary(f"--input={bad}", "--text_key=body", f"--output_dir={made}")
+    assert result.returncode == 1 and os.listdir(made) == []
 
 
 def test_shared_amazon_electronics(tmp_path, shared_data):

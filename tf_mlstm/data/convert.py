@@ -190,13 +190,16 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
     Raises:
         FileNotFoundError: If an input file or glob matches nothing.
         readers.InputError: If an input file as a whole is unreadable.
-        NoDocumentsError: If no document was written (the stats file is
-            still written, to show what was skipped).
+        NoDocumentsError: If no document was written: what the conversion
+            created is removed again (its shards, stats file and marker, and
+            the folder when it made it), so a corrected rerun needs no
+            `--overwrite`; the message names the first skipped records.
         FileExistsError: If `output_dir` is not empty and `overwrite` is not
             set.
     """
     start = time.monotonic()
     paths = readers.expand_inputs(config.inputs)
+    existed = tf.io.gfile.isdir(config.output_dir)
     _prepare_output_dir(config)
     logging.info("Converting %d input files into %s", len(paths), config.output_dir)
     skip_log = readers.SkipLog()
@@ -208,14 +211,33 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
     stats = _conversion_stats(
         config, paths, records, writer.split_stats(), read_stats, skip_log, start
     )
-    _finish(config, stats)
-    _log_summary(config, stats, skip_log)
     if not records:
+        skip_log.log_summary()
+        _remove_created(config, writer, existed)
+        examples = [e for reason in skip_log.examples.values() for e in reason][:1]
         raise NoDocumentsError(
             f"no documents written from {len(paths)} input files: {skip_log.total} records "
-            f"skipped {skip_log.counts}; see {config.stats_path}"
+            f"skipped {skip_log.counts}"
+            + (f", the first: {examples[0]}" if examples else "")
+            + f"; nothing left in {config.output_dir}"
         )
+    _finish(config, stats)
+    _log_summary(config, stats, skip_log)
     return stats
+
+
+def _remove_created(config: ConvertConfig, writer: tfrecord.ShardedWriter, existed: bool) -> None:
+    """Removes the empty shards, marker and folder a conversion without documents made."""
+    for paths in writer.paths.values():
+        for path in paths:
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
+    spill_dir = os.path.join(config.output_dir, tfrecord.SPILL_SUBDIR)
+    if tf.io.gfile.isdir(spill_dir):
+        tf.io.gfile.rmtree(spill_dir)
+    tf.io.gfile.remove(_marker(config.output_dir))
+    if not existed and not tf.io.gfile.listdir(config.output_dir):
+        tf.io.gfile.rmtree(config.output_dir)
 
 
 def _open_writer(config: ConvertConfig) -> tfrecord.ShardedWriter:
