@@ -98,6 +98,8 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     assert '"validation_bits_per_char"' in whole.stdout.splitlines()[-1]
     assert not (model_dir / "run.lock").exists()
+    if precision == "float32":
+        _check_a_rerun_changes_nothing(model_dir, whole)
 
     # The same run with a budget it cannot reach (the schedule is fixed by
     # --total_steps), killed as soon as its first checkpoint is written: it
@@ -134,6 +136,27 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     # Same data position, same carried state, same weights: bit-identical.
     final = json.loads((killed_dir / "results.json").read_text())
     assert final["step"] == 16 and final["weights_sha256"] == results["weights_sha256"]
+
+
+def _tree(folder):
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _check_a_rerun_changes_nothing(model_dir, whole):
+    """The same command again: it says the run is finished and leaves every file as it was."""
+    before = _tree(model_dir)
+    again = _run(_train_cmd(model_dir, "--max_steps=16", "--precision=float32"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{model_dir} already finished at step 16 (--max_steps=16)" in again.stderr
+    assert not _losses(again.stderr)
+    assert _tree(model_dir) == before
+    last = json.loads(again.stdout.splitlines()[-1])
+    assert last["finished_earlier"] is True
+    assert last["weights_sha256"] == json.loads(whole.stdout.splitlines()[-1])["weights_sha256"]
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ call it, it never imports them.
 """
 
 import dataclasses
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -83,7 +84,10 @@ def pretrain(config):
     config = data_files.steps_for_epochs(config, train_files)
     trainer = loop.Trainer(config, train_files, validation_files)
     results = trainer.train(finalize=False)
-    if strategy_lib.is_chief(trainer.strategy):
+    version = os.path.join(export_base, str(results["step"]))
+    if results.get("finished_earlier") and tf.io.gfile.exists(version):
+        results["export_dir"] = version  # A rerun of a finished run: left as it was.
+    elif strategy_lib.is_chief(trainer.strategy):
         exported = saved_model.export_trained_model(
             config.model_dir, export_base, metadata={"results": results}
         )

@@ -54,6 +54,7 @@ periodic evaluations, config files and its final results.
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -663,6 +664,12 @@ class Runner:
         )
         restored = self.restore()
         start_step = int(self.step.numpy())
+        if restored:
+            finished = self._finished_earlier(start_step)
+            if finished is not None:
+                if finalize:
+                    strategy_lib.finalize(self.strategy)
+                return finished
         self._record_hparams()
         self._log_start(start_step)
         begin = time.monotonic()
@@ -675,6 +682,34 @@ class Runner:
         results = self._results(stopped_by, begin)
         self._finish(results, finalize)
         return results
+
+    def _finished_earlier(self, step):
+        """The saved results when the run already ended at `step`, else None.
+
+        A rerun of a finished run changes nothing: no steps, no new
+        evaluation, results.json and the event files as they were. Every
+        worker restored the same step and reads the same file, so all agree.
+        The returned dict carries `finished_earlier: True` (not in the file).
+        """
+        if step < self.config.max_steps:
+            return None
+        path = os.path.join(self.config.model_dir, rundir.RESULTS_FILE)
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                saved = json.load(f)
+        except (tf.errors.NotFoundError, ValueError):
+            return None  # Killed before its results: evaluate and write them now.
+        if saved.get("step") != step:
+            return None
+        logging.info(
+            "%s already finished at step %d (--max_steps=%d): %s left as it was; raise "
+            "--max_steps to train on.",
+            self.config.model_dir,
+            step,
+            self.config.max_steps,
+            path,
+        )
+        return {**saved, "finished_earlier": True}
 
     def _stop_preempted(self, step):
         """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
