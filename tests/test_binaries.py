@@ -136,20 +136,62 @@ def _quiet_env(**changes):
     return dict(env, PYTHONPATH=str(REPO), **changes)
 
 
+# Per binary: flags that pass every check before TensorFlow starts, then a
+# user error after it (a missing model folder, input or data), and the start
+# of the line that must say so.
+_ERRORS_AFTER_START = {
+    "train": (["--model_dir={t}/m", "--train_data={t}/nothing"], "no train TFRecord files match"),
+    "eval": (["--model_dir={t}", "--data=x"], "{t}: no config.json"),
+    "make_tfrecords": (
+        ["--input={t}/missing.jsonl", "--output_dir={t}/o"],
+        "input file not found: {t}/missing.jsonl",
+    ),
+    "transfer": (
+        ["--model_dir={t}/none", "--train_data={t}/x.csv", "--output_dir={t}/x"],
+        "{t}/none: no config.json",
+    ),
+    "classify": (
+        ["--model_dir={t}/none", "--input={t}/x.csv", "--output={t}/o.csv"],
+        "--model_dir={t}/none is not a finished tf-mlstm-finetune run",
+    ),
+    "export": (["--model_dir={t}/none", "--export_dir={t}/e"], "{t}/none: no config.json"),
+    "generate": (["--model_dir={t}/none"], "{t}/none: no config.json"),
+    "visualize": (
+        ["--model_dir={t}/none", "--input={t}/x.csv", "--output_dir={t}/v", "--neuron=0"],
+        "{t}/none: no config.json",
+    ),
+    "finetune": (
+        ["--init_model_dir={t}/none", "--model_dir={t}/f", "--train_data={t}/x.csv"],
+        "input file not found: {t}/x.csv",
+    ),
+    "import_openai": (["--weights_dir={t}/none", "--model_dir={t}/i"], "{t}/none: no such folder"),
+}
+
+
 @pytest.mark.slow
-def test_a_user_error_after_tensorflow_starts_is_the_only_line(tmp_path):
-    """TensorFlow's start-up lines (CUDA probing, CPU notices) stay off the screen."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tf_mlstm.cli.eval", f"--model_dir={tmp_path}", "--data=x"],
-        capture_output=True,
-        text=True,
-        env=_quiet_env(),
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 1 and done.stdout == ""
-    assert len(done.stderr.splitlines()) == 1, done.stderr
-    assert f"{tmp_path}: no config.json" in done.stderr
+def test_every_binarys_user_error_after_tensorflow_starts_is_the_only_line(tmp_path):
+    """TensorFlow's start-up lines (CUDA probing, CPU notices) stay off the screen,
+    wherever it starts (building the config or in the body); the error is one line."""
+    assert set(_ERRORS_AFTER_START) == set(_BINARIES)
+    procs = {
+        module: subprocess.Popen(
+            [sys.executable, "-m", f"tf_mlstm.cli.{module}"]
+            + [arg.format(t=tmp_path) for arg in args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_quiet_env(),
+            cwd=tmp_path,
+        )
+        for module, (args, _) in _ERRORS_AFTER_START.items()
+    }
+    for module, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1 and out == "", (module, err)
+        assert len(err.splitlines()) == 1 and err.startswith("E"), (module, err)
+        assert "Traceback" not in err
+        expected = _ERRORS_AFTER_START[module][1].format(t=tmp_path)
+        assert f"] {expected}" in err, (module, err)
 
 
 # A binary whose body reports the TensorFlow log level it runs under.

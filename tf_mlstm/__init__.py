@@ -30,7 +30,7 @@ _LAZY = {
     "evaluate": ("tf_mlstm.api", "evaluate"),
     "finetune": ("tf_mlstm.api", "finetune"),
     "probe": ("tf_mlstm.api", "probe"),
-    "ConvertConfig": ("tf_mlstm.data.convert", "ConvertConfig"),
+    "ConvertConfig": ("tf_mlstm.data.convert_config", "ConvertConfig"),
     "TrainConfig": ("tf_mlstm.train.config", "TrainConfig"),
     "EvalConfig": ("tf_mlstm.train.config", "EvalConfig"),
     "FinetuneConfig": ("tf_mlstm.transfer.settings", "FinetuneConfig"),

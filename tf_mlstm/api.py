@@ -6,7 +6,7 @@ binary given the same settings compute the same numbers:
 
 | binary | function | config |
 | --- | --- | --- |
-| `tf-mlstm-make-tfrecords` | `convert` | `data.convert.ConvertConfig` |
+| `tf-mlstm-make-tfrecords` | `convert` | `data.convert_config.ConvertConfig` |
 | `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `train.config.TrainConfig` |
 | `tf-mlstm-eval` | `evaluate` | `train.config.EvalConfig` |
 | `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |

@@ -18,7 +18,9 @@ way for every binary:
    and exit status 1 (absl would print several lines, or the whole usage
    text with every flag);
 5. keeps TensorFlow's start-up messages (its C++ log: CUDA probing on a
-   machine without GPUs, CPU instruction notices) off the screen, unless
+   machine without GPUs, CPU instruction notices) off the screen wherever
+   TensorFlow starts (a config function that measures on a model starts it
+   too, and a user error there is one line like the body's), unless
    `--verbosity` was given (its level then applies to TensorFlow's log too)
    or the user set `TF_CPP_MIN_LOG_LEVEL`, which is left as it is;
 6. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
@@ -33,8 +35,11 @@ way for every binary:
 import contextlib
 import dataclasses
 import functools
+import importlib.abc
 import importlib.metadata
+import importlib.util
 import json
+import logging as std_logging
 import os
 import re
 import sys
@@ -180,22 +185,30 @@ def usage_error(name, message):
 
 
 def _main(argv, body, config, name):
+    # Armed before the config is built: a config function may start TensorFlow.
+    quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     try:
         if len(argv) > 1:
             raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
         if dataclasses.is_dataclass(config):
             config = config_from_flags(config)
         else:
-            try:
-                config = config()
-            except ValueError as e:
-                raise app.UsageError(str(e)) from None
+            # A bad value is a usage error; another user error (a missing
+            # model folder the config is measured on) is one line, as in the body.
+            config = run_body(_usage_errors_of, config)
     except app.UsageError as e:
         usage_error(name, errors.one_line(e))
-    quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     result = run_body(body, config)
     if result is not None:
         print(json.dumps(result, sort_keys=True))
+
+
+def _usage_errors_of(build):
+    """`build()`, its ValueErrors raised as usage errors."""
+    try:
+        return build()
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
 
 
 def run_body(body, config):
@@ -261,24 +274,66 @@ def tensorflow_log_level(environ, verbosity_given, verbosity):
 
 
 def quiet_tensorflow(environ, verbosity_given, verbosity):
-    """Sets TensorFlow's log level (see `tensorflow_log_level`), then imports it.
+    """Sets TensorFlow's log level (see `tensorflow_log_level`); its start-up is then quiet.
 
     TensorFlow 2.21 prints a few lines while it loads (that it found no CUDA
     driver, before its log is set up) whatever the level says; when the
-    level hides INFO, those are hidden by importing it with the process's
-    stderr pointed at /dev/null. An import that fails still raises its
-    exception, shown as usual once stderr is back. The level is set in
-    `environ` also when TensorFlow is already imported (it then applies only
-    to the processes the run starts).
+    level hides INFO, the first `import tensorflow` that follows (building
+    the config or in the body, wherever it happens) runs with the process's
+    stderr pointed at /dev/null (`_QuietFirstImport`). An import that fails
+    still raises its exception, shown as usual once stderr is back. The
+    level is set in `environ` also when TensorFlow is already imported (it
+    then applies only to the processes the run starts).
     """
     level = tensorflow_log_level(environ, verbosity_given, verbosity)
     environ[TF_LOG_LEVEL] = level
     if verbosity_given and verbosity > 0:
         environ.setdefault("TF_CPP_MAX_VLOG_LEVEL", str(verbosity))
+    if not verbosity_given:
+        # matplotlib's one-off font-cache notice is not the run's news either.
+        std_logging.getLogger("matplotlib").setLevel(std_logging.WARNING)
     if "tensorflow" in sys.modules or not level.isdigit() or int(level) < 1:
         return
-    with _stderr_to_devnull():
-        import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    if not any(isinstance(finder, _QuietFirstImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietFirstImport("tensorflow"))
+
+
+class _QuietFirstImport(importlib.abc.MetaPathFinder):
+    """Runs the first import of one package with file descriptor 2 on /dev/null.
+
+    A finder first on `sys.meta_path`: asked for the package, it steps aside,
+    finds the package's usual spec and wraps its loader, so the import system
+    loads it as always, only quietly. Later imports find it in `sys.modules`.
+    """
+
+    def __init__(self, name):
+        self.name = name
+
+    def find_spec(self, fullname, path=None, target=None):
+        del path, target
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """`loader`, executing the module with stderr on /dev/null; then the module keeps `loader`."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        with _stderr_to_devnull():
+            self.loader.exec_module(module)
 
 
 @contextlib.contextmanager

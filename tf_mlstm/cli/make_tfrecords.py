@@ -14,8 +14,6 @@ leaves a folder that training and evaluation refuse until it is re-run.
         --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
 """
 
-from typing import TYPE_CHECKING
-
 try:
     import resource
 except ImportError:  # Not POSIX: no open-file limit to raise.
@@ -27,19 +25,14 @@ from absl import flags
 from tf_mlstm import errors
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.data import fields
+from tf_mlstm.data.convert_config import ConvertConfig
 
-if TYPE_CHECKING:
-    from tf_mlstm.data.convert import ConvertConfig
-
-# TensorFlow (through tf_mlstm.data) is imported only once the flags have
-# passed the checks here, so --help and usage errors answer at once rather
-# than after seconds of TensorFlow start-up.
+# TensorFlow (through tf_mlstm.data.convert) is imported only once the flags
+# and the config have passed their checks, so --help and usage errors answer
+# at once, and TensorFlow starts quietly (`_main.quiet_tensorflow`).
 
 _REQUIRED_FLAGS = ("input", "output_dir")
-# Also checked by ConvertConfig against readers.TEXT_MODES.
-_TEXT_MODES = ("line", "file")
-# readers.DEFAULT_MAX_DOCUMENT_BYTES, which cannot be imported before TensorFlow.
-_MAX_DOCUMENT_BYTES = 1 << 20
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -79,7 +72,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum(
         "text_mode",
         "line",
-        list(_TEXT_MODES),
+        list(fields.TEXT_MODES),
         "Plain-text inputs: one document per line, or per file.",
         flag_values=fv,
     )
@@ -118,7 +111,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_integer(
         "max_document_bytes",
-        _MAX_DOCUMENT_BYTES,
+        fields.DEFAULT_MAX_DOCUMENT_BYTES,
         "Longest input record in bytes (a line; a CSV record; a file with --text_mode=file); "
         "longer ones are skipped and counted, never held in memory.",
         lower_bound=1,
@@ -153,7 +146,7 @@ def parse_split(value: list[str]) -> tuple[int, int, int]:
     return tuple(int(piece) for piece in pieces)
 
 
-def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
+def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
     """Validates the parsed flags into the conversion config.
 
     Args:
@@ -169,10 +162,8 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
     split_weights = parse_split(flag_values.split)
-    from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
-
     try:
-        return convert.ConvertConfig(
+        return ConvertConfig(
             inputs=flag_values.input,
             output_dir=flag_values.output_dir,
             text_keys=text_keys,
@@ -192,7 +183,7 @@ def config_from_flags(flag_values: flags.FlagValues) -> "ConvertConfig":
         raise app.UsageError(str(e)) from e
 
 
-def main(config: "ConvertConfig") -> None:
+def main(config: ConvertConfig) -> None:
     """Converts the corpus."""
     _raise_open_file_limit()
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

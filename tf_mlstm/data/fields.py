@@ -9,6 +9,12 @@ flag definitions can name the default without loading TensorFlow.
 # binary, so one record reads the same everywhere.
 TEXT_KEYS = ("reviewText", "text", "sentence")
 
+# How plain-text files are read: a document per line, or per file.
+TEXT_MODES = ("line", "file")
+
+DEFAULT_MAX_DOCUMENT_BYTES = 1 << 20
+"""Longest record read (1 MiB); reviews are a few KiB, the longest Amazon ones ~32 KiB."""
+
 
 def split_keys(value):
     """Field names from a flag: a list, or one comma-separated string; blanks left out.

@@ -46,6 +46,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.data import fields
 from tf_mlstm.data.text import normalize_text
 
 # Skip reasons, as they appear in SkipLog counts and the stats file.
@@ -64,10 +65,8 @@ BAD_CSV_ROW = "bad_csv_row"
 RECORD_TOO_LONG = "record_too_long"
 UNTERMINATED_QUOTE = "unterminated_quote"
 
-DEFAULT_MAX_DOCUMENT_BYTES = 1 << 20
-"""Longest record read (1 MiB); reviews are a few KiB, the longest Amazon ones ~32 KiB."""
-
-TEXT_MODES = ("line", "file")
+DEFAULT_MAX_DOCUMENT_BYTES = fields.DEFAULT_MAX_DOCUMENT_BYTES
+TEXT_MODES = fields.TEXT_MODES
 AUTO_RATING_KEYS = ("overall", "rating")
 """Keys read as the rating when no rating key is given (Amazon, IMDB)."""
 

@@ -130,6 +130,12 @@ class Task:
     #: The run folder's file that records the task's config (and the precision).
     config_file = rundir.CONFIG_FILE
 
+    def check_inputs(self):
+        """Raises, with one line, when an input is missing: first, before the hardware is resolved.
+
+        Cheap checks only (files exist, a model folder has its config); `prepare` reads.
+        """
+
     def set_config(self, config):
         """Takes the config with `auto` precision and XLA made concrete (before `prepare`)."""
         self.config = config
@@ -250,6 +256,7 @@ class Runner:
     def __init__(self, task, config, strategy=None):
         self.task = task
         self.config = config
+        task.check_inputs()
         self._setup_strategy(strategy)
         self.autotune, self.autotune_seconds = None, 0.0
         if hardware.AUTO in (config.precision, config.jit_compile):

@@ -64,6 +64,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
+from tf_mlstm.data import readers
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.progress import Progress
@@ -386,6 +387,13 @@ class FinetuneTask(Task):
         self.probe = None
 
     # === Data and model ===
+
+    def check_inputs(self):
+        config = self.config
+        for spec in (config.train_data, config.validation_data, config.test_data):
+            if spec:
+                readers.expand_inputs(spec)
+        rundir.read_config(config.init_model_dir)
 
     def prepare(self, runner):
         self.runner = runner
@@ -718,11 +726,14 @@ class Finetuner(Runner):
     """
 
     def __init__(self, config):
+        task = FinetuneTask(config)
+        task.check_inputs()  # A missing input is the only line, before the hardware's.
         # Concrete precision and XLA from the hardware (an existing run keeps its precision).
         config = hardware.resolve_run_config(
             config, os.path.join(config.model_dir, FINETUNE_CONFIG_FILE)
         )
-        super().__init__(FinetuneTask(config), config)
+        task.set_config(config)
+        super().__init__(task, config)
 
     @property
     def splits(self):
