@@ -28,6 +28,7 @@ from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.train import autotune
 from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
@@ -437,9 +438,11 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     assert summary["feature_kinds"] == ["cell", "mean"]
     results = json.loads((out / "results.json").read_text())
     assert results["test_accuracy"] == summary["test_accuracy"]
-    # --precision defaults to auto; the results record what this machine chose.
-    auto, _ = hardware.resolve_precision("auto", hardware.detect())
-    assert results["config"]["precision"] == auto
+    # --precision defaults to auto: measured on this machine for this model
+    # (the choice depends on the CPU); the results record what was logged.
+    chosen = results["config"]["precision"]
+    assert chosen in autotune.native_precisions(hardware.detect())
+    assert f"Features in {chosen} (auto: " in done.stderr
     assert [row["num_labeled"] for row in results["num_labeled"]] == [10, 48]
     assert results["data"]["train"]["examples"] == 48
     assert len(results["c_sweep"]) == len(logistic.DEFAULT_C_GRID)
