@@ -1,10 +1,12 @@
 """tf-mlstm-train end to end: outputs, exact resume after SIGKILL, budgets."""
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -157,6 +159,77 @@ def _check_a_rerun_changes_nothing(model_dir, whole):
     last = json.loads(again.stdout.splitlines()[-1])
     assert last["finished_earlier"] is True
     assert last["weights_sha256"] == json.loads(whole.stdout.splitlines()[-1])["weights_sha256"]
+
+
+@contextlib.contextmanager
+def _tmpfs(mount_point):
+    """A real filesystem of our own (root only): full, resized or read-only on demand."""
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield lambda options: subprocess.run(
+            ["mount", "-o", f"remount,{options}", str(mount_point)], check=True
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _used_bytes(mount_point):
+    stats = os.statvfs(mount_point)
+    return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+
+@pytest.mark.slow
+def test_a_refused_write_is_one_line_the_checkpoint_intact_and_the_same_command_resumes(
+    tmp_path,
+):
+    """A file-size limit, a full disk, a read-only filesystem: one line naming the run
+    folder, exit 1, no traceback; the last checkpoint as it was; the rerun resumes."""
+    with _tmpfs(tmp_path / "disk") as remount:
+        model_dir = tmp_path / "disk" / "run"
+        first = _run(_train_cmd(model_dir, "--max_steps=4"))
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert _checkpoint_steps(model_dir) == [4]
+        checkpoint = {p.name: p.read_bytes() for p in (model_dir / "checkpoints").iterdir()}
+        command = _train_cmd(model_dir, "--max_steps=8")
+
+        def refused(expected, **kwargs):
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+            proc = subprocess.run(
+                command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300, **kwargs
+            )
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("E1")]
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            assert len(errors) == 1 and str(model_dir) in errors[0], proc.stderr[-3000:]
+            assert expected in errors[0], errors[0]
+            assert {
+                p.name: p.read_bytes() for p in (model_dir / "checkpoints").iterdir()
+            } == checkpoint
+
+        def file_size_limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+        refused("File too large", preexec_fn=file_size_limit)
+        # Room for the run's small files, not for another checkpoint.
+        remount(f"size={_used_bytes(tmp_path / 'disk') + (64 << 10)}")
+        refused("No space left on device")
+        remount("ro")
+        refused("Read-only file system")
+
+        remount("rw,size=64m")
+        resumed = _run(command)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert f"Resumed from {model_dir / 'checkpoints'}/ckpt-4" in resumed.stderr
+        assert min(_losses(resumed.stderr)) == 5
+        assert json.loads((model_dir / "results.json").read_text())["step"] == 8
 
 
 @pytest.mark.slow

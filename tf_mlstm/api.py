@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
@@ -88,9 +89,10 @@ def pretrain(config):
     if results.get("finished_earlier") and tf.io.gfile.exists(version):
         results["export_dir"] = version  # A rerun of a finished run: left as it was.
     elif strategy_lib.is_chief(trainer.strategy):
-        exported = saved_model.export_trained_model(
-            config.model_dir, export_base, metadata={"results": results}
-        )
+        with fileio.write_errors(export_base):
+            exported = saved_model.export_trained_model(
+                config.model_dir, export_base, metadata={"results": results}
+            )
         results["export_dir"] = exported["export_dir"]
     strategy_lib.finalize(trainer.strategy)
     return results

@@ -14,6 +14,8 @@ traceback.
   `is_user_error`) count as user errors too: the fix is outside the code.
 """
 
+import re
+
 
 class UserError(Exception):
     """A problem the user can fix; its message is the whole report (one line)."""
@@ -21,6 +23,10 @@ class UserError(Exception):
 
 class InvalidValueError(UserError, ValueError):
     """A flag, argument, file or record holds a value that cannot be used."""
+
+
+class WriteError(UserError):
+    """The filesystem refused a write (full, over a size limit or quota, read-only)."""
 
 
 # TensorFlow's error codes for trouble outside the program: files that are
@@ -57,10 +63,17 @@ def is_user_error(error):
     )
 
 
+# TensorFlow's op context around a message: "{{function_node __wrapped__SaveV2_...}} "
+# before it and " [Op:SaveV2]" (with a "name: ...") after it.
+_OP_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+_OP_SUFFIX = re.compile(r"\s*\[Op:\w+\](\s*name:.*)?$")
+
+
 def one_line(error):
-    """`error`'s message on one line (TensorFlow's messages carry op context)."""
+    """`error`'s message on one line, without TensorFlow's op context."""
     text = " ".join(str(error).split())
     message = getattr(error, "message", None)
     if isinstance(message, str) and message.strip():
         text = " ".join(message.split())
+    text = _OP_SUFFIX.sub("", _OP_PREFIX.sub("", text))
     return text or type(error).__name__

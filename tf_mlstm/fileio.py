@@ -30,6 +30,48 @@ OLD_PREFIX = ".old-"
 """Names of replaced folders for the moment between two renames (`Staged`)."""
 
 
+# What TensorFlow raises when a filesystem refuses a write: EFBIG (a size
+# limit) is OutOfRange; ENOSPC and EDQUOT ResourceExhausted; EROFS and EACCES
+# PermissionDenied; EIO and the like Unknown.
+_WRITE_ERRORS = (
+    OSError,
+    tf.errors.OutOfRangeError,
+    tf.errors.ResourceExhaustedError,
+    tf.errors.PermissionDeniedError,
+    tf.errors.NotFoundError,
+    tf.errors.AlreadyExistsError,
+    tf.errors.DataLossError,
+    tf.errors.UnknownError,
+)
+
+
+@contextlib.contextmanager
+def write_errors(where):
+    """Turns the filesystem refusing a write under `where` into one `errors.WriteError`.
+
+    A full disk, a quota, a file-size limit (`RLIMIT_FSIZE`: TensorFlow says
+    OutOfRange, "File too large"), a read-only filesystem, a permission: each
+    TensorFlow or OS error raised inside becomes one line naming `where` and
+    the cause. What was written before (the older checkpoints) is untouched,
+    so the same command resumes once the filesystem takes writes again.
+
+    Args:
+      where: the folder or file being written, for the message.
+
+    Raises:
+      errors.WriteError: from an `OSError` or a TensorFlow error of a
+        filesystem's kinds inside; other errors (a peer that stopped, during
+        a multi-worker save) pass through unchanged.
+    """
+    try:
+        yield
+    except _WRITE_ERRORS as e:
+        raise errors.WriteError(
+            f"cannot write to {where}: {errors.one_line(e)}; the files written before are "
+            "intact: free space or lift the limit, then run the same command again"
+        ) from e
+
+
 def is_temp_name(name):
     """Whether a folder entry is an output being written or replaced (`Staged`'s)."""
     return os.path.basename(name.rstrip("/")).startswith((TMP_PREFIX, OLD_PREFIX))

@@ -69,6 +69,7 @@ from absl import logging
 from tensorboard.plugins.hparams import api as hparams_api
 
 from tf_mlstm import errors
+from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.train import autotune
 from tf_mlstm.train import checkpointing
@@ -558,14 +559,15 @@ class Runner:
         """Checkpoints the step: per-worker state first, then the shared checkpoint."""
         step = int(self.step.numpy())
         model_dir, keep = self.config.model_dir, self.config.keep_checkpoints + 1
-        if self.state:
-            checkpointing.save_carried_state(
-                model_dir, self.worker, step, self._local_state_arrays(), keep=keep
+        with fileio.write_errors(f"{model_dir} (checkpoint {step})"):
+            if self.state:
+                checkpointing.save_carried_state(
+                    model_dir, self.worker, step, self._local_state_arrays(), keep=keep
+                )
+            checkpointing.save_input_state(
+                model_dir, self.worker, step, self.iterator, self._input_layout(), keep=keep
             )
-        checkpointing.save_input_state(
-            model_dir, self.worker, step, self.iterator, self._input_layout(), keep=keep
-        )
-        self.manager.save(checkpoint_number=step)
+            self.manager.save(checkpoint_number=step)
 
     def restore(self):
         """Restores the newest checkpoint with this worker's state; returns its path or None."""
@@ -905,12 +907,14 @@ class Runner:
         return results
 
     def _finish(self, results, finalize):
-        for _, writer in self._writers.values():
-            writer.flush()
+        with fileio.write_errors(self.config.model_dir):
+            for _, writer in self._writers.values():
+                writer.flush()
         if finalize:
             strategy_lib.finalize(self.strategy)
         if self.chief:
-            rundir.write_results(self.config.model_dir, results)
+            with fileio.write_errors(self.config.model_dir):
+                rundir.write_results(self.config.model_dir, results)
         else:
             for path, _ in self._writers.values():
                 strategy_lib.remove_temp_dirpath(path, self.strategy)
