@@ -88,6 +88,45 @@ def test_slurm_outside_a_job_step_is_a_clear_error(monkeypatch):
         strategy_lib.get_distribution_strategy("multi_worker", num_gpus=0, cluster_resolver="slurm")
 
 
+@pytest.mark.parametrize("strategy", ["default", "one_device", "mirrored"])
+def test_a_cluster_description_a_one_machine_strategy_would_ignore_is_refused(
+    monkeypatch, strategy
+):
+    # As a Kubernetes operator sets it for each of two workers.
+    monkeypatch.setenv("TF_CONFIG", _tf_config(["10.0.0.1:2222", "10.0.0.2:2222"], index=1))
+    with pytest.raises(
+        ValueError,
+        match=rf"TF_CONFIG describes a cluster of 2 tasks \(this is worker 1\), but "
+        rf"--distribution_strategy={strategy} trains on this machine alone, .*: pass "
+        r"--distribution_strategy=multi_worker, or unset TF_CONFIG$",
+    ):
+        strategy_lib.get_distribution_strategy(strategy)
+    # Inconsistent (a task outside its cluster): refused too, not ignored.
+    monkeypatch.setenv("TF_CONFIG", _tf_config(["10.0.0.1:2222"], index=3))
+    with pytest.raises(ValueError, match="TF_CONFIG task index 3 is out of range"):
+        strategy_lib.get_distribution_strategy(strategy)
+
+
+def test_several_slurm_tasks_under_a_one_machine_strategy_are_refused(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    with pytest.raises(
+        ValueError,
+        match=r"task 2 of 4 of a Slurm job step, .*--distribution_strategy=multi_worker "
+        r"--cluster_resolver=slurm, or start one task$",
+    ):
+        strategy_lib.get_distribution_strategy("default")
+
+
+def test_a_one_task_description_under_a_one_machine_strategy_is_fine(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", _tf_config(["127.0.0.1:2222"]))
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert strategy_lib.get_distribution_strategy("default") is tf.distribute.get_strategy()
+
+
+# === Factory ===
 # === Factory ===
 
 

@@ -139,6 +139,8 @@ def get_distribution_strategy(
             f"collective_timeout_s must be >= 0, got {collective_timeout_s}"
         )
 
+    if strategy != "multi_worker":
+        check_no_unused_cluster(strategy, os.environ)
     if strategy == "default":
         return tf.distribute.get_strategy()
     if strategy == "multi_worker":
@@ -162,6 +164,44 @@ def get_distribution_strategy(
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     devices = [f"/gpu:{i}" for i in range(gpus)] or ["/cpu:0"]
     return mirrored_strategy(devices, _mirrored_cross_device_ops(all_reduce, gpus))
+
+
+def check_no_unused_cluster(strategy, environ):
+    """Refuses a cluster description that a one-machine `strategy` would ignore.
+
+    A cluster launcher (a Kubernetes operator, `srun -n 4`) starts every task
+    with `TF_CONFIG` or Slurm's variables set; under a one-machine strategy
+    each process would train a model of its own on the shared folder and
+    exit 0. A description of one task is fine; an inconsistent one (a task
+    outside its cluster) is refused by `parse_tf_config` as always.
+
+    Args:
+      strategy: the `--distribution_strategy` (not "multi_worker").
+      environ: the environment.
+
+    Raises:
+      ValueError: `TF_CONFIG` is invalid or names more than one task, or
+        this is one of several tasks of a Slurm job step; the message names
+        the flags to pass.
+    """
+    if environ.get("TF_CONFIG", "").strip():
+        config = parse_tf_config(environ["TF_CONFIG"])
+        tasks = sum(len(addresses) for addresses in config["cluster"].values())
+        if tasks > 1:
+            task = config["task"]
+            raise errors.InvalidValueError(
+                f"TF_CONFIG describes a cluster of {tasks} tasks (this is {task['type']} "
+                f"{task['index']}), but --distribution_strategy={strategy} trains on this "
+                "machine alone, so every task would train a model of its own: pass "
+                "--distribution_strategy=multi_worker, or unset TF_CONFIG"
+            )
+    slurm_tasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or ""
+    if environ.get("SLURM_PROCID") is not None and slurm_tasks.isdigit() and int(slurm_tasks) > 1:
+        raise errors.InvalidValueError(
+            f"this is task {environ['SLURM_PROCID']} of {slurm_tasks} of a Slurm job step, but "
+            f"--distribution_strategy={strategy} trains on this machine alone: pass "
+            "--distribution_strategy=multi_worker --cluster_resolver=slurm, or start one task"
+        )
 
 
 def mirrored_strategy(devices, cross_device_ops=None):
