@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -147,6 +148,29 @@ def _config(tmp_path, model_dir, **overrides):
     )
     values.update(overrides)
     return classify_cli.ClassifyConfig(**values).validate()
+
+
+def test_progress_counts_the_input_against_its_size(tmp_path, caplog):
+    from tf_mlstm.cli import classify as classify_cli
+
+    model_dir, _, _ = _fitted(tmp_path)
+    _write_reviews(tmp_path)
+    size = (tmp_path / "reviews.csv").stat().st_size
+    caplog.set_level("INFO")
+    classify_cli.classify(_config(tmp_path, model_dir, chunk_texts=2))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Classifying")]
+    # The final line: all of the file's bytes, of a total known up front, and the texts.
+    shown = f"{size / 1e3:,.1f}"
+    assert re.fullmatch(
+        rf"Classifying: {shown}/{shown} kB \(100%\), in \d+:\d\d, .* kB/s; {len(TEXTS)} texts",
+        lines[-1],
+    ), lines
+    # Standard input has no size: its count of texts, without a total.
+    caplog.clear()
+    stdin = _CountingStdin(5)
+    classify_cli.classify(_config(tmp_path, model_dir, input="-", output="-"), stdin=stdin)
+    final = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Classifying")]
+    assert final[-1].startswith("Classifying: 5 texts, in "), final
 
 
 def test_a_failure_at_any_stage_leaves_an_earlier_csv_byte_identical(tmp_path):

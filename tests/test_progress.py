@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from _models import random_model
+from tf_mlstm import progress
 from tf_mlstm.data import convert
 from tf_mlstm.data import pipeline
 from tf_mlstm.data import tfrecord
@@ -155,10 +156,18 @@ def test_conversion_reports_progress_in_input_bytes(tmp_path, caplog):
     )
     lines = _lines(caplog, "Converting:")
     assert len(lines) >= 2  # At least one along the way, and the final one.
-    assert " MB (" in lines[0] and "MB/s" in lines[0] and " left; " in lines[0]
-    size_mb = corpus.stat().st_size / 1e6
-    assert lines[-1].startswith(f"Converting: {size_mb:.1f}/{size_mb:.1f} MB (100%), in ")
+    # A corpus under a megabyte is counted in kB (0.0/0.0 MB would say nothing).
+    assert " kB (" in lines[0] and "kB/s" in lines[0] and " left; " in lines[0]
+    size_kb = corpus.stat().st_size / 1e3
+    assert lines[-1].startswith(f"Converting: {size_kb:.1f}/{size_kb:.1f} kB (100%), in ")
     assert lines[-1].endswith(f"; {stats['records']} records")
+
+
+def test_byte_totals_are_shown_in_a_unit_that_moves():
+    assert progress.byte_unit(1.2e3) == ("kB", 1e3)
+    assert progress.byte_unit(999_999) == ("kB", 1e3)
+    assert progress.byte_unit(1e6) == ("MB", 1e6)
+    assert progress.byte_unit(4e10) == ("MB", 1e6)
 
 
 def test_conversion_with_max_documents_counts_records(tmp_path, caplog):

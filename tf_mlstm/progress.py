@@ -191,5 +191,10 @@ class Progress:
         self.stream.flush()
 
 
+def byte_unit(total: float) -> tuple[str, float]:
+    """The unit and scale to show `total` bytes in: MB, or kB below one MB."""
+    return ("MB", 1e6) if total >= 1e6 else ("kB", 1e3)
+
+
 def _number(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)

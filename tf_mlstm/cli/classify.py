@@ -124,7 +124,7 @@ def define_classify_flags():
     )
 
 
-def iter_texts(spec, text_keys, stdin=None):
+def iter_texts(spec, text_keys, stdin=None, read_stats=None):
     """Streams the texts to classify, with the line each starts at, in reading order.
 
     Records that cannot be used are skipped and counted in a `readers.SkipLog`
@@ -137,6 +137,8 @@ def iter_texts(spec, text_keys, stdin=None):
       text_keys: keys/columns holding the text.
       stdin: the stream read for "-" (default: the bytes of `sys.stdin`); a
         text stream is accepted too.
+      read_stats: a `readers.ReadStats` the file reader keeps up to date (the
+        bytes read, for the progress), or None.
 
     Yields:
       (line, text): a normalized text and the line it starts at.
@@ -158,7 +160,8 @@ def iter_texts(spec, text_keys, stdin=None):
                 yield number, text
         skip_log.log_summary()
     else:
-        for document in readers.read_documents(readers.expand_inputs(spec), text_keys):
+        paths = readers.expand_inputs(spec)
+        for document in readers.read_documents(paths, text_keys, read_stats=read_stats):
             count += 1
             yield document.line, document.text
     if not count:
@@ -244,16 +247,35 @@ def classify_chunks(config, stdin=None):
       (lines, probabilities, labels, classes) of each chunk, in reading order
       (see `load_predictor`).
     """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
     from tf_mlstm.progress import Progress  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.progress import byte_unit  # pylint: disable=g-import-not-at-top
 
     predict, classes = load_predictor(config)
-    texts = iter_texts(config.input, config.text_keys, stdin)
-    with Progress("Classified", None, "texts") as progress:
+    read_stats = readers.ReadStats()
+    texts = iter_texts(config.input, config.text_keys, stdin, read_stats)
+    if config.input == "-":  # How much will come is not known.
+        progress = Progress("Classifying", None, "texts")
+    else:
+        paths = readers.expand_inputs(config.input)
+        total = sum(tf.io.gfile.stat(path).length for path in paths)
+        unit, scale = byte_unit(total)
+        progress = Progress("Classifying", total, unit, scale=scale)
+    done = 0
+    with progress:
         while chunk := list(itertools.islice(texts, config.chunk_texts)):
             lines = [line for line, _ in chunk]
             probabilities, labels = predict([text for _, text in chunk])
-            progress.advance(len(chunk))
+            done += len(chunk)
+            if config.input == "-":
+                progress.update(done)
+            else:  # The input read so far, as stored: the share of it classified.
+                progress.update(read_stats.stored_bytes, texts=done)
             yield lines, probabilities, labels, classes
+        if config.input != "-":  # All read: the final line says all of it.
+            progress.update(read_stats.stored_bytes, texts=done)
 
 
 def classify(config, stdin=None):

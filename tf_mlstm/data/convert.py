@@ -29,6 +29,7 @@ from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.data.convert_config import ConvertConfig  # noqa: F401 (the library's name for it)
 from tf_mlstm.progress import Progress
+from tf_mlstm.progress import byte_unit
 
 _MB = 1e6
 
@@ -195,7 +196,7 @@ def _progress(config: ConvertConfig, paths: list[str]) -> Progress:
         total, unit, scale = config.max_documents, "records", 1.0
     else:
         total = sum(tf.io.gfile.stat(path).length for path in paths)
-        unit, scale = "MB", _MB
+        unit, scale = byte_unit(total)
     return Progress(
         "Converting", total, unit, scale=scale, log_interval_s=config.progress_interval_s
     )
