@@ -199,8 +199,10 @@ def test_config_from_flags(tmp_path):
         config.num_shards = 3  # Frozen.
 
 
-def test_cli_text_modes_match_the_readers():
-    assert make_tfrecords._TEXT_MODES == readers.TEXT_MODES  # pylint: disable=protected-access
+def test_the_cli_offers_what_the_readers_take():
+    flag_values = _flag_values("--input=a.jsonl", "--output_dir=out")
+    assert tuple(flag_values["text_mode"].parser.enum_values) == readers.TEXT_MODES
+    assert flag_values["max_document_bytes"].default == readers.DEFAULT_MAX_DOCUMENT_BYTES
 
 
 @pytest.mark.parametrize("split", ["1000,1", "1000,0,1", "a,b,c", "10,-1,1", "1,\u00b2,1", ""])
@@ -326,7 +328,7 @@ def test_binary_all_bad_input_fails_in_one_line_and_leaves_nothing_behind(tmp_pa
     assert len(errors) == 1, result.stderr[-3000:]
     assert "no documents written from 1 input files: 3 records skipped {" in errors[0]
     assert "'invalid_utf8': 1, 'malformed_json': 1, 'missing_text_key': 1}" in errors[0]
-    assert f"the first: {bad}:" in errors[0] and errors[0].endswith(f"nothing left in {out}")
+    assert f"the first: {bad}:" in errors[0] and errors[0].endswith(f"{out} is as it was")
     # The folder it made is gone, so the corrected retry needs no --overwrite.
     assert not out.exists()
     bad.write_text('{"text": "a fine review"}\n' * 5)
@@ -359,10 +361,6 @@ def test_shared_amazon_electronics(tmp_path, shared_data):
     assert written["records"] == 2000
     ratings = [r for _, _, r in _read_records(tfrecord.split_files(str(tmp_path), "train"))]
     assert len(ratings) == 1996 and set(ratings) <= {1.0, 2.0, 4.0, 5.0}
-
-
-def test_cli_max_document_bytes_default_matches_the_readers():
-    assert make_tfrecords._MAX_DOCUMENT_BYTES == readers.DEFAULT_MAX_DOCUMENT_BYTES
 
 
 # === Bounded open files, complete-or-refused output folders ===
@@ -438,28 +436,57 @@ def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
     assert json.loads((out / "stats.json").read_text())["records"] == 6
 
 
-def test_failed_conversion_leaves_a_folder_that_is_refused(tmp_path):
+def _tree(folder):
+    return {path.name: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_failed_overwrite_leaves_the_earlier_data_byte_identical(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text("".join(json.dumps({"text": f"review {i}"}) + "\n" for i in range(50)))
     out = tmp_path / "out"
     _convert(tmp_path, good, out)
-    assert tfrecord.split_files(str(out), "train")  # Complete: readable.
+    before = _tree(out)
     cut = tmp_path / "cut.jsonl.gz"
     data = gzip.compress(good.read_bytes() * 40)
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(readers.InputError, match="truncated or corrupt gzip"):
         _convert(tmp_path, f"{good},{cut}", out, overwrite=True, interleave=False)
-    # Partial shards, the marker, and no stats.json: the old one went first.
-    assert sorted(os.listdir(out)) == [
-        tfrecord.INCOMPLETE_MARKER,
-        "test-00000-of-00001.tfrecord",
-        "train-00000-of-00002.tfrecord",
-        "train-00001-of-00002.tfrecord",
-        "validation-00000-of-00001.tfrecord",
-    ]
+    # The new shards were staged; the old data set is as it was, and readable.
+    assert _tree(out) == before
+    assert tfrecord.split_files(str(out), "train")
+    # No documents at all (a wrong text key): the same.
+    with pytest.raises(convert.NoDocumentsError, match=rf"{out} is as it was$"):
+        _convert(tmp_path, good, out, overwrite=True, text_keys=("body",))
+    assert _tree(out) == before
+    # A successful overwrite replaces it, and leaves no staging folder behind.
+    _convert(tmp_path, f"{good},{good}", out, overwrite=True)
+    assert json.loads((out / "stats.json").read_text())["records"] == 50
+    assert not [name for name in os.listdir(out) if name.startswith(".")]
+
+
+def test_a_killed_conversion_leaves_a_folder_that_is_refused(tmp_path, monkeypatch):
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": f"review {i}"}) + "\n" for i in range(50)))
+    out = tmp_path / "out"
+    _convert(tmp_path, good, out)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # what a kill leaves: nothing cleaned up
+
+    # Killed with every new shard staged, just before the old ones go.
+    monkeypatch.setattr(convert, "_abandon", lambda *args: None)
+    monkeypatch.setattr(convert, "_remove_old", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _convert(tmp_path, good, out, overwrite=True)
+    assert tfrecord.INCOMPLETE_MARKER in os.listdir(out)
     for spec in (str(out), f"{out}/train-*"):
         with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
             tfrecord.split_files(spec, "train")
+    # The rerun with --overwrite clears what the killed one left.
+    monkeypatch.undo()
+    _convert(tmp_path, good, out, overwrite=True)
+    assert tfrecord.split_files(str(out), "train")
+    assert not [name for name in os.listdir(out) if name.startswith(".")]
 
 
 def test_nonempty_files_and_unreadable_shards(tmp_path):

@@ -4,8 +4,10 @@ Reads JSON lines (the Amazon dump, IMDB), CSV/TSV with a header, or plain
 text, each optionally gzip-compressed, normalizes the text and writes
 `{split}-NNNNN-of-NNNNN.tfrecord` shards plus a `stats.json` that counts
 records per split and every skipped record by reason. A non-empty output
-directory is refused unless `--overwrite`; a conversion that stops early
-leaves a folder that training and evaluation refuse until it is re-run.
+directory is refused unless `--overwrite`. The new shards are staged and
+moved in only once all are written, so a conversion that fails leaves an
+earlier data set in the folder as it was; one that is killed leaves a folder
+that training and evaluation refuse until it is re-run.
 
     tf-mlstm-make-tfrecords \
         --input='reviews/*.json.gz' --output_dir=data/amazon --num_shards=1000
@@ -105,7 +107,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_bool(
         "overwrite",
         False,
-        "Replace the shards and stats.json of a non-empty --output_dir; without it such a "
+        "Replace the shards and stats.json of a non-empty --output_dir once the new ones are "
+        "all written (a failed conversion leaves them as they were); without it such a "
         "directory is refused.",
         flag_values=fv,
     )

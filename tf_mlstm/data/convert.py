@@ -7,12 +7,17 @@ writes a JSON stats file: record and byte counts per split, throughput, and
 every skipped record counted by reason with examples.
 
 A conversion never mixes with what was in its output folder: a folder that
-is not empty is refused unless `overwrite` is set, and then its old shards
-and stats go before anything new is written. From the start to the very end
-the folder holds `tfrecord.INCOMPLETE_MARKER`; the stats file is written
-last, atomically, and only then is the marker removed. Training and
-evaluation refuse a folder with the marker, so a crashed conversion (even one
-that overwrote an older data set) is never read as data.
+is not empty is refused unless `overwrite` is set. The new shards are
+written into a hidden staging folder inside it (`fileio.TMP_PREFIX`); only
+once every document is written do the old shards and stats go and the new
+shards move in. A conversion that fails (a bad input file, a full disk, no
+documents at all) removes its staging folder and leaves an earlier data set
+byte for byte as it was, and readable. From the start to the very end the
+folder holds `tfrecord.INCOMPLETE_MARKER`; the stats file is written last,
+atomically, and only then is the marker removed. Training and evaluation
+refuse a folder with the marker, so a killed conversion is never read as
+data (its old shards are still there: the rerun with `--overwrite` replaces
+them).
 """
 
 import contextlib
@@ -43,10 +48,11 @@ def _marker(output_dir: str) -> str:
 
 
 def _prepare_output_dir(config: ConvertConfig) -> None:
-    """Refuses a non-empty output folder, or empties it of a former conversion.
+    """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete.
 
-    The incomplete marker goes in first, so that from here until the end of
-    the conversion, a crash leaves a folder that is refused as data.
+    The marker goes in first, so that from here until the end of the
+    conversion, a crash leaves a folder that is refused as data. A former
+    conversion's files stay until the new one is written (`_remove_old`).
 
     Raises:
         FileExistsError: If the folder is not empty and `overwrite` is not set.
@@ -67,8 +73,15 @@ def _prepare_output_dir(config: ConvertConfig) -> None:
         "tf-mlstm-make-tfrecords is writing this folder, or stopped before the end; "
         "re-run it with --overwrite.\n",
     )
-    if not config.overwrite:
-        return
+
+
+def _staging_dir(config: ConvertConfig) -> str:
+    return os.path.join(config.output_dir, fileio.TMP_PREFIX + "conversion")
+
+
+def _remove_old(config: ConvertConfig) -> None:
+    """Removes a former conversion's shards and stats (`--overwrite`), once the new is written."""
+    output_dir = config.output_dir
     old = [config.stats_path, os.path.join(output_dir, "stats.json")]
     for split in tfrecord.SPLITS:
         old += tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*{tfrecord.TFRECORD_SUFFIX}*"))
@@ -85,6 +98,36 @@ def _prepare_output_dir(config: ConvertConfig) -> None:
         logging.info(
             "--overwrite: removed %d files of a former conversion in %s", removed, output_dir
         )
+
+
+def _move_in(config: ConvertConfig, writer: tfrecord.ShardedWriter) -> None:
+    """Renames the staged shards into the output folder, then removes the staging folder."""
+    for paths in writer.paths.values():
+        for path in paths:
+            final = os.path.join(config.output_dir, os.path.basename(path))
+            tf.io.gfile.rename(path, final, overwrite=True)
+    tf.io.gfile.rmtree(_staging_dir(config))
+
+
+def _abandon(config: ConvertConfig, existed: bool, was_complete: bool) -> None:
+    """After a failed conversion: its staging folder goes, the folder is as it was.
+
+    The marker goes too when the folder held a complete data set before (it
+    is readable again) or nothing (the folder goes when this run made it).
+    """
+    staging = _staging_dir(config)
+    if tf.io.gfile.isdir(staging):
+        tf.io.gfile.rmtree(staging)
+    marker = _marker(config.output_dir)
+    left = [
+        name
+        for name in tf.io.gfile.listdir(config.output_dir)
+        if name != tfrecord.INCOMPLETE_MARKER
+    ]
+    if tf.io.gfile.exists(marker) and (was_complete or not left):
+        tf.io.gfile.remove(marker)
+    if not existed and not tf.io.gfile.listdir(config.output_dir):
+        tf.io.gfile.rmtree(config.output_dir)
 
 
 def convert(config: ConvertConfig) -> dict[str, Any]:
@@ -104,58 +147,59 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         FileNotFoundError: If an input file or glob matches nothing.
         readers.InputError: If an input file as a whole is unreadable.
         NoDocumentsError: If no document was written: what the conversion
-            created is removed again (its shards, stats file and marker, and
-            the folder when it made it), so a corrected rerun needs no
-            `--overwrite`; the message names the first skipped records.
+            created is removed again (its staged shards and marker, and the
+            folder when it made it; an earlier data set stays as it was), so
+            a corrected rerun needs no `--overwrite`; the message names the
+            first skipped record.
         FileExistsError: If `output_dir` is not empty and `overwrite` is not
             set.
     """
     start = time.monotonic()
     paths = readers.expand_inputs(config.inputs)
     existed = tf.io.gfile.isdir(config.output_dir)
+    was_complete = (
+        existed
+        and tf.io.gfile.exists(config.stats_path)
+        and not tf.io.gfile.exists(_marker(config.output_dir))
+    )
     _prepare_output_dir(config)
     logging.info("Converting %d input files into %s", len(paths), config.output_dir)
     skip_log = readers.SkipLog()
     read_stats = readers.ReadStats()
-    progress = _progress(config, paths)
-    writer = _open_writer(config)
-    documents = _read_documents(config, paths, skip_log, read_stats)
-    records = _write_documents(config, documents, writer, progress, read_stats)
+    try:
+        staging = _staging_dir(config)
+        if tf.io.gfile.isdir(staging):  # left by a killed conversion
+            tf.io.gfile.rmtree(staging)
+        progress = _progress(config, paths)
+        writer = _open_writer(config, staging)
+        documents = _read_documents(config, paths, skip_log, read_stats)
+        records = _write_documents(config, documents, writer, progress, read_stats)
+        if not records:
+            skip_log.log_summary()
+            examples = [e for reason in skip_log.examples.values() for e in reason][:1]
+            raise NoDocumentsError(
+                f"no documents written from {len(paths)} input files: {skip_log.total} records "
+                f"skipped {skip_log.counts}"
+                + (f", the first: {examples[0]}" if examples else "")
+                + f"; {config.output_dir} is as it was"
+            )
+    except BaseException:
+        _abandon(config, existed, was_complete)
+        raise
     stats = _conversion_stats(
         config, paths, records, writer.split_stats(), read_stats, skip_log, start
     )
-    if not records:
-        skip_log.log_summary()
-        _remove_created(config, writer, existed)
-        examples = [e for reason in skip_log.examples.values() for e in reason][:1]
-        raise NoDocumentsError(
-            f"no documents written from {len(paths)} input files: {skip_log.total} records "
-            f"skipped {skip_log.counts}"
-            + (f", the first: {examples[0]}" if examples else "")
-            + f"; nothing left in {config.output_dir}"
-        )
+    if config.overwrite:
+        _remove_old(config)
+    _move_in(config, writer)
     _finish(config, stats)
     _log_summary(config, stats, skip_log)
     return stats
 
 
-def _remove_created(config: ConvertConfig, writer: tfrecord.ShardedWriter, existed: bool) -> None:
-    """Removes the empty shards, marker and folder a conversion without documents made."""
-    for paths in writer.paths.values():
-        for path in paths:
-            if tf.io.gfile.exists(path):
-                tf.io.gfile.remove(path)
-    spill_dir = os.path.join(config.output_dir, tfrecord.SPILL_SUBDIR)
-    if tf.io.gfile.isdir(spill_dir):
-        tf.io.gfile.rmtree(spill_dir)
-    tf.io.gfile.remove(_marker(config.output_dir))
-    if not existed and not tf.io.gfile.listdir(config.output_dir):
-        tf.io.gfile.rmtree(config.output_dir)
-
-
-def _open_writer(config: ConvertConfig) -> tfrecord.ShardedWriter:
+def _open_writer(config: ConvertConfig, folder: str) -> tfrecord.ShardedWriter:
     return tfrecord.ShardedWriter(
-        config.output_dir,
+        folder,
         num_train_shards=config.num_shards,
         split_weights=config.split_weights,
         compression=_compression(config),
