@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from _models import random_model
+from _models import write_untrained_model_dir
 from tf_mlstm import progress
 from tf_mlstm.data import convert
 from tf_mlstm.data import pipeline
@@ -225,6 +226,19 @@ def test_evaluation_reports_progress_against_the_expected_chars(tmp_path, caplog
     # Fewer batches than the data holds bound the total.
     capped = evaluation._progress_total(dataset, 1, expected)
     assert capped == rows * 16 < expected
+
+
+def test_evaluation_of_raw_files_reports_the_bytes_read_against_their_size(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    corpus = _corpus(tmp_path)
+    model_dir, _ = write_untrained_model_dir(tmp_path / "m")
+    result = evaluation.evaluate_data(
+        str(model_dir), str(corpus), ("text",), batch_size=2, seq_length=16
+    )
+    line = _lines(caplog, "Evaluating:")[-1]
+    size = f"{corpus.stat().st_size / 1e3:.1f}"
+    assert line.startswith(f"Evaluating: {size}/{size} kB (100%), in "), line
+    assert line.endswith(f"; {result['chars']:,} chars"), line
 
 
 def test_evaluation_is_quiet_unless_asked(caplog):

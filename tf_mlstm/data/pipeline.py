@@ -171,6 +171,7 @@ def corpus_documents(
     text_mode="line",
     max_document_bytes=readers.DEFAULT_MAX_DOCUMENT_BYTES,
     errors=None,
+    read_stats=None,
 ):
     """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
 
@@ -190,6 +191,8 @@ def corpus_documents(
         max_document_bytes: longest record read (see `readers.read_documents`).
         errors: a list that receives the `readers.InputError` that ended the
             stream, if any. None: such an error is raised inside tf.data.
+        read_stats: a `readers.ReadStats` kept up to date as the files are
+            read (the bytes read, for a progress against their sizes), or None.
 
     Returns:
         A dataset of tf.string document texts.
@@ -199,16 +202,20 @@ def corpus_documents(
     """
     paths = list(paths)
 
-    def read():
+    def read(stats=None):
         return readers.read_documents(
-            paths, text_keys, text_mode=text_mode, max_document_bytes=max_document_bytes
+            paths,
+            text_keys,
+            text_mode=text_mode,
+            max_document_bytes=max_document_bytes,
+            read_stats=stats,
         )
 
     read()  # Fail fast on missing files and bad arguments.
 
     def generate():
         try:
-            for doc in read():
+            for doc in read(read_stats):
                 yield doc.text.encode("utf-8")
         except (readers.InputError, OSError, tf.errors.OpError) as e:
             if errors is None:

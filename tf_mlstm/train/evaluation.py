@@ -17,6 +17,7 @@ from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.progress import Progress
+from tf_mlstm.progress import byte_unit
 
 
 def make_eval_step(model, jit_compile=False):
@@ -51,7 +52,7 @@ def expected_chars(files, split):
     return counts["bytes"] + counts["records"]
 
 
-def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progress=False):
+def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progress=False, read=None):
     """Scores every target of a finite dataset.
 
     Args:
@@ -63,6 +64,9 @@ def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progres
       expected: characters the dataset holds (see `expected_chars`); None if
         not known. Only the progress uses it.
       progress: report the progress (a bar on a terminal, else log lines).
+      read: for raw corpus files, whose characters are known only once read:
+        (their size in bytes, the `readers.ReadStats` their reader updates);
+        the progress then counts the bytes read against the size.
 
     Returns:
       dict with `bits_per_char`, `chars`, `chars_per_s`.
@@ -74,8 +78,15 @@ def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progres
     state = None
     total_bits, total_chars = 0.0, 0.0
     start = time.perf_counter()
-    total = _progress_total(dataset, max_batches, expected)
-    with Progress("Evaluating", total, "chars", enabled=progress) as report:
+    if read is not None and not max_batches:
+        size, read_stats = read
+        unit, scale = byte_unit(size)
+        report = Progress("Evaluating", size, unit, scale=scale, enabled=progress)
+    else:
+        read_stats = None
+        total = _progress_total(dataset, max_batches, expected)
+        report = Progress("Evaluating", total, "chars", enabled=progress)
+    with report:
         for index, batch in enumerate(dataset):
             if max_batches and index >= max_batches:
                 break
@@ -84,7 +95,12 @@ def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progres
             bits, chars, state = step_fn(batch, state)
             total_bits += float(bits)
             total_chars += float(chars)
-            report.update(total_chars)
+            if read_stats is None:
+                report.update(total_chars)
+            else:
+                report.update(read_stats.stored_bytes, chars=int(total_chars))
+        if read_stats is not None:  # All read: the final line says all of it.
+            report.update(read_stats.stored_bytes, chars=int(total_chars))
     if total_chars == 0:
         raise errors.InvalidValueError("evaluation data held no characters to score.")
     seconds = time.perf_counter() - start
@@ -132,7 +148,8 @@ def evaluate_data(
 
     model, _ = rundir.load_trained_model(model_dir)
     read_errors = []  # A raw corpus file that could not be read ends its stream here.
-    expected = None  # A raw corpus's size in characters is known only once read.
+    expected = None  # A raw corpus's size in characters is known only once read,
+    read = None  # so its progress counts the bytes read against the files' size.
     if tfrecord.is_tfrecord_data(data):
         files = tfrecord.split_files(data, split)
         if not tfrecord.nonempty_files(files):
@@ -142,12 +159,16 @@ def evaluate_data(
         documents = pipeline.document_dataset(files)
         expected = expected_chars(files, split)
     else:
+        paths = readers.expand_inputs(data)
+        read = (sum(tf.io.gfile.stat(path).length for path in paths), readers.ReadStats())
         documents = pipeline.corpus_documents(
-            readers.expand_inputs(data), text_keys, text_mode, errors=read_errors
+            paths, text_keys, text_mode, errors=read_errors, read_stats=read[1]
         )
     dataset = pipeline.window_dataset(documents, batch_size, seq_length, finite=True)
     try:
-        result = evaluate(model, dataset.prefetch(2), max_batches, expected=expected, progress=True)
+        result = evaluate(
+            model, dataset.prefetch(2), max_batches, expected=expected, progress=True, read=read
+        )
     except ValueError:
         if read_errors:  # The cause of "no characters to score".
             raise read_errors[0] from None
