@@ -25,6 +25,12 @@ recipe's shape (768 units, 64 rows x 64 bytes) in chars/s unless noted:
 * AMD EPYC with AVX-512 and `avx512_bf16`, no AMX (2 cores): float32 XLA off
   6,912, XLA on 7,464; mixed_bfloat16 XLA off 10,630, XLA on 5,105. At
   1,024 units x 64 x 256: mixed_bfloat16 6,715 vs float32 4,204 (1.60x).
+  Another one, measured by the CPU recipe's own `auto` (26 s before its
+  30-minute run): mixed_bfloat16 XLA off 9,738, float32 XLA on 6,965,
+  float32 XLA off 6,247, mixed_bfloat16 XLA on 4,632; it chose
+  mixed_bfloat16 without XLA (1.40x the table's float32 with XLA). Its
+  featurization of that model measured 24,543 (bfloat16) against 18,505
+  chars/s (float32).
 
 `resolve_run_config` turns a config's `auto` values into concrete ones before
 a run starts, so the run folder's config.json, a resume and every later tool
