@@ -388,10 +388,14 @@ def test_tfrecord_data_is_told_from_raw_files_by_content_not_only_by_name(tmp_pa
     renamed = tmp_path / "shard-without-suffix"
     renamed.write_bytes(pathlib.Path(paths["train"][0]).read_bytes())
     (tmp_path / "notes.txt").write_text("plain text, several lines of it\n" * 3)
+    (tmp_path / "short.txt").write_text("Ok\n")  # shorter than a record's 16 bytes of framing
+    (tmp_path / "empty.tfrecord-like").write_bytes(b"")
     assert tfrecord.is_tfrecord_data(str(tmp_path / "data"))
     assert tfrecord.is_tfrecord_data(f"{tmp_path}/data/train-*")
     assert tfrecord.is_tfrecord_data(str(renamed))
     assert not tfrecord.is_tfrecord_data(str(tmp_path / "notes.txt"))
+    assert not tfrecord.is_tfrecord_data(str(tmp_path / "short.txt"))
+    assert tfrecord.is_tfrecord_data(str(tmp_path / "empty.tfrecord-like"))
     assert not tfrecord.is_tfrecord_data(f"{tmp_path}/*.txt")
     assert not tfrecord.is_tfrecord_data(f"{renamed},{tmp_path / 'notes.txt'}")
 

@@ -184,13 +184,18 @@ def is_tfrecord_data(spec: str) -> bool:
     matches = sorted(m for m in tf.io.gfile.glob(spec) if not tf.io.gfile.isdir(m))
     if not matches:
         return True
-    compression = "GZIP" if matches[0].endswith(".gz") else ""
+    first = matches[0]
+    compression = "GZIP" if first.endswith(".gz") else ""
     try:
-        for _ in tf.data.TFRecordDataset(matches[0], compression).take(1):
-            pass
-    except tf.errors.OpError:
+        with tf.io.gfile.GFile(first, "rb") as f:
+            stream = gzip.GzipFile(fileobj=f) if compression else f
+            if not stream.read(1):
+                return True  # No bytes at all: an empty shard (nothing to read either way).
+        records = sum(1 for _ in tf.data.TFRecordDataset(first, compression).take(1))
+    except (OSError, EOFError, zlib.error, tf.errors.OpError):
         return False
-    return True
+    # Some bytes but no record: shorter than a record's framing, so text ("Ok\n").
+    return records == 1
 
 
 class IncompleteDataError(errors.InvalidValueError):
