@@ -653,8 +653,10 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     for old, new in (("train", "train_data"), ("val", "validation_data"), ("test", "test_data")):
         assert done.stderr.count(f"--{old} is deprecated; use --{new}") == 1, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["task"] == "multiclass" and 0.0 <= summary["test_macro_f1"] <= 1.0
     results = json.loads((out / "results.json").read_text())
+    assert summary["task"] == "multiclass"
+    _check_class_metrics(results["metrics"]["test"], 40)
+    assert summary["test_macro_f1"] == results["metrics"]["test"]["macro_f1"]
     assert results["classes"] == ["negative", "neutral", "positive"]
     assert results["data"]["train"]["label_counts"] == {
         "negative": 16,
@@ -768,7 +770,19 @@ def test_sst5_five_classes_smoke(tmp_path, shared_data):
     assert results["task"] == "multiclass" and results["classes"] == [0, 1, 2, 3, 4]
     assert results["metrics"]["test"]["examples"] == 100
     assert len(results["metrics"]["test"]["per_class"]) == 5
-    assert 0.0 <= results["metrics"]["test"]["macro_f1"] <= 1.0
+    _check_class_metrics(results["metrics"]["test"], 100)
+
+
+def _check_class_metrics(metrics, examples):
+    """The metrics agree with each other: macro F1 is the mean of the per-class F1s,
+    the supports add up to the examples, each F1 is the harmonic mean of its
+    precision and recall."""
+    per_class = metrics["per_class"].values()
+    assert metrics["examples"] == examples == sum(c["support"] for c in per_class)
+    assert metrics["macro_f1"] == pytest.approx(np.mean([c["f1"] for c in per_class]))
+    for c in per_class:
+        p, r = c["precision"], c["recall"]
+        assert c["f1"] == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)
 
 
 SEMEVAL_EMOTIONS = (
@@ -788,8 +802,19 @@ def test_semeval_eleven_emotions_smoke(tmp_path, shared_data):
     assert results["task"] == "multilabel" and len(results["labels"]) == 11
     assert results["data"]["train"]["fit_examples"] + results["data"]["val"]["examples"] == 300
     test = results["metrics"]["test"]
-    assert test["examples"] == 100 and 0.0 <= test["jaccard"] <= 1.0
-    assert len(test["per_label"]) == 11
+    assert test["examples"] == 100 and len(test["per_label"]) == 11
+    # A text with every label right scores 1 in the samples Jaccard: it is at least
+    # the exact-match rate; the label supports are the test file's label counts.
+    assert test["exact_match"] <= test["jaccard"] <= 1.0
+    counts = labeled.read_labeled(
+        str(shared_data / "semeval" / "test.csv"),
+        ("Tweet",),
+        SEMEVAL_EMOTIONS.split(","),
+        limit=100,
+        seed=0,
+    ).labels.sum(axis=0)
+    supports = [test["per_label"][name]["support"] for name in SEMEVAL_EMOTIONS.split(",")]
+    assert supports == [int(n) for n in counts]
 
 
 # === Word n-grams (tfidf) ===
