@@ -56,7 +56,7 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     package = tmp_path / "tf_mlstm"
     with open(package / "data" / "text.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom tf_mlstm.train import loop\n")  # a lower layer reaching up
+        f.write("\nfrom tf_mlstm.train import runner\n")  # a lower layer reaching up
     with open(package / "models" / "sampling.py", "a", encoding="utf-8") as f:
         f.write("\nfrom absl import flags\n")  # the library reading flags
     with open(package / "export" / "__init__.py", "a", encoding="utf-8") as f:

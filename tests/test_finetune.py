@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
+from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
@@ -34,6 +35,8 @@ from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.rundir import read_config
 from tf_mlstm.train import local_cluster
+from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
@@ -171,7 +174,8 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     base, _ = load_trained_model(task["init"])
     assert not np.allclose(tuned.mlstm.cell.weights[0], base.mlstm.cell.weights[0])
     # A rerun with a larger budget resumes from the last checkpoint.
-    resumed = finetune.Finetuner(_config(task, model_dir, max_steps=34))
+    config = _config(task, model_dir, max_steps=34)
+    resumed = Runner(finetune.FinetuneTask(config), config)
     assert resumed.train()["step"] == 34
     assert int(resumed.step.numpy()) == 34
     assert sorted(p.name for p in (model_dir / "checkpoints").glob("*.index")) == [
@@ -193,7 +197,8 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
         features="mean",
         threshold_metric="f1",
     )
-    tuner = finetune.Finetuner(config)
+    job = finetune.FinetuneTask(config)
+    tuner = Runner(job, config)
     assert isinstance(tuner.optimizer, keras.optimizers.LossScaleOptimizer)
     assert tuner.model.encoder.compute_dtype == "float16"
     results = tuner.train()
@@ -203,7 +208,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
     assert set(results["validation"]["per_label"]) == {"label", "long"}
     assert {"exact_match", "macro_f1", "f1", "accuracy"} <= set(results["validation"])
     probabilities = finetune.predict_probabilities(
-        tuner.model, tuner.splits["validation"], config.max_length
+        tuner.model, job.splits["validation"], config.max_length
     )
     assert probabilities.shape == (80, 2)
 
@@ -711,3 +716,123 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     np.testing.assert_allclose(result["probabilities"], want, atol=1e-5)
     assert result["classes"] == ["neg", "neutral", "pos"]
     assert result["label"] == tuned.predict(want).tolist()
+
+
+# === auto precision and XLA: timed at fine-tuning's own shape ===
+
+
+def _auto_config(tmp_path, name, **overrides):
+    """A tiny fine-tuning config on an untrained 16-unit model, precision and XLA auto."""
+    base = tmp_path / "base"
+    if not base.exists():
+        write_untrained_model_dir(base, hidden_size=16, embedding_size=8)
+        _write_task(tmp_path / "train.jsonl", 40, 5)
+        _write_task(tmp_path / "validation.jsonl", 16, 6)
+    values = dict(
+        init_model_dir=str(base),
+        train_data=str(tmp_path / "train.jsonl"),
+        validation_data=str(tmp_path / "validation.jsonl"),
+        model_dir=str(tmp_path / name),
+        batch_size=4,
+        max_length=24,
+        max_steps=2,
+        # A budget the two steps never reach: measuring is allowed.
+        max_minutes=300,
+        checkpoint_every_steps=2,
+        log_every_steps=1,
+    )
+    values.update(overrides)
+    return finetune.FinetuneConfig(**values).validate()
+
+
+def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
+    tmp_path, monkeypatch
+):
+    from test_autotune import FakeClock  # pylint: disable=g-import-not-at-top
+    from test_hardware import AVX512_BF16_EPYC  # pylint: disable=g-import-not-at-top
+    from test_hardware import _machine  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.train import autotune  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # A CPU with bfloat16 instructions: four candidates, whose step costs are known.
+    monkeypatch.setattr(hardware, "detect", lambda *args, **kwargs: _machine(AVX512_BF16_EPYC))
+    clock = FakeClock()
+    real_choose = autotune.choose
+    monkeypatch.setattr(
+        autotune, "choose", lambda *args, **kwargs: real_choose(*args, **{**kwargs, "clock": clock})
+    )
+    costs = {
+        "float32/xla_on": 0.4,
+        "float32/xla_off": 0.5,
+        "mixed_bfloat16/xla_off": 0.2,
+        "mixed_bfloat16/xla_on": 0.8,
+    }
+    built = []
+
+    def candidate_step(runner, candidate, probe, scratch, use_gpus):
+        del runner, scratch, use_gpus
+        built.append((candidate.name, probe))
+
+        def step():
+            clock.now += costs[candidate.name]
+
+        return step
+
+    monkeypatch.setattr(Runner, "_candidate_step", candidate_step)
+    config = _auto_config(tmp_path, "a", label_key="label,long")
+    job = finetune.FinetuneTask(config)
+    tuner = Runner(job, config)
+    assert sorted(name for name, _ in built) == sorted(costs)
+    shape = built[0][1].shape
+    assert shape["task"] == "finetune" and shape["hidden_size"] == 16
+    assert (shape["max_length"], shape["rows"], shape["outputs"]) == (24, 4, 2)
+    assert built[0][1].units_per_step == 4 * 24
+    # The fastest measured setting is the run's, in its model and its config file.
+    assert (tuner.config.precision, tuner.config.jit_compile) == ("mixed_bfloat16", "false")
+    assert job.config is tuner.config and tuner.model.encoder.compute_dtype == "bfloat16"
+    assert tuner.autotune.how == "measured"
+    assert tuner.autotune.rates["mixed_bfloat16/xla_off"] == pytest.approx(4 * 24 / 0.2)
+    tuner.train()
+    record = json.loads((tmp_path / "a" / FINETUNE_CONFIG_FILE).read_text())
+    assert record["precision"] == "mixed_bfloat16" and record["jit_compile"] == "false"
+    assert record["autotune"]["how"] == "measured"
+    assert "autotune" not in json.loads((tmp_path / "a" / "config.json").read_text())
+
+    # The same shape again: from the cache, nothing built or timed.
+    again = _auto_config(tmp_path, "b", label_key="label,long")
+    assert Runner(finetune.FinetuneTask(again), again).autotune.how == "cached"
+    assert len(built) == 4
+    # The cache key names the task: the language model's step of the same sizes is another
+    # entry, never served fine-tuning's rates.
+    entries = json.loads((tmp_path / "cache" / "tf_mlstm" / "autotune.json").read_text())
+    assert [json.loads(key)["task"] for key in entries] == ["finetune"]
+    lm = LanguageModelTask(read_config(str(tmp_path / "base")), [], []).measurement(4)
+    machine = _machine(AVX512_BF16_EPYC)
+    lm_key = autotune.cache_key(machine, True, {**lm.shape, "replicas": 1})
+    assert lm_key not in entries and len(entries) == 1
+
+
+@pytest.mark.parametrize(
+    "overrides, kind, outputs",
+    [
+        (dict(), "binary", 1),
+        (dict(label_key="label,long", head_hidden=4, head_dropout=0.5), "multilabel", 2),
+        (dict(label_map="0:bad,1:good,2:okay", lm_loss_weight=0.5), "multiclass", 3),
+    ],
+)
+def test_the_timed_fine_tuning_step_is_the_real_step_on_synthetic_rows(
+    tmp_path, overrides, kind, outputs
+):
+    config = _auto_config(tmp_path, "run", precision="float32", jit_compile="false", **overrides)
+    probe = finetune.FinetuneTask(config).measurement(4)
+    assert probe.shape["outputs"] == outputs and probe.shape["softmax"] == (kind == "multiclass")
+    scratch = dataclasses.replace(config, model_dir=str(tmp_path / "probe"), max_minutes=0.0)
+    task = probe.make_task(scratch)
+    runner = Runner(task, scratch, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    assert task.kind == kind and runner.model.classifier.units == outputs
+    losses = [runner.train_step()[0][0] for _ in range(3)]
+    assert all(np.isfinite(losses)) and losses[0] > 0
+    # Nothing is written to the real run's folder, nor beside the inputs.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "train.jsonl", "validation.jsonl"]

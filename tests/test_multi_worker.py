@@ -13,8 +13,8 @@ checkpoints and the failure paths are the production ones:
 * a checkpoint of two workers resumes on one (carried state and input
   position restart with warnings, the global batch stays), with float16
   loss scaling and a float16 all-reduce;
-* one worker's time budget stops every worker at the same step (two
-  worker processes running `Trainer.train` with different budgets);
+* one worker's time budget stops every worker at the same step (two worker
+  processes training the language model on the runner, with different budgets);
 * an overflow under mixed_float16 (in this process) skips the step, halves the loss scale and
   training recovers; the scale and the skipped-step count come back from a
   checkpoint.
@@ -184,15 +184,16 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     ]
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import lm_task  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig.from_json((model_dir / "config.json").read_text())
-    model = loop.build_model(config)
+    model = lm_task.build_model(config)
     tf.train.Checkpoint(model=model).restore(
         str(model_dir / "checkpoints" / "ckpt-6")
     ).expect_partial()
-    assert loop.weights_checksum(model.weights) == results["weights_sha256"]
+    assert rundir.weights_checksum(model.weights) == results["weights_sha256"]
 
 
 def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, data_dir):
@@ -277,9 +278,10 @@ def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir)
 
 def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path, data_dir):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
         model_dir=str(tmp_path / "run"),
@@ -293,7 +295,8 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
         jit_compile="false",
         max_steps=100,
     ).validate()
-    trainer = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
+    files = tfrecord.split_files(data_dir, "train")
+    trainer = Runner(LanguageModelTask(config, files, []), config)
     scale = optimizer_lib.loss_scale(trainer.optimizer)
 
     def step():
@@ -340,7 +343,7 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
     trainer.save()
     saved_scale = float(scale.numpy())
     assert saved_scale != 2.0**15  # not the initial scale, so the restore shows
-    fresh = loop.Trainer(config, tfrecord.split_files(data_dir, "train"), [])
+    fresh = Runner(LanguageModelTask(config, files, []), config)
     fresh_scale = optimizer_lib.loss_scale(fresh.optimizer)
     assert float(fresh_scale.numpy()) == 2.0**15 and int(fresh.skipped.numpy()) == 0
     assert fresh.restore()
@@ -351,17 +354,19 @@ def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path,
 
 
 _BUDGET_LINE = re.compile(r"Time budget of [0-9.]+ minutes reached at step (\d+)")
-# A worker that runs `Trainer.train` for the TrainConfig JSON in argv[1] and
-# prints the results: the binary's loop without its final export.
+# A worker that trains the language model's task on the runner for the TrainConfig JSON
+# in argv[1] and prints the results: the binary's run without its final export.
 _TRAIN_WORKER = """
 import json, sys
 from absl import logging
 from tf_mlstm.data import tfrecord
-from tf_mlstm.train import loop
 from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.train.runner import Runner
 logging.set_verbosity(logging.INFO)
 config = TrainConfig.from_json(sys.argv[1]).validate()
-trainer = loop.Trainer(config, tfrecord.split_files(config.train_data, "train"), [])
+files = tfrecord.split_files(config.train_data, "train")
+trainer = Runner(LanguageModelTask(config, files, []), config)
 print(json.dumps(trainer.train()))
 """
 

@@ -147,8 +147,9 @@ def test_source_repeats_empty_is_no_rules():
 
 
 def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
-    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     files = _write_shards(tmp_path / "data", count=20, shards=1, sources=("",))
     config = TrainConfig(
@@ -161,7 +162,7 @@ def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
         source_repeats="*/amazon/*=4",
     ).validate()
     with pytest.raises(ValueError, match="name their source file.*train-00000-of-00001"):
-        loop.Trainer(config, files, [])
+        Runner(LanguageModelTask(config, files, []), config)
     with pytest.raises(ValueError, match="--source_repeats: 'amazon' is not PATTERN=COUNT"):
         TrainConfig(source_repeats="amazon").validate()
 

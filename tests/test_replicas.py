@@ -7,7 +7,7 @@ first moment after one step (m = (1 - beta_1) g) and compare it, and the
 step's logged norm, between one and two replicas on the same global batch,
 between float32, mixed_float16 and a float16 all-reduce, and with clipping.
 
-Then the real loop (`Trainer.train`) with two replicas in this process (the
+Then the real runner (`Runner.train`) with two replicas in this process (the
 one-machine multi-GPU path, on two logical CPU devices), each carrying its
 own rows' recurrent state: a run stopped after a checkpoint resumes to the
 weights of the uninterrupted run; with XLA on it ends where the graph step
@@ -26,8 +26,9 @@ import tensorflow as tf
 
 from _models import tiny_train_config
 from tf_mlstm.data import tfrecord
-from tf_mlstm.train import loop
 from tf_mlstm.train import optimizer as optimizer_lib
+from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.train.runner import Runner
 
 HIDDEN, ROWS, SEQ = 16, 4, 16
 MIRRORED = {"distribution_strategy": "mirrored"}
@@ -41,7 +42,8 @@ def _config(model_dir, data_dir, **overrides):
 
 
 def _trainer(config):
-    return loop.Trainer(config, tfrecord.split_files(config.train_data, "train"), [])
+    files = tfrecord.split_files(config.train_data, "train")
+    return Runner(LanguageModelTask(config, files, []), config)
 
 
 # === The gradient of one step ===
@@ -198,7 +200,7 @@ def test_two_replicas_resume_to_the_weights_of_an_uninterrupted_run(whole_run, t
     saved = _carried_state(model_dir, 2)
     assert saved.shape == (2, 2, ROWS // 2, HIDDEN)
     assert not np.allclose(saved[0], saved[1], atol=1e-3)
-    h, c = (resumed.strategy.experimental_local_results(v) for v in resumed.state)
+    h, c = (resumed.strategy.experimental_local_results(v) for v in resumed.run_state.carried)
     for replica in range(2):
         np.testing.assert_array_equal(np.stack([h[replica], c[replica]]), saved[replica])
 

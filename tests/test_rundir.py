@@ -19,8 +19,9 @@ from tf_mlstm import rundir
 from tf_mlstm.data import demo
 from tf_mlstm.export import saved_model
 from tf_mlstm.train import checkpointing
-from tf_mlstm.train import loop
 from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer.finetune import FinetuneConfig
 
 
@@ -319,7 +320,7 @@ def test_input_position_round_trip_on_a_non_local_filesystem():
 
 
 def _train(config, files):
-    return loop.Trainer(config, files, []).train()
+    return Runner(LanguageModelTask(config, files, []), config).train()
 
 
 @pytest.mark.slow

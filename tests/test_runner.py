@@ -88,7 +88,8 @@ def test_float32_nan_gradients_are_skipped_then_the_run_stops_with_a_clear_error
     tmp_path, data_dir
 ):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import loop  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
         **TINY,
@@ -98,15 +99,15 @@ def test_float32_nan_gradients_are_skipped_then_the_run_stops_with_a_clear_error
         max_nonfinite_steps=3,
     ).validate()
     files = tfrecord.split_files(data_dir, "train")
-    trainer = loop.Trainer(config, files, [])
+    trainer = Runner(LanguageModelTask(config, files, []), config)
     assert trainer.train()["step"] == 4
     # A corrupted weight: every later gradient is NaN.
     kernel = trainer.model.mlstm.cell.weights[0]
     kernel.assign(np.where(np.arange(kernel.shape[-1]) == 0, np.nan, kernel.numpy()))
-    trainer.manager.save(checkpoint_number=4)
+    trainer.run_state.manager.save(checkpoint_number=4)
 
     config = dataclasses.replace(config, max_steps=20)
-    resumed = loop.Trainer(config, files, [])
+    resumed = Runner(LanguageModelTask(config, files, []), config)
     assert resumed.restore()
     weights, slots = _snapshot(resumed.model.weights), _snapshot(resumed.optimizer.variables)
     assert int(resumed.optimizer.iterations.numpy()) == 4

@@ -37,8 +37,9 @@ from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
-from tf_mlstm.train import loop
 from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import predict
 
@@ -83,7 +84,7 @@ def pretrain(config):
     saved_model.check_export_base(export_base)
     train_files, validation_files = data_files.resolve_data(config)
     config = data_files.steps_for_epochs(config, train_files)
-    trainer = loop.Trainer(config, train_files, validation_files)
+    trainer = Runner(LanguageModelTask(config, train_files, validation_files), config)
     results = trainer.train(finalize=False)
     version = os.path.join(export_base, str(results["step"]))
     if results.get("finished_earlier") and tf.io.gfile.exists(version):

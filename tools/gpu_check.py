@@ -5,9 +5,10 @@
 Sized to finish in under 8 minutes on one modern GPU; not yet timed on one (no GPU was at hand
 when it was written), so read `wall_s` in the summary and shrink --steps/--demo_steps if needed.
 
-Everything runs through the project's own training code (`tf_mlstm.train.loop.Trainer`, the
-step, optimizer, loss scaling and all-reduce that `tf-mlstm-train` uses) and its featurizer
-(`tf_mlstm.transfer.features.TextFeaturizer`), on the embedded demo corpus, and checks:
+Everything runs through the project's own training code (`tf_mlstm.train.runner.Runner` with the
+language model's task: the step, optimizer, loss scaling and all-reduce that `tf-mlstm-train`
+uses) and its featurizer (`tf_mlstm.transfer.features.TextFeaturizer`), on the embedded demo
+corpus, and checks:
 
   train       chars/s and peak GPU memory (`get_memory_info('GPU:0')['peak']`) of the training
               step at H = 4096, 256 rows per GPU, 256 characters, in --precision (mixed_float16
@@ -191,10 +192,11 @@ def _train_config(model_dir, **overrides):
 
 
 def _train(config, train_files):
-    """Runs the project's Trainer; returns (results, trainer, per-step scalars)."""
-    from tf_mlstm.train import loop
+    """Trains on the project's runner; returns (results, runner, per-step scalars)."""
+    from tf_mlstm.train.lm_task import LanguageModelTask
+    from tf_mlstm.train.runner import Runner
 
-    trainer = loop.Trainer(config, train_files, [])
+    trainer = Runner(LanguageModelTask(config, train_files, []), config)
     results = trainer.train()
     summary_dir = os.path.join(config.model_dir, "train")
     scalars = {

@@ -68,11 +68,11 @@ class LanguageModelTask(Task):
 
     # === Model and data ===
 
-    def prepare(self, runner):
-        self.runner = runner
+    def prepare(self, context):
+        self.context = context
         self.source_repeats = self._check_source_repeats()
 
-    def build_model(self, runner):
+    def build_model(self, context):
         self.model = build_model(self.config)
         return self.model, self.model.trainable_variables
 
@@ -125,8 +125,8 @@ class LanguageModelTask(Task):
             "train_files": self.train_files,
         }
 
-    def carried_state_shape(self):
-        return (self.runner.per_replica_batch, self.config.hidden_size)
+    def carried_state_shape(self, rows):
+        return (rows, self.config.hidden_size)
 
     def measurement(self, rows):
         config = self.config
@@ -169,7 +169,7 @@ class LanguageModelTask(Task):
     def periodic(self):
         config = self.config
         hooks = [(config.eval_every_steps, self._periodic_validation)]
-        if self.runner.chief:
+        if self.context.chief:
             hooks.append((config.sample_every_steps, self._log_sample))
         return hooks
 
@@ -182,11 +182,11 @@ class LanguageModelTask(Task):
             return None
         dataset = pipeline.lm_dataset(
             self.validation_files,
-            self.runner.per_replica_batch,
+            self.context.per_replica_batch,
             self.config.seq_length,
             training=False,
         )
-        with self.runner.strategy.scope():
+        with self.context.strategy.scope():
             if self._eval_step is None:
                 self._eval_step = evaluation.make_eval_step(self.model)
             return evaluation.evaluate(self.model, dataset, max_batches, self._eval_step)
@@ -205,13 +205,13 @@ class LanguageModelTask(Task):
             result["chars"],
             "" if not max_batches else f" ({max_batches} batches)",
         )
-        writer = self.runner.summary_writer(VALIDATION_SUMMARY_SUBDIR)
+        writer = self.context.summary_writer(VALIDATION_SUMMARY_SUBDIR)
         with writer.as_default(step=step):
             tf.summary.scalar("bits_per_char", result["bits_per_char"])
         return result
 
     def _log_sample(self, step):
-        with self.runner.strategy.scope():
+        with self.context.strategy.scope():
             if self._sampler is None:
                 # Compiled once; later samples reuse the graph.
                 self._sampler = make_sampler(self.model)
@@ -225,7 +225,7 @@ class LanguageModelTask(Task):
             )
         # The sampler may start new documents: show their framing newlines.
         logging.info("step %d  sample: %r", step, SAMPLE_PROMPT + text)
-        with self.runner.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default(step=step):
+        with self.context.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default(step=step):
             tf.summary.text("sample", SAMPLE_PROMPT + text)
 
     def results(self, step):
@@ -253,8 +253,8 @@ class SyntheticLanguageModelTask(LanguageModelTask):
     def __init__(self, config):
         super().__init__(config, [], [])
 
-    def prepare(self, runner):
-        self.runner = runner
+    def prepare(self, context):
+        self.context = context
         self.source_repeats = ()
 
     def dataset(self, input_context, rows):

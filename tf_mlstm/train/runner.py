@@ -49,7 +49,10 @@ and input position) and exits with `EXIT_PREEMPTED` (75, `EX_TEMPFAIL`:
 A task supplies (see `Task`): the model (built under the strategy scope)
 and the variables it trains, the learning rate, a per-worker dataset and its
 layout, the loss with its statistics (and carried state), progress text,
-periodic evaluations, config files and its final results.
+periodic evaluations, config files and its final results. It sees the run
+through a `TaskContext` (strategy, replica layout, step, summary writers),
+never the runner itself; what a checkpoint restores (the shared checkpoint,
+this worker's carried state and input position) is one `RunState`.
 """
 
 import contextlib
@@ -115,11 +118,40 @@ class TrainingDivergedError(errors.UserError, RuntimeError):
     """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskContext:
+    """What a `Task` may know of the run it is part of (the runner builds it).
+
+    Attributes:
+      strategy: the `tf.distribute` strategy (evaluations run under its scope).
+      chief: whether this worker is the chief (the one that logs samples and
+        writes the run folder).
+      worker: this worker's index.
+      num_workers: the workers of the run.
+      local_replicas: the replicas on this worker.
+      per_replica_batch: rows each replica computes a step.
+      step: the global step, an int64 `tf.Variable` (read inside the compiled
+        step, e.g. to seed dropout, so that a resumed run repeats it).
+      summary_writer: `summary_writer(name)` -> the TensorBoard writer of
+        `model_dir/name` (a temporary folder off the chief).
+    """
+
+    strategy: object
+    chief: bool
+    worker: int
+    num_workers: int
+    local_replicas: int
+    per_replica_batch: int
+    step: object
+    summary_writer: object
+
+
 class Task:
     """What one kind of training gives the `Runner`.
 
     The runner calls, in this order: `prepare` (read data, check inputs),
-    `build_model` (under the strategy scope, after seeding),
+    `build_model` (under the strategy scope, after seeding), both with the
+    run's `TaskContext`,
     `learning_rate`, `checkpoint_objects`, `dataset`, `input_layout`, then
     `loss` inside the compiled step, `progress` at each log line, the
     `periodic` callbacks, and `results` at the end. Subclasses override what
@@ -149,11 +181,18 @@ class Task:
         """
         return None
 
-    def prepare(self, runner):
-        """Reads and checks inputs before the model is built (seeding follows)."""
+    def prepare(self, context):
+        """Reads and checks inputs before the model is built (seeding follows).
 
-    def build_model(self, runner):
+        Args:
+          context: the run's `TaskContext`; a task may keep it.
+        """
+
+    def build_model(self, context):
         """Builds the model under the strategy scope.
+
+        Args:
+          context: the run's `TaskContext`.
 
         Returns:
           (model, trainable variables the optimizer updates).
@@ -184,8 +223,12 @@ class Task:
         """JSON-able description of what the input position depends on."""
         return {}
 
-    def carried_state_shape(self):
-        """(rows, units) of an (h, c) pair each replica carries, or None."""
+    def carried_state_shape(self, rows):
+        """(rows, units) of an (h, c) pair each replica carries, or None.
+
+        Args:
+          rows: rows per replica.
+        """
         return None
 
     def loss(self, batch, state):
@@ -266,16 +309,27 @@ class Runner:
             )
             task.set_config(self.config)
         self.jit = self.config.jit_compile == "true"
-        task.prepare(self)
+        self._writers = _SummaryWriters(self.config.model_dir, self.strategy)
+        with self.strategy.scope():
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
+        self.context = TaskContext(
+            strategy=self.strategy,
+            chief=self.chief,
+            worker=self.worker,
+            num_workers=self.num_workers,
+            local_replicas=self.local_replicas,
+            per_replica_batch=self.per_replica_batch,
+            step=self.step,
+            summary_writer=self._writers.get,
+        )
+        task.prepare(self.context)
         tf.random.set_seed(config.seed)
         keras.utils.set_random_seed(config.seed)
         self._build_model_and_optimizer()
-        self.iterator = iter(self._worker_dataset())
-        self._setup_checkpoints()
-        self._writers = {}
+        self.run_state = self._setup_run_state()
         self._profiling = False
         self._sigterm = False
-        self.state = self.distribute_state()
         self._train_step = self._make_train_step()
 
     # === Setup ===
@@ -373,7 +427,7 @@ class Runner:
     def _build_model_and_optimizer(self):
         config = self.config
         with self.strategy.scope():
-            self.model, self.variables = self.task.build_model(self)
+            self.model, self.variables = self.task.build_model(self.context)
             schedule = self.task.learning_rate()
             self.plan = None
             if (
@@ -388,42 +442,45 @@ class Runner:
                 schedule, config.clip_norm, config.precision
             )
             self.optimizer.build(self.variables)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-            self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
 
-    def _worker_dataset(self):
+    def _setup_run_state(self):
         context = tf.distribute.InputContext(
             num_input_pipelines=self.num_workers,
             input_pipeline_id=self.worker,
             num_replicas_in_sync=self.strategy.num_replicas_in_sync,
         )
-        return self.task.dataset(context, self.per_replica_batch * self.local_replicas)
-
-    def _setup_checkpoints(self):
-        # The input position and carried state are per worker: saved beside
-        # this (see `save`).
-        self.checkpoint = tf.train.Checkpoint(
+        rows = self.per_replica_batch * self.local_replicas
+        checkpoint = tf.train.Checkpoint(
             **self.task.checkpoint_objects(),
             optimizer=self.optimizer,
             step=self.step,
             skipped=self.skipped,
             **(self.plan.variables() if self.plan else {}),
         )
-        self.checkpoint_dir = rundir.checkpoint_dir(self.config.model_dir)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            strategy_lib.write_dirpath(self.checkpoint_dir, self.strategy),
-            max_to_keep=self.config.keep_checkpoints,
+        layout = {
+            "num_workers": self.num_workers,
+            "worker": self.worker,
+            "rows": rows,
+            "seed": self.config.seed,
+            **self.task.input_layout(),
+        }
+        return RunState(
+            checkpoint,
+            self.step,
+            iter(self.task.dataset(context, rows)),
+            layout,
+            self.task.carried_state_shape(self.per_replica_batch),
+            self.model.compute_dtype,
+            self.config.model_dir,
+            self.config.keep_checkpoints,
+            self.strategy,
+            self.worker,
+            self.local_replicas,
         )
 
     def summary_writer(self, name):
         """The summary writer of `model_dir/name` (a temporary folder off the chief)."""
-        if name not in self._writers:
-            path = strategy_lib.write_dirpath(
-                os.path.join(self.config.model_dir, name), self.strategy
-            )
-            self._writers[name] = (path, tf.summary.create_file_writer(path))
-        return self._writers[name][1]
+        return self._writers.get(name)
 
     # === The step ===
 
@@ -510,7 +567,8 @@ class Runner:
         flag = self.strategy.experimental_distribute_values_from_function(
             lambda _: tf.constant(values, tf.float32)
         )
-        stats, norm, finite, self.state = self._train_step(self.iterator, self.state, flag)
+        state = self.run_state
+        stats, norm, finite, state.carried = self._train_step(state.iterator, state.carried, flag)
         stats = stats.numpy()
         reason = None
         if stats[_SIGNAL_STOP] > 0:
@@ -519,78 +577,15 @@ class Runner:
             reason = "time"
         return stats[:_TIME_STOP], reason, float(norm), bool(finite)
 
-    # === Carried state and input position ===
-
-    def distribute_state(self, local_states=None):
-        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
-        shape = self.task.carried_state_shape()
-        if shape is None:
-            return []
-        dtype = self.model.compute_dtype
-
-        def value(context, index):
-            local = context.replica_id_in_sync_group % self.local_replicas
-            if local_states is None:
-                return tf.zeros(shape, dtype)
-            return tf.constant(local_states[local][index], dtype)
-
-        return [
-            self.strategy.experimental_distribute_values_from_function(
-                lambda ctx, i=i: value(ctx, i)
-            )
-            for i in range(2)
-        ]
-
-    def _local_state_arrays(self):
-        local = self.strategy.experimental_local_results
-        h, c = self.state
-        return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
-
-    def _input_layout(self):
-        return {
-            "num_workers": self.num_workers,
-            "worker": self.worker,
-            "rows": self.per_replica_batch * self.local_replicas,
-            "seed": self.config.seed,
-            **self.task.input_layout(),
-        }
+    # === Checkpoints ===
 
     def save(self):
-        """Checkpoints the step: per-worker state first, then the shared checkpoint."""
-        step = int(self.step.numpy())
-        model_dir, keep = self.config.model_dir, self.config.keep_checkpoints + 1
-        with fileio.write_errors(f"{model_dir} (checkpoint {step})"):
-            if self.state:
-                checkpointing.save_carried_state(
-                    model_dir, self.worker, step, self._local_state_arrays(), keep=keep
-                )
-            checkpointing.save_input_state(
-                model_dir, self.worker, step, self.iterator, self._input_layout(), keep=keep
-            )
-            self.manager.save(checkpoint_number=step)
+        """Checkpoints the step (see `RunState.save`)."""
+        self.run_state.save()
 
     def restore(self):
         """Restores the newest checkpoint with this worker's state; returns its path or None."""
-        restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
-        if not restored:
-            return None
-        step, model_dir = int(self.step.numpy()), self.config.model_dir
-        shape = self.task.carried_state_shape()
-        if shape is not None:
-            self.state = self.distribute_state(
-                checkpointing.load_carried_state(
-                    model_dir,
-                    self.worker,
-                    step,
-                    self.local_replicas,
-                    shape,
-                    dtype=self.model.compute_dtype,
-                )
-            )
-        checkpointing.restore_input_state(
-            model_dir, self.worker, step, self.iterator, self._input_layout()
-        )
-        return restored
+        return self.run_state.restore()
 
     # === The run ===
 
@@ -617,7 +612,9 @@ class Runner:
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
                 raise
-            latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.chief else None
+            latest = (
+                tf.train.latest_checkpoint(self.run_state.checkpoint_dir) if self.chief else None
+            )
             what = "stopped"
             if isinstance(e, tf.errors.DeadlineExceededError):
                 what = (
@@ -722,7 +719,7 @@ class Runner:
 
     def _stop_preempted(self, step):
         """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
-        for _, writer in self._writers.values():
+        for writer in self._writers.writers():
             writer.flush()
         # No final evaluation or results: a preemption notice leaves little
         # time, and the run is not finished.
@@ -842,7 +839,7 @@ class Runner:
             )
         if run < self.config.max_nonfinite_steps:
             return run
-        for _, writer in self._writers.values():
+        for writer in self._writers.writers():
             writer.flush()
         # Every worker reaches this at the same step (the verdict is
         # all-reduced); a last synchronization lets them exit together.
@@ -908,7 +905,7 @@ class Runner:
 
     def _finish(self, results, finalize):
         with fileio.write_errors(self.config.model_dir):
-            for _, writer in self._writers.values():
+            for writer in self._writers.writers():
                 writer.flush()
         if finalize:
             strategy_lib.finalize(self.strategy)
@@ -916,9 +913,154 @@ class Runner:
             with fileio.write_errors(self.config.model_dir):
                 rundir.write_results(self.config.model_dir, results)
         else:
-            for path, _ in self._writers.values():
+            for path in self._writers.paths():
                 strategy_lib.remove_temp_dirpath(path, self.strategy)
-            strategy_lib.remove_temp_dirpath(self.checkpoint_dir, self.strategy)
+            strategy_lib.remove_temp_dirpath(self.run_state.checkpoint_dir, self.strategy)
+
+
+class RunState:
+    """What a checkpoint restores: the shared checkpoint and this worker's state beside it.
+
+    The shared `tf.train.Checkpoint` (task objects, optimizer, step
+    counters) is the chief's; the recurrent state each local replica carries
+    from step to step and the position of this worker's input iterator are
+    saved per worker beside it (`checkpointing.py`), so a resumed run
+    continues the exact trajectory of an uninterrupted one.
+
+    Args:
+      checkpoint: the shared `tf.train.Checkpoint`.
+      step: the global step variable (inside `checkpoint`).
+      iterator: this worker's input iterator (its position is saved).
+      layout: JSON-able description of what the input position depends on
+        (a saved position is used only under the same layout).
+      state_shape: (rows, units) of the (h, c) each replica carries, or None.
+      state_dtype: the carried state's dtype (the model's compute dtype).
+      model_dir: the run folder.
+      keep: checkpoints to keep.
+      strategy: the run's strategy.
+      worker: this worker's index.
+      local_replicas: the replicas on this worker.
+
+    Attributes:
+      carried: the per-replica [h, c] (distributed values), or [].
+      iterator: see Args.
+      checkpoint_dir: the shared checkpoint folder.
+    """
+
+    def __init__(
+        self,
+        checkpoint,
+        step,
+        iterator,
+        layout,
+        state_shape,
+        state_dtype,
+        model_dir,
+        keep,
+        strategy,
+        worker,
+        local_replicas,
+    ):
+        self.checkpoint = checkpoint
+        self.iterator = iterator
+        self._step = step
+        self._layout = layout
+        self._state_shape = state_shape
+        self._state_dtype = state_dtype
+        self._model_dir = model_dir
+        self._keep = keep
+        self._strategy = strategy
+        self._worker = worker
+        self._local_replicas = local_replicas
+        self.checkpoint_dir = rundir.checkpoint_dir(model_dir)
+        self.manager = tf.train.CheckpointManager(
+            checkpoint,
+            strategy_lib.write_dirpath(self.checkpoint_dir, strategy),
+            max_to_keep=keep,
+        )
+        self.carried = self._distribute()
+
+    def _distribute(self, local_states=None):
+        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
+        if self._state_shape is None:
+            return []
+        shape, dtype = self._state_shape, self._state_dtype
+
+        def value(context, index):
+            local = context.replica_id_in_sync_group % self._local_replicas
+            if local_states is None:
+                return tf.zeros(shape, dtype)
+            return tf.constant(local_states[local][index], dtype)
+
+        return [
+            self._strategy.experimental_distribute_values_from_function(
+                lambda ctx, i=i: value(ctx, i)
+            )
+            for i in range(2)
+        ]
+
+    def _local_arrays(self):
+        local = self._strategy.experimental_local_results
+        h, c = self.carried
+        return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
+
+    def save(self):
+        """Checkpoints the current step: per-worker state first, then the shared checkpoint."""
+        step = int(self._step.numpy())
+        model_dir, worker, keep = self._model_dir, self._worker, self._keep + 1
+        with fileio.write_errors(f"{model_dir} (checkpoint {step})"):
+            if self.carried:
+                checkpointing.save_carried_state(
+                    model_dir, worker, step, self._local_arrays(), keep=keep
+                )
+            checkpointing.save_input_state(
+                model_dir, worker, step, self.iterator, self._layout, keep=keep
+            )
+            self.manager.save(checkpoint_number=step)
+
+    def restore(self):
+        """Restores the newest intact checkpoint and this worker's state; its path or None."""
+        restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
+        if not restored:
+            return None
+        step, model_dir = int(self._step.numpy()), self._model_dir
+        if self._state_shape is not None:
+            self.carried = self._distribute(
+                checkpointing.load_carried_state(
+                    model_dir,
+                    self._worker,
+                    step,
+                    self._local_replicas,
+                    self._state_shape,
+                    dtype=self._state_dtype,
+                )
+            )
+        checkpointing.restore_input_state(
+            model_dir, self._worker, step, self.iterator, self._layout
+        )
+        return restored
+
+
+class _SummaryWriters:
+    """The run's TensorBoard writers by folder name (temporary folders off the chief)."""
+
+    def __init__(self, model_dir, strategy):
+        self._model_dir = model_dir
+        self._strategy = strategy
+        self._writers = {}
+
+    def get(self, name):
+        """The summary writer of `model_dir/name`, created on first use."""
+        if name not in self._writers:
+            path = strategy_lib.write_dirpath(os.path.join(self._model_dir, name), self._strategy)
+            self._writers[name] = (path, tf.summary.create_file_writer(path))
+        return self._writers[name][1]
+
+    def writers(self):
+        return [writer for _, writer in self._writers.values()]
+
+    def paths(self):
+        return [path for path, _ in self._writers.values()]
 
 
 class _Window:

@@ -53,6 +53,7 @@ step and replica, so a resumed run drops what an uninterrupted one would),
 """
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -66,12 +67,13 @@ from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.data import readers
 from tf_mlstm.data.fields import split_keys
+from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.progress import Progress
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import RESULTS_FILE
-from tf_mlstm.train import hardware
+from tf_mlstm.train import autotune
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
@@ -378,6 +380,10 @@ class FinetuneTask(Task):
     """
 
     title = "Fine-tuning"
+    # The runner reads the recorded precision from, and writes how `auto`
+    # decided into, fine-tuning's own config file (config.json is the base
+    # model's).
+    config_file = FINETUNE_CONFIG_FILE
 
     def __init__(self, config):
         self.config = config
@@ -395,14 +401,14 @@ class FinetuneTask(Task):
                 readers.expand_inputs(spec)
         rundir.read_config(config.init_model_dir)
 
-    def prepare(self, runner):
-        self.runner = runner
+    def prepare(self, context):
+        self.context = context
         self._load_data()
         self.base_model, self.base_config = rundir.load_trained_model(self.config.init_model_dir)
-        if len(self.train_ids) < runner.num_workers:
+        if len(self.train_ids) < context.num_workers:
             raise errors.InvalidValueError(
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
-                f"{runner.num_workers} workers."
+                f"{context.num_workers} workers."
             )
         resuming = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.config.model_dir))
         if self.config.head_init == "probe" and not resuming:
@@ -417,8 +423,7 @@ class FinetuneTask(Task):
         metric), and its standardization is folded into the weights.
         """
         config = self.config
-        encoder = MLSTMLanguageModel.from_train_config(self.base_config, precision=config.precision)
-        encoder.set_weights(self.base_model.get_weights())
+        encoder = self._encoder()
         model = SequenceClassifier(encoder, 1, config.feature_kinds)
         x, y = {}, {}
         for name in ("train", "validation"):
@@ -493,10 +498,17 @@ class FinetuneTask(Task):
         if cut:
             logging.info("Cut %d training texts to --max_length=%d bytes.", cut, config.max_length)
 
-    def build_model(self, runner):
-        config = self.config
-        encoder = MLSTMLanguageModel.from_train_config(self.base_config, precision=config.precision)
+    def _encoder(self):
+        """The language model to fine-tune, in the run's precision, with the base weights."""
+        encoder = MLSTMLanguageModel.from_train_config(
+            self.base_config, precision=self.config.precision
+        )
         encoder.set_weights(self.base_model.get_weights())
+        return encoder
+
+    def build_model(self, context):
+        config = self.config
+        encoder = self._encoder()
         self.model = SequenceClassifier(
             encoder,
             len(self.names),
@@ -575,7 +587,7 @@ class FinetuneTask(Task):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         # Seeded by step and replica: a resumed run draws the same dropout.
         dropout_seed = tf.stack(
-            [self.runner.step, tf.cast(replica, tf.int64) + 65536 * self.config.seed]
+            [self.context.step, tf.cast(replica, tf.int64) + 65536 * self.config.seed]
         )
         logits, hidden = self.model(ids, lengths, training=True, dropout_seed=dropout_seed)
         # Sums over the replica's rows / global batch: summing replica
@@ -637,7 +649,7 @@ class FinetuneTask(Task):
             metrics[f1],
             "" if self.kind == MULTICLASS else " (threshold 0.5)",
         )
-        with self.runner.summary_writer("validation").as_default(step=step):
+        with self.context.summary_writer("validation").as_default(step=step):
             tf.summary.scalar("accuracy", metrics["accuracy"])
             tf.summary.scalar(f1, metrics[f1])
 
@@ -717,33 +729,125 @@ class FinetuneTask(Task):
             )
         return results
 
+    # === auto precision and XLA ===
 
-class Finetuner(Runner):
-    """Fine-tunes per a `FinetuneConfig` (see `Runner.train`).
+    def measurement(self, rows):
+        """Fine-tuning's step at this run's shape on synthetic rows (see `autotune.Probe`).
+
+        The base model's size comes from its config.json (already read by
+        `check_inputs`); the head from the config: its features, hidden
+        layer, dropout and outputs (the label keys, or a label map's
+        classes; one sigmoid for a single key without a map, whose classes
+        only the data tells: a K-class head adds a [D, K] product, nothing
+        next to the mLSTM). Rows are `max_length` bytes, the widest a batch
+        gets.
+        """
+        config = self.config
+        base = rundir.read_config(config.init_model_dir)
+        outputs, softmax = self._planned_head()
+        shape = {
+            "task": "finetune",
+            "hidden_size": base.hidden_size,
+            "embedding_size": base.embedding_size,
+            "weight_norm": base.weight_norm,
+            "max_length": config.max_length,
+            "rows": rows,
+            "features": ",".join(config.feature_kinds),
+            "head_hidden": config.head_hidden,
+            "head_dropout": config.head_dropout > 0,
+            "outputs": outputs,
+            "softmax": softmax,
+            "lm_loss": config.lm_loss_weight > 0,
+        }
+        make_task = functools.partial(
+            SyntheticFinetuneTask, base_config=base, outputs=outputs, softmax=softmax
+        )
+        return autotune.Probe(make_task, shape, rows * config.max_length)
+
+    def _planned_head(self):
+        """(outputs, softmax) of the head as the config alone tells it (before the data)."""
+        if len(self.labels) > 1:
+            return len(self.labels), False
+        label_map = labeled.parse_label_map(self.config.label_map or None)
+        if label_map is not None and tuple(label_map.classes) != (0, 1):
+            return len(label_map.classes), True
+        return 1, False
+
+
+class SyntheticFinetuneTask(FinetuneTask):
+    """Fine-tuning's step on random rows: what `auto` times (`autotune.py`).
+
+    The same classifier, loss and step as `FinetuneTask`, on a fresh encoder
+    of the base model's shape (its weights do not change the speed); the
+    batches are one random block of `max_length`-byte rows, repeated, so no
+    file is read and the real run's input is untouched.
 
     Args:
-      config: a validated `FinetuneConfig`.
+      config: the `FinetuneConfig` of the candidate (its precision and XLA).
+      base_config: the base model's `TrainConfig`.
+      outputs: the head's outputs.
+      softmax: whether they are one softmax (K classes) or sigmoids.
     """
 
-    def __init__(self, config):
-        task = FinetuneTask(config)
-        task.check_inputs()  # A missing input is the only line, before the hardware's.
-        # Concrete precision and XLA from the hardware (an existing run keeps its precision).
-        config = hardware.resolve_run_config(
-            config, os.path.join(config.model_dir, FINETUNE_CONFIG_FILE)
-        )
-        task.set_config(config)
-        super().__init__(task, config)
+    def __init__(self, config, base_config, outputs, softmax):
+        super().__init__(config)
+        self.base_config = base_config
+        self.base_model = None
+        self._outputs, self._softmax = outputs, softmax
 
-    @property
-    def splits(self):
-        """The labeled splits ("train", "validation", maybe "test")."""
-        return self.task.splits
+    def check_inputs(self):
+        pass  # nothing is read
+
+    def prepare(self, context):
+        self.context = context
+        if self._softmax:
+            self.kind, self.names = MULTICLASS, tuple(range(self._outputs))
+        else:
+            self.kind = MULTILABEL if self._outputs > 1 else BINARY
+            self.names = tuple(f"label_{i}" for i in range(self._outputs))
+
+    def _encoder(self):
+        return MLSTMLanguageModel.from_train_config(
+            self.base_config, precision=self.config.precision
+        )
+
+    def dataset(self, input_context, rows):
+        length = self.config.max_length
+        text = tf.random.stateless_uniform(
+            [rows, length - 1], seed=[0, 0], maxval=256, dtype=tf.int32
+        )
+        ids = tf.concat([tf.fill([rows, 1], DOC_START), text], axis=1)
+        if self._softmax:
+            labels = tf.random.stateless_uniform(
+                [rows], seed=[0, 1], maxval=self._outputs, dtype=tf.int64
+            )
+        else:
+            labels = tf.cast(
+                tf.random.stateless_uniform([rows, self._outputs], seed=[0, 1]) < 0.5, tf.float32
+            )
+        batch = {
+            "ids": tf.cast(ids, tf.uint8),
+            "lengths": tf.fill([rows], length),
+            "labels": labels,
+        }
+        return tf.data.Dataset.from_tensors(batch).repeat()
+
+    def input_layout(self):
+        return {}
+
+    def periodic(self):
+        return []
 
 
 def finetune(config):
-    """Fine-tunes per `config`; returns the results dict (see `Runner.train`)."""
-    return Finetuner(config).train()
+    """Fine-tunes per `config`; returns the results dict (see `Runner.train`).
+
+    The runner checks the inputs first (a missing one is the only line on
+    screen), then resolves `auto` precision and XLA: measured on the chief
+    with `FinetuneTask.measurement` where the run can afford it, else by the
+    hardware table; an existing run keeps the precision it started in.
+    """
+    return Runner(FinetuneTask(config), config).train()
 
 
 @dataclasses.dataclass(frozen=True)
