@@ -2,6 +2,7 @@
 lines (no timing checks)."""
 
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -70,6 +71,9 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
         assert record["peak_fraction"] == pytest.approx(record["gflops"] / record["matmul_gflops"])
         if record["mode"] == "train":  # one step of --batch=2 x --seq=8 characters
             assert record["step_ms"] == pytest.approx(1e3 * 2 * 8 / record["chars_per_s"])
+            # The runner's own step, whose loss on random bytes starts near ln 256 nats.
+            assert record["timed_step"] == "tf_mlstm.train.runner.Runner.train_step"
+            assert abs(record["loss"] - math.log(256)) < 0.1
         assert record["gflops"] == pytest.approx(
             record["flops_per_char"] * record["chars_per_s"] / 1e9
         )

@@ -6,8 +6,11 @@ Prints one JSON line per configuration on stdout (logs go to stderr):
   python tools/benchmark.py --modes=pipeline,convert
 
 Modes:
-  train      one training step (forward, backward, Adam with global-norm clipping, the carried
-             state), as in `tf_mlstm.train.loop`, on a fixed batch of bytes.
+  train      the runner's own training step, `tf_mlstm.train.runner.Runner.train_step`, the one
+             `tf-mlstm-train` runs (forward, backward, the all-reduce of gradients and
+             statistics, Adam with global-norm clipping, the carried state), on one replica,
+             fed random bytes by the language model's synthetic task (what --precision=auto
+             times); every train line names it in `timed_step`.
   featurize  inference-only features of review texts with `tf_mlstm.transfer.features`
              (sorted by length, larger batches, no gradient bookkeeping); for `keras_lstm` the
              same windows through the LSTM's forward pass.
@@ -83,6 +86,8 @@ RESULT_KEYS = (
     "skinny_gflops",
     "skinny_fm_gflops",
 )
+# What a train line's `timed_step` names: the step it timed.
+TIMED_STEP = "tf_mlstm.train.runner.Runner.train_step"
 # What every line (train, featurize, pipeline, convert) says about the machine.
 HARDWARE_KEYS = ("cpu_model", "cpu_extensions", "gpus")
 
@@ -380,66 +385,106 @@ def _build_model(impl, hidden, embedding, precision, seed):
     return model
 
 
-def _train_step_fn(model, optimizer, jit, chars_per_step):
-    """The training step of `tf_mlstm.train.loop` on one replica (no all-reduce)."""
-    import math
+def _train_config(hidden, batch, seq, precision, jit, model_dir):
+    """The `TrainConfig` of one benchmarked training run (one replica, no time budget)."""
+    from tf_mlstm.train.config import TrainConfig
 
-    import tensorflow as tf
+    return TrainConfig(
+        model_dir=model_dir,
+        hidden_size=hidden,
+        embedding_size=FLAGS.embedding,
+        batch_size=batch,
+        seq_length=seq,
+        precision=precision,
+        jit_compile="true" if jit else "false",
+        seed=FLAGS.seed,
+        lr=1e-3,
+        clip_norm=1.0,
+        max_steps=FLAGS.warmup + FLAGS.steps,
+    ).validate()
 
-    from tf_mlstm.models.language_model import bits_per_char_from_logits
-    from tf_mlstm.train import optimizer as optimizer_lib
 
-    scaled = optimizer_lib.loss_scale(optimizer) is not None
+def _train_task(impl, config):
+    """The language model's synthetic-data task: the one `--precision=auto` times.
 
-    @tf.function(jit_compile=jit)
-    def step(inputs, targets, h, c):
-        with tf.GradientTape() as tape:
-            logits, (h, c) = model(inputs, initial_state=[h, c], training=True)
-            bits, _ = bits_per_char_from_logits(logits, targets)
-            loss = bits * math.log(2.0) / chars_per_step
-            scaled_loss = optimizer.scale_loss(loss) if scaled else loss
-        grads = tape.gradient(scaled_loss, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
-        return loss, h, c
+    For `keras_lstm`, the same task (data, loss, carried state) with the Keras
+    LSTM model in place of the mLSTM, so that both train through the same step.
+    """
+    from tf_mlstm.train.lm_task import SyntheticLanguageModelTask
 
-    return step
+    if impl == "mlstm":
+        return SyntheticLanguageModelTask(config)
+
+    class KerasLSTMTask(SyntheticLanguageModelTask):
+        def build_model(self, context):
+            self.model = _build_model(
+                impl, config.hidden_size, config.embedding_size, config.precision, config.seed
+            )
+            return self.model, self.model.trainable_variables
+
+    return KerasLSTMTask(config)
+
+
+def build_runner(impl, hidden, batch, seq, precision, jit, model_dir):
+    """A `Runner` of the language-model task on random bytes: the step users train with.
+
+    Its step is the runner's own compiled one (`Runner.train_step`: forward
+    and the hand-written sequence gradient, XLA-compiled when `jit`; the
+    all-reduce of the gradients with the statistics and stop flags; the
+    gradient norm; Adam with global-norm clipping; the step counters and the
+    carried state), under the strategy `tf-mlstm-train` uses by default (one
+    replica), fed through the runner's input iterator by the synthetic twin
+    of `LanguageModelTask` (one random block of bytes, repeated).
+
+    Args:
+      impl: "mlstm" or "keras_lstm".
+      hidden: units.
+      batch: rows per step.
+      seq: characters per row.
+      precision: the precision policy.
+      jit: XLA-compile the per-replica computation.
+      model_dir: a scratch run folder (the runner writes nothing there unless asked to save).
+
+    Returns:
+      The `tf_mlstm.train.runner.Runner`.
+    """
+    from tf_mlstm.train.runner import Runner
+
+    config = _train_config(hidden, batch, seq, precision, jit, model_dir)
+    return Runner(_train_task(impl, config), config)
 
 
 # --- modes --------------------------------------------------------------------
 
 
 def run_train(impl, hidden, batch, seq, precision, jit, between):
-    """Median training step time; returns the result fields.
+    """Median time of the runner's training step (`build_runner`); returns the result fields.
 
     `between()` runs after each timed step (it samples the matrix rate, so that
     the rate and the steps see the same load on a shared machine).
     """
-    import tensorflow as tf
-
-    from tf_mlstm.data.text import DOC_START
-    from tf_mlstm.train import optimizer as optimizer_lib
-
-    model = _build_model(impl, hidden, FLAGS.embedding, precision, FLAGS.seed)
-    optimizer = optimizer_lib.build_optimizer(1e-3, 1.0, precision)
-    optimizer.build(model.trainable_variables)
-    rng = np.random.RandomState(FLAGS.seed)
-    stream = rng.randint(32, 127, size=(batch, seq + 1)).astype("int32")
-    stream[rng.rand(batch, seq + 1) < 1 / 1000] = DOC_START
-    inputs, targets = tf.constant(stream[:, :-1]), tf.constant(stream[:, 1:])
-    h, c = model.initial_state(batch)
-    step = _train_step_fn(model, optimizer, jit, float(batch * seq))
-    times = []
-    for index in range(FLAGS.warmup + FLAGS.steps):
-        start = time.perf_counter()
-        loss, h, c = step(inputs, targets, h, c)
-        loss.numpy()
-        if index >= FLAGS.warmup:
-            times.append(time.perf_counter() - start)
-            between()
-    if not np.isfinite(float(loss)):
-        raise RuntimeError(f"{impl} H={hidden}: non-finite loss {float(loss)}")
+    with tempfile.TemporaryDirectory(prefix="tf_mlstm_benchmark_run_") as model_dir:
+        runner = build_runner(impl, hidden, batch, seq, precision, jit, model_dir)
+        times = []
+        for index in range(FLAGS.warmup + FLAGS.steps):
+            start = time.perf_counter()
+            # It returns once the statistics are read back, as in the training loop.
+            stats, _, norm, finite = runner.train_step()
+            if index >= FLAGS.warmup:
+                times.append(time.perf_counter() - start)
+                between()
+        bits, chars = (float(v) for v in stats[:2])
+        del runner
+    if not (finite and np.isfinite(bits)):
+        raise RuntimeError(f"{impl} H={hidden}: non-finite step (|grad| {norm}, bits {bits})")
     seconds = float(np.median(times))
-    return {"chars_per_s": batch * seq / seconds, "step_ms": 1e3 * seconds, "timed": len(times)}
+    return {
+        "chars_per_s": batch * seq / seconds,
+        "step_ms": 1e3 * seconds,
+        "timed": len(times),
+        "timed_step": TIMED_STEP,
+        "loss": bits / max(chars, 1.0) * float(np.log(2.0)),
+    }
 
 
 def run_featurize(impl, hidden, batch, seq, precision, jit, between):
