@@ -26,10 +26,10 @@ import keras
 import pytest
 import tensorflow as tf
 
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.rundir import CONFIG_FILE
-from tf_mlstm.train.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Pinned, so that what a tiny run exercises does not depend on the CPU.

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 from absl import flags
 
+from tf_mlstm import config as train_config
 from tf_mlstm.cli import _flags
-from tf_mlstm.train import config as train_config
 from tf_mlstm.transfer import settings
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

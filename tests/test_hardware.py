@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.train import hardware
-from tf_mlstm.train.config import TrainConfig
 from tf_mlstm.transfer.finetune import FinetuneConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

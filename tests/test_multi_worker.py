@@ -185,8 +185,8 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import lm_task  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig.from_json((model_dir / "config.json").read_text())
     model = lm_task.build_model(config)
@@ -277,9 +277,9 @@ def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir)
 
 
 def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path, data_dir):
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
@@ -360,7 +360,7 @@ _TRAIN_WORKER = """
 import json, sys
 from absl import logging
 from tf_mlstm.data import tfrecord
-from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 logging.set_verbosity(logging.INFO)

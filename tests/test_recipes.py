@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.train import schedules
-from tf_mlstm.train.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RECIPES = ("paper_4096_32k", "dgx1_4096")
@@ -24,7 +24,7 @@ _PARSE = """
 import json, sys
 from absl import flags
 from tf_mlstm.cli import _config, train
-from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.config import TrainConfig
 train.define_train_flags()
 out = {}
 for path in sys.argv[1:]:

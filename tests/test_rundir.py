@@ -16,10 +16,10 @@ import tensorflow as tf
 
 from _models import write_untrained_model_dir
 from tf_mlstm import rundir
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
 from tf_mlstm.export import saved_model
 from tf_mlstm.train import checkpointing
-from tf_mlstm.train.config import TrainConfig
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer.finetune import FinetuneConfig

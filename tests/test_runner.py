@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from _models import wait_for
-from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(

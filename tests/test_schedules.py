@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.train import schedules
-from tf_mlstm.train.config import TrainConfig
 
 
 def test_peak_scaling():

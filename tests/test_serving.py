@@ -436,7 +436,7 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
 
 def test_training_refuses_an_export_folder_it_did_not_write_before_it_trains(tmp_path):
     from tf_mlstm import api  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     (tmp_path / "run" / "export").mkdir(parents=True)
     (tmp_path / "run" / "export" / "notes.txt").write_text("mine")

@@ -87,7 +87,7 @@ def test_training_writes_named_scalars_hparams_and_a_profile(tmp_path):
 
 
 def test_profile_steps_must_be_a_range():
-    from tf_mlstm.train.config import TrainConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
 
     assert TrainConfig(profile_steps="2,4").validate().profile_steps == "2,4"
     for bad in ("4,2", "3", "a,b", "-1,2"):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from _models import PINNED_FLAGS
-from tf_mlstm.train.config import TrainConfig
+from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Pinned (float32, XLA off): a test that gives --precision later overrides it.

@@ -7,8 +7,8 @@ binary given the same settings compute the same numbers:
 | binary | function | config |
 | --- | --- | --- |
 | `tf-mlstm-make-tfrecords` | `convert` | `data.convert_config.ConvertConfig` |
-| `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `train.config.TrainConfig` |
-| `tf-mlstm-eval` | `evaluate` | `train.config.EvalConfig` |
+| `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `config.TrainConfig` |
+| `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
 | `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
 | `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
 

@@ -33,12 +33,9 @@ What it guarantees:
   so all of this holds on `gs://` and other TensorFlow filesystems too.
 
 Layering: this module sits below `train`, `export`, `transfer` and `cli`,
-which all import it. It imports `tf_mlstm.train.config` for `TrainConfig`,
-because `load_trained_model` must rebuild a model from `config.json`; that
-module is a leaf dataclass (it imports only `data.pipeline`,
-`train.schedules` and the strategy names of `train.strategy`, never the loop
-or the checkpointing, and none of them imports this module), so no import
-cycle arises. Fine-tuning's config class lives with fine-tuning; it reaches this
+which all import it, and above `tf_mlstm.config` (the plain dataclass of
+`config.json`, which `load_trained_model` rebuilds a model from) and
+`models`. Fine-tuning's config class lives with fine-tuning; it reaches this
 module as an argument, never by import.
 """
 
@@ -59,9 +56,9 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.train.config import TrainConfig
 
 # === Layout ===
 

@@ -387,7 +387,7 @@ def _build_model(impl, hidden, embedding, precision, seed):
 
 def _train_config(hidden, batch, seq, precision, jit, model_dir):
     """The `TrainConfig` of one benchmarked training run (one replica, no time budget)."""
-    from tf_mlstm.train.config import TrainConfig
+    from tf_mlstm.config import TrainConfig
 
     return TrainConfig(
         model_dir=model_dir,

@@ -173,7 +173,7 @@ class Memory:
 
 
 def _train_config(model_dir, **overrides):
-    from tf_mlstm.train.config import TrainConfig
+    from tf_mlstm.config import TrainConfig
 
     values = dict(
         model_dir=model_dir,

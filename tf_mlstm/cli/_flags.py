@@ -130,7 +130,7 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
       end_of_run: what the binary does after the last step, for the help.
     """
     # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import config as config_lib
+    from tf_mlstm import config as config_lib
 
     # pylint: enable=g-import-not-at-top
 
@@ -217,7 +217,7 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
 def define_distribution_flags(defaults):
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
     # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import config as config_lib
+    from tf_mlstm import config as config_lib
 
     # pylint: enable=g-import-not-at-top
 

@@ -16,7 +16,7 @@ from absl import logging
 
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.train.config import EvalConfig
+from tf_mlstm.config import EvalConfig
 
 
 def define_eval_flags():

@@ -21,9 +21,9 @@ checkpoint: rerun the same command to resume.
 
 from absl import flags
 
+from tf_mlstm import config as config_lib
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.train import config as config_lib
 
 FLAGS = flags.FLAGS
 _DEFAULTS = config_lib.TrainConfig()

@@ -179,7 +179,7 @@ def evaluate_data(
 
 
 def evaluate_config(config):
-    """`evaluate_data` of a `train.config.EvalConfig` (what `tf-mlstm-eval` runs)."""
+    """`evaluate_data` of a `config.EvalConfig` (what `tf-mlstm-eval` runs)."""
     return evaluate_data(
         config.model_dir,
         config.data,

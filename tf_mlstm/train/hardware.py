@@ -46,13 +46,10 @@ import platform
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config import AUTO
+from tf_mlstm.config import PRECISIONS
 
 CPUINFO = "/proc/cpuinfo"
-
-# The precision policies a run computes in, and the choice that is resolved here.
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-AUTO = "auto"
-PRECISION_CHOICES = (AUTO,) + PRECISIONS
 
 # CPU extensions worth reporting beside a benchmark number: the vector widths
 # and the low-precision dot-product and matrix units oneDNN can use (x86), and

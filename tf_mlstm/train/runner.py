@@ -74,13 +74,13 @@ from tensorboard.plugins.hparams import api as hparams_api
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
+from tf_mlstm.config import profile_bounds
 from tf_mlstm.train import autotune
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.config import profile_bounds
 
 # How a collective fails once the coordination service has noticed that a
 # peer task is gone (heartbeat timeout) or has cancelled the pending ops.

@@ -45,8 +45,8 @@ import keras
 import tensorflow as tf
 
 from tf_mlstm import errors
-from tf_mlstm.train.config import DECAYS
-from tf_mlstm.train.config import SCALINGS
+from tf_mlstm.config import DECAYS
+from tf_mlstm.config import SCALINGS
 
 
 def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=None):

@@ -52,8 +52,8 @@ from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.eager import context as tf_context
 
 from tf_mlstm import errors
-from tf_mlstm.train.config import ALL_REDUCE
-from tf_mlstm.train.config import STRATEGIES
+from tf_mlstm.config import ALL_REDUCE
+from tf_mlstm.config import STRATEGIES
 
 CLUSTER_RESOLVERS = ("tf_config", "slurm")
 

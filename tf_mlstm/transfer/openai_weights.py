@@ -54,11 +54,11 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.models.language_model import VOCAB_SIZE
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.rundir import CONFIG_FILE
-from tf_mlstm.train.config import TrainConfig
 
 NUM_FILES = 15
 PUBLISHED_HIDDEN_SIZE = 4096

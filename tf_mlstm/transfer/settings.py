@@ -8,10 +8,10 @@ imports them from here too, so each is defined once.
 
 import dataclasses
 
+from tf_mlstm import config as train_config_lib
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
-from tf_mlstm.train import config as train_config_lib
 
 FEATURES = ("cell", "hidden", "mean", "max", "min", "std")
 """The feature kinds a fine-tuned head reads, as `models.featurize.FEATURE_KINDS`
@@ -100,7 +100,7 @@ class FinetuneConfig(
     """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags.
 
     Composed of the labeled-data group (above) and the runner's runtime,
-    optimization and budget groups (`train.config`); the fields here are
+    optimization and budget groups (`tf_mlstm.config`); the fields here are
     fine-tuning's own, and the shared ones whose default differs.
     """
 

@@ -2,6 +2,11 @@
 
 Everything below `tf_mlstm.cli` receives a `TrainConfig`; nothing reads
 absl FLAGS. `validate()` turns bad combinations into one clear message.
+
+Layering: plain dataclasses and the names of the choices, importing only
+`errors` and `data`'s field names, so that the run folder (`rundir`), which
+reads and writes config.json, sits below training without importing it.
+Fine-tuning's config composes the same field groups (`transfer.finetune`).
 """
 
 import dataclasses
@@ -12,9 +17,12 @@ from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.data.repeats import parse_source_repeats
-from tf_mlstm.train.hardware import AUTO
-from tf_mlstm.train.hardware import PRECISION_CHOICES
-from tf_mlstm.train.hardware import PRECISIONS  # noqa: F401 (re-exported: concrete policies)
+
+# The precision policies a run computes in, and the choice that
+# `train.hardware` (or `train.autotune`, by measuring) resolves.
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+AUTO = "auto"
+PRECISION_CHOICES = (AUTO,) + PRECISIONS
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
