@@ -3,8 +3,8 @@
 Machines differ from day to day, and the fastest settings differ with them: on
 a CPU with bfloat16 matrix units `mixed_bfloat16` trains 1.5-1.7x faster than
 float32, on one without them bfloat16 is emulated and the same recipe ran 5.7x
-slower, and on a CPU with only the AVX512-BF16 dot product the table below
-chose float32 where bfloat16 was 1.42x faster. So a training run's
+slower, and of two CPUs with only the AVX512-BF16 dot product bfloat16 ran
+1.42x faster on one and 0.55x as fast on the other. So a training run's
 `--precision=auto` and `--jit_compile=auto` are measured on the machine that
 runs (`autotune.py`: every native candidate's step timed at the run's shape,
 the result cached). This module detects the hardware (`/proc/cpuinfo`, the
@@ -31,6 +31,14 @@ recipe's shape (768 units, 64 rows x 64 bytes) in chars/s unless noted:
   mixed_bfloat16 without XLA (1.40x the table's float32 with XLA). Its
   featurization of that model measured 24,543 (bfloat16) against 18,505
   chars/s (float32).
+* Intel Xeon (family 6 model 207) with AVX-512, `avx512_bf16` and
+  `avx512_fp16` but no AMX exposed (2 cores): the opposite. `auto` at the
+  recipe's shape measured float32 XLA on 8,999, XLA off 8,512,
+  mixed_bfloat16 XLA on 6,039, XLA off 4,914 (22 s), and chose float32 with
+  XLA; `tools/benchmark.py` (the runner's step, same run) agreed: 8,931 /
+  8,708 / 6,009 / 4,965, and at 1,024 units x 64 x 256 float32 6,142
+  against mixed_bfloat16 3,620 (0.59x). Its bfloat16 products run at the
+  float32 rate (312 vs 288-312 GFLOP/s), so the casts are pure cost.
 
 `resolve_run_config` turns a config's `auto` values into concrete ones before
 a run starts, so the run folder's config.json, a resume and every later tool
@@ -84,12 +92,14 @@ REPORTED_EXTENSIONS = (
 # GFLOP/s in float32, the training step 1.5-1.7x faster (H = 512-1024), at a
 # cost of +0.005 bits/char over the first 1,200 steps of the CPU recipe.
 #
-# avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5) is left out of the
-# prior, though on the one such CPU measured (an AMD EPYC, 2 cores, see the
-# module docstring) mixed_bfloat16 without XLA was the fastest setting, 1.42x
-# float32 with XLA at 768 units and 1.60x at 1,024: one machine is not the
-# kind, and the downside of a wrong bfloat16 choice is large (emulated
-# bfloat16 ran the CPU recipe 5.7x slower on an AVX2-only EPYC). Where it
+# avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5, Xeons whose AMX is
+# not exposed) is left out of the prior: the two such CPUs measured (module
+# docstring) disagree. On an AMD EPYC mixed_bfloat16 without XLA was the
+# fastest setting, 1.42x float32 with XLA at 768 units and 1.60x at 1,024;
+# on an Intel Xeon without AMX it was 0.55x at 768 units and 0.59x at 1,024.
+# The flag says the instructions exist, not that they are fast, and the
+# downside of a wrong bfloat16 choice is large (emulated bfloat16 ran the
+# CPU recipe 5.7x slower on an AVX2-only EPYC). Where it
 # counts (training), auto measures bfloat16 on these CPUs instead of
 # guessing (`autotune.BFLOAT16_CPU_FLAGS`). The AArch64 `bf16` feature is
 # left out of the prior for the same reason (unmeasured).
