@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_mlstm import api
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.export import saved_model
+from tf_mlstm.models import openai_weights
 from tf_mlstm.transfer import features
-from tf_mlstm.transfer import openai_weights
 
 HIDDEN = 16
 EMBED = 8
@@ -112,7 +113,7 @@ def imported(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai")
     arrays = _release_arrays()
     weights_dir = _write_release(root / "model", arrays)
-    summary = openai_weights.import_openai_weights(str(weights_dir), str(root / "run"))
+    summary = api.import_openai_weights(str(weights_dir), str(root / "run"))
     return arrays, root / "run", summary
 
 
@@ -181,7 +182,7 @@ def test_bad_releases_give_one_clear_error(tmp_path):
     with pytest.raises(
         ValueError, match="run: already holds checkpoints; import into a new folder"
     ):
-        openai_weights.import_openai_weights(str(weights_dir), str(run))
+        api.import_openai_weights(str(weights_dir), str(run))
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ _LAZY = {
     "evaluate": ("tf_mlstm.api", "evaluate"),
     "finetune": ("tf_mlstm.api", "finetune"),
     "probe": ("tf_mlstm.api", "probe"),
+    "import_openai_weights": ("tf_mlstm.api", "import_openai_weights"),
     "ConvertConfig": ("tf_mlstm.data.convert_config", "ConvertConfig"),
     "TrainConfig": ("tf_mlstm.config", "TrainConfig"),
     "EvalConfig": ("tf_mlstm.config", "EvalConfig"),

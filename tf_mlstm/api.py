@@ -11,6 +11,7 @@ binary given the same settings compute the same numbers:
 | `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
 | `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
 | `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
+| `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
 
 `load(model_dir)` gives a `TrainedModel` with the inference of
 `tf-mlstm-generate`, `tf-mlstm-classify` and the SavedModel's `featurize`
@@ -26,14 +27,17 @@ import os
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
+from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
@@ -140,6 +144,72 @@ def probe(config):
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
     return experiment.run_transfer(config)
+
+
+def import_openai_weights(weights_dir, model_dir):
+    """Writes a run folder holding OpenAI's released byte mLSTM (`tf-mlstm-import-openai`).
+
+    The folder gets config.json (a `TrainConfig` with the model's sizes and
+    weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
+    model, as `load_trained_model` and every tool read it) and
+    `openai_import.json` (the source). The checkpoint is read back and
+    compared with the arrays before returning. The conversion itself (and
+    why it is exact) is `tf_mlstm.models.openai_weights`.
+
+    Args:
+      weights_dir: the release's `model/` folder.
+      model_dir: the run folder to create; it must not hold a run already.
+
+    Returns:
+      dict with `model_dir`, `hidden_size`, `embedding_size` and `checkpoint`.
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_openai_arrays` and
+        `build_model`; ValueError also when `model_dir` already holds a
+        config or checkpoints.
+    """
+    for existing in (rundir.CONFIG_FILE, rundir.CHECKPOINT_SUBDIR):
+        if tf.io.gfile.exists(os.path.join(model_dir, existing)):
+            raise errors.InvalidValueError(
+                f"{model_dir}: already holds {existing}; import into a new folder"
+            )
+    arrays = openai_weights.load_openai_arrays(weights_dir)
+    model = openai_weights.build_model(arrays)
+    hidden, embed = model.hidden_size, model.embedding_size
+    published = (openai_weights.PUBLISHED_HIDDEN_SIZE, openai_weights.PUBLISHED_EMBEDDING_SIZE)
+    if (hidden, embed) != published:
+        logging.warning(
+            "%s holds a %d-unit model with a %d-wide embedding; the release is %d and %d.",
+            weights_dir,
+            hidden,
+            embed,
+            *published,
+        )
+    config = TrainConfig(
+        model_dir=model_dir, hidden_size=hidden, embedding_size=embed, weight_norm=True
+    )
+    checkpoints = rundir.checkpoint_dir(model_dir)
+    tf.io.gfile.makedirs(checkpoints)
+    checkpoint = tf.train.Checkpoint(model=model).save(os.path.join(checkpoints, "ckpt"))
+    fileio.write_json_atomic(
+        os.path.join(model_dir, rundir.OPENAI_IMPORT_FILE),
+        {
+            "source": "openai/generating-reviews-discovering-sentiment",
+            "weights_dir": weights_dir,
+            "hidden_size": hidden,
+            "embedding_size": embed,
+        },
+    )
+    # config.json last: a folder with one holds a complete model.
+    fileio.write_text_atomic(os.path.join(model_dir, rundir.CONFIG_FILE), config.to_json())
+    openai_weights.check_round_trip(tf.train.latest_checkpoint(checkpoints), model)
+    logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
+    return {
+        "model_dir": model_dir,
+        "hidden_size": hidden,
+        "embedding_size": embed,
+        "checkpoint": checkpoint,
+    }
 
 
 # === A trained model ===

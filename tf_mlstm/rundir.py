@@ -7,6 +7,7 @@ names below are defined once:
 MODEL_DIR/
   config.json                  the language model's TrainConfig (tf-mlstm-train)
   finetune_config.json         the FinetuneConfig (tf-mlstm-finetune runs only)
+  openai_import.json           where the weights came from (tf-mlstm-import-openai only)
   results.json                 the run's results, written when it ends
   run.lock                     held by the chief while a run writes here
   checkpoints/ckpt-<step>.*    model, optimizer (with loss scale) and step
@@ -65,6 +66,7 @@ from tf_mlstm.models.language_model import MLSTMLanguageModel
 CONFIG_FILE = "config.json"
 FINETUNE_CONFIG_FILE = "finetune_config.json"
 RESULTS_FILE = "results.json"
+OPENAI_IMPORT_FILE = "openai_import.json"
 LOCK_FILE = "run.lock"
 CHECKPOINT_SUBDIR = "checkpoints"
 CARRIED_STATE_SUBDIR = "carried_state"

@@ -8,7 +8,7 @@ r"""tf-mlstm-import-openai: OpenAI's released byte mLSTM as a tf_mlstm run folde
 Reads the 15 arrays `0.npy` .. `14.npy` of the release (Radford et al. 2017,
 4096 units, 64-wide byte embedding), checks their shapes against the
 release's layout, maps them onto `MLSTMLanguageModel` (the mapping and why it
-is exact: `tf_mlstm.transfer.openai_weights`) and writes `--model_dir`:
+is exact: `tf_mlstm.models.openai_weights`) and writes `--model_dir`:
 config.json and a checkpoint that every tool loads (eval, generate,
 visualize, transfer, classify, export, finetune). Prints one JSON line with
 the folder and the model's sizes.
@@ -48,9 +48,9 @@ def define_import_flags():
 
 def main(config):
     """Converts the arrays; returns the summary."""
-    from tf_mlstm.transfer import openai_weights  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import api  # pylint: disable=g-import-not-at-top
 
-    return openai_weights.import_openai_weights(config.weights_dir, config.model_dir)
+    return api.import_openai_weights(config.weights_dir, config.model_dir)
 
 
 def run():

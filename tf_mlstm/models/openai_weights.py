@@ -43,6 +43,11 @@ Two details make the match exact rather than close:
   what the release fed it.
   (The release also wraps a text as "\\n " + text + " "; tf_mlstm's
   normalization, which strips outer spaces, feeds "\\n" + text.)
+
+This module is the conversion only (arrays in, model out, and a check that
+a checkpoint gives the model back). Writing a run folder of the result is
+`tf_mlstm.api.import_openai_weights`: the run directory (`tf_mlstm.rundir`)
+is a layer above this one.
 """
 
 import os
@@ -53,18 +58,12 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
-from tf_mlstm import fileio
-from tf_mlstm.config import TrainConfig
 from tf_mlstm.models.language_model import VOCAB_SIZE
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.rundir import CHECKPOINT_SUBDIR
-from tf_mlstm.rundir import CONFIG_FILE
 
 NUM_FILES = 15
 PUBLISHED_HIDDEN_SIZE = 4096
 PUBLISHED_EMBEDDING_SIZE = 64
-IMPORT_FILE = "openai_import.json"
-"""Written beside config.json: where the weights came from."""
 
 # Squared column lengths below this are rescaled to unit length (see the
 # module docstring); below the release's own floor they cannot be matched.
@@ -272,84 +271,22 @@ def build_model(arrays, name="mlstm_lm"):
     return model
 
 
-def import_openai_weights(weights_dir, model_dir):
-    """Writes a tf_mlstm run folder holding the released model.
+def check_round_trip(checkpoint_path, model):
+    """Raises InvalidValueError unless `checkpoint_path` restores `model`'s weights.
 
-    The folder gets config.json (a `TrainConfig` with the model's sizes and
-    weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
-    model, as `load_trained_model` and every tool read it) and
-    `openai_import.json` (the source). The checkpoint is read back and
-    compared with the arrays before returning.
-
-    Args:
-      weights_dir: the release's `model/` folder.
-      model_dir: the run folder to create; it must not hold a run already.
-
-    Returns:
-      dict with `model_dir`, `hidden_size`, `embedding_size` and `checkpoint`.
-
-    Raises:
-      FileNotFoundError, ValueError: as `load_openai_arrays` and
-        `build_model`; ValueError also when `model_dir` already holds a
-        config or checkpoints.
-    """
-    for existing in (CONFIG_FILE, CHECKPOINT_SUBDIR):
-        if tf.io.gfile.exists(os.path.join(model_dir, existing)):
-            raise errors.InvalidValueError(
-                f"{model_dir}: already holds {existing}; import into a new folder"
-            )
-    arrays = load_openai_arrays(weights_dir)
-    model = build_model(arrays)
-    hidden, embed = model.hidden_size, model.embedding_size
-    if (hidden, embed) != (PUBLISHED_HIDDEN_SIZE, PUBLISHED_EMBEDDING_SIZE):
-        logging.warning(
-            "%s holds a %d-unit model with a %d-wide embedding; the release is %d and %d.",
-            weights_dir,
-            hidden,
-            embed,
-            PUBLISHED_HIDDEN_SIZE,
-            PUBLISHED_EMBEDDING_SIZE,
-        )
-    config = TrainConfig(
-        model_dir=model_dir, hidden_size=hidden, embedding_size=embed, weight_norm=True
-    )
-    tf.io.gfile.makedirs(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    checkpoint = tf.train.Checkpoint(model=model).save(
-        os.path.join(model_dir, CHECKPOINT_SUBDIR, "ckpt")
-    )
-    fileio.write_json_atomic(
-        os.path.join(model_dir, IMPORT_FILE),
-        {
-            "source": "openai/generating-reviews-discovering-sentiment",
-            "weights_dir": weights_dir,
-            "hidden_size": hidden,
-            "embedding_size": embed,
-        },
-    )
-    # config.json last: a folder with one holds a complete model.
-    fileio.write_text_atomic(os.path.join(model_dir, CONFIG_FILE), config.to_json())
-    _check_round_trip(model_dir, config, model)
-    logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
-    return {
-        "model_dir": model_dir,
-        "hidden_size": hidden,
-        "embedding_size": embed,
-        "checkpoint": checkpoint,
-    }
-
-
-def _check_round_trip(model_dir, config, model):
-    """Raises ValueError unless the saved checkpoint restores `model`'s weights.
-
-    Restores into a fresh model of `config`'s sizes (the checkpoint's keys
+    Restores into a fresh model of `model`'s sizes (the checkpoint's keys
     are the model's attribute names, as for `load_trained_model`'s model),
     and requires every saved value to be used and every weight equal.
+
+    Args:
+      checkpoint_path: a checkpoint prefix written by
+        `tf.train.Checkpoint(model=model).save(...)`.
+      model: the model that was saved (`build_model`'s result).
     """
-    checkpoint = tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
-    loaded = _unfilled_model(config.hidden_size, config.embedding_size, model.name)
-    tf.train.Checkpoint(model=loaded).restore(checkpoint).assert_consumed()
+    loaded = _unfilled_model(model.hidden_size, model.embedding_size, model.name)
+    tf.train.Checkpoint(model=loaded).restore(checkpoint_path).assert_consumed()
     want = {_relative_path(v): v.numpy() for v in model.weights}
     for variable in loaded.weights:
         path = _relative_path(variable)
         if not np.array_equal(variable.numpy(), want[path]):
-            raise errors.InvalidValueError(f"{checkpoint}: read back a different {path}")
+            raise errors.InvalidValueError(f"{checkpoint_path}: read back a different {path}")
