@@ -29,6 +29,12 @@ from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
+from tf_mlstm.models.classifier import MLSTMClassifier
+from tf_mlstm.models.classifier import frame_left_padded
+from tf_mlstm.models.classifier import lm_loss_per_text
+from tf_mlstm.models.classifier import predict_features
+from tf_mlstm.models.classifier import predict_probabilities
+from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
@@ -107,18 +113,18 @@ def _small_encoder():
     return encoder
 
 
-@pytest.mark.parametrize("feature", (*finetune.FEATURES, "mean,max,min,std"))
+@pytest.mark.parametrize("feature", (*SEQUENCE_KINDS, "mean,max,min,std"))
 def test_left_padding_gives_each_text_its_own_result(feature):
-    model = finetune.SequenceClassifier(_small_encoder(), 2, feature)
+    model = MLSTMClassifier(_small_encoder(), 2, feature)
     texts = ["a much longer text than the others", "short", "mid length"]
-    ids, _, lengths, _ = finetune.frame_left_padded(texts, 64)
+    ids, _, lengths, _ = frame_left_padded(texts, 64)
     for training in (False, True):
         logits, hidden = model(ids, lengths, training=training)
-        lm = finetune.lm_loss_per_text(model, hidden, ids, lengths)
+        lm = lm_loss_per_text(model, hidden, ids, lengths)
         for row, text in enumerate(texts):
-            one_ids, _, one_lengths, _ = finetune.frame_left_padded([text], 64)
+            one_ids, _, one_lengths, _ = frame_left_padded([text], 64)
             one_logits, one_hidden = model(one_ids, one_lengths, training=training)
-            one_lm = finetune.lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
+            one_lm = lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
             np.testing.assert_allclose(logits[row], one_logits[0], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(lm[row], one_lm[0], rtol=1e-5)
 
@@ -128,9 +134,9 @@ def test_head_features_are_the_served_features_and_differentiable():
     and a one-byte text (variance 0) still has a finite gradient."""
     encoder = _small_encoder()
     kinds = ("std", "cell", "max", "hidden", "min", "mean")
-    model = finetune.SequenceClassifier(encoder, 1, ",".join(kinds))
+    model = MLSTMClassifier(encoder, 1, ",".join(kinds))
     texts = ["a much longer text than the others", "short", ""]
-    ids, _, lengths, _ = finetune.frame_left_padded(texts, 64)
+    ids, _, lengths, _ = frame_left_padded(texts, 64)
     features, _ = model.text_features(ids, lengths)
     right = framing.frame_ids_tf(tf.constant(texts), "right", max_length=64, pad_to_multiple=64)
     served = featurize.featurize_ids(encoder, right.ids, right.valid, window=64)
@@ -144,7 +150,7 @@ def test_head_features_are_the_served_features_and_differentiable():
 
 
 def test_long_texts_are_cut_to_max_length():
-    ids, _, lengths, truncated = finetune.frame_left_padded(["abcdef", "ab"], 4)
+    ids, _, lengths, truncated = frame_left_padded(["abcdef", "ab"], 4)
     assert ids.dtype == np.uint8 and ids.tolist() == [[10, 97, 98, 99], [0, 10, 97, 98]]
     assert lengths.tolist() == [4, 3] and truncated.tolist() == [True, False]
 
@@ -207,9 +213,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
     assert 0 < results["history"][-1]["lm_loss"] < math.log(256)
     assert set(results["validation"]["per_label"]) == {"label", "long"}
     assert {"exact_match", "macro_f1", "f1", "accuracy"} <= set(results["validation"])
-    probabilities = finetune.predict_probabilities(
-        tuner.model, job.splits["validation"], config.max_length
-    )
+    probabilities = predict_probabilities(tuner.model, job.splits["validation"], config.max_length)
     assert probabilities.shape == (80, 2)
 
 
@@ -324,9 +328,7 @@ def test_a_label_map_makes_named_classes_and_integer_labels_beyond_0_1_are_k_cla
 
 
 def test_head_dropout_is_seeded_and_only_in_training():
-    model = finetune.SequenceClassifier(
-        _small_encoder(), 3, softmax=True, head_hidden=8, head_dropout=0.5
-    )
+    model = MLSTMClassifier(_small_encoder(), 3, softmax=True, head_hidden=8, head_dropout=0.5)
     assert set(model.head_layers()) == {"classifier", "head_hidden"}
     features = np.ones((4, 12), np.float32)
     inference = model.head(features)
@@ -337,7 +339,7 @@ def test_head_dropout_is_seeded_and_only_in_training():
     assert not np.allclose(first, inference)
     probabilities = model.probabilities(inference)
     np.testing.assert_allclose(np.sum(probabilities, axis=1), 1.0, rtol=1e-6)
-    restored = finetune.SequenceClassifier.from_config(model.get_config())
+    restored = MLSTMClassifier.from_config(model.get_config())
     assert (restored.softmax, restored.head_hidden, restored.head_dropout) == (True, 8, 0.5)
 
 
@@ -360,12 +362,12 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     outputs = len(job.names)
     if job.kind == "binary":
         outputs = 1
-    model = finetune.SequenceClassifier(
+    model = MLSTMClassifier(
         encoder, outputs, config.features, job.kind == "multiclass", head_init=job.head_init
     )
     x, y = {}, {}
     for name in ("train", "validation"):
-        x[name] = finetune.predict_features(model, job.splits[name].texts, config.max_length)
+        x[name] = predict_features(model, job.splits[name].texts, config.max_length)
         y[name] = job.targets[name].astype(np.int64)
         if job.kind == "binary":
             y[name] = y[name][:, 0]
@@ -384,7 +386,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     want = regression.predict_proba(x["validation"])
     if job.kind == "binary":
         want = want[:, 1:]
-    got = finetune.predict_probabilities(model, job.splits["validation"], config.max_length)
+    got = predict_probabilities(model, job.splits["validation"], config.max_length)
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert job.probe["validation"] == regression.metrics(x["validation"], y["validation"])
     # A probe that learned something: the toy labels are in the last word.
@@ -627,7 +629,7 @@ _SERVING_TEXTS = [
 )
 def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feature, head_hidden):
     outputs = 1 if kind == "binary" else len(classes)
-    model = finetune.SequenceClassifier(
+    model = MLSTMClassifier(
         _small_encoder(), outputs, feature, kind == "multiclass", head_hidden, head_dropout=0.5
     )
     rng = np.random.default_rng(0)

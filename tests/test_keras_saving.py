@@ -1,7 +1,7 @@
 """`.keras` round trips of every registered Keras object: same config, weights and outputs.
 
 Registered under the `tf_mlstm` package: `MLSTMCell`, `MLSTM`,
-`MLSTMLanguageModel`, `SequenceClassifier`, `PreReducedAdam` and
+`MLSTMLanguageModel`, `MLSTMClassifier`, `PreReducedAdam` and
 `LargeBatchSchedule` (the last two saved as a compiled model's optimizer).
 """
 
@@ -13,10 +13,10 @@ import tensorflow as tf
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.layers import MLSTM
 from tf_mlstm.layers import MLSTMCell
+from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
-from tf_mlstm.transfer.finetune import SequenceClassifier
 
 RNG = np.random.RandomState(0)
 VECTORS = RNG.randn(2, 5, 3).astype("float32")
@@ -106,11 +106,11 @@ def test_sequence_classifier(tmp_path):
     keras.utils.set_random_seed(4)
     encoder = MLSTMLanguageModel(hidden_size=8, embedding_size=4)
     encoder.build()
-    model = SequenceClassifier(encoder, num_labels=3, feature="mean")
+    model = MLSTMClassifier(encoder, num_labels=3, feature="mean")
     lengths = tf.constant([7, 4])
     want = model(IDS, lengths)
     loaded = _round_trip(model, tmp_path / "classifier.keras")
-    assert type(loaded) is SequenceClassifier and type(loaded.encoder) is MLSTMLanguageModel
+    assert type(loaded) is MLSTMClassifier and type(loaded.encoder) is MLSTMLanguageModel
     assert loaded.get_config() == model.get_config()
     _assert_same_weights(loaded, model)
     _assert_same_values(loaded(IDS, lengths), want)

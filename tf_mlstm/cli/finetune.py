@@ -35,6 +35,7 @@ from absl import flags
 
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.transfer import settings as finetune_lib
 
 FLAGS = flags.FLAGS
@@ -95,7 +96,7 @@ def define_finetune_flags():
         "features",
         _default("features"),
         "The head's features, one or several (concatenated) of "
-        f"{','.join(finetune_lib.FEATURES)}: the final cell or hidden state, or the mean, "
+        f"{','.join(SEQUENCE_KINDS)}: the final cell or hidden state, or the mean, "
         "max, min or std of the hidden state over the text.",
     )
     flags.DEFINE_enum(

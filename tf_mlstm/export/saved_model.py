@@ -66,6 +66,7 @@ from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
+from tf_mlstm.models.kinds import FEATURE_KINDS
 
 # Documented import path (docs/transfer.md); the run folder's owner defines it.
 from tf_mlstm.rundir import load_trained_model  # noqa: F401 pylint: disable=unused-import
@@ -95,7 +96,7 @@ class ClassifierHead:
     never depends on the transfer code.
 
     Attributes:
-      feature_kinds: which of `featurize.FEATURE_KINDS` are concatenated, in order.
+      feature_kinds: which of `kinds.FEATURE_KINDS` are concatenated, in order.
       mean: [D] standardizer mean (D = hidden size x number of kinds).
       scale: [D] standardizer scale.
       weights: [R, D] output weights on standardized features (or on the
@@ -151,7 +152,7 @@ class ClassifierHead:
 
     def check(self, hidden_size):
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
-        known = featurize.FEATURE_KINDS + (words.NGRAM_KIND,)
+        known = FEATURE_KINDS + (words.NGRAM_KIND,)
         unknown = [k for k in self.feature_kinds if k not in known]
         if unknown or not self.feature_kinds:
             raise errors.InvalidValueError(

@@ -1,5 +1,24 @@
-"""The byte-level mLSTM language model, featurization and sampling."""
+"""The byte-level mLSTM models: the language model, the classifier on it,
+featurization, pooling and sampling.
 
-from tf_mlstm.models.language_model import MLSTMLanguageModel
+Imported lazily (PEP 562): `tf_mlstm.models.kinds` names the feature kinds
+without TensorFlow, so flag checks read them at once.
+"""
 
-__all__ = ["MLSTMLanguageModel"]
+import importlib
+
+_LAZY = {
+    "MLSTMLanguageModel": ("tf_mlstm.models.language_model", "MLSTMLanguageModel"),
+    "MLSTMClassifier": ("tf_mlstm.models.classifier", "MLSTMClassifier"),
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tf_mlstm.models' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value

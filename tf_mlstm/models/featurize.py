@@ -14,29 +14,8 @@ signatures and the transfer tools. They take the ids and mask of
 import tensorflow as tf
 
 from tf_mlstm.layers import recurrence
-
-FEATURE_KINDS = (
-    "cell",
-    "hidden",
-    "mean",
-    "max",
-    "min",
-    "std",
-    "cell_mean",
-    "cell_max",
-    "cell_min",
-)
-"""What `featurize_ids` computes for each text, [N, H] each:
-
-- cell, hidden: the final cell and hidden state (Radford et al. 2017 used the
-  final cell state of a long-trained 4096-unit model);
-- mean, max, min, std: statistics of the hidden state over the text's bytes;
-- cell_mean, cell_max, cell_min: the same of the cell state.
-
-The pooled kinds matter for small or briefly trained models, whose final state
-forgets most of a sentence (docs/transfer.md gives the measurements). The order
-is fixed: classifier files name kinds, and new kinds only ever go at the end.
-"""
+from tf_mlstm.models import pooling
+from tf_mlstm.models.kinds import FEATURE_KINDS
 
 
 def _windows(model, ids, valid, window, body, initial, pool=False):
@@ -79,22 +58,7 @@ def featurize_ids(model, ids, valid, window=256):
         tf.zeros((tf.shape(ids)[0], model.hidden_size), model.compute_dtype)
     )
     h, c, acc = _windows(model, ids, valid, window, pool, initial, pool=True)
-    acc = {key: tf.cast(value, tf.float32) for key, value in acc.items()}
-    count = tf.maximum(tf.reduce_sum(valid, axis=1, keepdims=True), 1.0)
-    mean = acc["h_sum"] / count
-    return {
-        "cell": tf.cast(c, tf.float32),
-        "hidden": tf.cast(h, tf.float32),
-        "mean": mean,
-        "max": acc["h_max"],
-        "min": acc["h_min"],
-        # E[h^2] - E[h]^2 in float32; h is in (-1, 1), so the difference is
-        # exact enough, and rounding below zero is clipped.
-        "std": tf.sqrt(tf.maximum(acc["h_square_sum"] / count - mean * mean, 0.0)),
-        "cell_mean": acc["c_sum"] / count,
-        "cell_max": acc["c_max"],
-        "cell_min": acc["c_min"],
-    }
+    return pooling.pooled_features(acc, (h, c), tf.reduce_sum(valid, axis=1), FEATURE_KINDS)
 
 
 def score_ids(model, ids, valid, window=256):

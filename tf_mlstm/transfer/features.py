@@ -35,12 +35,12 @@ from tf_mlstm import rundir
 from tf_mlstm.data import framing
 from tf_mlstm.data.words import NGRAM_KIND
 from tf_mlstm.models import featurize
+from tf_mlstm.models.kinds import FEATURE_KINDS
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
 from tf_mlstm.train import autotune
 from tf_mlstm.train import hardware
 
-FEATURE_KINDS = featurize.FEATURE_KINDS
 FEATURE_GROUPS = (
     ("cell", "hidden"),
     ("mean", "max", "min", "std"),

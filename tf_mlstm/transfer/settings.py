@@ -12,11 +12,8 @@ from tf_mlstm import config as train_config_lib
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
+from tf_mlstm.models.kinds import SEQUENCE_KINDS
 
-FEATURES = ("cell", "hidden", "mean", "max", "min", "std")
-"""The feature kinds a fine-tuned head reads, as `models.featurize.FEATURE_KINDS`
-names them: the final cell and hidden state, and statistics of the hidden
-state over the text. Several are concatenated in the order given."""
 HEAD_INITS = ("random", "probe")
 """How the head starts: random, or (`probe`, linear heads) the logistic
 regression fitted on the starting model's features of the training texts
@@ -111,7 +108,7 @@ class FinetuneConfig(
     model_dir: str = ""
     max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
     # Model and loss.
-    features: str = "cell"  # one or several (comma-separated) of FEATURES
+    features: str = "cell"  # one or several (comma-separated) of SEQUENCE_KINDS
     head_init: str = "random"
     head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
     head_dropout: float = 0.0  # dropout before the output layer, in training
@@ -137,10 +134,10 @@ class FinetuneConfig(
         self.validate_labeled_data()
         train_config_lib.validate_runner_settings(self)
         kinds = self.feature_kinds
-        unknown = [kind for kind in kinds if kind not in FEATURES]
+        unknown = [kind for kind in kinds if kind not in SEQUENCE_KINDS]
         if not kinds or unknown or len(set(kinds)) != len(kinds):
             raise errors.InvalidValueError(
-                f"--features must name distinct kinds of {','.join(FEATURES)}, got "
+                f"--features must name distinct kinds of {','.join(SEQUENCE_KINDS)}, got "
                 f"{self.features!r}."
             )
         if self.head_init == "probe" and self.head_hidden:

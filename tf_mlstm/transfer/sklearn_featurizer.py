@@ -38,7 +38,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
 
     Args:
       model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-      features: comma-separated feature kinds (`features.FEATURE_KINDS`),
+      features: comma-separated feature kinds (`models.kinds.FEATURE_KINDS`),
         concatenated in that table's order; "auto" needs labels, so it is
         refused here.
       batch_size: texts per model call.
