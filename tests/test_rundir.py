@@ -18,7 +18,6 @@ from _models import write_untrained_model_dir
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
-from tf_mlstm.export import saved_model
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
@@ -47,10 +46,6 @@ def _warnings(caplog):
 
 
 # === Layout ===
-
-
-def test_documented_import_path_is_the_run_folder_loader():
-    assert saved_model.load_trained_model is rundir.load_trained_model
 
 
 # === Configs on resume ===

@@ -68,9 +68,6 @@ from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
 from tf_mlstm.models.kinds import FEATURE_KINDS
 
-# Documented import path (docs/transfer.md); the run folder's owner defines it.
-from tf_mlstm.rundir import load_trained_model  # noqa: F401 pylint: disable=unused-import
-
 SERVING_WINDOW = 256
 DEFAULT_MAX_TEXT_BYTES = 65536
 """Longest text or prompt a signature accepts, in UTF-8 bytes before normalization."""
