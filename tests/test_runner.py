@@ -244,11 +244,11 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
 
     model_dir = tmp_path / "run"
     max_steps = 150
-    command = _preemption_flags(model_dir, data_dir, max_steps) + [
-        "--distribution_strategy=multi_worker"
-    ]
 
-    def launch(name):
+    def launch(name, run_dir=model_dir):
+        command = _preemption_flags(run_dir, data_dir, max_steps) + [
+            "--distribution_strategy=multi_worker"
+        ]
         ports = local_cluster.pick_ports(2)
         procs, logs = [], []
         for index in range(2):
@@ -289,4 +289,10 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
     assert "restarts from zeros" not in both and "input restarts" not in both
     # Zero steps lost: the relaunch starts right after the stop step.
     assert min(int(s) for s in _LOGGED_STEP.findall(chief)) == stop_step + 1
-    assert json.loads((model_dir / "results.json").read_text())["step"] == max_steps
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["step"] == max_steps
+    # Nothing lost means the weights of a run that was never stopped, to the bit.
+    codes, texts = wait_for(*launch("whole", tmp_path / "whole"), timeout=300)
+    assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
+    reference = json.loads((tmp_path / "whole" / "results.json").read_text())
+    assert results["weights_sha256"] == reference["weights_sha256"]
