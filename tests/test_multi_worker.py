@@ -228,6 +228,14 @@ def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, da
     assert stopped_after < HEARTBEAT_TIMEOUT_S + 20, stopped_after
     last = _latest_checkpoint_step(model_dir)
     assert 20 <= last < max_steps
+    # Exactly one such line, and it names the checkpoint the relaunch resumes from.
+    lines = [line for line in survivor.splitlines() if "Relaunch every worker" in line]
+    assert len(lines) == 1, lines
+    assert re.search(
+        r"worker 0 stops at step \d+: a peer worker stopped \(.+\)\. Relaunch every worker "
+        rf"with the same command to resume from the last checkpoint \(ckpt-{last}\)\.$",
+        lines[0],
+    ), lines[0]
 
     code, log = _run_launcher(2, tmp_path / "second.txt", args)
     assert code == 0, log[-4000:]
