@@ -316,6 +316,19 @@ def test_negative_numbers_are_one_line_before_tensorflow_starts(flag):
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("flag", ["--lr=nan", "--clip_norm=inf", "--max_minutes=nan"])
+def test_non_finite_numbers_are_one_line_before_tensorflow_starts(flag):
+    done = _console("train", flag)
+    name, value = flag.split("=")
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
+    assert lines == [
+        f"tf-mlstm-train: {name} must be a finite number, got {value}. (--help lists the flags)"
+    ], done.stderr
+    assert "tensorflow imported: False" in done.stderr
+    assert done.stdout == ""
+
+
 @pytest.mark.parametrize("module", sorted(_BINARIES))
 def test_bad_arguments_get_a_short_answer_without_the_usage_text(module):
     """Missing required flags (absl's short message) or a stray argument (one line):
