@@ -66,6 +66,9 @@ from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import MULTILABEL
+from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import FEATURE_KINDS
 
 SERVING_WINDOW = 256
@@ -146,6 +149,11 @@ class ClassifierHead:
     def binary(self):
         """Two classes, one logit."""
         return not self.multilabel and len(self.classes) == 2
+
+    @property
+    def head(self):
+        """The `models.head.HeadSpec`: how the logits become decisions."""
+        return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
 
     def check(self, hidden_size):
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
@@ -277,10 +285,6 @@ class ServingModule(tf.Module):
                 self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
             else:
                 self.classifier_classes = self.classifier_names
-            thresholds = classifier.thresholds
-            if classifier.binary and not len(thresholds):
-                thresholds = (0.5,)
-            self.classifier_thresholds = tf.constant(np.asarray(thresholds, np.float32).reshape(-1))
             self.classifier_hidden = None
             if classifier.hidden_weights is not None:
                 self.classifier_hidden = (
@@ -404,29 +408,17 @@ class ServingModule(tf.Module):
             + self.classifier_bias
         )
         names = tf.tile(self.classifier_names[None, :], [tf.shape(x)[0], 1])
-        if self.classifier.multilabel:
-            probabilities = tf.sigmoid(logits)
-            labels = tf.cast(probabilities > self.classifier_thresholds, tf.int64)
-            return {"probabilities": probabilities, "classes": names, "labels": labels}
-        if not self.classifier.binary:
-            predicted = tf.argmax(logits, axis=1, output_type=tf.int32)
-            return {
-                "probabilities": tf.nn.softmax(logits, axis=1),
-                "classes": names,
-                "label": tf.gather(self.classifier_classes, predicted),
-            }
-        probability = tf.sigmoid(logits[:, 0])
-        positive = tf.cast(probability > self.classifier_thresholds[0], tf.int32)
-        if not self.classifier.thresholds:
-            positive = tf.cast(logits[:, 0] > 0, tf.int32)  # exactly 0.5, no rounding
-        outputs = {
-            "probabilities": tf.stack([1.0 - probability, probability], axis=1),
-            "classes": names,
-            "probability": probability,
-            "label": tf.gather(self.classifier_classes, positive),
-        }
-        if self.classifier.neuron >= 0:
-            outputs["neuron"] = x[:, self.classifier.neuron]
+        head = self.classifier.head
+        outputs = {"probabilities": head.probabilities_tf(logits), "classes": names}
+        decided = head.decide_tf(logits)
+        if head.kind == MULTILABEL:
+            outputs["labels"] = decided
+            return outputs
+        outputs["label"] = tf.gather(self.classifier_classes, decided)
+        if head.kind == BINARY:
+            outputs["probability"] = outputs["probabilities"][:, 1]
+            if self.classifier.neuron >= 0:
+                outputs["neuron"] = x[:, self.classifier.neuron]
         return outputs
 
     def signatures(self):

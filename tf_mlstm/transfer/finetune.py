@@ -70,6 +70,10 @@ from tf_mlstm.models.classifier import frame_left_padded
 from tf_mlstm.models.classifier import lm_loss_per_text
 from tf_mlstm.models.classifier import predict_features
 from tf_mlstm.models.classifier import predict_probabilities
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import MULTICLASS
+from tf_mlstm.models.head import MULTILABEL
+from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
@@ -86,9 +90,6 @@ from tf_mlstm.transfer import settings
 # that `tf-mlstm-finetune --help` and its flag checks answer at once.
 THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 FinetuneConfig = settings.FinetuneConfig
-
-# The task kinds, named as in a logistic classifier's classifier.json.
-BINARY, MULTICLASS, MULTILABEL = "binary", "multiclass", "multilabel"
 
 
 def task_kind(data):
@@ -629,13 +630,15 @@ class FinetunedClassifier:
             outputs = np.concatenate([1.0 - outputs, outputs], axis=1)
         return outputs
 
+    @property
+    def head(self):
+        """The `models.head.HeadSpec`: how the probabilities become decisions."""
+        thresholds = () if self.thresholds is None else tuple(self.thresholds.tolist())
+        return HeadSpec(self.kind, self.classes, thresholds)
+
     def predict(self, probabilities):
         """The predictions for `predict_proba`'s output: [N] classes, or [N, L] 0/1."""
-        if self.kind == MULTILABEL:
-            return (probabilities > self.thresholds).astype(np.int64)
-        if self.kind == BINARY:
-            return (probabilities[:, 1] > self.thresholds[0]).astype(np.int64)
-        return np.asarray(self.classes, dtype=object)[np.argmax(probabilities, axis=1)]
+        return self.head.decide(probabilities)
 
     def serving_head_arrays(self):
         """The head as the fields of an `export.saved_model.ClassifierHead`.

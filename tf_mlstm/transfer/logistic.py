@@ -40,13 +40,13 @@ import numpy as np
 from absl import logging
 from scipy import sparse
 from scipy.special import expit
-from scipy.special import softmax
 from sklearn import metrics as sk_metrics
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm import errors
 from tf_mlstm.export.saved_model import ClassifierHead
+from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
@@ -218,11 +218,14 @@ class LogisticClassifier:
         return tuple(k for k in self.feature_kinds if k != ngrams_lib.NGRAM_KIND)
 
     @property
+    def head(self):
+        """The `models.head.HeadSpec`: how the outputs become decisions."""
+        return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
+
+    @property
     def kind(self):
         """ "binary", "multiclass" or "multilabel"."""
-        if self.multilabel:
-            return "multilabel"
-        return "binary" if len(self.classes) == 2 else "multiclass"
+        return self.head.kind
 
     @property
     def neuron(self):
@@ -258,20 +261,12 @@ class LogisticClassifier:
 
     def predict_proba(self, x):
         """Probabilities: [N, K] over the classes (binary [N, 2]), or [N, L] per label."""
-        logits = self.decision_function(x)
-        if self.kind == "binary":
-            positive = expit(logits)
-            return np.stack([1.0 - positive, positive], axis=1)
-        return expit(logits) if self.multilabel else softmax(logits, axis=1)
+        return self.head.probabilities(self.decision_function(x))
 
     def predict(self, x):
         """Predicted classes [N] (from `classes`), or [N, L] 0/1 labels."""
-        if self.multilabel:
-            return (self.predict_proba(x) > np.asarray(self.thresholds)).astype(np.int64)
         logits = self.decision_function(x)
-        if self.kind == "binary":
-            return np.asarray(self.classes)[(logits > 0).astype(np.int64)]
-        return np.asarray(self.classes)[np.argmax(logits, axis=1)]
+        return self.head.decide(self.head.probabilities(logits), logits)
 
     def accuracy(self, x, labels):
         """Fraction of predictions equal to `labels` (multilabel: over every label)."""
