@@ -103,10 +103,10 @@ def test_classification_streams_in_chunks_of_bounded_size(tmp_path):
 
 
 def test_the_csv_grows_chunk_by_chunk(tmp_path):
-    from tf_mlstm.cli import classify as classify_cli
+    from tf_mlstm.transfer import predict
 
     stream = io.StringIO()
-    writer = classify_cli.CsvWriter(stream, (0, 1), multilabel=False)
+    writer = predict.PredictionsCsv(stream, (0, 1), multilabel=False)
     writer.write([1, 2], np.array([[0.2, 0.8], [0.9, 0.1]]), np.array([1, 0]))
     assert stream.getvalue().splitlines() == [
         "index,line,probability,label",

@@ -46,6 +46,7 @@ from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer import predict
 
 _WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
 
@@ -695,7 +696,7 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     assert lines == [1, 2, 3] and classes == ("neg", "neutral", "pos")
     np.testing.assert_allclose(probabilities, want[:3], atol=1e-6)
     out = io.StringIO()
-    classify_cli.write_csv(out, lines, probabilities, labels, classes)
+    predict.write_predictions_csv(out, lines, probabilities, labels, classes)
     header = out.getvalue().splitlines()[0]
     assert header == "index,line,label,probability_neg,probability_neutral,probability_pos"
     with pytest.raises(ValueError, match="is not a finished tf-mlstm-finetune run"):

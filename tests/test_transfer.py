@@ -36,6 +36,7 @@ from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
 from tf_mlstm.transfer import ngrams
+from tf_mlstm.transfer import predict
 from tf_mlstm.transfer.sklearn_featurizer import MLSTMFeaturizer
 
 # Lengths chosen to cross the 256-byte window and to mix short and long.
@@ -473,7 +474,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     assert lines == [1, 3]
     np.testing.assert_allclose(again, probabilities, atol=1e-6)
     out_csv = io.StringIO()
-    classify_cli.write_csv(out_csv, lines, again, labels_again, classes)
+    predict.write_predictions_csv(out_csv, lines, again, labels_again, classes)
     rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
     assert list(rows[0]) == ["index", "line", "probability", "label"]
     assert [row["index"] for row in rows] == ["0", "1"]
@@ -680,7 +681,7 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
     assert set(labels) <= set(classes)
     out_csv = io.StringIO()
-    classify_cli.write_csv(out_csv, lines, probabilities, labels, classes)
+    predict.write_predictions_csv(out_csv, lines, probabilities, labels, classes)
     rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
     assert list(rows[0]) == ["index", "line", "label"] + [f"probability_{c}" for c in classes]
     assert [row["label"] for row in rows] == list(labels)
@@ -738,7 +739,7 @@ def test_several_labels_through_transfer_and_classify(tmp_path_factory, tmp_path
     classifier = logistic.LogisticClassifier.load(str(tmp_path / "out" / "classifier.json"))
     np.testing.assert_array_equal(labels, probabilities > np.array(classifier.thresholds))
     out_csv = io.StringIO()
-    classify_cli.write_csv(out_csv, lines, probabilities, labels, classes)
+    predict.write_predictions_csv(out_csv, lines, probabilities, labels, classes)
     rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
     assert list(rows[0]) == ["index", "line", "labels"] + [f"probability_{c}" for c in classes]
     chosen = [";".join(c for c, on in zip(classes, row) if on) for row in labels]

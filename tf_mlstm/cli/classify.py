@@ -41,7 +41,6 @@ the classifier was fitted in (as tf-mlstm-export serves it).
 """
 
 import contextlib
-import csv
 import dataclasses
 import itertools
 import sys
@@ -124,79 +123,6 @@ def define_classify_flags():
     )
 
 
-def iter_texts(spec, text_keys, stdin=None, read_stats=None):
-    """Streams the texts to classify, with the line each starts at, in reading order.
-
-    Records that cannot be used are skipped and counted in a `readers.SkipLog`
-    whose summary is logged once the input is read (one line with the counts
-    per reason, then the first examples as "path:line: message"); stdin is
-    "<stdin>" there.
-
-    Args:
-      spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
-      text_keys: keys/columns holding the text.
-      stdin: the stream read for "-" (default: the bytes of `sys.stdin`); a
-        text stream is accepted too.
-      read_stats: a `readers.ReadStats` the file reader keeps up to date (the
-        bytes read, for the progress), or None.
-
-    Yields:
-      (line, text): a normalized text and the line it starts at.
-
-    Raises:
-      FileNotFoundError: a file or glob names nothing (before the first text).
-      ValueError: nothing to classify (once the input is read).
-    """
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-
-    count = 0
-    if spec == "-":
-        skip_log = readers.SkipLog()
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        for number, line in enumerate(stream, 1):
-            text = _stdin_text(line, number, skip_log)
-            if text:
-                count += 1
-                yield number, text
-        skip_log.log_summary()
-    else:
-        paths = readers.expand_inputs(spec)
-        for document in readers.read_documents(paths, text_keys, read_stats=read_stats):
-            count += 1
-            yield document.line, document.text
-    if not count:
-        raise errors.InvalidValueError(f"{'stdin' if spec == '-' else spec}: no text to classify")
-
-
-def read_texts(spec, text_keys, stdin=None):
-    """All of `iter_texts` as lists: (texts, lines)."""
-    pairs = list(iter_texts(spec, text_keys, stdin))
-    return [text for _, text in pairs], [line for line, _ in pairs]
-
-
-def _stdin_text(line, number, skip_log):
-    """One stdin line (bytes or str) -> normalized text, or None after counting a skip."""
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.data.text import normalize_text  # pylint: disable=g-import-not-at-top
-
-    if isinstance(line, bytes):
-        try:
-            # Strict: the locale's decoder would crash, or smuggle the bytes in as escapes.
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            skip_log.add(
-                readers.INVALID_UTF8, "<stdin>", number, f"invalid UTF-8 at byte {e.start}"
-            )
-            return None
-    if not line.strip():
-        skip_log.add(readers.EMPTY_LINE, "<stdin>", number, "blank line")
-        return None
-    text = normalize_text(line)
-    if not text:
-        skip_log.add(readers.EMPTY_TEXT, "<stdin>", number, "empty after normalization")
-    return text or None
-
-
 def load_predictor(config):
     """The model and classifier of `config`, as one function of texts.
 
@@ -233,49 +159,18 @@ def load_predictor(config):
 
 
 def classify_chunks(config, stdin=None):
-    """Classifies `config.input` `config.chunk_texts` texts at a time.
-
-    Memory holds one chunk of texts and their features, whatever the size of
-    the input; progress (texts and characters done, their rate) is reported
-    as chunks finish.
-
-    Args:
-      config: a validated `ClassifyConfig`.
-      stdin: the stream read for `--input=-` (default `sys.stdin`).
+    """`predict.classify_in_chunks` of `config`'s model, classifier and input.
 
     Yields:
-      (lines, probabilities, labels, classes) of each chunk, in reading order
-      (see `load_predictor`).
+      (lines, probabilities, labels, classes) of each chunk of
+      `config.chunk_texts` texts, in reading order (see `load_predictor`).
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
 
-    from tf_mlstm.data import readers  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.progress import Progress  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.progress import byte_unit  # pylint: disable=g-import-not-at-top
-
-    predict, classes = load_predictor(config)
-    read_stats = readers.ReadStats()
-    texts = iter_texts(config.input, config.text_keys, stdin, read_stats)
-    if config.input == "-":  # How much will come is not known.
-        progress = Progress("Classifying", None, "texts")
-    else:
-        paths = readers.expand_inputs(config.input)
-        total = sum(tf.io.gfile.stat(path).length for path in paths)
-        unit, scale = byte_unit(total)
-        progress = Progress("Classifying", total, unit, scale=scale)
-    done = 0
-    with progress:
-        while chunk := list(itertools.islice(texts, config.chunk_texts)):
-            lines = [line for line, _ in chunk]
-            probabilities, labels = predict([text for _, text in chunk])
-            done += len(chunk)
-            if config.input == "-":
-                progress.update(done)
-            else:  # The input read so far, as stored: the share of it classified.
-                progress.update(read_stats.stored_bytes, texts=done)
-            yield lines, probabilities, labels, classes
-        if config.input != "-":  # All read: the final line says all of it.
-            progress.update(read_stats.stored_bytes, texts=done)
+    model_predict, classes = load_predictor(config)
+    yield from predict.classify_in_chunks(
+        model_predict, classes, config.input, config.text_keys, config.chunk_texts, stdin
+    )
 
 
 def classify(config, stdin=None):
@@ -291,44 +186,6 @@ def classify(config, stdin=None):
     return lines, probabilities, labels, chunks[0][3]
 
 
-class CsvWriter:
-    """Writes the predictions CSV (columns: see the module doc) a chunk at a time."""
-
-    def __init__(self, stream, classes, multilabel):
-        self._writer = csv.writer(stream, lineterminator="\n")
-        self._stream = stream
-        self._classes = tuple(classes)
-        self._multilabel = multilabel
-        self.rows = 0
-        columns = [f"probability_{name}" for name in self._classes]
-        if multilabel:
-            self._writer.writerow(["index", "line", "labels", *columns])
-        elif len(self._classes) == 2:
-            self._writer.writerow(["index", "line", "probability", "label"])
-        else:
-            self._writer.writerow(["index", "line", "label", *columns])
-
-    def write(self, lines, probabilities, labels):
-        """Appends the rows of one chunk and flushes them."""
-        for line, row, label in zip(lines, np.asarray(probabilities), np.asarray(labels)):
-            if self._multilabel:
-                names = ";".join(str(name) for name, on in zip(self._classes, label) if on)
-                cells = [names, *(f"{p:.6f}" for p in row)]
-            elif len(self._classes) == 2:
-                cells = [f"{row[1]:.6f}", label]
-            else:
-                cells = [label, *(f"{p:.6f}" for p in row)]
-            self._writer.writerow([self.rows, line, *cells])
-            self.rows += 1
-        self._stream.flush()
-
-
-def write_csv(stream, lines, probabilities, labels, classes=(0, 1)):
-    """Writes the whole predictions CSV to `stream` at once (see `CsvWriter`)."""
-    writer = CsvWriter(stream, classes, np.asarray(labels).ndim == 2)
-    writer.write(lines, probabilities, labels)
-
-
 def main(config):
     """Classifies the input a chunk at a time, writing each chunk's rows as it goes.
 
@@ -337,6 +194,7 @@ def main(config):
     renamed in at the end, so a failure leaves an earlier one as it was.
     """
     from tf_mlstm import fileio  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
 
     chunks = classify_chunks(config)
     first = next(chunks)
@@ -349,7 +207,7 @@ def main(config):
         writer = None
         for lines, probabilities, labels, classes in itertools.chain([first], chunks):
             if writer is None:
-                writer = CsvWriter(stream, classes, np.asarray(labels).ndim == 2)
+                writer = predict.PredictionsCsv(stream, classes, np.asarray(labels).ndim == 2)
             writer.write(lines, probabilities, labels)
     logging.info("Classified %d texts -> %s", writer.rows, config.output)
 

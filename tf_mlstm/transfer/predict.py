@@ -4,11 +4,26 @@ A classifier is either a logistic regression fitted by `tf-mlstm-transfer`
 (a `classifier.json`) on the features of a trained or fine-tuned model, or
 the head of a finished `tf-mlstm-finetune` run. `load_predictor` turns
 either into one function of texts, which `tf-mlstm-classify` and
-`tf_mlstm.load(...).classify` both call.
+`tf_mlstm.load(...).classify` both call; `classify_in_chunks` streams an
+input of any size through it, and `PredictionsCsv` writes the rows.
+
+The predictions CSV has one row per classified text: `index` (0-based, in
+reading order), `line` (where the record starts in its file), then for a
+binary classifier `probability` (of the positive class) and `label` (the
+predicted class); for K classes `label` and `probability_<class>` for each
+class (summing to 1); for multi-label `labels` (the predicted label names,
+joined by ";") and `probability_<label>` for each label.
 """
+
+import csv
+import itertools
+
+import numpy as np
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.data import readers
+from tf_mlstm.data import text_input
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import logistic
@@ -95,3 +110,86 @@ def _finetuned_predictor(model_dir, batch_size):
         return probabilities, tuned.predict(probabilities)
 
     return predict, tuned.classes
+
+
+def classify_in_chunks(predict, classes, spec, text_keys, chunk_texts, stdin=None):
+    """Classifies the texts of `spec` (`text_input.iter_texts`) `chunk_texts` at a time.
+
+    Memory holds one chunk of texts and their features, whatever the size of
+    the input; progress (the input's bytes, or for stdin its texts, and their
+    rate) is reported as chunks finish.
+
+    Args:
+      predict, classes: what `load_predictor` returns.
+      spec: files/globs, or "-" for the lines of `stdin`.
+      text_keys: keys/columns holding the text.
+      chunk_texts: texts per chunk.
+      stdin: the stream read for "-" (default `sys.stdin`).
+
+    Yields:
+      (lines, probabilities, labels, classes) of each chunk, in reading order.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.progress import Progress  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.progress import byte_unit  # pylint: disable=g-import-not-at-top
+
+    read_stats = readers.ReadStats()
+    texts = text_input.iter_texts(spec, text_keys, stdin, read_stats)
+    from_stdin = spec == text_input.STDIN
+    if from_stdin:  # How much will come is not known.
+        progress = Progress("Classifying", None, "texts")
+    else:
+        total = sum(tf.io.gfile.stat(path).length for path in readers.expand_inputs(spec))
+        unit, scale = byte_unit(total)
+        progress = Progress("Classifying", total, unit, scale=scale)
+    done = 0
+    with progress:
+        while chunk := list(itertools.islice(texts, chunk_texts)):
+            probabilities, labels = predict([text for _, text in chunk])
+            done += len(chunk)
+            if from_stdin:
+                progress.update(done)
+            else:  # The input read so far, as stored: the share of it classified.
+                progress.update(read_stats.stored_bytes, texts=done)
+            yield [line for line, _ in chunk], probabilities, labels, classes
+        if not from_stdin:  # All read: the final line says all of it.
+            progress.update(read_stats.stored_bytes, texts=done)
+
+
+class PredictionsCsv:
+    """Writes the predictions CSV (columns: see the module doc) a chunk at a time."""
+
+    def __init__(self, stream, classes, multilabel):
+        self._writer = csv.writer(stream, lineterminator="\n")
+        self._stream = stream
+        self._classes = tuple(classes)
+        self._multilabel = multilabel
+        self.rows = 0
+        columns = [f"probability_{name}" for name in self._classes]
+        if multilabel:
+            self._writer.writerow(["index", "line", "labels", *columns])
+        elif len(self._classes) == 2:
+            self._writer.writerow(["index", "line", "probability", "label"])
+        else:
+            self._writer.writerow(["index", "line", "label", *columns])
+
+    def write(self, lines, probabilities, labels):
+        """Appends the rows of one chunk and flushes them."""
+        for line, row, label in zip(lines, np.asarray(probabilities), np.asarray(labels)):
+            if self._multilabel:
+                names = ";".join(str(name) for name, on in zip(self._classes, label) if on)
+                cells = [names, *(f"{p:.6f}" for p in row)]
+            elif len(self._classes) == 2:
+                cells = [f"{row[1]:.6f}", label]
+            else:
+                cells = [label, *(f"{p:.6f}" for p in row)]
+            self._writer.writerow([self.rows, line, *cells])
+            self.rows += 1
+        self._stream.flush()
+
+
+def write_predictions_csv(stream, lines, probabilities, labels, classes=(0, 1)):
+    """Writes the whole predictions CSV to `stream` at once (see `PredictionsCsv`)."""
+    writer = PredictionsCsv(stream, classes, np.asarray(labels).ndim == 2)
+    writer.write(lines, probabilities, labels)
