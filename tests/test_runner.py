@@ -1,8 +1,9 @@
-"""Fault handling of the distributed runner: non-finite steps, bad float flags, SIGTERM.
+"""Fault handling of the distributed runner: non-finite steps, bad float flags, SIGTERM,
+the resume of a budget-planned schedule.
 
 The runner serves language-model training and fine-tuning alike, so these
-run it through `tf-mlstm-train` (the fine-tuning side is in
-test_finetune.py).
+run it through `tf-mlstm-train` or in-process on either task (fine-tuning's
+binary is in test_finetune.py).
 """
 
 import dataclasses
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from _models import wait_for
+from _models import write_untrained_model_dir
 from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -61,6 +63,21 @@ def _assert_unchanged(before, variables):
         np.testing.assert_array_equal(old, new)  # NaN equals NaN here
 
 
+def _assert_a_skipped_step(trainer):
+    """The next step is non-finite and a true skip: weights, Adam moments and
+    iterations as they were, the step and the skipped count one up."""
+    weights, slots = _snapshot(trainer.model.weights), _snapshot(trainer.optimizer.variables)
+    iterations, step = int(trainer.optimizer.iterations.numpy()), int(trainer.step.numpy())
+    skipped = int(trainer.skipped.numpy())
+    _, stop, norm, finite = trainer.train_step()
+    assert not finite and not np.isfinite(norm) and not stop
+    _assert_unchanged(weights, trainer.model.weights)
+    _assert_unchanged(slots, trainer.optimizer.variables)
+    assert int(trainer.optimizer.iterations.numpy()) == iterations
+    assert int(trainer.step.numpy()) == step + 1 and int(trainer.skipped.numpy()) == skipped + 1
+    return weights
+
+
 @pytest.mark.parametrize(
     "name, value",
     [("lr", float("nan")), ("max_minutes", float("inf")), ("clip_norm", float("-inf"))],
@@ -101,15 +118,8 @@ def test_float32_nan_gradients_are_skipped_then_the_run_stops_with_a_clear_error
     config = dataclasses.replace(config, max_steps=20)
     resumed = Runner(LanguageModelTask(config, files, []), config)
     assert resumed.restore()
-    weights, slots = _snapshot(resumed.model.weights), _snapshot(resumed.optimizer.variables)
     assert int(resumed.optimizer.iterations.numpy()) == 4
-    _, stop, norm, finite = resumed.train_step()
-    assert not finite and not np.isfinite(norm) and not stop
-    # A true skip: weights, Adam moments and iterations as they were.
-    _assert_unchanged(weights, resumed.model.weights)
-    _assert_unchanged(slots, resumed.optimizer.variables)
-    assert int(resumed.optimizer.iterations.numpy()) == 4
-    assert int(resumed.step.numpy()) == 5 and int(resumed.skipped.numpy()) == 1
+    _assert_a_skipped_step(resumed)
 
     # The binary: three skipped steps in a row, then one clear line and exit 1;
     # the checkpoints due at steps 6 are not written (they would rotate good ones out).
@@ -288,3 +298,142 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
     assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
     reference = json.loads((tmp_path / "whole" / "results.json").read_text())
     assert results["weights_sha256"] == reference["weights_sha256"]
+
+
+# === Non-finite steps in every precision and task: skipped, counted, weights finite ===
+
+
+def _poison_loss(task):
+    """Makes the task's loss NaN while the returned variable holds NaN.
+
+    Its gradients are then NaN while the weights stay finite (a bad batch,
+    not a broken model), in whatever precision the step computes.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    poison = tf.Variable(1.0, trainable=False, name="poison")
+    loss = task.loss
+
+    def poisoned(batch, state):
+        value, stats, state = loss(batch, state)
+        return value * poison, stats, state
+
+    task.loss = poisoned
+    return poison
+
+
+def _language_model_task(tmp_path, data_dir, precision):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(
+        **{**TINY, "precision": precision},
+        model_dir=str(tmp_path / "run"),
+        train_data=data_dir,
+        max_steps=4,
+    ).validate()
+    return LanguageModelTask(config, tfrecord.split_files(data_dir, "train"), []), config
+
+
+def _finetune_task(tmp_path, data_dir, precision):
+    del data_dir
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+
+    init, _ = write_untrained_model_dir(tmp_path / "init", hidden_size=8, embedding_size=4)
+    texts = tmp_path / "train.jsonl"
+    rows = [{"text": f"text {i} was good", "label": i % 2} for i in range(16)]
+    texts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = finetune.FinetuneConfig(
+        init_model_dir=str(init),
+        train_data=str(texts),
+        validation_data=str(texts),
+        model_dir=str(tmp_path / "run"),
+        batch_size=4,
+        max_length=16,
+        max_steps=4,
+        precision=precision,
+        jit_compile="false",
+    ).validate()
+    return finetune.FinetuneTask(config), config
+
+
+@pytest.mark.parametrize(
+    "make_task, precision",
+    [
+        (_language_model_task, "mixed_bfloat16"),
+        (_finetune_task, "float32"),
+        (_finetune_task, "mixed_bfloat16"),
+    ],
+    ids=["language_model-mixed_bfloat16", "finetune-float32", "finetune-mixed_bfloat16"],
+)
+def test_a_non_finite_step_is_skipped_and_counted_and_the_weights_stay_finite(
+    tmp_path, data_dir, make_task, precision
+):
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    task, config = make_task(tmp_path, data_dir, precision)
+    poison = _poison_loss(task)
+    trainer = Runner(task, config)
+    assert not trainer.restore()
+    assert trainer.train_step()[3]  # a finite step first: the optimizer has moments
+    poison.assign(float("nan"))
+    weights = _assert_a_skipped_step(trainer)
+
+    # The next good batch is applied as usual, to finite weights.
+    poison.assign(1.0)
+    assert trainer.train_step()[3]
+    assert int(trainer.optimizer.iterations.numpy()) == 2 and int(trainer.skipped.numpy()) == 1
+    after = _snapshot(trainer.model.weights)
+    assert all(np.isfinite(w.astype(np.float32)).all() for w in after)
+    assert any(not np.array_equal(old, new) for old, new in zip(weights, after))
+
+
+# === A budget-planned schedule resumes with its plan ===
+
+
+class _PlannedEnd:
+    """A `BudgetPlanner` whose budget always ends at step 12: the plan without the clock."""
+
+    def __init__(self, max_steps, deadline, **kwargs):
+        del deadline, kwargs
+        self.max_steps = max_steps
+
+    def plan(self, step, now=None):
+        del step, now
+        return min(self.max_steps, 12)
+
+
+def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, monkeypatch):
+    """The decay's planned end and progress are checkpointed: stopped at step 6 and
+    resumed, the run ends with the rate and weights of one never stopped."""
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import schedules  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(schedules, "BudgetPlanner", _PlannedEnd)
+    files = tfrecord.split_files(data_dir, "train")
+
+    def train(name, max_steps):
+        config = TrainConfig(
+            **TINY,
+            model_dir=str(tmp_path / name),
+            train_data=data_dir,
+            max_steps=max_steps,
+            total_steps=40,
+            warmup_steps=2,
+            max_minutes=60,
+            schedule_length="budget",
+        ).validate()
+        trainer = Runner(LanguageModelTask(config, files, []), config)
+        return trainer, trainer.train()
+
+    _, whole = train("whole", 12)
+    # The plan moved the decay's end from 40 to 12: the rate is down near zero.
+    assert whole["schedule_steps"] == 12 and whole["final_learning_rate"] < 0.1 * TrainConfig().lr
+    stopped, first = train("run", 6)
+    assert first["step"] == 6 and 0 < float(stopped.plan.progress.numpy()) < 1
+    _, resumed = train("run", 12)
+    assert resumed["schedule_steps"] == 12
+    assert resumed["final_learning_rate"] == whole["final_learning_rate"]
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
