@@ -232,6 +232,33 @@ def test_launcher_forwards_sigterm_and_exits_with_the_workers_status(on_sigterm,
         proc.kill()
 
 
+def test_a_worker_that_ignores_sigterm_is_killed_once_the_grace_period_ends():
+    script = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', os.getpid(), flush=True); time.sleep(60)"
+    )
+    grace_s = 4
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, LAUNCHER, "--num_workers=2", f"--grace_s={grace_s}", "--"]
+        + [sys.executable, "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        # One grace period from the signal to SIGKILL, not one per stage of stopping.
+        assert grace_s <= time.monotonic() - start < 1.6 * grace_s
+        for pid in pids:
+            _assert_gone(pid)
+    finally:
+        proc.kill()
+
+
 # === A real two-worker training run ===
 
 

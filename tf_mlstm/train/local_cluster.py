@@ -227,6 +227,9 @@ class _Supervisor:
         self._procs = []
         self._readers = []
         self._signal = None
+        # When the workers' grace period ends: one period from the first stop
+        # request (a forwarded signal) to SIGKILL, however many stages follow.
+        self._deadline = None
 
     def start(self, index, command, env, cores):
         proc = subprocess.Popen(
@@ -266,6 +269,7 @@ class _Supervisor:
     def interrupt(self, signum):
         """Called from a signal handler: remember it, pass it on."""
         self._signal = signum
+        self._start_grace()
         for proc in self._procs:
             _signal_group(proc, signum)
 
@@ -286,7 +290,7 @@ class _Supervisor:
 
     def _status_after_signal(self):
         """The workers' status once they obeyed the forwarded signal, within the grace period."""
-        deadline = time.monotonic() + self._grace_s
+        deadline = self._start_grace()
         for proc in self._procs:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -299,12 +303,23 @@ class _Supervisor:
             return 128 + self._signal
         return 128 - failed[0] if failed[0] < 0 else failed[0]
 
+    def _start_grace(self):
+        """The end of the workers' grace period, which starts at the first call."""
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self._grace_s
+        return self._deadline
+
     def stop_all(self):
-        """Stops any live worker: SIGTERM, then SIGKILL after the grace period."""
+        """Stops any live worker: SIGTERM, then SIGKILL once the grace period ends.
+
+        The period runs from the first stop request: workers sent a signal
+        earlier (`interrupt`) that ignored it are killed when it ends, not
+        after a second period.
+        """
         live = [proc for proc in self._procs if proc.poll() is None]
         for proc in live:
             _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + self._grace_s
+        deadline = self._start_grace()
         for proc in live:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
