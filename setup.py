@@ -5,7 +5,7 @@ the build backend and the tool settings (pytest, ruff, import-linter).
 
 Dependencies are ranges, so tf_mlstm installs beside other packages; the exact
 versions the test suite last passed with are in `constraints.txt`
-(`pip install -c constraints.txt -e ".[dev]"`).
+(`pip install -c constraints.txt -e ".[dev,beam]"`).
 """
 
 import pathlib
@@ -78,6 +78,10 @@ _EXTRAS_REQUIRE = {
     # plugin's releases follow TensorFlow's; from 2.21 on they work with the
     # TensorBoard above.
     "profile": ["tensorboard-plugin-profile>=2.21,<3"],
+    # Apache Beam pipelines for the converter and batch classification
+    # (`--runner=...`: tf_mlstm/beam/). 2.76 and 2.77 ask protobuf<7 and
+    # pillow<13, which TensorFlow 2.21 and matplotlib accept.
+    "beam": ["apache-beam>=2.76,<3"],
 }
 
 setuptools.setup(

@@ -35,7 +35,8 @@ def _pins(text):
 def test_constraints_pin_every_requirement_inside_its_range():
     install_requires, extras_require = freeze_constraints.setup_requirements()
     pins = _pins((REPO / "constraints.txt").read_text(encoding="utf-8"))
-    for line in install_requires + extras_require["dev"]:
+    # CI installs the dev and beam extras (.ci/run), so both are pinned.
+    for line in install_requires + extras_require["dev"] + extras_require["beam"]:
         requirement = Requirement(line)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"constraints.txt has no pin for {line}; regenerate it"
@@ -68,9 +69,23 @@ def test_freeze_writes_the_installed_closure():
     assert list(pins) == sorted(pins)
 
 
+def test_constraints_header_names_the_extras_it_was_frozen_with():
+    header = [
+        line
+        for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    ]
+    extras = header[0].split("extras: ")[1].split(")")[0]
+    assert f'#   pip install -c constraints.txt -e ".[{extras}]"' in header
+    assert f"#   python tools/freeze_constraints.py --extras={extras}" in header
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert f'-c constraints.txt -e ".[{extras}]"' in ci
+
+
 def test_freeze_rejects_an_unknown_extra():
     with pytest.raises(
-        ValueError, match=r"setup.py has no extra \['cuda'\]; it has \['dev', 'gpu', 'profile'\]"
+        ValueError,
+        match=r"setup.py has no extra \['cuda'\]; it has \['beam', 'dev', 'gpu', 'profile'\]",
     ):
         freeze_constraints.constraints_text(["cuda"])
 

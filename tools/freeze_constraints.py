@@ -1,16 +1,16 @@
 """Writes constraints.txt: the exact versions of tf_mlstm's installed dependency closure.
 
-Usage (in an environment where `pip install -e ".[dev]"` has just run and the
+Usage (in an environment where `pip install -e ".[dev,beam]"` has just run and the
 test suite passes):
 
-  python tools/freeze_constraints.py --extras=dev --output=constraints.txt
+  python tools/freeze_constraints.py --extras=dev,beam --output=constraints.txt
 
 Unlike `pip freeze`, the output holds only what tf_mlstm needs: the
 requirements of `setup.py` (`install_requires` and the chosen extras),
 followed through the installed distributions' own requirements (environment
 markers evaluated for this interpreter, extras followed), so unrelated
 packages of the environment stay out. CI installs with
-`pip install -c constraints.txt -e ".[dev]"`, so a run is reproducible while
+`pip install -c constraints.txt -e ".[dev,beam]"`, so a run is reproducible while
 `setup.py` keeps the ranges users install against.
 """
 
@@ -103,7 +103,7 @@ def dependency_closure(requirements):
         except importlib.metadata.PackageNotFoundError:
             raise LookupError(
                 f"{requirement.name} (needed by {needed_by}) is not installed; "
-                'run pip install -e ".[dev]" first'
+                'run pip install -e ".[dev,beam]" first'
             ) from None
         found[key] = (dist.metadata["Name"], dist.version)
         for line in dist.requires or []:
@@ -137,7 +137,7 @@ def constraints_text(extras):
         "# Exact versions of tf_mlstm's dependencies (setup.py, extras: "
         f"{','.join(extras) or 'none'}) that the test suite passes with,",
         f"# resolved on CPython {python}, Linux x86_64. CI installs with",
-        '#   pip install -c constraints.txt -e ".[dev]"',
+        f'#   pip install -c constraints.txt -e ".[{",".join(extras)}]"',
         "# Regenerate after changing a range in setup.py, in a fresh environment:",
         f"#   python tools/freeze_constraints.py --extras={','.join(extras)}",
     ]
