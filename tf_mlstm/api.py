@@ -33,12 +33,12 @@ from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
 from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
+from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import strategy as strategy_lib
@@ -296,9 +296,11 @@ class TrainedModel:
         self._sampler = None
         self._predictor = None
 
+        preprocessor = BytePreprocessor.for_windows(self.window)
+
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def score_of(texts):
-            framed = framing.frame_ids_tf(texts, pad_to_multiple=self.window)
+            framed = preprocessor(texts)
             return featurize.score_ids(self.model, framed.ids, framed.valid, self.window)
 
         self._score_of = score_of

@@ -60,7 +60,6 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.data import framing
 from tf_mlstm.data import words
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
@@ -70,6 +69,7 @@ from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import FEATURE_KINDS
+from tf_mlstm.models.preprocessor import BytePreprocessor
 
 SERVING_WINDOW = 256
 DEFAULT_MAX_TEXT_BYTES = 65536
@@ -330,9 +330,9 @@ class ServingModule(tf.Module):
         """(ids, valid) of the texts, normalized, framed and maybe cut, in whole windows."""
         if normalized is None:
             normalized = self._normalized(text, signature)
-        framed = framing.frame_ids_tf(
-            normalized, max_length=max_length, pad_to_multiple=self.window
-        )
+        framed = BytePreprocessor(
+            max_length=max_length, pad_to_multiple=self.window, normalize=False
+        )(normalized)
         return framed.ids, framed.valid
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -376,7 +376,7 @@ class ServingModule(tf.Module):
         # Padded on the left with DOC_START, which resets the state: every row
         # ends in the state its prompt alone gives, and all rows continue from
         # the last column together.
-        ids = framing.frame_ids_tf(normalized, "left", pad_id=DOC_START).ids
+        ids = BytePreprocessor.for_prompts()(normalized).ids
         sampler = sampling.make_sampler(self.model)
 
         def sample():

@@ -16,17 +16,17 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mlstm import errors
-from tf_mlstm.data import framing
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models import pooling
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
+from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import Progress
 
 # === Data ===
 
 
 def frame_left_padded(texts, max_length):
-    """The fine-tuning rows: `framing.frame_ids` padded on the left, as uint8.
+    """The fine-tuning rows (`BytePreprocessor.for_classifier`), as uint8.
 
     Args:
       texts: normalized texts.
@@ -36,12 +36,12 @@ def frame_left_padded(texts, max_length):
     Returns:
       A `framing.FramedIds` of NumPy arrays.
     """
-    return framing.frame_ids(texts, "left", max_length=max_length, dtype=np.uint8)
+    return BytePreprocessor.for_classifier(max_length).frame(texts, np.uint8)
 
 
 def _valid_mask(ids, lengths):
     """[B, T] 1 on the framed text (the last `lengths` positions), 0 on padding."""
-    return framing.valid_mask_tf(lengths, tf.shape(ids)[1], "left")
+    return BytePreprocessor.for_classifier(None).valid_mask(lengths, tf.shape(ids)[1])
 
 
 # === Model ===

@@ -8,7 +8,7 @@ on the batch it came in (the tests check this).
 
 All functions here are graph-friendly and back both the SavedModel
 signatures and the transfer tools. They take the ids and mask of
-`tf_mlstm.data.framing.frame_ids_tf` (right padding).
+`BytePreprocessor.for_windows` (right padding, whole windows).
 """
 
 import tensorflow as tf

@@ -16,9 +16,9 @@ import math
 import tensorflow as tf
 
 from tf_mlstm import errors
-from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
+from tf_mlstm.models.preprocessor import BytePreprocessor
 
 PAD_ID = -1
 """Fills `sample_ids` rows after the `DOC_START` that ended them."""
@@ -262,7 +262,7 @@ def sample_text(
     Args and errors as in `sample_ids`; with `stop_at_doc_end` the text ends
     before the `DOC_START` that closed it.
     """
-    ids = framing.frame_ids_tf(tf.constant([prompt])).ids
+    ids = BytePreprocessor.for_prompts()(tf.constant([prompt])).ids
     out = sample_ids(
         model,
         ids,
@@ -312,7 +312,7 @@ def generate_texts(
       ValueError: as `sample_ids`.
     """
     prompt = normalize_text(prompt)
-    ids = framing.frame_ids_tf(tf.constant([prompt] * num_samples)).ids
+    ids = BytePreprocessor.for_prompts()(tf.constant([prompt] * num_samples)).ids
     out = sample_ids(
         model,
         ids,

@@ -32,10 +32,10 @@ from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
-from tf_mlstm.data import framing
 from tf_mlstm.data.words import NGRAM_KIND
 from tf_mlstm.models import featurize
 from tf_mlstm.models.kinds import FEATURE_KINDS
+from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
 from tf_mlstm.train import autotune
@@ -213,9 +213,11 @@ class TextFeaturizer:
         self.hidden_size = model.hidden_size
         self.progress_interval_s = progress_interval_s
 
+        preprocessor = BytePreprocessor.for_windows(self.window)
+
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def features_of(texts):
-            framed = framing.frame_ids_tf(texts, pad_to_multiple=self.window)
+            framed = preprocessor(texts)
             features = featurize.featurize_ids(self.model, framed.ids, framed.valid, self.window)
             return {kind: features[kind] for kind in self.kinds}
 

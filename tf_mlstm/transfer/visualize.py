@@ -26,9 +26,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tf_mlstm import errors
-from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import sampling
+from tf_mlstm.models.preprocessor import BytePreprocessor
 
 COLORMAP = "RdYlGn"
 HTML_FILE = "neuron_{neuron}.html"
@@ -63,9 +63,10 @@ def unit_activations(model, texts, neuron):
         lambda ids: sampling.feed_bytes(model, ids, unit=neuron)[2],
         input_signature=[tf.TensorSpec([1, None], tf.int32)],
     )
+    framer = BytePreprocessor(normalize=False)
     activations = []
     for text in texts:
-        per_byte = trace_fn(tf.constant(framing.frame_ids([text]).ids))[0].numpy()
+        per_byte = trace_fn(tf.constant(framer.frame([text]).ids))[0].numpy()
         # A character's value is the one after its last byte; byte 0 is the
         # framing DOC_START.
         last_byte = np.cumsum([len(ch.encode("utf-8")) for ch in text], dtype=np.int64)

@@ -1,0 +1,117 @@
+"""`BytePreprocessor`: the one place text becomes the byte ids the mLSTM reads.
+
+A preprocessor is a configuration of three steps, each defined once in
+`tf_mlstm.data`: normalization (`normalize_text`, or `normalize_text_tf` in
+the graph), framing (`DOC_START` + the UTF-8 bytes) and padding (side, pad
+id, row limit and width multiple; `tf_mlstm.data.framing`). It has two forms
+that agree exactly: `frame(texts)` for Python lists of `str` (NumPy arrays)
+and `call(texts)` for a `tf.string` batch inside a graph (tf.data,
+SavedModel signatures, a Keras model's `fit` and `predict`).
+
+Every consumer names its rows through one of the constructors below rather
+than spelling the options out:
+
+- `for_windows(window)`: featurization and scoring: right padding to whole
+  windows of `window` bytes, the state carried from window to window.
+- `for_classifier(max_length)`: fine-tuning and the classifier model: left
+  padding, so the last column holds every row's final state, each row cut to
+  `max_length` bytes.
+- `for_prompts()`: sampling: left padding with `DOC_START`, which resets the
+  state, so every row ends in the state its own prompt gives.
+
+`normalize=False` is for texts that are already normalized (read through
+`tf_mlstm.data.readers`); normalizing again would give the same text
+(`normalize_text` is idempotent) at some cost.
+"""
+
+import keras
+import numpy as np
+
+from tf_mlstm.data import framing
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.data.text import normalize_text
+from tf_mlstm.data.text import normalize_text_tf
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class BytePreprocessor(keras.layers.Layer):
+    """Texts -> a `framing.FramedIds` batch (ids, valid, lengths, truncated).
+
+    Args:
+      padding: "right" or "left": the side the padding goes on.
+      max_length: framed bytes per row at most (`DOC_START` included); longer
+        texts keep their first bytes. None: no limit.
+      pad_to_multiple: the row width is a multiple of this.
+      pad_id: the byte value of the padding.
+      normalize: normalize the texts first (False: they already are).
+      **kwargs: base layer arguments (name, ...).
+    """
+
+    def __init__(
+        self,
+        padding="right",
+        max_length=None,
+        pad_to_multiple=1,
+        pad_id=framing.PAD_ID,
+        normalize=True,
+        **kwargs,
+    ):
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        self.padding = padding
+        self.max_length = None if max_length is None else int(max_length)
+        self.pad_to_multiple = int(pad_to_multiple)
+        self.pad_id = int(pad_id)
+        self.normalize = bool(normalize)
+        # The options are checked once, here, for both forms.
+        framing.frame_ids([], padding, self.max_length, self.pad_to_multiple, self.pad_id)
+
+    # === Constructors ===
+    @classmethod
+    def for_windows(cls, window, normalize=False, **kwargs):
+        """Rows for windowed featurization and scoring (right padding, whole windows)."""
+        return cls("right", pad_to_multiple=window, normalize=normalize, **kwargs)
+
+    @classmethod
+    def for_classifier(cls, max_length, normalize=False, **kwargs):
+        """Rows for the classifier (left padding, cut to `max_length` bytes)."""
+        return cls("left", max_length=max_length, normalize=normalize, **kwargs)
+
+    @classmethod
+    def for_prompts(cls, normalize=False, **kwargs):
+        """Rows of prompts to continue (left padding with `DOC_START`)."""
+        return cls("left", pad_id=DOC_START, normalize=normalize, **kwargs)
+
+    # === The two forms ===
+    def frame(self, texts, dtype=np.int32):
+        """The NumPy form: a sequence of `str` -> `FramedIds` of arrays (ids of `dtype`)."""
+        if self.normalize:
+            texts = [normalize_text(text) for text in texts]
+        return framing.frame_ids(
+            texts, self.padding, self.max_length, self.pad_to_multiple, self.pad_id, dtype
+        )
+
+    def call(self, texts):
+        """The graph form: [N] `tf.string` -> `FramedIds` of tensors (int32 ids)."""
+        if self.normalize:
+            texts = normalize_text_tf(texts)
+        return framing.frame_ids_tf(
+            texts, self.padding, self.max_length, self.pad_to_multiple, self.pad_id
+        )
+
+    def valid_mask(self, lengths, width):
+        """[N, width] float32 mask, 1 on the framed bytes of rows `lengths` long, in the graph."""
+        return framing.valid_mask_tf(lengths, width, self.padding)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "padding": self.padding,
+                "max_length": self.max_length,
+                "pad_to_multiple": self.pad_to_multiple,
+                "pad_id": self.pad_id,
+                "normalize": self.normalize,
+            }
+        )
+        return config
