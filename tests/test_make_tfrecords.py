@@ -1,6 +1,9 @@
 """Tests for the TFRecord schema and writer, the converter and its binary."""
 
+import bisect
+import dataclasses
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -32,8 +35,36 @@ def _read_records(files):
     ]
 
 
-def _docs(n):
-    return [Document(f"doc {i}", label=i % 2, rating=float(i)) for i in range(n)]
+def _docs(n, source="docs.jsonl"):
+    return [
+        Document(f"doc {i}", label=i % 2, rating=float(i), source=source, line=i + 1)
+        for i in range(n)
+    ]
+
+
+def _reference_place(source, line, num_train_shards, weights):
+    """Where the documented rule puts a document: (split, shard), computed here from scratch.
+
+    BLAKE2b-128 of "<base name>\\n<line>"; its first 8 bytes (big-endian) as a
+    fraction of 2**64 pick the split by its share of the weights, the next 8
+    modulo the split's shard count the shard.
+    """
+    name = os.path.basename(source)
+    digest = hashlib.blake2b(f"{name}\n{line}".encode(), digest_size=16).digest()
+    high, low = int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
+    split = bisect.bisect_right(
+        [sum(weights[: i + 1]) for i in range(3)], high * sum(weights) // 2**64
+    )
+    counts = tfrecord.split_shard_counts(num_train_shards, weights)
+    return tfrecord.SPLITS[split], low % counts[tfrecord.SPLITS[split]]
+
+
+def _reference_counts(identities, num_train_shards, weights):
+    """Records per split that `_reference_place` gives `identities` ((source, line) pairs)."""
+    counts = dict.fromkeys(tfrecord.SPLITS, 0)
+    for source, line in identities:
+        counts[_reference_place(source, line, num_train_shards, weights)[0]] += 1
+    return counts
 
 
 def test_make_example_round_trip_with_unknowns():
@@ -93,38 +124,51 @@ def test_writer_round_trip(tmp_path, compression):
         records += _read_records(tfrecord.split_files(str(tmp_path), split))
     assert sorted(records) == sorted((d.text, d.label, d.rating) for d in docs)
     stats = writer.split_stats()
-    assert {s: v["records"] for s, v in stats.items()} == {
-        "train": 40,
-        "validation": 10,
-        "test": 10,
-    }
+    expected = _reference_counts([(d.source, d.line) for d in docs], 3, (4, 1, 1))
+    assert {s: v["records"] for s, v in stats.items()} == expected
+    assert expected["validation"] and expected["test"]  # The test sees every split.
     assert sum(v["bytes"] for v in stats.values()) == sum(len(d.text) for d in docs)
 
 
-def test_split_pattern_and_shard_round_robin(tmp_path):
-    with tfrecord.ShardedWriter(str(tmp_path), 2, (2, 1, 1)) as writer:
-        splits = [writer.write(doc) for doc in _docs(8)]
-    # Smooth weighted round robin over (2, 1, 1): train, validation, test, train.
-    assert splits == ["train", "validation", "test", "train"] * 2
-    paths = writer.paths
-    assert [t for t, _, _ in _read_records(paths["train"][:1])] == ["doc 0", "doc 4"]
-    assert [t for t, _, _ in _read_records(paths["train"][1:])] == ["doc 3", "doc 7"]
-    assert [t for t, _, _ in _read_records(paths["validation"])] == ["doc 1", "doc 5"]
-    assert [t for t, _, _ in _read_records(paths["test"])] == ["doc 2", "doc 6"]
+def test_each_document_goes_to_the_shard_its_source_and_line_hash_to(tmp_path):
+    docs = _docs(40)
+    with tfrecord.ShardedWriter(str(tmp_path / "a"), 2, (2, 1, 1)) as writer:
+        splits = [writer.write(doc) for doc in docs]
+    places = [_reference_place(d.source, d.line, 2, (2, 1, 1)) for d in docs]
+    assert splits == [split for split, _ in places]
+    for split, paths in writer.paths.items():
+        for shard, path in enumerate(paths):
+            # In the order written.
+            assert [t for t, _, _ in _read_records([path])] == [
+                d.text for d, place in zip(docs, places) if place == (split, shard)
+            ], path
+    # Another order, another folder of the same base name, other documents
+    # alongside: each document lands in the same shard.
+    others = [Document(f"other {i}", source="elsewhere/other.jsonl", line=i + 1) for i in range(25)]
+    moved = [dataclasses.replace(d, source="moved/docs.jsonl") for d in reversed(docs)]
+    with tfrecord.ShardedWriter(str(tmp_path / "b"), 2, (2, 1, 1)) as second:
+        for doc in [d for pair in zip(moved, others) for d in pair] + moved[len(others) :]:
+            second.write(doc)
+    for split, paths in writer.paths.items():
+        for path, again in zip(paths, second.paths[split]):
+            mine = {t for t, _, _ in _read_records([path])}
+            theirs = {t for t, _, _ in _read_records([again])}
+            assert mine == theirs - {d.text for d in others}, path
 
 
-def test_paper_split_interleaves_validation_and_test(tmp_path):
+def test_paper_split_shares_in_expectation_and_balanced_shards(tmp_path):
     writer = tfrecord.ShardedWriter(str(tmp_path), 4)
     with writer:
-        splits = [writer.write(Document("x")) for _ in range(2004)]
-    assert splits.index("validation") == 334 and splits.index("test") == 668
-    assert splits.count("validation") == splits.count("test") == 2
+        splits = [writer.write(Document("x", source="c.txt", line=i + 1)) for i in range(20040)]
+    # 20 validation and 20 test documents expected (binomial: 4.5 standard deviations is ±20).
+    assert 5 <= splits.count("validation") <= 40 and 5 <= splits.count("test") <= 40
     stats = writer.split_stats()
-    assert stats["train"] == {"records": 2000, "bytes": 2000, "shards": 4}
+    assert stats["train"]["records"] == splits.count("train")
     assert stats["validation"]["shards"] == stats["test"]["shards"] == 1
-    # Round robin: the 2000 train documents spread evenly over the 4 shards.
+    # The train documents spread over the 4 shards: within 5% of a quarter each.
     counts = [sum(1 for _ in tf.data.TFRecordDataset(p)) for p in writer.paths["train"]]
-    assert counts == [500, 500, 500, 500]
+    assert sum(counts) == stats["train"]["records"]
+    assert all(abs(count - sum(counts) / 4) < 0.05 * sum(counts) / 4 for count in counts), counts
 
 
 def test_empty_splits_still_get_a_file(tmp_path):
@@ -285,11 +329,14 @@ def test_binary_end_to_end(tmp_path):
     assert stats["inputs"] == [str(jsonl), str(csv_path)]
     assert stats["input_bytes"] == jsonl.stat().st_size + csv_path.stat().st_size
     assert stats["splits"]["train"]["shards"] == 2
-    assert {s: v["records"] for s, v in stats["splits"].items()} == {
-        "train": 15,
-        "validation": 4,
-        "test": 3,
-    }
+    # JSON lines 1-20 are reviews (21, 22 skipped); the CSV records start at lines 2 and 3.
+    identities = [(str(jsonl), line) for line in range(1, 21)] + [
+        (str(csv_path), 2),
+        (str(csv_path), 3),
+    ]
+    assert {s: v["records"] for s, v in stats["splits"].items()} == _reference_counts(
+        identities, 2, (4, 1, 1)
+    )
     assert stats["bytes"] == sum(v["bytes"] for v in stats["splits"].values())
     assert stats["skipped"]["total"] == 2
     assert stats["skipped"]["by_reason"] == {"malformed_json": 1, "missing_text_key": 1}
@@ -356,11 +403,12 @@ def test_shared_amazon_electronics(tmp_path, shared_data):
     stats = convert.convert(config)
     assert stats["records"] == 2000
     assert stats["skipped"]["total"] == 0
-    assert stats["splits"]["validation"]["records"] == stats["splits"]["test"]["records"] == 2
+    expected = _reference_counts([(str(corpus), line) for line in range(1, 2001)], 4, (1000, 1, 1))
+    assert {s: v["records"] for s, v in stats["splits"].items()} == expected
     written = json.loads((tmp_path / "stats.json").read_text())
     assert written["records"] == 2000
     ratings = [r for _, _, r in _read_records(tfrecord.split_files(str(tmp_path), "train"))]
-    assert len(ratings) == 1996 and set(ratings) <= {1.0, 2.0, 4.0, 5.0}
+    assert len(ratings) == expected["train"] and set(ratings) <= {1.0, 2.0, 4.0, 5.0}
 
 
 # === Bounded open files, complete-or-refused output folders ===
@@ -494,11 +542,13 @@ def test_nonempty_files_and_unreadable_shards(tmp_path):
         for doc in _docs(2):
             writer.write(doc)
     train = writer.paths["train"]
-    assert tfrecord.nonempty_files(train) == train[:2]
+    filled = sorted({_reference_place(d.source, d.line, 4, (1000, 1, 1))[1] for d in _docs(2)})
+    assert tfrecord.nonempty_files(train) == [train[i] for i in filled]
     with tfrecord.ShardedWriter(str(tmp_path / "gz"), 3, compression="GZIP") as writer:
-        writer.write(Document("one"))
+        writer.write(Document("one", source="one.txt", line=1))
     gzipped = writer.paths["train"]
-    assert tfrecord.nonempty_files(gzipped) == gzipped[:1]
+    shard = _reference_place("one.txt", 1, 3, (1000, 1, 1))[1]
+    assert tfrecord.nonempty_files(gzipped) == [gzipped[shard]]
     bad = tmp_path / "gz" / "bad.tfrecord.gz"
     bad.write_bytes(b"not gzip at all, just text")
     with pytest.raises(ValueError, match=r"bad\.tfrecord\.gz: not a readable GZIP TFRecord file"):
@@ -552,8 +602,7 @@ def test_binary_writes_300_shards_under_256_open_files(tmp_path):
     names = sorted(os.listdir(out))
     assert len(names) == 300 + 3 + 3 + 1  # Shards of each split, and stats.json.
     assert tfrecord.SPILL_SUBDIR not in names and tfrecord.INCOMPLETE_MARKER not in names
-    # The same records in the same shards as with every shard open (round
-    # robin: train document k in shard k % 300).
+    # The same records in the same shards as with every shard open.
     with tfrecord.ShardedWriter(str(tmp_path / "direct"), 300, (100, 1, 1), "GZIP") as writer:
         for i in range(700):
             writer.write(Document(f"document {i}", source=str(corpus), line=i + 1))
@@ -563,9 +612,9 @@ def test_binary_writes_300_shards_under_256_open_files(tmp_path):
             name = os.path.basename(path)
             assert _examples(out / name) == _examples(path), name
     assert [t for t, _, _ in _read_records([str(out / "train-00007-of-00300.tfrecord.gz")])] == [
-        "document 7",
-        "document 313",  # Six validation and test documents came before.
-        "document 619",
+        f"document {i}"
+        for i in range(700)
+        if _reference_place(str(corpus), i + 1, 300, (100, 1, 1)) == ("train", 7)
     ]
     assert json.loads((out / "stats.json").read_text())["records"] == 700
 

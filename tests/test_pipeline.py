@@ -209,7 +209,9 @@ def test_training_input_over_empty_shards_ends_instead_of_spinning(tmp_path):
 
 
 def test_training_input_skips_empty_shards_and_repeats_the_rest(tmp_path):
-    files = _write_shards(tmp_path, count=3, shards=6)  # Shards 3, 4 and 5 stay empty.
-    assert tfrecord.nonempty_files(files) == files[:3]
+    files = _write_shards(tmp_path, count=3, shards=6)  # Three shards at least stay empty.
+    filled = [path for path in files if any(True for _ in tf.data.TFRecordDataset(path))]
+    assert filled and len(filled) <= 3
+    assert tfrecord.nonempty_files(files) == filled
     batches = _first_batches(pipeline.lm_dataset(files, 2, 8, training=True, seed=1), 200)
     assert len(batches) == 200  # Repeats the few documents for ever.

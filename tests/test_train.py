@@ -324,8 +324,9 @@ def test_glob_train_data_validates_on_the_validation_split_not_the_training_file
 def test_empty_shards_are_left_out_and_all_empty_is_an_error(tmp_path, caplog):
     paths = _shards(tmp_path / "some", 2, num_shards=4, split=(1000, 1, 1))
     train, validation = _resolve(tmp_path / "some")
-    assert train == paths["train"][:2] and validation == []
-    assert "2 of the 4 train shards of" in caplog.text
+    filled = [path for path in paths["train"] if os.path.getsize(path)]
+    assert train == filled and validation == [] and 1 <= len(filled) <= 2
+    assert f"{4 - len(filled)} of the 4 train shards of" in caplog.text
     assert "hold no records: training without validation" in caplog.text
     _shards(tmp_path / "none", 0)
     with pytest.raises(ValueError, match=rf"no training records: every train shard of {tmp_path}"):

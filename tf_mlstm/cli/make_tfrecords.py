@@ -14,7 +14,22 @@ that training and evaluation refuse until it is re-run.
 
     python -m tf_mlstm.cli.make_tfrecords \
         --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
+
+With `--runner` the same conversion runs as an Apache Beam pipeline
+(`pip install tf_mlstm[beam]`; `tf_mlstm/beam/convert.py`), and every flag
+this binary does not define goes to Beam as a pipeline option:
+
+    tf-mlstm-make-tfrecords --input='reviews/*.json.gz' --output_dir=data/amazon \
+        --runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing
+
+Either way a document's split and shard follow from its input file's base
+name and line alone (`tfrecord.ShardAssignment`), so both write the same
+documents into the same shards with the same stats.json.
 """
+
+import dataclasses
+import importlib.util
+import sys
 
 try:
     import resource
@@ -35,6 +50,29 @@ from tf_mlstm.data.convert_config import ConvertConfig
 # at once, and TensorFlow starts quietly (`_main.quiet_tensorflow`).
 
 _REQUIRED_FLAGS = ("input", "output_dir")
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamConversion:
+    """A conversion to run as a Beam pipeline (`--runner`).
+
+    Attributes:
+        config: The conversion.
+        runner: The Beam runner's name.
+        pipeline_args: The flags this binary does not define, for Beam.
+    """
+
+    config: ConvertConfig
+    runner: str
+    pipeline_args: tuple[str, ...] = ()
+
+
+# What absl's parser and `_main` answer without a flag definition.
+_PARSER_FLAGS = frozenset(
+    ("flagfile", "undefok", "help", "helpshort", "helpfull", "helpxml", "h", "?", "version")
+)
+# The flags of the command line that go to Beam; set by `run`.
+_pipeline_args: list[str] = []
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -126,6 +164,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "JSON stats file. Default: <output_dir>/stats.json.",
         flag_values=fv,
     )
+    flags.DEFINE_string(
+        "runner",
+        None,
+        "Run the conversion as an Apache Beam pipeline on this runner (DirectRunner, "
+        "DataflowRunner, FlinkRunner, SparkRunner, ...; needs pip install tf_mlstm[beam]); "
+        "every flag this binary does not define is then passed to Beam as a pipeline option "
+        "(--project, --temp_location, --flink_master, --direct_num_workers, ...). Unset: the "
+        "single-process converter.",
+        flag_values=fv,
+    )
 
 
 def parse_split(value: list[str]) -> tuple[int, int, int]:
@@ -186,15 +234,94 @@ def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
         raise app.UsageError(str(e)) from e
 
 
-def main(config: ConvertConfig) -> None:
-    """Converts the corpus."""
+def job_from_flags(
+    flag_values: flags.FlagValues, pipeline_args: list[str] | tuple[str, ...] = ()
+) -> ConvertConfig | BeamConversion:
+    """The conversion of the parsed flags: single-process, or a Beam pipeline with `--runner`.
+
+    Args:
+        flag_values: Parsed flags, as defined by `define_flags`.
+        pipeline_args: The flags the binary did not define (see
+            `split_pipeline_args`), for Beam.
+
+    Returns:
+        A `ConvertConfig`, or with `--runner` a `BeamConversion`.
+
+    Raises:
+        app.UsageError: A flag value is invalid, `--runner` without Apache
+            Beam installed, or a flag that is no Beam pipeline option either.
+    """
+    config = config_from_flags(flag_values)
+    if not flag_values.runner:
+        return config
+    if importlib.util.find_spec("apache_beam") is None:
+        raise app.UsageError(
+            "--runner needs Apache Beam, which is not installed: pip install tf_mlstm[beam]"
+        )
+    from tf_mlstm.beam import options  # pylint: disable=g-import-not-at-top
+
+    try:
+        options.pipeline_options(flag_values.runner, pipeline_args)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    return BeamConversion(config, flag_values.runner, tuple(pipeline_args))
+
+
+def split_pipeline_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Takes the flags this binary does not define out of a command line given `--runner`.
+
+    Without `--runner` nothing is taken out (an unknown flag is then an
+    error). A flag that is not this binary's (nor absl's) goes to Beam, with
+    the value after it when that is no flag (`--project my-project`).
+
+    Args:
+        argv: The command line, the program first.
+
+    Returns:
+        (the command line for this binary, the flags for Beam).
+    """
+    ours = flags.FlagValues()
+    define_flags(ours)
+    known = set(ours) | set(flags.FLAGS) | _PARSER_FLAGS
+    args = list(argv[1:])
+    cut = args.index("--") if "--" in args else len(args)
+    head, tail = args[:cut], args[cut:]
+
+    def name(arg):
+        bare = arg.lstrip("-").split("=", 1)[0]
+        return bare[2:] if bare.startswith("no") and bare[2:] in known else bare
+
+    if not any(arg.startswith("-") and name(arg) == "runner" for arg in head):
+        return list(argv), []
+    kept, beam = [], []
+    i = 0
+    while i < len(head):
+        arg = head[i]
+        if arg.startswith("-") and arg != "-" and name(arg) not in known:
+            beam.append(arg)
+            if "=" not in arg and i + 1 < len(head) and not head[i + 1].startswith("-"):
+                beam.append(head[i + 1])
+                i += 1
+        else:
+            kept.append(arg)
+        i += 1
+    return [argv[0], *kept, *tail], beam
+
+
+def main(config: ConvertConfig | BeamConversion) -> None:
+    """Converts the corpus (on a Beam runner for a `BeamConversion`)."""
     _raise_open_file_limit()
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tf_mlstm.data import convert  # pylint: disable=g-import-not-at-top
 
     try:
-        convert.convert(config)
+        if isinstance(config, BeamConversion):
+            from tf_mlstm.beam import convert as beam_convert  # pylint: disable=g-import-not-at-top
+
+            beam_convert.convert_with_beam(config.config, config.runner, config.pipeline_args)
+        else:
+            convert.convert(config)
     except tf.errors.OpError as e:
         # TensorFlow is used here only for file I/O, so its errors are file
         # errors (permission denied, ...): the user's to fix.
@@ -220,11 +347,12 @@ def _raise_open_file_limit() -> None:
 
 def run() -> None:
     """Entry point of `tf-mlstm-make-tfrecords`."""
+    sys.argv[:], _pipeline_args[:] = split_pipeline_args(sys.argv)
     _main.run_binary(
         __name__,
         define_flags,
         main,
-        lambda: config_from_flags(flags.FLAGS),
+        lambda: job_from_flags(flags.FLAGS, _pipeline_args),
         required=_REQUIRED_FLAGS,
     )
 

@@ -1,5 +1,9 @@
 """Corpus to sharded TFRecords: the library behind `tf-mlstm-make-tfrecords`.
 
+(`tf_mlstm.beam.convert` runs the same conversion as a Beam pipeline, through
+`run_staged` and `read_documents` here; each document's split and shard are
+`tfrecord.ShardAssignment`'s in both.)
+
 `convert(ConvertConfig(...))` streams documents from the input files through
 `read_documents` into a `ShardedWriter`, reports its progress (a bar on a
 terminal, a log line now and then otherwise: `tf_mlstm.progress`), and
@@ -23,6 +27,7 @@ them).
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,9 +105,9 @@ def _remove_old(config: ConvertConfig) -> None:
         )
 
 
-def _move_in(config: ConvertConfig, writer: tfrecord.ShardedWriter) -> None:
+def _move_in(config: ConvertConfig, shard_paths: dict[str, list[str]]) -> None:
     """Renames the staged shards into the output folder, then removes the staging folder."""
-    for paths in writer.paths.values():
+    for paths in shard_paths.values():
         for path in paths:
             final = os.path.join(config.output_dir, os.path.basename(path))
             tf.io.gfile.rename(path, final, overwrite=True)
@@ -156,6 +161,49 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
     """
     start = time.monotonic()
     paths = readers.expand_inputs(config.inputs)
+
+    def write(staging, skip_log, read_stats):
+        progress = _progress(config, paths)
+        writer = _open_writer(config, staging)
+        documents = read_documents(config, paths, skip_log, read_stats)
+        records = _write_documents(config, documents, writer, progress, read_stats)
+        return records, writer.split_stats(), writer.paths
+
+    return run_staged(config, paths, start, write)
+
+
+WriteShards = Callable[
+    [str, readers.SkipLog, readers.ReadStats],
+    tuple[int, dict[str, dict[str, int]], dict[str, list[str]]],
+]
+"""`write(staging_dir, skip_log, read_stats)` -> (records, split stats, shard paths)."""
+
+
+def run_staged(
+    config: ConvertConfig, paths: list[str], start: float, write: WriteShards
+) -> dict[str, Any]:
+    """A conversion's folder handling around `write`, which stages the shards.
+
+    Shared by the single-process converter (`convert`) and the Beam one
+    (`tf_mlstm.beam.convert`), so both refuse, stage, abandon and commit the
+    same way (the module doc). `write` writes every shard file into the
+    staging folder it is given, counting skips in the `SkipLog` and the bytes
+    read in the `ReadStats`; its shards move in only once it returns with
+    documents written, the stats file last.
+
+    Args:
+        config: What to read and where to write.
+        paths: The input files (`readers.expand_inputs` of `config.inputs`).
+        start: `time.monotonic()` when the conversion began.
+        write: Writes the shards (see `WriteShards`).
+
+    Returns:
+        The stats (see `convert`).
+
+    Raises:
+        NoDocumentsError, FileExistsError: As `convert`; and whatever `write`
+            raises, after the folder is put back as it was.
+    """
     existed = tf.io.gfile.isdir(config.output_dir)
     was_complete = (
         existed
@@ -170,10 +218,7 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         staging = _staging_dir(config)
         if tf.io.gfile.isdir(staging):  # left by a killed conversion
             tf.io.gfile.rmtree(staging)
-        progress = _progress(config, paths)
-        writer = _open_writer(config, staging)
-        documents = _read_documents(config, paths, skip_log, read_stats)
-        records = _write_documents(config, documents, writer, progress, read_stats)
+        records, splits, shard_paths = write(staging, skip_log, read_stats)
         if not records:
             skip_log.log_summary()
             examples = [e for reason in skip_log.examples.values() for e in reason][:1]
@@ -186,12 +231,10 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
     except BaseException:
         _abandon(config, existed, was_complete)
         raise
-    stats = _conversion_stats(
-        config, paths, records, writer.split_stats(), read_stats, skip_log, start
-    )
+    stats = _conversion_stats(config, paths, records, splits, read_stats, skip_log, start)
     if config.overwrite:
         _remove_old(config)
-    _move_in(config, writer)
+    _move_in(config, shard_paths)
     _finish(config, stats)
     _log_summary(config, stats, skip_log)
     return stats
@@ -210,12 +253,13 @@ def _compression(config: ConvertConfig) -> str | None:
     return "GZIP" if config.gzip else None
 
 
-def _read_documents(
+def read_documents(
     config: ConvertConfig,
     paths: list[str],
     skip_log: readers.SkipLog,
     read_stats: readers.ReadStats,
 ) -> Iterator[readers.Document]:
+    """`readers.read_documents` of `paths` as `config` says (keys, text mode, limits)."""
     return readers.read_documents(
         paths,
         text_keys=config.text_keys,

@@ -177,6 +177,22 @@ class SkipLog:
         """Returns `{"total", "by_reason", "examples"}` for a JSON stats file."""
         return {"total": self.total, "by_reason": self.counts, "examples": self.examples}
 
+    def merge(self, skipped: Mapping[str, Any]) -> None:
+        """Adds the skips of another log, given as its `to_dict()`.
+
+        Examples are kept in the order merged, up to `max_examples` per
+        reason: merging the logs of files in input order keeps the first
+        examples of a conversion that reads the files one after another.
+
+        Args:
+            skipped: `{"by_reason": {reason: count}, "examples": {reason: [...]}}`.
+        """
+        for reason, count in skipped["by_reason"].items():
+            self._counts[reason] += count
+            examples = self._examples[reason]
+            room = self._max_examples - len(examples)
+            examples.extend(skipped.get("examples", {}).get(reason, [])[: max(room, 0)])
+
     def log_summary(self) -> None:
         """Logs the counts and examples with absl logging."""
         if not self.total:

@@ -12,9 +12,14 @@ Each record is a `tf.train.Example` with four features:
 
 A corpus is written as shards named `{split}-{index:05d}-of-{count:05d}.tfrecord`
 (with `.gz` appended when GZIP-compressed), for the splits in `SPLITS`.
-`ShardedWriter` assigns documents to splits by fixed weights (1000/1/1 in the
-paper) in a deterministic interleaved pattern and to shards of a split round
-robin; `split_files` finds a split's shards again for the training pipeline.
+`ShardAssignment` places a document in a split, by fixed weights (1000/1/1
+in the paper), and in a shard of that split, by a stable hash of its identity
+(its input file's base name and the line its record starts at), so that
+where a document goes depends neither on the order the documents are read
+in nor on how the work is divided: the single-process `ShardedWriter` and
+the Beam converter (`tf_mlstm.beam.convert`) write the same documents into
+the same shards. `split_files` finds a split's shards again for the
+training pipeline.
 
 A folder being written holds `INCOMPLETE_MARKER` until the conversion has
 finished (see `tf_mlstm.data.convert`); `split_files` refuses such a folder,
@@ -24,8 +29,10 @@ the marker (finished, written by older versions, or by other tools) are read.
 repeating input pipeline spin.
 """
 
+import bisect
 import concurrent.futures
 import gzip
+import hashlib
 import json
 import os
 import zlib
@@ -76,10 +83,11 @@ def make_example(doc: Document) -> bytes:
     Returns:
         The serialized `tf.train.Example`.
     """
-    return _serialize(doc.text.encode("utf-8"), doc)
+    return serialize(doc.text.encode("utf-8"), doc)
 
 
-def _serialize(text: bytes, doc: Document) -> bytes:
+def serialize(text: bytes, doc: Document) -> bytes:
+    """`make_example` of `doc` with its text already encoded as UTF-8 `text`."""
     label, rating = doc.label, doc.rating
     example = tf.train.Example()
     feature = example.features.feature
@@ -87,7 +95,10 @@ def _serialize(text: bytes, doc: Document) -> bytes:
     feature[LABEL_FEATURE].int64_list.value.append(UNKNOWN_LABEL if label is None else label)
     feature[RATING_FEATURE].float_list.value.append(float("nan") if rating is None else rating)
     feature[SOURCE_FEATURE].bytes_list.value.append(doc.source.encode("utf-8"))
-    return example.SerializeToString()
+    # Map keys in sorted order: a document's bytes are the same in every
+    # process (the order of a proto map otherwise varies), so shards written
+    # by Beam workers are byte for byte the same however the work was divided.
+    return example.SerializeToString(deterministic=True)
 
 
 def feature_spec() -> dict[str, tf.io.FixedLenFeature]:
@@ -361,15 +372,90 @@ def split_shard_counts(num_train_shards: int, split_weights: Sequence[int]) -> d
     }
 
 
+def document_key(source: str, line: int, text: str = "") -> bytes:
+    """The stable hash of a document's identity that `ShardAssignment` maps to a shard.
+
+    The identity is the base name of the input file (so the same corpus read
+    from another folder or bucket is split the same way) and the 1-based line
+    its record starts at, which is unique within a file. A document that was
+    not read from a file (line 0) is known by its text instead. BLAKE2b, not
+    Python's `hash`, which differs between processes.
+
+    Args:
+        source: The input file, as named to the converter.
+        line: The line the record starts at; 0 for none.
+        text: The document's text, used only when `line` is 0.
+
+    Returns:
+        16 bytes.
+    """
+    name = os.path.basename(source.rstrip("/"))
+    identity = f"{name}\n{line}" if line > 0 else f"{name}\n0\n{text}"
+    return hashlib.blake2b(identity.encode(), digest_size=16).digest()
+
+
+class ShardAssignment:
+    """Which split and which shard of it a document goes to, from its identity alone.
+
+    The first 8 bytes of `document_key`, as a fraction of 2**64, pick the
+    split by its share of the weights; the next 8 bytes, modulo the split's
+    shard count, pick the shard. A split thus receives its share of the
+    documents in expectation (binomially: with 1000/1/1 and a few thousand
+    documents, validation and test hold a handful each, possibly none) and a
+    document's place is the same whatever else is converted with it, in
+    whatever order and by however many workers.
+
+    Args:
+        num_train_shards: Number of train shards, >= 1.
+        split_weights: Positive weights (train, validation, test).
+    """
+
+    def __init__(self, num_train_shards: int, split_weights: Sequence[int]):
+        self.shard_counts = split_shard_counts(num_train_shards, split_weights)
+        self._counts = [self.shard_counts[split] for split in SPLITS]
+        self._total = sum(split_weights)
+        bounds, running = [], 0
+        for weight in split_weights:
+            running += weight
+            bounds.append(running)
+        self._bounds = bounds
+
+    def assign(self, source: str, line: int, text: str = "") -> tuple[int, int]:
+        """Returns (index of the split in `SPLITS`, shard index within the split).
+
+        The arguments are `document_key`'s.
+        """
+        return self.assign_key(document_key(source, line, text))
+
+    def assign_key(self, key: bytes) -> tuple[int, int]:
+        """`assign` for a `document_key` already computed."""
+        high = int.from_bytes(key[:8], "big")
+        split = bisect.bisect_right(self._bounds, (high * self._total) >> 64)
+        return split, int.from_bytes(key[8:16], "big") % self._counts[split]
+
+
+def record_options(compression: str | None) -> tf.io.TFRecordOptions:
+    """How the converters write shards: uncompressed, or GZIP at the fast level 1.
+
+    Args:
+        compression: None or "GZIP".
+
+    Returns:
+        The options for `tf.io.TFRecordWriter`.
+    """
+    return tf.io.TFRecordOptions(
+        compression_type=compression or "",
+        compression_level=_GZIP_LEVEL if compression else None,
+    )
+
+
 class ShardedWriter:
     """Writes documents into sharded TFRecord files, split by weights.
 
-    Split assignment is a smooth weighted round robin over `split_weights`:
-    deterministic, and interleaved rather than in blocks, so with (1000, 1, 1)
-    every 1002 documents hold 1000 train, 1 validation and 1 test document,
-    the first validation and test documents being the 335th and 669th. Within
-    a split, documents go to its shards round robin. Every shard file is
-    created, even one that receives no document.
+    Each document goes to the split and shard that `ShardAssignment` gives
+    its source file and line, and shards hold their documents in the order
+    they were written. Every shard file is created, even one that receives no
+    document.
 
     When every shard fits within `max_open_files`, all shard files are open
     at once and written as documents come. Otherwise (1000 shards under the
@@ -430,8 +516,6 @@ class ShardedWriter:
         if max_open_files is not None and max_open_files < 1:
             raise errors.InvalidValueError(f"max_open_files must be >= 1, got {max_open_files}")
         self._output_dir = output_dir
-        self._weights = split_weights
-        self._total_weight = sum(split_weights)
         self._compression = compression
         self._shard_counts = split_shard_counts(num_train_shards, split_weights)
         self._paths = {
@@ -450,8 +534,7 @@ class ShardedWriter:
         self._parts: dict[str, list[list[str]]] = {}
         self._buffered = 0
         self._spills = 0
-        self._current = [0] * len(SPLITS)  # Smooth weighted round robin state.
-        self._next_shard = [0] * len(SPLITS)
+        self._assignment = ShardAssignment(num_train_shards, split_weights)
         self._records = [0] * len(SPLITS)
         self._bytes = [0] * len(SPLITS)
 
@@ -511,13 +594,10 @@ class ShardedWriter:
         return self
 
     def _options(self) -> tf.io.TFRecordOptions:
-        return tf.io.TFRecordOptions(
-            compression_type=self._compression or "",
-            compression_level=_GZIP_LEVEL if self._compression else None,
-        )
+        return record_options(self._compression)
 
     def write(self, doc: Document) -> str:
-        """Writes one document to the next shard of its split.
+        """Writes one document to its shard (`ShardAssignment` of its source and line).
 
         Args:
             doc: The document.
@@ -530,16 +610,10 @@ class ShardedWriter:
         """
         if not self._open:
             raise RuntimeError("ShardedWriter.write called before open() or after close()")
-        current = self._current
-        for i, weight in enumerate(self._weights):
-            current[i] += weight
-        chosen = current.index(max(current))  # Ties go to the earlier split.
-        current[chosen] -= self._total_weight
-
+        chosen, shard = self._assignment.assign(doc.source, doc.line, doc.text)
         split = SPLITS[chosen]
         text = doc.text.encode("utf-8")
-        shard = self._next_shard[chosen]
-        record = _serialize(text, doc)
+        record = serialize(text, doc)
         if self._writers is not None:
             self._writers[split][shard].write(record)
         else:
@@ -547,7 +621,6 @@ class ShardedWriter:
             self._buffered += len(record)
             if self._buffered >= self._spill_bytes:
                 self._spill()
-        self._next_shard[chosen] = (shard + 1) % self._shard_counts[split]
         self._records[chosen] += 1
         self._bytes[chosen] += len(text)
         return split

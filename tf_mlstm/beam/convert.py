@@ -1,0 +1,251 @@
+"""The corpus converter as a Beam pipeline: `tf-mlstm-make-tfrecords --runner=...`.
+
+The same conversion as `tf_mlstm.data.convert`, spread over a Beam runner's
+workers: the same readers, normalization, skip reasons and source tags
+(`readers.read_documents`), the same records (`tfrecord.serialize`), the same
+split and shard for every document (`tfrecord.ShardAssignment`, a function
+of its file's base name and line only), and the same folder handling
+(`convert.run_staged`: a non-empty folder refused without `overwrite`, the
+shards staged in a hidden folder and moved in only when the pipeline has
+succeeded, `stats.json` last, the incomplete marker there until then).
+
+The pipeline:
+
+1. the input files, numbered in input order, are spread over the workers
+   (`Reshuffle`); one file is one unit of work (a gzip stream cannot be cut,
+   nor a CSV file whose quoted fields span lines), so a corpus of one file
+   is read by one worker;
+2. each file's records are written, per shard, into sorted runs (files of
+   up to 64 MB of a reader's memory, ordered by document key, a stable
+   hash) in the staging folder, and each file's counts (uncompressed bytes,
+   records and bytes per split, skips by reason with their first examples,
+   or the error that made the file unreadable) into a small JSON file;
+   only the runs' names go through the runner's shuffle, not the records;
+3. the runs are grouped by shard, and each shard is written by one worker
+   into the staging folder by merging its runs, so memory holds a record
+   per run, a shard is in document-key order, its bytes do not depend on
+   the runner or the number of workers, and every input file is spread
+   through it (what `--interleave_inputs` does for the single-process
+   converter).
+
+The launcher then adds up the counts in input order (so the skip examples
+are the first ones of the files read one after another), raises the first
+file's error as the single-process converter would, creates the shards that
+received no document, and commits. A pipeline that fails leaves the output
+folder as `convert.run_staged` leaves it after any failure; a launcher that
+is killed leaves the incomplete marker, which training refuses.
+
+`max_documents` is refused: a cut after N documents needs an order of the
+whole stream, which a Beam pipeline does not have.
+"""
+
+import heapq
+import os
+import time
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+
+import apache_beam as beam
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm import errors
+from tf_mlstm import fileio
+from tf_mlstm.beam import options as beam_options
+from tf_mlstm.data import convert
+from tf_mlstm.data import readers
+from tf_mlstm.data import tfrecord
+from tf_mlstm.data.convert_config import ConvertConfig
+
+_INPUT_COUNTS_SUBDIR = "_input_counts"
+_RUNS_SUBDIR = "_sorted_runs"
+# Records a reader holds before it writes them out as sorted runs.
+_RUN_BYTES = 64 << 20
+_KEY_BYTES = 16
+# Errors of a whole file that the single-process converter reports as one line.
+_FILE_ERRORS = (readers.InputError, FileNotFoundError)
+
+
+class _ReadFile(beam.DoFn):
+    """One input file -> its records as sorted runs per shard; its counts to a file.
+
+    The records go through the file system, not the runner's shuffle: only
+    the names of the run files, keyed by shard, are passed on.
+    """
+
+    def __init__(self, config: ConvertConfig, staging: str):
+        self._config = config
+        self._staging = staging
+
+    def setup(self):
+        self._assignment = tfrecord.ShardAssignment(
+            self._config.num_shards, self._config.split_weights
+        )
+
+    def process(self, element: tuple[int, str]) -> Iterator[tuple[tuple[int, int], str]]:
+        index, path = element
+        skip_log = readers.SkipLog()
+        read_stats = readers.ReadStats()
+        splits = [[0, 0] for _ in tfrecord.SPLITS]
+        buffers: dict[tuple[int, int], list[bytes]] = {}
+        buffered = runs = 0
+        error = None
+        try:
+            for doc in convert.read_documents(self._config, [path], skip_log, read_stats):
+                key = tfrecord.document_key(doc.source, doc.line)
+                split, shard = self._assignment.assign_key(key)
+                text = doc.text.encode("utf-8")
+                splits[split][0] += 1
+                splits[split][1] += len(text)
+                entry = key + tfrecord.serialize(text, doc)
+                buffers.setdefault((split, shard), []).append(entry)
+                buffered += len(entry)
+                if buffered >= _RUN_BYTES:
+                    yield from self._write_runs(buffers, index, runs)
+                    buffers, buffered, runs = {}, 0, runs + 1
+            yield from self._write_runs(buffers, index, runs)
+        except _FILE_ERRORS as e:
+            error = {"type": type(e).__name__, "message": errors.one_line(e)}
+        counts = {
+            "path": path,
+            "input_bytes": read_stats.input_bytes,
+            "splits": splits,
+            "skipped": skip_log.to_dict(),
+            "error": error,
+        }
+        # Written again, whole, if the runner retries the file (so are the runs).
+        counts_path = os.path.join(self._staging, _INPUT_COUNTS_SUBDIR, f"{index:08d}.json")
+        fileio.write_json_atomic(counts_path, counts)
+
+    def _write_runs(self, buffers, index, run):
+        for (split, shard), entries in sorted(buffers.items()):
+            path = os.path.join(
+                self._staging, _RUNS_SUBDIR, f"{split}-{shard:05d}-{index:08d}-{run:06d}"
+            )
+            # Ties (two inputs of one base name) are ordered by the record itself.
+            entries.sort()
+            with tf.io.TFRecordWriter(path) as writer:
+                for entry in entries:
+                    writer.write(entry)
+            yield (split, shard), path
+
+
+class _WriteShard(beam.DoFn):
+    """((split, shard), run files) -> the shard file in the staging folder, ordered by key.
+
+    The sorted runs are merged as they are read, so memory holds one record
+    per run, whatever the shard's size.
+    """
+
+    def __init__(self, staging: str, shard_counts: dict[str, int], compression: str | None):
+        self._staging = staging
+        self._shard_counts = shard_counts
+        self._compression = compression
+
+    def process(self, element: tuple[tuple[int, int], Any]) -> Iterator[str]:
+        (split, shard), runs = element
+        name = tfrecord.SPLITS[split]
+        path = os.path.join(
+            self._staging,
+            tfrecord.shard_name(name, shard, self._shard_counts[name], self._compression),
+        )
+        sources = [tf.data.TFRecordDataset(run).as_numpy_iterator() for run in sorted(set(runs))]
+        with tf.io.TFRecordWriter(path, tfrecord.record_options(self._compression)) as writer:
+            for entry in heapq.merge(*sources):
+                writer.write(entry[_KEY_BYTES:])
+        yield path
+
+
+def convert_with_beam(
+    config: ConvertConfig, runner: str, pipeline_args: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Converts the corpus of `config` as a Beam pipeline (see the module doc).
+
+    Args:
+        config: What to read and where to write, as for `convert.convert`;
+            `max_documents` must be 0 and `interleave` is not used (every
+            shard is in document-key order).
+        runner: The Beam runner ("DirectRunner", "DataflowRunner", ...).
+        pipeline_args: Further Beam pipeline options, as command-line flags.
+
+    Returns:
+        The stats written to `config.stats_path`, as `convert.convert`'s.
+
+    Raises:
+        ValueError: `max_documents` is set, or an argument is no pipeline option.
+        FileNotFoundError, readers.InputError, convert.NoDocumentsError,
+        FileExistsError: As `convert.convert`.
+    """
+    if config.max_documents:
+        raise errors.InvalidValueError(
+            "--max_documents cannot be used with --runner: a Beam pipeline has no stream "
+            "order to cut it at; convert a part of the input instead"
+        )
+    options = beam_options.pipeline_options(runner, pipeline_args)
+    start = time.monotonic()
+    paths = readers.expand_inputs(config.inputs)
+    compression = "GZIP" if config.gzip else None
+    shard_counts = tfrecord.split_shard_counts(config.num_shards, config.split_weights)
+
+    def write(staging, skip_log, read_stats):
+        counts_dir = os.path.join(staging, _INPUT_COUNTS_SUBDIR)
+        tf.io.gfile.makedirs(counts_dir)
+        tf.io.gfile.makedirs(os.path.join(staging, _RUNS_SUBDIR))
+        logging.info("Running the conversion on %s", runner)
+        with beam.Pipeline(options=options) as pipeline:
+            _ = (
+                pipeline
+                | "Inputs" >> beam.Create(list(enumerate(paths)))
+                | "Spread" >> beam.Reshuffle()
+                | "Read" >> beam.ParDo(_ReadFile(config, staging))
+                | "ByShard" >> beam.GroupByKey()
+                | "Write" >> beam.ParDo(_WriteShard(staging, shard_counts, compression))
+            )
+        splits = _add_counts(counts_dir, len(paths), shard_counts, skip_log, read_stats)
+        tf.io.gfile.rmtree(counts_dir)
+        tf.io.gfile.rmtree(os.path.join(staging, _RUNS_SUBDIR))
+        shard_paths = {
+            split: [
+                os.path.join(staging, tfrecord.shard_name(split, i, count, compression))
+                for i in range(count)
+            ]
+            for split, count in shard_counts.items()
+        }
+        for path in (path for paths in shard_paths.values() for path in paths):
+            if not tf.io.gfile.exists(path):  # No document went there.
+                tf.io.TFRecordWriter(path, tfrecord.record_options(compression)).close()
+        return sum(split["records"] for split in splits.values()), splits, shard_paths
+
+    return convert.run_staged(config, paths, start, write)
+
+
+def _add_counts(
+    counts_dir: str,
+    files: int,
+    shard_counts: dict[str, int],
+    skip_log: readers.SkipLog,
+    read_stats: readers.ReadStats,
+) -> dict[str, dict[str, int]]:
+    """Adds up the per-file counts in input order; raises the first file's error.
+
+    Returns:
+        `{split: {"records", "bytes", "shards"}}`.
+    """
+    splits = {
+        split: {"records": 0, "bytes": 0, "shards": shard_counts[split]}
+        for split in tfrecord.SPLITS
+    }
+    for index in range(files):
+        counts = fileio.read_json(os.path.join(counts_dir, f"{index:08d}.json"))
+        if counts["error"]:
+            error = counts["error"]
+            kind = FileNotFoundError if error["type"] == "FileNotFoundError" else readers.InputError
+            raise kind(error["message"])
+        read_stats.input_bytes += counts["input_bytes"]
+        read_stats.files_read += 1
+        skip_log.merge(counts["skipped"])
+        for split, (records, size) in zip(tfrecord.SPLITS, counts["splits"]):
+            splits[split]["records"] += records
+            splits[split]["bytes"] += size
+    return splits
