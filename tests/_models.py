@@ -19,8 +19,10 @@ import json
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import keras
 import pytest
@@ -91,6 +93,42 @@ _TRAINED = {}
 TINY_TRAIN_TIMEOUT_S = 120
 
 
+def train_command(model_dir, *flags):
+    """The `tf-mlstm-train` command line for `model_dir` with `flags`."""
+    return [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={model_dir}", *flags]
+
+
+def sigterm_when(command, path, log, timeout):
+    """Runs `command`, sends it SIGTERM as soon as `path` exists, waits for it to end.
+
+    Args:
+      command: the argument list (run from the repository root, TF logs quiet).
+      path: a file whose appearance is the moment to send the signal (a
+        checkpoint, results.json).
+      log: the file the command's output goes to.
+      timeout: seconds for `path` to appear, and again for the command to end.
+
+    Returns:
+      (exit status, the command's output).
+    """
+    path, log = pathlib.Path(path), pathlib.Path(log)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + timeout
+            while not path.exists():
+                assert proc.poll() is None, f"ended before {path.name}:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, log.read_text(errors="replace")
+
+
 def tiny_trained_model_dir(tmp_path_factory):
     """Trains the tiny model once per session and returns its folder.
 
@@ -109,9 +147,8 @@ def tiny_trained_model_dir(tmp_path_factory):
         pytest.fail(f"the shared tiny model failed earlier in this run: {_TRAINED['error']}")
     if "dir" not in _TRAINED:
         model_dir = tmp_path_factory.mktemp("tiny_model") / "run"
-        command = [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={model_dir}"]
         try:
-            done = run(command + list(TINY_TRAIN_FLAGS), timeout=TINY_TRAIN_TIMEOUT_S)
+            done = run(train_command(model_dir, *TINY_TRAIN_FLAGS), timeout=TINY_TRAIN_TIMEOUT_S)
             if done.returncode:
                 pytest.fail(f"tf-mlstm-train failed:\n{done.stdout}\n{done.stderr[-4000:]}")
         except pytest.fail.Exception as failure:

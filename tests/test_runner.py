@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from _models import sigterm_when
 from _models import wait_for
 from _models import write_untrained_model_dir
 from tf_mlstm.config import TrainConfig
@@ -203,16 +204,8 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
 
     model_dir = tmp_path / "run"
     command = _preemption_flags(model_dir, data_dir, max_steps)
-    with open(tmp_path / "first.txt", "w") as log:
-        proc = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=log)
-        try:
-            _wait_for(model_dir / "checkpoints" / "ckpt-10.index", [proc])
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    first = (tmp_path / "first.txt").read_text(errors="replace")
+    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
+    code, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 180)
     assert code == runner.EXIT_PREEMPTED == 75, first[-3000:]
     assert "Traceback" not in first
     ((worker, stop_step),) = {m.groups() for m in _STOPPED.finditer(first)}

@@ -608,7 +608,7 @@ class Runner:
         """
         try:
             with self._sigterm_requests_stop():
-                return self._train(finalize)
+                results = self._train(finalize)
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
                 raise
@@ -632,6 +632,8 @@ class Runner:
             # this process, or a relaunch, may take the folder.
             if self.chief:
                 rundir.release_locks()
+        self._deliver_late_sigterm()
+        return results
 
     @contextlib.contextmanager
     def _sigterm_requests_stop(self):
@@ -641,7 +643,9 @@ class Runner:
         (after a collective returns, at the latest), and the step loop turns
         the flag into an agreed stop. Outside training the previous handler
         is back, so a SIGTERM during start-up or export still ends the
-        process at once. Signals reach only the main thread.
+        process at once, and one that came after the last step's agreement
+        is passed on to it when training returns (`_deliver_late_sigterm`).
+        Signals reach only the main thread.
         """
         self._sigterm = False
         if threading.current_thread() is not threading.main_thread():
@@ -657,6 +661,18 @@ class Runner:
             yield
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+    def _deliver_late_sigterm(self):
+        """A SIGTERM no step acted on (it came after the last one) ends the process now.
+
+        Training is over and checkpointed, so what follows (the final
+        evaluation's results, an export) is what a relaunch redoes; the
+        signal goes to the handler the run started with (by default, the
+        process ends at once) instead of being dropped.
+        """
+        if self._sigterm:
+            self._sigterm = False
+            signal.raise_signal(signal.SIGTERM)
 
     def _train(self, finalize):
         # The run lock, and on resume the configs checked against their saved
@@ -719,6 +735,7 @@ class Runner:
 
     def _stop_preempted(self, step):
         """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
+        self._sigterm = False  # Acted on: every worker stopped at this step.
         for writer in self._writers.writers():
             writer.flush()
         # No final evaluation or results: a preemption notice leaves little
