@@ -31,6 +31,8 @@ _BINARIES = {
     "tf-mlstm-make-tfrecords": "tf_mlstm.cli.make_tfrecords:run",
     "tf-mlstm-transfer": "tf_mlstm.cli.transfer:run",
     "tf-mlstm-classify": "tf_mlstm.cli.classify:run",
+    # Needs the beam extra.
+    "tf-mlstm-classify-beam": "tf_mlstm.cli.classify_beam:run",
     "tf-mlstm-export": "tf_mlstm.cli.export:run",
     "tf-mlstm-generate": "tf_mlstm.cli.generate:run",
     "tf-mlstm-visualize": "tf_mlstm.cli.visualize:run",

@@ -29,6 +29,7 @@ _BINARIES = {
     "make_tfrecords": ["--num_shards"],
     "transfer": ["--label_key"],
     "classify": ["--classifier"],
+    "classify_beam": ["--saved_model", "--signature"],
     "export": ["--export_dir"],
     "generate": ["--temperature"],
     "visualize": ["--width"],
@@ -153,6 +154,10 @@ _ERRORS_AFTER_START = {
     "classify": (
         ["--model_dir={t}/none", "--input={t}/x.csv", "--output={t}/o.csv"],
         "--model_dir={t}/none is not a finished tf-mlstm-finetune run",
+    ),
+    "classify_beam": (
+        ["--saved_model={t}/none", "--input={t}/x.csv", "--output={t}/o", "--runner=DirectRunner"],
+        "input file not found: {t}/x.csv",
     ),
     "export": (["--model_dir={t}/none", "--export_dir={t}/e"], "{t}/none: no config.json"),
     "generate": (["--model_dir={t}/none"], "{t}/none: no config.json"),

@@ -124,6 +124,8 @@ _PARSE = textwrap.dedent(
             _main.run_binary = capture
         else:
             seen["define"] = module.define_flags
+        if hasattr(module, "split_pipeline_args"):  # --runner: Beam's flags go to Beam
+            args = module.split_pipeline_args([module_name, *args])[0][1:]
         before, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
         seen["define"]()
         error = None

@@ -41,6 +41,7 @@ whole stream, which a Beam pipeline does not have.
 
 import heapq
 import os
+import struct
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -63,6 +64,9 @@ _RUNS_SUBDIR = "_sorted_runs"
 # Records a reader holds before it writes them out as sorted runs.
 _RUN_BYTES = 64 << 20
 _KEY_BYTES = 16
+# A run file: entries (document key + record), each after its length.
+_LENGTH = struct.Struct("<I")
+_READ_BYTES = 1 << 20
 # Errors of a whole file that the single-process converter reports as one line.
 _FILE_ERRORS = (readers.InputError, FileNotFoundError)
 
@@ -125,9 +129,8 @@ class _ReadFile(beam.DoFn):
             )
             # Ties (two inputs of one base name) are ordered by the record itself.
             entries.sort()
-            with tf.io.TFRecordWriter(path) as writer:
-                for entry in entries:
-                    writer.write(entry)
+            with tf.io.gfile.GFile(path, "wb") as f:
+                f.write(b"".join(_LENGTH.pack(len(entry)) + entry for entry in entries))
             yield (split, shard), path
 
 
@@ -150,11 +153,29 @@ class _WriteShard(beam.DoFn):
             self._staging,
             tfrecord.shard_name(name, shard, self._shard_counts[name], self._compression),
         )
-        sources = [tf.data.TFRecordDataset(run).as_numpy_iterator() for run in sorted(set(runs))]
+        sources = [_run_entries(run) for run in sorted(set(runs))]
         with tf.io.TFRecordWriter(path, tfrecord.record_options(self._compression)) as writer:
             for entry in heapq.merge(*sources):
                 writer.write(entry[_KEY_BYTES:])
         yield path
+
+
+def _run_entries(path: str) -> Iterator[bytes]:
+    """The entries (key + record) of a run file, in order, read in 1 MiB pieces."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data, at = b"", 0
+        while True:
+            if len(data) - at >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(data, at)
+                end = at + _LENGTH.size + length
+                if end <= len(data):
+                    yield data[at + _LENGTH.size : end]
+                    at = end
+                    continue
+            more = f.read(_READ_BYTES)
+            if not more:
+                return
+            data, at = data[at:] + more, 0
 
 
 def convert_with_beam(

@@ -28,8 +28,6 @@ documents into the same shards with the same stats.json.
 """
 
 import dataclasses
-import importlib.util
-import sys
 
 try:
     import resource
@@ -40,8 +38,8 @@ from absl import app
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
-from tf_mlstm.cli import _main
 from tf_mlstm.data import fields
 from tf_mlstm.data.convert_config import ConvertConfig
 
@@ -65,14 +63,6 @@ class BeamConversion:
     config: ConvertConfig
     runner: str
     pipeline_args: tuple[str, ...] = ()
-
-
-# What absl's parser and `_main` answer without a flag definition.
-_PARSER_FLAGS = frozenset(
-    ("flagfile", "undefok", "help", "helpshort", "helpfull", "helpxml", "h", "?", "version")
-)
-# The flags of the command line that go to Beam; set by `run`.
-_pipeline_args: list[str] = []
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -254,58 +244,13 @@ def job_from_flags(
     config = config_from_flags(flag_values)
     if not flag_values.runner:
         return config
-    if importlib.util.find_spec("apache_beam") is None:
-        raise app.UsageError(
-            "--runner needs Apache Beam, which is not installed: pip install tf_mlstm[beam]"
-        )
-    from tf_mlstm.beam import options  # pylint: disable=g-import-not-at-top
-
-    try:
-        options.pipeline_options(flag_values.runner, pipeline_args)
-    except ValueError as e:
-        raise app.UsageError(str(e)) from e
+    _beam.check_pipeline_args(flag_values.runner, pipeline_args)
     return BeamConversion(config, flag_values.runner, tuple(pipeline_args))
 
 
 def split_pipeline_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Takes the flags this binary does not define out of a command line given `--runner`.
-
-    Without `--runner` nothing is taken out (an unknown flag is then an
-    error). A flag that is not this binary's (nor absl's) goes to Beam, with
-    the value after it when that is no flag (`--project my-project`).
-
-    Args:
-        argv: The command line, the program first.
-
-    Returns:
-        (the command line for this binary, the flags for Beam).
-    """
-    ours = flags.FlagValues()
-    define_flags(ours)
-    known = set(ours) | set(flags.FLAGS) | _PARSER_FLAGS
-    args = list(argv[1:])
-    cut = args.index("--") if "--" in args else len(args)
-    head, tail = args[:cut], args[cut:]
-
-    def name(arg):
-        bare = arg.lstrip("-").split("=", 1)[0]
-        return bare[2:] if bare.startswith("no") and bare[2:] in known else bare
-
-    if not any(arg.startswith("-") and name(arg) == "runner" for arg in head):
-        return list(argv), []
-    kept, beam = [], []
-    i = 0
-    while i < len(head):
-        arg = head[i]
-        if arg.startswith("-") and arg != "-" and name(arg) not in known:
-            beam.append(arg)
-            if "=" not in arg and i + 1 < len(head) and not head[i + 1].startswith("-"):
-                beam.append(head[i + 1])
-                i += 1
-        else:
-            kept.append(arg)
-        i += 1
-    return [argv[0], *kept, *tail], beam
+    """`_beam.split_pipeline_args` with this binary's flags."""
+    return _beam.split_pipeline_args(argv, define_flags)
 
 
 def main(config: ConvertConfig | BeamConversion) -> None:
@@ -347,14 +292,7 @@ def _raise_open_file_limit() -> None:
 
 def run() -> None:
     """Entry point of `tf-mlstm-make-tfrecords`."""
-    sys.argv[:], _pipeline_args[:] = split_pipeline_args(sys.argv)
-    _main.run_binary(
-        __name__,
-        define_flags,
-        main,
-        lambda: job_from_flags(flags.FLAGS, _pipeline_args),
-        required=_REQUIRED_FLAGS,
-    )
+    _beam.run_binary(__name__, define_flags, main, job_from_flags, required=_REQUIRED_FLAGS)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,145 @@
+r"""tf-mlstm-classify-beam: apply an exported SavedModel to many files as an Apache Beam pipeline.
+
+  tf-mlstm-classify-beam --saved_model=exports/r1/20 --input='reviews/*.jsonl.gz' \
+      --text_key=reviewText --output=scores/part --runner=DirectRunner \
+      --direct_num_workers=2 --direct_running_mode=multi_processing
+  tf-mlstm-classify-beam --saved_model=exports/r1/20 --signature=featurize \
+      --input='reviews/*.jsonl.gz' --output=gs://bucket/features/part \
+      --runner=DataflowRunner --project=my-project --region=us-central1 \
+      --temp_location=gs://bucket/tmp
+
+Needs the `beam` extra (`pip install tf_mlstm[beam]`). Every flag this
+binary does not define goes to Beam as a pipeline option. The SavedModel is
+one `tf-mlstm-export` wrote (with `--classifier` for the `classify`
+signature); Beam's RunInference applies its `classify` (or `featurize`)
+signature to every text of `--input` (CSV / JSON lines / plain text files,
+read and normalized as training text is; records without text are skipped
+and counted by reason). The output is JSON lines in sharded files
+`<output>-SSSSS-of-NNNNN.jsonl`, one row per text with `input` (its file)
+and `line` (where its record starts) to join it back, then the signature's
+outputs by name; they appear only once the pipeline has succeeded. The
+numbers are those of `tf-mlstm-classify` with the same model and classifier
+(float32). See `tf_mlstm/beam/inference.py`.
+"""
+
+import dataclasses
+
+from absl import app
+from absl import flags
+
+from tf_mlstm.cli import _beam
+from tf_mlstm.cli import _flags
+from tf_mlstm.data import fields
+
+_REQUIRED_FLAGS = ("saved_model", "input", "output", "runner")
+_SIGNATURES = ("classify", "featurize")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifyBeamConfig:
+    """One batch-inference pipeline. Field names match the flags."""
+
+    saved_model: str
+    input: str
+    output: str
+    runner: str
+    signature: str = "classify"
+    text_key: tuple = fields.TEXT_KEYS
+    batch_size: int = 64
+    num_output_shards: int = 0
+    pipeline_args: tuple = ()
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines this binary's flags; all optional here, `run` marks the required ones."""
+    fv = flag_values
+    flags.DEFINE_string(
+        "saved_model", None, "The SavedModel folder (<export_dir>/<version>).", flag_values=fv
+    )
+    flags.DEFINE_string("input", None, "Files/globs to read (CSV, JSONL, text).", flag_values=fv)
+    flags.DEFINE_string(
+        "output", None, "Prefix of the output files: <output>-SSSSS-of-NNNNN.jsonl.", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "runner",
+        None,
+        "The Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...); every "
+        "flag this binary does not define is passed to Beam as a pipeline option.",
+        flag_values=fv,
+    )
+    flags.DEFINE_enum(
+        "signature", "classify", list(_SIGNATURES), "The signature to apply.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "batch_size", 64, "Most texts per model call.", lower_bound=1, flag_values=fv
+    )
+    flags.DEFINE_list(
+        "text_key",
+        list(fields.TEXT_KEYS),
+        "Keys/columns holding the text, tried in order.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "num_output_shards",
+        0,
+        "Output files; 0 lets the runner choose.",
+        lower_bound=0,
+        flag_values=fv,
+    )
+
+
+def split_pipeline_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`_beam.split_pipeline_args` with this binary's flags."""
+    return _beam.split_pipeline_args(argv, define_flags)
+
+
+def config_from_flags(
+    flag_values: flags.FlagValues, pipeline_args: list[str] | tuple[str, ...] = ()
+) -> ClassifyBeamConfig:
+    """Validates the parsed flags (and Beam's) into the config.
+
+    Raises:
+        app.UsageError: No text key, Apache Beam not installed, or a flag
+            that is no Beam pipeline option either.
+    """
+    text_keys = _flags.text_keys(flag_values.text_key)
+    if not text_keys:
+        raise app.UsageError("--text_key must name at least one key")
+    _beam.check_pipeline_args(flag_values.runner, pipeline_args)
+    return ClassifyBeamConfig(
+        saved_model=flag_values.saved_model,
+        input=flag_values.input,
+        output=flag_values.output,
+        runner=flag_values.runner,
+        signature=flag_values.signature,
+        text_key=tuple(text_keys),
+        batch_size=flag_values.batch_size,
+        num_output_shards=flag_values.num_output_shards,
+        pipeline_args=tuple(pipeline_args),
+    )
+
+
+def main(config: ClassifyBeamConfig) -> dict:
+    """Runs the pipeline; returns what it wrote (rows, skips, files)."""
+    from tf_mlstm.beam import inference  # pylint: disable=g-import-not-at-top
+
+    return inference.classify_with_beam(
+        config.saved_model,
+        config.input,
+        config.output,
+        config.runner,
+        config.pipeline_args,
+        signature=config.signature,
+        text_keys=config.text_key,
+        batch_size=config.batch_size,
+        num_shards=config.num_output_shards,
+    )
+
+
+def run() -> None:
+    """Entry point of `tf-mlstm-classify-beam`."""
+    _beam.run_binary(__name__, define_flags, main, config_from_flags, required=_REQUIRED_FLAGS)
+
+
+if __name__ == "__main__":
+    run()
