@@ -361,11 +361,11 @@ def test_featurization_measures_its_precision_and_classify_auto_uses_it(tmp_path
         window=32,
     )
     loaded = []
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
 
-    load = rundir.load_trained_model
+    load = language_model.load_trained_model
     monkeypatch.setattr(
-        rundir,
+        language_model,
         "load_trained_model",
         lambda model_dir, precision=None: (
             loaded.append(precision) or load(model_dir, precision=precision)

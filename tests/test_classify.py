@@ -247,8 +247,8 @@ def test_a_classifier_refuses_other_weights_of_the_same_size(tmp_path, caplog):
 
 
 def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):
-    from tf_mlstm import rundir
     from tf_mlstm.cli import classify as classify_cli
+    from tf_mlstm.models import language_model
 
     model_dir, classifier, _ = _fitted(tmp_path)
     dataclasses.replace(classifier, precision="mixed_bfloat16").save(
@@ -264,7 +264,7 @@ def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):
         asked.append(precision)
         raise Loaded  # what it computes in is all this test asks
 
-    monkeypatch.setattr(rundir, "load_trained_model", recording)
+    monkeypatch.setattr(language_model, "load_trained_model", recording)
     for precision in (None, "float32"):
         with pytest.raises(Loaded):
             classify_cli.main(_config(tmp_path, model_dir, precision=precision))

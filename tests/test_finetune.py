@@ -36,9 +36,9 @@ from tf_mlstm.models.classifier import predict_features
 from tf_mlstm.models.classifier import predict_probabilities
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.models.language_model import MLSTMLanguageModel
+from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
-from tf_mlstm.rundir import load_trained_model
 from tf_mlstm.rundir import read_config
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train.lm_task import LanguageModelTask
@@ -120,11 +120,11 @@ def test_left_padding_gives_each_text_its_own_result(feature):
     texts = ["a much longer text than the others", "short", "mid length"]
     ids, _, lengths, _ = frame_left_padded(texts, 64)
     for training in (False, True):
-        logits, hidden = model(ids, lengths, training=training)
+        logits, hidden = model.forward(ids, lengths, training=training)
         lm = lm_loss_per_text(model, hidden, ids, lengths)
         for row, text in enumerate(texts):
             one_ids, _, one_lengths, _ = frame_left_padded([text], 64)
-            one_logits, one_hidden = model(one_ids, one_lengths, training=training)
+            one_logits, one_hidden = model.forward(one_ids, one_lengths, training=training)
             one_lm = lm_loss_per_text(model, one_hidden, one_ids, one_lengths)
             np.testing.assert_allclose(logits[row], one_logits[0], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(lm[row], one_lm[0], rtol=1e-5)
@@ -388,7 +388,10 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     if job.kind == "binary":
         want = want[:, 1:]
     got = predict_probabilities(model, job.splits["validation"], config.max_length)
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    # float32 features through the standardization folded into a float32
+    # kernel, against scikit-learn's float64: 1e-4 apart at most; a head that
+    # were not the regression would be off by orders of magnitude more.
+    np.testing.assert_allclose(got, want, atol=1e-4)
     assert job.probe["validation"] == regression.metrics(x["validation"], y["validation"])
     # A probe that learned something: the toy labels are in the last word.
     assert job.probe["validation"]["accuracy"] > 0.6
@@ -719,6 +722,16 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     np.testing.assert_allclose(result["probabilities"], want, atol=1e-5)
     assert result["classes"] == ["neg", "neutral", "pos"]
     assert result["label"] == tuned.predict(want).tolist()
+
+    # The same run as a Keras model of raw texts: the exported signature's numbers.
+    keras_model = MLSTMClassifier.from_run(str(model_dir))
+    texts = tf.data.Dataset.from_tensor_slices(_SERVING_TEXTS).batch(2)
+    np.testing.assert_allclose(
+        keras_model.predict(texts, verbose=0), result["probabilities"], atol=1e-5
+    )
+    assert keras_model.head_spec == tuned.head
+    with pytest.raises(ValueError, match="a fine-tuned multiclass classifier of 3 classes, not"):
+        MLSTMClassifier.from_run(str(model_dir), num_classes=2)
 
 
 # === auto precision and XLA: timed at fine-tuning's own shape ===

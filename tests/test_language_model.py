@@ -162,3 +162,58 @@ def test_model_config_round_trip():
     assert (clone.hidden_size, clone.embedding_size, clone.weight_norm) == (12, 4, False)
     assert clone.name == "lm" and clone.dtype_policy.name == "mixed_bfloat16"
     assert isinstance(clone.mlstm.cell, MLSTMCell) and clone.mlstm.cell.weight_norm is False
+
+
+# === The backbone and the checkpoint layout ===
+
+# The checkpoint keys of every run so far: the layers directly under the model.
+CHECKPOINT_KEYS = [
+    "model/embedding/_embeddings/.ATTRIBUTES/VARIABLE_VALUE",
+    "model/head/_kernel/.ATTRIBUTES/VARIABLE_VALUE",
+    "model/head/bias/.ATTRIBUTES/VARIABLE_VALUE",
+    *(
+        f"model/mlstm/cell/{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        for name in (
+            "bias",
+            "gain_h",
+            "gain_mh",
+            "gain_mx",
+            "gain_x",
+            "kernel_h",
+            "kernel_mh",
+            "kernel_mx",
+            "kernel_x",
+        )
+    ),
+]
+
+
+def test_checkpoints_keep_the_layout_of_earlier_runs(tmp_path):
+    model = MLSTMLanguageModel(hidden_size=8, embedding_size=4)
+    model.build()
+    prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    keys = sorted(key for key, _ in tf.train.list_variables(prefix))
+    assert keys == sorted(["_CHECKPOINTABLE_OBJECT_GRAPH", *CHECKPOINT_KEYS])
+    # A checkpoint written with that layout, without any backbone object, restores whole.
+    keras.utils.set_random_seed(7)
+    other = MLSTMLanguageModel(hidden_size=8, embedding_size=4)
+    other.build()
+    layout = tf.train.Checkpoint(
+        embedding=other.backbone.embedding, mlstm=other.backbone.mlstm, head=other.head
+    )
+    old = tf.train.Checkpoint(model=layout).write(str(tmp_path / "old"))
+    tf.train.Checkpoint(model=model).read(old).assert_consumed()
+    for got, want in zip(model.weights, other.weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_the_language_model_is_a_head_on_its_backbone():
+    model = _model()
+    ids = tf.constant(_ids(np.random.RandomState(3), 2, 9))
+    hidden, state = model.backbone(ids)
+    logits, model_state = model(ids)
+    np.testing.assert_allclose(logits.numpy(), model.head(hidden).numpy(), rtol=1e-6)
+    for got, want in zip(model_state, state, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert model.embedding is model.backbone.embedding and model.mlstm is model.backbone.mlstm
+    assert model.backbone.trainable_weights == model.trainable_weights[:-2]

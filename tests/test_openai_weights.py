@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 from tf_mlstm import api
-from tf_mlstm import rundir
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.models import language_model
 from tf_mlstm.models import openai_weights
 from tf_mlstm.transfer import features
 
@@ -120,7 +120,7 @@ def imported(tmp_path_factory):
 def test_imported_model_computes_the_released_equations(imported):
     arrays, model_dir, summary = imported
     assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
-    model, config = rundir.load_trained_model(str(model_dir))
+    model, config = language_model.load_trained_model(str(model_dir))
     assert (config.hidden_size, config.embedding_size, config.weight_norm) == (HIDDEN, EMBED, True)
     for text in TEXTS:
         ids = _framed(text)
@@ -201,7 +201,7 @@ def test_import_binary(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])
     assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
-    model, _ = rundir.load_trained_model(summary["model_dir"])
+    model, _ = language_model.load_trained_model(summary["model_dir"])
     ids = _framed(TEXTS[0])
     logits, _ = model(tf.constant([ids], tf.int32))
     np.testing.assert_allclose(logits[0].numpy(), _reference(arrays, ids)[2], rtol=1e-5, atol=1e-5)

@@ -19,7 +19,7 @@ from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
-from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 

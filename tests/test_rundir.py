@@ -18,6 +18,7 @@ from _models import write_untrained_model_dir
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
+from tf_mlstm.models import language_model
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
@@ -247,12 +248,12 @@ def test_load_trained_model_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
     prefix = tf.train.Checkpoint(model=model).write(str(model_dir / "checkpoints" / "ckpt-2"))
     with open(prefix + ".data-00000-of-00001", "r+b") as f:
         f.truncate(100)
-    loaded, _ = rundir.load_trained_model(str(model_dir))
+    loaded, _ = language_model.load_trained_model(str(model_dir))
     for got, want in zip(loaded.get_weights(), intact):
         np.testing.assert_array_equal(got, want)
     assert any(os.path.basename(prefix) in m for m in _warnings(caplog))
     with pytest.raises(rundir.RunDirError, match="ckpt-2 is missing or damaged"):
-        rundir.load_trained_model(str(model_dir), checkpoint=prefix)
+        language_model.load_trained_model(str(model_dir), checkpoint=prefix)
 
 
 # === Carried state and input position ===

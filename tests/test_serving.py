@@ -16,12 +16,12 @@ from _models import random_model
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
-from tf_mlstm import rundir
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
+from tf_mlstm.models import language_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
@@ -183,7 +183,7 @@ _SERVE = textwrap.dedent("""
 @pytest.mark.slow
 def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     model_dir = tiny_trained_model_dir(tmp_path_factory)
-    model, _ = rundir.load_trained_model(str(model_dir))
+    model, _ = language_model.load_trained_model(str(model_dir))
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(model, texts, np.array([1, 0, 0, 1, 0, 1]))
     classifier.save(str(tmp_path / "classifier.json"))
@@ -516,7 +516,7 @@ _SERVE_CLASSIFY = textwrap.dedent("""
 @pytest.mark.slow
 def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
     model_dir, _ = _model_dir_at_step(tmp_path / "run", 3)
-    model, _ = rundir.load_trained_model(str(model_dir))
+    model, _ = language_model.load_trained_model(str(model_dir))
     classifier = _ngram_classifier(model, ("max", "tfidf"), np.array([1, 0, 1, 0, 0] * 2))
     classifier.save(str(tmp_path / "classifier.json"))
     done = export_cli.export(

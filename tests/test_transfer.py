@@ -27,7 +27,7 @@ from tf_mlstm.data import framing
 from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
-from tf_mlstm.rundir import load_trained_model
+from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.train import autotune
 from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment

@@ -36,6 +36,10 @@ _LAZY = {
     "EvalConfig": ("tf_mlstm.config", "EvalConfig"),
     "FinetuneConfig": ("tf_mlstm.transfer.settings", "FinetuneConfig"),
     "TransferConfig": ("tf_mlstm.transfer.experiment", "TransferConfig"),
+    "MLSTMBackbone": ("tf_mlstm.models.backbone", "MLSTMBackbone"),
+    "MLSTMLanguageModel": ("tf_mlstm.models.language_model", "MLSTMLanguageModel"),
+    "MLSTMClassifier": ("tf_mlstm.models.classifier", "MLSTMClassifier"),
+    "BytePreprocessor": ("tf_mlstm.models.preprocessor", "BytePreprocessor"),
     "UserError": ("tf_mlstm.errors", "UserError"),
     "InvalidValueError": ("tf_mlstm.errors", "InvalidValueError"),
 }

@@ -36,6 +36,7 @@ from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
+from tf_mlstm.models import language_model
 from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
 from tf_mlstm.models.preprocessor import BytePreprocessor
@@ -257,7 +258,9 @@ def load(
       FileNotFoundError: no trained model in `model_dir`.
     """
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
-    model, config, checkpoint = rundir.load_trained_checkpoint(model_dir, precision=precision)
+    model, config, checkpoint = language_model.load_trained_checkpoint(
+        model_dir, precision=precision
+    )
     return TrainedModel(
         model_dir, model, config, checkpoint, classifier, precision, batch_size, window
     )

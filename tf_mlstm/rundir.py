@@ -22,7 +22,7 @@ What it guarantees:
 * A resumed run starts from the newest *intact* checkpoint: one whose files
   are missing or truncated (a full disk, a copy cut short) is skipped with a
   warning naming it (`restore_checkpoint`), for training and for
-  `load_trained_model` alike, instead of a silent restart from step 0 that
+  `models.language_model.load_trained_model` alike, instead of a silent restart from step 0 that
   would rotate the intact ones away.
 * A resumed run may change its budget and bookkeeping (logged), never the
   model's shape or precision (`begin_run` refuses with one line naming the
@@ -33,11 +33,11 @@ What it guarantees:
 * Files are replaced atomically (`tf_mlstm.fileio`), through `tf.io.gfile`,
   so all of this holds on `gs://` and other TensorFlow filesystems too.
 
-Layering: this module sits below `train`, `export`, `transfer` and `cli`,
-which all import it, and above `tf_mlstm.config` (the plain dataclass of
-`config.json`, which `load_trained_model` rebuilds a model from) and
-`models`. Fine-tuning's config class lives with fine-tuning; it reaches this
-module as an argument, never by import.
+Layering: this module sits below `models` (whose classes load themselves
+from a run folder: `MLSTMLanguageModel.from_run`, `MLSTMClassifier.from_run`),
+`train`, `export`, `transfer` and `cli`, and above `tf_mlstm.config` (the
+plain dataclasses of `config.json` and `finetune_config.json`); it builds no
+model itself.
 """
 
 import atexit
@@ -59,7 +59,6 @@ from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.fields import split_keys
-from tf_mlstm.models.language_model import MLSTMLanguageModel
 
 # === Layout ===
 
@@ -440,7 +439,7 @@ def list_checkpoints(directory):
     return sorted(prefixes, key=_checkpoint_step, reverse=True)
 
 
-def _first_line(error):
+def first_line(error):
     text = getattr(error, "message", None) or str(error) or type(error).__name__
     return text.strip().splitlines()[0][:300]
 
@@ -481,7 +480,7 @@ def restore_checkpoint(checkpoint, directory, partial=False):
             logging.warning(
                 "Checkpoint %s is missing or damaged (%s): falling back to an older one.",
                 prefix,
-                _first_line(error),
+                first_line(error),
             )
             damaged.append(os.path.basename(prefix))
             continue
@@ -503,54 +502,6 @@ def restore_checkpoint(checkpoint, directory, partial=False):
             "the warnings); move them away to start the run afresh."
         )
     return None
-
-
-# === The trained model ===
-
-
-def load_trained_model(model_dir, checkpoint=None, precision="float32"):
-    """Rebuilds a run's model and loads its newest intact checkpoint.
-
-    Returns (model, config); see `load_trained_checkpoint`.
-    """
-    model, config, _ = load_trained_checkpoint(model_dir, checkpoint, precision)
-    return model, config
-
-
-def load_trained_checkpoint(model_dir, checkpoint=None, precision="float32"):
-    """Rebuilds a run's model and loads its newest intact checkpoint, naming it.
-
-    Args:
-      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-      checkpoint: a specific checkpoint prefix (default: the newest intact).
-      precision: the dtype policy to compute in. float32 (the default) is
-        what serving exports; a mixed policy keeps the float32 weights and
-        runs the products in 16 bits, which is what makes featurizing large
-        corpora fast on GPUs and on CPUs with bfloat16 units.
-
-    Returns:
-      (model, config, the checkpoint prefix loaded).
-
-    Raises:
-      FileNotFoundError: no config or no checkpoint in `model_dir`.
-      RunDirError: no intact checkpoint, or the given one is damaged.
-    """
-    config = read_config(model_dir)
-    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
-    restorer = tf.train.Checkpoint(model=model)
-    if checkpoint:
-        try:
-            restorer.restore(checkpoint).expect_partial()
-        except (tf.errors.OpError, IndexError) as error:
-            raise RunDirError(
-                f"checkpoint {checkpoint} is missing or damaged ({_first_line(error)})."
-            ) from None
-        logging.info("Restored %s", checkpoint)
-    else:
-        checkpoint = restore_checkpoint(restorer, checkpoint_dir(model_dir), partial=True)
-        if not checkpoint:
-            raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
-    return model, config, checkpoint
 
 
 def weights_checksum(variables):

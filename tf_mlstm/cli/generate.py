@@ -130,12 +130,12 @@ def generate_texts(config, model=None, sampler=None):
       ValueError: `--neuron` is outside the model, or the classifier is
         invalid, from a model of another size or its neuron is not a cell unit.
     """
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     if model is None:
-        model, _ = rundir.load_trained_model(config.model_dir)
+        model, _ = language_model.load_trained_model(config.model_dir)
     unit, value = neuron_lib.held_unit(
         config.classifier,
         model.hidden_size,

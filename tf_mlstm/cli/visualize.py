@@ -145,12 +145,12 @@ def read_texts(config):
 
 def main(config):
     """Draws the unit over the texts; returns the written files."""
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
     texts = read_texts(config)
-    model, _ = rundir.load_trained_model(config.model_dir)
+    model, _ = language_model.load_trained_model(config.model_dir)
     unit, sign, neuron = neuron_lib.drawn_unit(
         config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
     )

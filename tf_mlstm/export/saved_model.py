@@ -64,6 +64,7 @@ from tf_mlstm.data import words
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text_tf
 from tf_mlstm.models import featurize
+from tf_mlstm.models import language_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import MULTILABEL
@@ -605,7 +606,9 @@ def export_trained_model(
         other weights: `rundir.OtherModelError`), or a bad limit.
     """
     check_export_base(base_dir)
-    model, train_config, checkpoint = rundir.load_trained_checkpoint(model_dir, precision=precision)
+    model, train_config, checkpoint = language_model.load_trained_checkpoint(
+        model_dir, precision=precision
+    )
     if classifier is not None:
         classifier.check(model.hidden_size)
         rundir.check_fitted_model(

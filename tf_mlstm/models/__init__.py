@@ -1,5 +1,5 @@
-"""The byte-level mLSTM models: the language model, the classifier on it,
-featurization, pooling and sampling.
+"""The byte-level mLSTM models: the preprocessor, the backbone, the language
+model and the classifier on it; featurization, pooling and sampling.
 
 Imported lazily (PEP 562): `tf_mlstm.models.kinds` names the feature kinds
 without TensorFlow, so flag checks read them at once.
@@ -8,6 +8,8 @@ without TensorFlow, so flag checks read them at once.
 import importlib
 
 _LAZY = {
+    "BytePreprocessor": ("tf_mlstm.models.preprocessor", "BytePreprocessor"),
+    "MLSTMBackbone": ("tf_mlstm.models.backbone", "MLSTMBackbone"),
     "MLSTMLanguageModel": ("tf_mlstm.models.language_model", "MLSTMLanguageModel"),
     "MLSTMClassifier": ("tf_mlstm.models.classifier", "MLSTMClassifier"),
 }

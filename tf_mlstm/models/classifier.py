@@ -6,19 +6,42 @@ text bytes]`, so its state resets at `DOC_START` and the padding cannot
 reach the features or the language-model loss; features are the final
 states and statistics of the hidden state over the text, defined once in
 `pooling`; the head is linear or one ReLU layer, with optional dropout, in
-float32 under every precision policy. `tf-mlstm-finetune` trains it through
-the distributed runner (`transfer.finetune`); the prediction helpers here
-run it over lists of texts.
+float32 under every precision policy.
+
+One model, two ways to drive it:
+
+- Keras's own: `MLSTMClassifier.from_run(model_dir, num_classes=K)` (or
+  `num_labels=L` for several 0/1 labels) is a `keras.Model` of raw texts:
+  `model(texts)` gives the served probabilities (binary [B, 2], K classes
+  [B, K], labels [B, L]; those of the SavedModel's `classify` signature), so
+  `compile`, `fit`, `evaluate` and `predict` take a `tf.data.Dataset` of
+  (texts, labels) on one machine. Of a finished `tf-mlstm-finetune` run it
+  is the trained classifier, with its decision thresholds (`head_spec`).
+- The distributed runner's: `tf-mlstm-finetune` (`transfer.finetune`) trains
+  the same class through `forward(ids, lengths)` on framed rows, under any
+  strategy, with exact resume.
+
+The prediction helpers at the end run it over lists of texts.
 """
+
+import dataclasses
+import json
+import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm import rundir
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.models import pooling
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import MULTICLASS
+from tf_mlstm.models.head import MULTILABEL
+from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
+from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import Progress
 
@@ -51,9 +74,13 @@ def _valid_mask(ids, lengths):
 class MLSTMClassifier(keras.Model):
     """A dense head on features of an `MLSTMLanguageModel`, trained together.
 
-    Call: `model(ids, lengths, training=None, dropout_seed=None)` ->
-    `(logits [B, K] float32, hidden [B, T, H])` for left-padded ids (see the
-    module doc). `dropout_seed` ([2] int) seeds the head's dropout in
+    Call: `model(texts, training=None)` -> the served probabilities [B, C]
+    float32 of a [B] `tf.string` batch of raw texts (normalized, framed and
+    cut to `max_length` bytes by `preprocessor`; see the module doc).
+
+    `forward(ids, lengths, training=None, dropout_seed=None)` ->
+    `(logits [B, K] float32, hidden [B, T, H])` for left-padded ids is the
+    runner's step. `dropout_seed` ([2] int) seeds the head's dropout in
     training (stateless, so a resumed run repeats it); without it the dropout
     draws from TensorFlow's global generator.
 
@@ -70,6 +97,10 @@ class MLSTMClassifier(keras.Model):
       head_init: None (random), or (kernel [D, K], bias [K]): the output
         layer's starting values (not part of the config: a saved model
         carries its trained weights).
+      max_length: framed bytes of a text read by `call` (None: all of it).
+      head_spec: the `HeadSpec` (kind, class names, thresholds) of the
+        outputs, or None for the one the outputs imply (binary for one
+        sigmoid, classes 0..K-1, labels 0..L-1, no thresholds).
       **kwargs: base model arguments.
     """
 
@@ -82,6 +113,8 @@ class MLSTMClassifier(keras.Model):
         head_hidden=0,
         head_dropout=0.0,
         head_init=None,
+        max_length=None,
+        head_spec=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -97,6 +130,18 @@ class MLSTMClassifier(keras.Model):
         self.softmax = bool(softmax)
         self.head_hidden = int(head_hidden)
         self.head_dropout = float(head_dropout)
+        self.max_length = None if max_length is None else int(max_length)
+        self.preprocessor = BytePreprocessor.for_classifier(self.max_length, normalize=True)
+        if head_spec is None:
+            head_spec = _implied_head(self.num_labels, self.softmax)
+        elif isinstance(head_spec, dict):
+            head_spec = HeadSpec(**head_spec)
+        if head_spec.outputs != self.num_labels or (head_spec.kind == MULTICLASS) != softmax:
+            raise errors.InvalidValueError(
+                f"a {head_spec.kind} head of {len(head_spec.classes)} classes does not fit "
+                f"{self.num_labels} {'softmax' if softmax else 'sigmoid'} outputs"
+            )
+        self.head_spec = head_spec
         # float32 under every policy: the head, logits and loss stay in float32.
         width = encoder.hidden_size * len(self.feature_kinds)
         self.hidden_layer = None
@@ -132,6 +177,15 @@ class MLSTMClassifier(keras.Model):
             layers["head_hidden"] = self.hidden_layer
         return layers
 
+    def checkpoint_objects(self):
+        """What a fine-tuning run's checkpoints hold: the encoder as `model`, and the head.
+
+        The encoder under the name a language model's checkpoint uses, so
+        `MLSTMLanguageModel.from_run` reads a fine-tuned encoder like any
+        trained one.
+        """
+        return {"model": self.encoder, **self.head_layers()}
+
     def probabilities(self, logits):
         """Softmax or sigmoid of `logits`, as the head was trained."""
         return tf.nn.softmax(logits) if self.softmax else tf.sigmoid(logits)
@@ -161,9 +215,89 @@ class MLSTMClassifier(keras.Model):
         features = pooling.pooled_features(statistics, final, count, kinds)
         return tf.concat([features[kind] for kind in kinds], axis=1), hidden
 
-    def call(self, ids, lengths, training=None, dropout_seed=None):
+    def forward(self, ids, lengths, training=None, dropout_seed=None):
+        """(logits [B, K] float32, hidden [B, T, H]) of left-padded rows (the runner's step)."""
         features, hidden = self.text_features(ids, lengths, training=training)
         return self.head(features, training=training, dropout_seed=dropout_seed), hidden
+
+    def call(self, texts, training=None):
+        framed = self.preprocessor(texts)
+        logits, _ = self.forward(framed.ids, framed.lengths, training=training)
+        return self.head_spec.probabilities_tf(logits)
+
+    # === From a run folder ===
+    @classmethod
+    def from_run(
+        cls,
+        model_dir,
+        num_classes=None,
+        num_labels=None,
+        feature="mean,max,min,std",
+        head_hidden=0,
+        head_dropout=0.0,
+        max_length=256,
+        classes=None,
+    ):
+        """A classifier on the model of a run folder, as a Keras model of raw texts.
+
+        Of a finished `tf-mlstm-finetune` run: the fine-tuned encoder and head
+        with their decision thresholds, as `tf-mlstm-classify` and the
+        exported `classify` signature use them (the head options must then
+        be left out; `num_classes` / `num_labels`, if given, must agree).
+        Of a trained language model: its encoder (float32) under a new head,
+        ready to `compile` and `fit`.
+
+        Args:
+          model_dir: a run folder of `tf-mlstm-train` or `tf-mlstm-finetune`.
+          num_classes: K >= 2 classes of one label (2: one sigmoid, as a
+            binary fine-tuning run; more: a softmax).
+          num_labels: L >= 1 independent 0/1 labels (a sigmoid each).
+          feature, head_hidden, head_dropout, max_length: the new head's
+            (see the class doc).
+          classes: names of the K classes or L labels (default 0..K-1).
+
+        Returns:
+          A built `MLSTMClassifier`.
+
+        Raises:
+          FileNotFoundError: no trained model in `model_dir`.
+          ValueError: neither or both of `num_classes` and `num_labels` for a
+            language model, or a count a fine-tuned run does not have.
+        """
+        if rundir.is_finetune_run(model_dir):
+            return _finetuned_from_run(model_dir, num_classes, num_labels)
+        if (num_classes is None) == (num_labels is None):
+            raise errors.InvalidValueError(
+                f"{model_dir} is a language model: give num_classes=K (one label of K "
+                "classes) or num_labels=L (L 0/1 labels) for its new head"
+            )
+        if (num_classes is not None and num_classes < 2) or (
+            num_labels is not None and num_labels < 1
+        ):
+            raise errors.InvalidValueError(
+                f"num_classes must be >= 2 and num_labels >= 1, got {num_classes}, {num_labels}"
+            )
+        encoder, _ = load_trained_model(model_dir)
+        multilabel = num_labels is not None
+        count = num_labels if multilabel else num_classes
+        names = tuple(range(count)) if classes is None else tuple(classes)
+        if len(names) != count:
+            raise errors.InvalidValueError(f"classes names {len(names)} outputs, not {count}")
+        # Each label on above 0.5, until thresholds are chosen on validation data.
+        spec = HeadSpec.of(names, multilabel, (0.5,) * count if multilabel else ())
+        model = cls(
+            encoder,
+            spec.outputs,
+            feature,
+            softmax=spec.kind == MULTICLASS,
+            head_hidden=head_hidden,
+            head_dropout=head_dropout,
+            max_length=max_length,
+            head_spec=spec,
+        )
+        # Keras's fit trains what call() uses: not the next-byte head.
+        model.encoder.head.trainable = False
+        return model
 
     def get_config(self):
         config = super().get_config()
@@ -175,6 +309,8 @@ class MLSTMClassifier(keras.Model):
                 "softmax": self.softmax,
                 "head_hidden": self.head_hidden,
                 "head_dropout": self.head_dropout,
+                "max_length": self.max_length,
+                "head_spec": dataclasses.asdict(self.head_spec),
             }
         )
         return config
@@ -184,6 +320,61 @@ class MLSTMClassifier(keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+def _implied_head(outputs, softmax):
+    """The `HeadSpec` `outputs` logits imply, without names or thresholds."""
+    if softmax:
+        return HeadSpec(MULTICLASS, tuple(range(outputs)))
+    if outputs == 1:
+        return HeadSpec(BINARY, (0, 1))
+    return HeadSpec(MULTILABEL, tuple(range(outputs)), (0.5,) * outputs)
+
+
+def finetuned_head_spec(config, results):
+    """The `HeadSpec` of a finished fine-tuning run (its config and results dicts)."""
+    label_keys = split_keys(config["label_key"])
+    # Runs from before K-class fine-tuning have no "kind": binary or multi-label.
+    kind = results.get("kind", BINARY if len(label_keys) == 1 else MULTILABEL)
+    if kind == MULTICLASS:
+        return HeadSpec(MULTICLASS, tuple(results["classes"]))
+    thresholds = tuple(results["thresholds"][name] for name in label_keys)
+    return HeadSpec(kind, (0, 1) if kind == BINARY else label_keys, thresholds)
+
+
+def _read_json(model_dir, name):
+    with tf.io.gfile.GFile(os.path.join(model_dir, name)) as f:
+        return json.loads(f.read())
+
+
+def _finetuned_from_run(model_dir, num_classes, num_labels):
+    """`MLSTMClassifier.from_run` of a finished fine-tuning run."""
+    config = _read_json(model_dir, rundir.FINETUNE_CONFIG_FILE)
+    spec = finetuned_head_spec(config, _read_json(model_dir, rundir.RESULTS_FILE))
+    asked = {"num_classes": num_classes, "num_labels": num_labels}
+    has = {"num_labels" if spec.kind == MULTILABEL else "num_classes": len(spec.classes)}
+    for name, value in asked.items():
+        if value is not None and has.get(name) != value:
+            raise errors.InvalidValueError(
+                f"{model_dir} is a fine-tuned {spec.kind} classifier of "
+                f"{len(spec.classes)} {'labels' if spec.kind == MULTILABEL else 'classes'}, "
+                f"not {name}={value}"
+            )
+    encoder, _ = load_trained_model(model_dir)
+    model = MLSTMClassifier(
+        encoder,
+        spec.outputs,
+        config.get("features", config.get("feature", "cell")),
+        softmax=spec.kind == MULTICLASS,
+        head_hidden=config.get("head_hidden", 0),
+        head_dropout=config.get("head_dropout", 0.0),
+        max_length=config["max_length"],
+        head_spec=spec,
+    )
+    restorer = tf.train.Checkpoint(**model.head_layers())
+    rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
+    model.encoder.head.trainable = False  # as in `from_run` of a language model
+    return model
 
 
 def lm_loss_per_text(model, hidden, ids, lengths):
@@ -209,7 +400,7 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
     With `progress`, the texts done are reported (see `tf_mlstm.progress`).
     """
     return _batched(
-        lambda i, n: model.probabilities(model(i, n, training=False)[0]),
+        lambda i, n: model.probabilities(model.forward(i, n, training=False)[0]),
         getattr(split, "texts", split),
         max_length,
         batch_size,

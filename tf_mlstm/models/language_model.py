@@ -1,29 +1,30 @@
-"""The byte-level language model: embed -> mLSTM -> logits over 256 bytes.
+"""The byte-level language model: a next-byte head on `MLSTMBackbone`.
 
-Inputs are byte ids [B, T] (uint8 or int32). The state is reset wherever the
-input byte is `DOC_START` (every document in a stream begins with it), so a
-document's features never depend on the text before it. The model takes and
-returns the recurrent state so training can carry it across batches
-(truncated backpropagation through time).
+Call: `model(ids, initial_state=None)` -> `(logits [B, T, 256] float32,
+[h, c])`: the backbone's hidden states, through one dense layer, as float32
+logits under every precision policy. The backbone's `encode` and
+`initial_state` are the model's too, so every tool that runs the recurrence
+(featurization, scoring, sampling, fine-tuning) takes a language model.
 
-The embedding is a 256-row table, so the input side of every gate is a
-gather from `table @ Wx` (256 x 4H) and `table @ Wmx` (256 x H), computed
-once per call instead of a product per character; the recurrence gathers
-each step's rows itself (`MLSTM.run_tables`).
+Checkpoints keep the layout of every run so far: `embedding`, `mlstm` and
+`head` directly under the model (see `_trackable_children`), so runs
+trained before the backbone existed load and resume unchanged.
 """
 
 import keras
 import tensorflow as tf
+from absl import logging
 
-from tf_mlstm.data.text import DOC_START
-from tf_mlstm.layers import MLSTM
+from tf_mlstm import rundir
+from tf_mlstm.models.backbone import VOCAB_SIZE
+from tf_mlstm.models.backbone import MLSTMBackbone
 
-VOCAB_SIZE = 256
+__all__ = ["VOCAB_SIZE", "MLSTMLanguageModel", "bits_per_char_from_logits"]
 
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class MLSTMLanguageModel(keras.Model):
-    """Byte-level mLSTM language model.
+    """Byte-level mLSTM language model: `MLSTMBackbone` -> dense -> 256 logits.
 
     Call: `model(ids, initial_state=None, training=None)` ->
     `(logits [B, T, 256] float32, [h, c])`.
@@ -37,68 +38,59 @@ class MLSTMLanguageModel(keras.Model):
 
     def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
         super().__init__(**kwargs)
-        self.hidden_size = int(hidden_size)
-        self.embedding_size = int(embedding_size)
-        self.weight_norm = bool(weight_norm)
-        self.embedding = keras.layers.Embedding(
-            VOCAB_SIZE, self.embedding_size, dtype=self.dtype_policy, name="embedding"
-        )
-        self.mlstm = MLSTM(
-            self.hidden_size, weight_norm=self.weight_norm, dtype=self.dtype_policy, name="mlstm"
+        self.backbone = MLSTMBackbone(
+            hidden_size, embedding_size, weight_norm, dtype=self.dtype_policy, name="backbone"
         )
         self.head = keras.layers.Dense(VOCAB_SIZE, dtype=self.dtype_policy, name="head")
 
+    # === The backbone's ===
+    @property
+    def hidden_size(self):
+        return self.backbone.hidden_size
+
+    @property
+    def embedding_size(self):
+        return self.backbone.embedding_size
+
+    @property
+    def weight_norm(self):
+        return self.backbone.weight_norm
+
+    @property
+    def embedding(self):
+        return self.backbone.embedding
+
+    @property
+    def mlstm(self):
+        return self.backbone.mlstm
+
+    def encode(self, ids, initial_state=None, valid=None, training=None, **options):
+        """`MLSTMBackbone.encode`: hidden states (or pooled statistics) and [h, c]."""
+        return self.backbone.encode(ids, initial_state, valid=valid, training=training, **options)
+
+    def initial_state(self, batch_size):
+        """Zero [h, c] for `batch_size` rows in the compute dtype."""
+        return self.backbone.initial_state(batch_size)
+
     # === Layers ===
     def build(self, input_shape=None):
-        self.embedding.build((None, None))
-        self.mlstm.build((None, None, self.embedding_size))
+        self.backbone.build()
         self.head.build((None, None, self.hidden_size))
         self.built = True
-
-    def _projected(self, ids):
-        ids = tf.cast(ids, tf.int32)
-        kernels = self.mlstm.cell.kernels()
-        table = tf.cast(self.embedding.embeddings, self.compute_dtype)
-        xz_table, xm_table = self.mlstm.project_inputs(table, kernels)
-        keep = tf.cast(tf.not_equal(ids, DOC_START), self.compute_dtype)
-        return (xz_table, xm_table, ids, keep, kernels)
-
-    def encode(
-        self, ids, initial_state=None, valid=None, training=None, return_sequences=True, pool=False
-    ):
-        """Runs the mLSTM over byte ids.
-
-        Args:
-          ids: [B, T] byte ids.
-          initial_state: optional [h, c], each [B, H].
-          valid: optional [B, T] 1/0 mask; the state stays put where 0.
-          training: selects the trainable path.
-          return_sequences: return every step's hidden state.
-          pool: inference only: instead, statistics of the hidden and cell
-            states over the valid steps (a dict of [B, H] keyed by
-            `recurrence.POOLED`).
-
-        Returns:
-          (hidden states [B, T, H], or None, or the pooled statistics; [h, c]).
-        """
-        xz_table, xm_table, ids, keep, kernels = self._projected(ids)
-        return self.mlstm.run_tables(
-            xz_table,
-            xm_table,
-            ids,
-            initial_state,
-            keep=keep,
-            valid=valid,
-            training=training,
-            kernels=kernels,
-            return_sequences=return_sequences,
-            pool=pool,
-        )
 
     def call(self, ids, initial_state=None, training=None):
         outputs, state = self.encode(ids, initial_state, training=training)
         logits = tf.cast(self.head(outputs), tf.float32)
         return logits, state
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        children = super()._trackable_children(save_type, **kwargs)
+        if save_type == "checkpoint":
+            # The layout of every checkpoint so far: the layers at the top.
+            children.pop("backbone", None)
+            children["embedding"] = self.backbone.embedding
+            children["mlstm"] = self.backbone.mlstm
+        return children
 
     @classmethod
     def from_train_config(cls, config, precision=None):
@@ -122,10 +114,14 @@ class MLSTMLanguageModel(keras.Model):
         model.build()
         return model
 
-    def initial_state(self, batch_size):
-        """Zero [h, c] for `batch_size` rows in the compute dtype."""
-        zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
-        return [zeros, zeros]
+    @classmethod
+    def from_run(cls, model_dir, checkpoint=None, precision="float32"):
+        """The model of a run folder, from its newest intact checkpoint.
+
+        Args and errors as `load_trained_checkpoint`; the run's configuration
+        is `rundir.read_config(model_dir)`.
+        """
+        return load_trained_checkpoint(model_dir, checkpoint, precision)[0]
 
     # === Config ===
     def get_config(self):
@@ -158,3 +154,53 @@ def bits_per_char_from_logits(logits, targets, weights=None):
         weights = tf.ones_like(ce)
     weights = tf.cast(weights, tf.float32)
     return (tf.reduce_sum(ce * weights) / tf.math.log(2.0), tf.reduce_sum(weights))
+
+
+# === From a run folder ===
+
+
+def load_trained_model(model_dir, checkpoint=None, precision="float32"):
+    """Rebuilds a run's model and loads its newest intact checkpoint.
+
+    Returns (model, config); see `load_trained_checkpoint`.
+    """
+    model, config, _ = load_trained_checkpoint(model_dir, checkpoint, precision)
+    return model, config
+
+
+def load_trained_checkpoint(model_dir, checkpoint=None, precision="float32"):
+    """Rebuilds a run's model and loads its newest intact checkpoint, naming it.
+
+    Args:
+      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
+      checkpoint: a specific checkpoint prefix (default: the newest intact).
+      precision: the dtype policy to compute in. float32 (the default) is
+        what serving exports; a mixed policy keeps the float32 weights and
+        runs the products in 16 bits, which is what makes featurizing large
+        corpora fast on GPUs and on CPUs with bfloat16 units.
+
+    Returns:
+      (model, config, the checkpoint prefix loaded).
+
+    Raises:
+      FileNotFoundError: no config or no checkpoint in `model_dir`.
+      RunDirError: no intact checkpoint, or the given one is damaged.
+    """
+    config = rundir.read_config(model_dir)
+    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
+    restorer = tf.train.Checkpoint(model=model)
+    if checkpoint:
+        try:
+            restorer.restore(checkpoint).expect_partial()
+        except (tf.errors.OpError, IndexError) as error:
+            raise rundir.RunDirError(
+                f"checkpoint {checkpoint} is missing or damaged ({rundir.first_line(error)})."
+            ) from None
+        logging.info("Restored %s", checkpoint)
+    else:
+        checkpoint = rundir.restore_checkpoint(
+            restorer, rundir.checkpoint_dir(model_dir), partial=True
+        )
+        if not checkpoint:
+            raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
+    return model, config, checkpoint

@@ -223,8 +223,13 @@ def tf_mlstm_weights(arrays):
 
 
 def _relative_path(variable):
-    """A variable's path below the model ("mlstm/cell/kernel_x")."""
-    return variable.path.split("/", 1)[1]
+    """A variable's path below the model, as checkpoints lay it out ("mlstm/cell/kernel_x").
+
+    The backbone's layers sit at the top there (`MLSTMLanguageModel`), so its
+    own level of the Keras path is left out.
+    """
+    path = variable.path.split("/", 1)[1]
+    return path.removeprefix("backbone/")
 
 
 def _unfilled_model(hidden, embed, name):

@@ -11,10 +11,10 @@ import time
 import tensorflow as tf
 
 from tf_mlstm import errors
-from tf_mlstm import rundir
 from tf_mlstm.data import pipeline
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.models import language_model
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import byte_unit
@@ -146,7 +146,7 @@ def evaluate_data(
             (`readers.InputError`, naming the file).
     """
 
-    model, _ = rundir.load_trained_model(model_dir)
+    model, _ = language_model.load_trained_model(model_dir)
     read_errors = []  # A raw corpus file that could not be read ends its stream here.
     expected = None  # A raw corpus's size in characters is known only once read,
     read = None  # so its progress counts the bytes read against the files' size.

@@ -28,6 +28,7 @@ from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.config import PRECISIONS
+from tf_mlstm.models import language_model
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
@@ -479,7 +480,7 @@ def run_transfer(config):
     config.validate()
     rundir.check_not_run_dir(config.output_dir, "output_dir")
     started = time.monotonic()
-    model, _ = rundir.load_trained_model(config.model_dir, precision=config.precision)
+    model, _ = language_model.load_trained_model(config.model_dir, precision=config.precision)
     data = _read_data(config)
     features, timings, vocabulary = _featurize(config, model, data)
     kinds, selection = _choose_kinds(config, features, data, model.hidden_size, vocabulary)

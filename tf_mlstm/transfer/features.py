@@ -34,6 +34,7 @@ from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data.words import NGRAM_KIND
 from tf_mlstm.models import featurize
+from tf_mlstm.models import language_model
 from tf_mlstm.models.kinds import FEATURE_KINDS
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
@@ -304,7 +305,7 @@ def measured_precision(
     texts = ["a" * (window - 1)] * batch_size
 
     def build(candidate):
-        model, _ = rundir.load_trained_model(model_dir, precision=candidate.precision)
+        model, _ = language_model.load_trained_model(model_dir, precision=candidate.precision)
         featurizer = TextFeaturizer(model, batch_size, window, kinds=("cell",))
         return lambda: featurizer(texts, progress=False)
 

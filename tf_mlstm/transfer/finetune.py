@@ -54,7 +54,6 @@ step and replica, so a resumed run drops what an uninterrupted one would),
 
 import dataclasses
 import functools
-import json
 import os
 
 import numpy as np
@@ -65,6 +64,7 @@ from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.models import language_model
 from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.classifier import frame_left_padded
 from tf_mlstm.models.classifier import lm_loss_per_text
@@ -154,7 +154,9 @@ class FinetuneTask(Task):
     def prepare(self, context):
         self.context = context
         self._load_data()
-        self.base_model, self.base_config = rundir.load_trained_model(self.config.init_model_dir)
+        self.base_model, self.base_config = language_model.load_trained_model(
+            self.config.init_model_dir
+        )
         if len(self.train_ids) < context.num_workers:
             raise errors.InvalidValueError(
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
@@ -267,6 +269,7 @@ class FinetuneTask(Task):
             head_hidden=config.head_hidden,
             head_dropout=config.head_dropout,
             head_init=self.head_init,
+            max_length=config.max_length,
         )
         trained = [encoder.embedding, encoder.mlstm, *self.model.head_layers().values()]
         if config.lm_loss_weight > 0:
@@ -280,9 +283,7 @@ class FinetuneTask(Task):
         )
 
     def checkpoint_objects(self):
-        # The encoder as `model`: `load_trained_model` reads a fine-tuned
-        # encoder like any trained language model.
-        return {"model": self.model.encoder, **self.model.head_layers()}
+        return self.model.checkpoint_objects()
 
     def dataset(self, input_context, rows):
         ids = tf.constant(self.train_ids)
@@ -339,7 +340,7 @@ class FinetuneTask(Task):
         dropout_seed = tf.stack(
             [self.context.step, tf.cast(replica, tf.int64) + 65536 * self.config.seed]
         )
-        logits, hidden = self.model(ids, lengths, training=True, dropout_seed=dropout_seed)
+        logits, hidden = self.model.forward(ids, lengths, training=True, dropout_seed=dropout_seed)
         # Sums over the replica's rows / global batch: summing replica
         # gradients gives the global mean gradient.
         if self.kind == MULTICLASS:
@@ -686,26 +687,7 @@ def load_finetuned_model(model_dir):
             )
     with tf.io.gfile.GFile(paths[FINETUNE_CONFIG_FILE]) as f:
         config = FinetuneConfig.from_json(f.read())
-    with tf.io.gfile.GFile(paths[RESULTS_FILE]) as f:
-        results = json.loads(f.read())
-    # Runs from before K-class fine-tuning have no "kind": binary or multi-label.
-    kind = results.get("kind", BINARY if len(config.label_keys) == 1 else MULTILABEL)
-    if kind == MULTICLASS:
-        classes, thresholds = tuple(results["classes"]), None
-    else:
-        classes = (0, 1) if kind == BINARY else config.label_keys
-        thresholds = np.array(
-            [results["thresholds"][name] for name in config.label_keys], np.float32
-        )
-    encoder, _ = rundir.load_trained_model(model_dir)
-    model = MLSTMClassifier(
-        encoder,
-        len(classes) if kind == MULTICLASS else len(config.label_keys),
-        config.features,
-        softmax=kind == MULTICLASS,
-        head_hidden=config.head_hidden,
-        head_dropout=config.head_dropout,
-    )
-    restorer = tf.train.Checkpoint(**model.head_layers())
-    rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
-    return FinetunedClassifier(model, config, kind, classes, thresholds)
+    model = MLSTMClassifier.from_run(model_dir)
+    spec = model.head_spec
+    thresholds = np.array(spec.thresholds, np.float32) if spec.kind != MULTICLASS else None
+    return FinetunedClassifier(model, config, spec.kind, spec.classes, thresholds)

@@ -24,6 +24,7 @@ from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data import text_input
+from tf_mlstm.models import language_model
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import logistic
@@ -70,7 +71,7 @@ def load_predictor(
         return _finetuned_predictor(model_dir, batch_size)
     fitted = logistic.LogisticClassifier.load(classifier)
     if model is None:
-        model, _ = rundir.load_trained_model(model_dir, precision=precision)
+        model, _ = language_model.load_trained_model(model_dir, precision=precision)
     if model.hidden_size != fitted.hidden_size:
         raise errors.InvalidValueError(
             f"{classifier}: fitted on a {fitted.hidden_size}-unit model, but "

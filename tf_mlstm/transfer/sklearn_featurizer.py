@@ -28,8 +28,8 @@ from sklearn.base import BaseEstimator
 from sklearn.base import TransformerMixin
 
 from tf_mlstm import errors
-from tf_mlstm import rundir
 from tf_mlstm.data.text import normalize_text
+from tf_mlstm.models import language_model
 from tf_mlstm.transfer import features as features_lib
 
 
@@ -85,7 +85,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
         """The `TextFeaturizer` for the current parameters, loaded once."""
         key = (self.model_dir, self._kinds(), self.batch_size, self.window, self.precision)
         if getattr(self, "_loaded", (None,))[0] != key:
-            model, _ = rundir.load_trained_model(self.model_dir, precision=self.precision)
+            model, _ = language_model.load_trained_model(self.model_dir, precision=self.precision)
             featurizer = features_lib.TextFeaturizer(
                 model, self.batch_size, self.window, self._kinds()
             )

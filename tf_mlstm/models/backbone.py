@@ -1,0 +1,118 @@
+"""`MLSTMBackbone`: byte embedding and mLSTM, the network every task of the project shares.
+
+Inputs are byte ids [B, T] (uint8 or int32), as `BytePreprocessor` frames
+them. The state is reset wherever the input byte is `DOC_START` (every
+document in a stream begins with it), so a document's features never depend
+on the text before it. The backbone takes and returns the recurrent state,
+so training can carry it across batches (truncated backpropagation through
+time), and returns the hidden state of every step (or, for inference, the
+running statistics that pooled features are made of).
+
+The embedding is a 256-row table, so the input side of every gate is a
+gather from `table @ Wx` (256 x 4H) and `table @ Wmx` (256 x H), computed
+once per call instead of a product per character; the recurrence gathers
+each step's rows itself (`MLSTM.run_tables`).
+
+The tasks on it: `MLSTMLanguageModel` (a dense next-byte head) and
+`MLSTMClassifier` (a head on pooled features, through the language model,
+whose next-byte head fine-tuning may keep training as an auxiliary loss).
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_mlstm.data.text import DOC_START
+from tf_mlstm.layers import MLSTM
+
+VOCAB_SIZE = 256
+
+
+@keras.saving.register_keras_serializable(package="tf_mlstm")
+class MLSTMBackbone(keras.Model):
+    """Byte embedding -> mLSTM.
+
+    Call: `backbone(ids, initial_state=None, valid=None, training=None)` ->
+    `(hidden states [B, T, H], [h, c])`.
+
+    Args:
+      hidden_size: mLSTM units (4096 in the paper).
+      embedding_size: byte embedding width (64 in the paper).
+      weight_norm: weight-normalized mLSTM kernels.
+      **kwargs: base model arguments (name, dtype policy, ...).
+    """
+
+    def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = int(hidden_size)
+        self.embedding_size = int(embedding_size)
+        self.weight_norm = bool(weight_norm)
+        self.embedding = keras.layers.Embedding(
+            VOCAB_SIZE, self.embedding_size, dtype=self.dtype_policy, name="embedding"
+        )
+        self.mlstm = MLSTM(
+            self.hidden_size, weight_norm=self.weight_norm, dtype=self.dtype_policy, name="mlstm"
+        )
+
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        self.mlstm.build((None, None, self.embedding_size))
+        self.built = True
+
+    def _projected(self, ids):
+        ids = tf.cast(ids, tf.int32)
+        kernels = self.mlstm.cell.kernels()
+        table = tf.cast(self.embedding.embeddings, self.compute_dtype)
+        xz_table, xm_table = self.mlstm.project_inputs(table, kernels)
+        keep = tf.cast(tf.not_equal(ids, DOC_START), self.compute_dtype)
+        return (xz_table, xm_table, ids, keep, kernels)
+
+    def encode(
+        self, ids, initial_state=None, valid=None, training=None, return_sequences=True, pool=False
+    ):
+        """Runs the mLSTM over byte ids.
+
+        Args:
+          ids: [B, T] byte ids.
+          initial_state: optional [h, c], each [B, H].
+          valid: optional [B, T] 1/0 mask; the state stays put where 0.
+          training: selects the trainable path.
+          return_sequences: return every step's hidden state.
+          pool: inference only: instead, statistics of the hidden and cell
+            states over the valid steps (a dict of [B, H] keyed by
+            `recurrence.POOLED`).
+
+        Returns:
+          (hidden states [B, T, H], or None, or the pooled statistics; [h, c]).
+        """
+        xz_table, xm_table, ids, keep, kernels = self._projected(ids)
+        return self.mlstm.run_tables(
+            xz_table,
+            xm_table,
+            ids,
+            initial_state,
+            keep=keep,
+            valid=valid,
+            training=training,
+            kernels=kernels,
+            return_sequences=return_sequences,
+            pool=pool,
+        )
+
+    def call(self, ids, initial_state=None, valid=None, training=None):
+        return self.encode(ids, initial_state, valid=valid, training=training)
+
+    def initial_state(self, batch_size):
+        """Zero [h, c] for `batch_size` rows in the compute dtype."""
+        zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
+        return [zeros, zeros]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_size": self.hidden_size,
+                "embedding_size": self.embedding_size,
+                "weight_norm": self.weight_norm,
+            }
+        )
+        return config
