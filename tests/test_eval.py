@@ -140,9 +140,10 @@ def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
     out = tmp_path / "tf"
     convert.convert(
         convert.ConvertConfig(
-            inputs=str(corpus), output_dir=str(out), num_shards=1, split_weights=(3, 1, 1)
+            inputs=str(corpus), output_dir=str(out), num_shards=1, split_weights=(1000, 1, 1)
         )
     )
+    assert json.loads((out / "stats.json").read_text())["splits"]["test"]["records"] == 0
     with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
         evaluation.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
     (out / tfrecord.INCOMPLETE_MARKER).write_text("")
