@@ -231,6 +231,44 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
 
 
 @pytest.mark.slow
+def test_sigterm_to_fine_tuning_exits_75_and_the_rerun_ends_with_the_weights_of_one_never_stopped(
+    tmp_path,
+):
+    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+
+    settings = _finetune_settings(
+        tmp_path, max_steps=40, checkpoint_every_steps=4, log_every_steps=1
+    )
+    command = [sys.executable, "-m", "tf_mlstm.cli.finetune"]
+    command += [f"--{name}={value}" for name, value in settings.items()]
+    model_dir = tmp_path / "run"
+    checkpoint = model_dir / "checkpoints" / "ckpt-4.index"
+    code, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 120)
+    assert code == runner.EXIT_PREEMPTED, first[-3000:]
+    assert "Traceback" not in first
+    ((worker, stop_step),) = {m.groups() for m in _STOPPED.finditer(first)}
+    stop_step = int(stop_step)
+    assert worker == "0" and 4 <= stop_step < 40
+    assert _latest_checkpoint_step(model_dir) == stop_step
+    assert not (model_dir / "results.json").exists()
+
+    resumed = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=120
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{stop_step}'}" in resumed.stderr
+    assert "input restarts" not in resumed.stderr
+    assert min(int(s) for s in _LOGGED_STEP.findall(resumed.stderr)) == stop_step + 1
+    # Nothing lost: the weights of a run never stopped (in-process: the same settings).
+    config = finetune.FinetuneConfig(**settings).validate()
+    whole = finetune.finetune(dataclasses.replace(config, model_dir=str(tmp_path / "whole")))
+    results = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert results["step"] == whole["step"] == 40
+    assert results["weights_sha256"] == whole["weights_sha256"]
+
+
+@pytest.mark.slow
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_lost(
     tmp_path, data_dir
 ):
@@ -328,15 +366,13 @@ def _language_model_task(tmp_path, data_dir, precision):
     return LanguageModelTask(config, tfrecord.split_files(data_dir, "train"), []), config
 
 
-def _finetune_task(tmp_path, data_dir, precision):
-    del data_dir
-    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
-
+def _finetune_settings(tmp_path, **overrides):
+    """Fine-tuning settings of a tiny random model on 16 texts, as flag values by name."""
     init, _ = write_untrained_model_dir(tmp_path / "init", hidden_size=8, embedding_size=4)
     texts = tmp_path / "train.jsonl"
     rows = [{"text": f"text {i} was good", "label": i % 2} for i in range(16)]
     texts.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = finetune.FinetuneConfig(
+    values = dict(
         init_model_dir=str(init),
         train_data=str(texts),
         validation_data=str(texts),
@@ -344,9 +380,19 @@ def _finetune_task(tmp_path, data_dir, precision):
         batch_size=4,
         max_length=16,
         max_steps=4,
-        precision=precision,
+        precision="float32",
         jit_compile="false",
-    ).validate()
+    )
+    values.update(overrides)
+    return values
+
+
+def _finetune_task(tmp_path, data_dir, precision):
+    del data_dir
+    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+
+    config = finetune.FinetuneConfig(**_finetune_settings(tmp_path, precision=precision))
+    config = config.validate()
     return finetune.FinetuneTask(config), config
 
 
