@@ -34,6 +34,7 @@ from tf_mlstm.models.classifier import frame_left_padded
 from tf_mlstm.models.classifier import lm_loss_per_text
 from tf_mlstm.models.classifier import predict_features
 from tf_mlstm.models.classifier import predict_probabilities
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import load_trained_model
@@ -642,7 +643,7 @@ def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feat
     thresholds = None if kind == "multiclass" else np.linspace(0.3, 0.6, outputs, dtype=np.float32)
     config = finetune.FinetuneConfig(features=feature, head_hidden=head_hidden, max_length=20)
     tuned = finetune.FinetunedClassifier(model, config, kind, classes, thresholds)
-    head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
+    head = ClassifierHead(**tuned.serving_head_arrays())
     module = saved_model.ServingModule(model.encoder, classifier=head)
     served = module.classify(tf.constant(_SERVING_TEXTS))
     texts = [normalize_text(t) for t in _SERVING_TEXTS]

@@ -23,6 +23,7 @@ from tf_mlstm.data.text import normalize_text
 from tf_mlstm.export import saved_model
 from tf_mlstm.models import language_model
 from tf_mlstm.models import sampling
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.train import evaluation
@@ -132,10 +133,10 @@ def test_classify_signature_serves_k_classes_and_several_labels(small_model):
 
 
 def test_classifier_head_must_fit_the_model(small_model):
-    head = saved_model.ClassifierHead(("cell",), np.zeros(8), np.ones(8), np.zeros(8), 0.0)
+    head = ClassifierHead(("cell",), np.zeros(8), np.ones(8), np.zeros(8), 0.0)
     with pytest.raises(ValueError, match="mean has shape \\(8,\\), but a 16-unit model"):
         saved_model.ServingModule(small_model, classifier=head)
-    head = saved_model.ClassifierHead(("last",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    head = ClassifierHead(("last",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
     with pytest.raises(ValueError, match="feature kinds \\['last'\\]"):
         saved_model.ServingModule(small_model, classifier=head)
 

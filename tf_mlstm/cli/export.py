@@ -117,6 +117,7 @@ def export(config):
     """
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.models.head_arrays import ClassifierHead  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
@@ -128,7 +129,7 @@ def export(config):
         precision = config.precision or "float32"
         if not config.classifier and rundir.is_finetune_run(config.model_dir):
             tuned = finetune.load_finetuned_model(config.model_dir)
-            head = saved_model.ClassifierHead(**tuned.serving_head_arrays())
+            head = ClassifierHead(**tuned.serving_head_arrays())
             metadata["classifier"] = {
                 "source": config.model_dir,
                 "task": tuned.kind,

@@ -106,13 +106,13 @@ class MLSTMBackbone(keras.Model):
         zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
         return [zeros, zeros]
 
+    def architecture(self):
+        """The sizes that define the network (every task on it has them in its config)."""
+        return {
+            "hidden_size": self.hidden_size,
+            "embedding_size": self.embedding_size,
+            "weight_norm": self.weight_norm,
+        }
+
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_size": self.hidden_size,
-                "embedding_size": self.embedding_size,
-                "weight_norm": self.weight_norm,
-            }
-        )
-        return config
+        return {**super().get_config(), **self.architecture()}

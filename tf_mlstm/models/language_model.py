@@ -125,15 +125,7 @@ class MLSTMLanguageModel(keras.Model):
 
     # === Config ===
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "hidden_size": self.hidden_size,
-                "embedding_size": self.embedding_size,
-                "weight_norm": self.weight_norm,
-            }
-        )
-        return config
+        return {**super().get_config(), **self.backbone.architecture()}
 
 
 def bits_per_char_from_logits(logits, targets, weights=None):

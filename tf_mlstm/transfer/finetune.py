@@ -642,7 +642,7 @@ class FinetunedClassifier:
         return self.head.decide(probabilities)
 
     def serving_head_arrays(self):
-        """The head as the fields of an `export.saved_model.ClassifierHead`.
+        """The head as the fields of an `models.head_arrays.ClassifierHead`.
 
         The features are the fine-tuned ones unstandardized (mean 0, scale 1),
         read from each text's first `max_length` framed bytes as in training.

@@ -28,7 +28,7 @@ One classifier class serves three kinds of task:
 `predict_proba` returns [N, K] as scikit-learn does ([N, 2] for binary) and
 [N, L] label probabilities for multilabel. The fitted classifier is plain
 arrays, saved as JSON (never pickle) and turned into a
-`tf_mlstm.export.saved_model.ClassifierHead` to run in a SavedModel.
+`tf_mlstm.models.head_arrays.ClassifierHead` to run in a SavedModel.
 """
 
 import dataclasses
@@ -45,8 +45,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm import errors
-from tf_mlstm.export.saved_model import ClassifierHead
 from tf_mlstm.models.head import HeadSpec
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
