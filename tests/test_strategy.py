@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _models import PINNED_FLAGS
+from _models import run
+from _models import train_command
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 
@@ -105,6 +108,27 @@ def test_a_cluster_description_a_one_machine_strategy_would_ignore_is_refused(
     monkeypatch.setenv("TF_CONFIG", _tf_config(["10.0.0.1:2222"], index=3))
     with pytest.raises(ValueError, match="TF_CONFIG task index 3 is out of range"):
         strategy_lib.get_distribution_strategy(strategy)
+
+
+@pytest.mark.slow
+def test_tf_mlstm_train_refuses_an_unused_cluster_in_one_line_before_it_writes(
+    tmp_path, demo_tfrecords
+):
+    model_dir = tmp_path / "run"
+    done = run(
+        train_command(model_dir, *PINNED_FLAGS, f"--train_data={demo_tfrecords}"),
+        timeout=120,
+        env={"TF_CONFIG": _tf_config(["10.0.0.1:2222", "10.0.0.2:2222"], index=1)},
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("E1")]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].endswith(
+        "] TF_CONFIG describes a cluster of 2 tasks (this is worker 1), but "
+        "--distribution_strategy=default trains on this machine alone, so every task would "
+        "train a model of its own: pass --distribution_strategy=multi_worker, or unset TF_CONFIG"
+    ), errors[0]
+    assert not model_dir.exists()
 
 
 def test_several_slurm_tasks_under_a_one_machine_strategy_are_refused(monkeypatch):
@@ -221,6 +245,9 @@ def test_non_chief_writes_to_a_temporary_folder(tmp_path):
 _STARTUP_SCRIPT = """
 import sys, time
 from tf_mlstm import errors
+from _models import PINNED_FLAGS
+from _models import run
+from _models import train_command
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 start = time.monotonic()
