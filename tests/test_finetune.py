@@ -853,3 +853,19 @@ def test_the_timed_fine_tuning_step_is_the_real_step_on_synthetic_rows(
     assert all(np.isfinite(losses)) and losses[0] > 0
     # Nothing is written to the real run's folder, nor beside the inputs.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "train.jsonl", "validation.jsonl"]
+
+
+def test_the_input_layout_names_the_keys_alike_however_they_are_spelled(task, tmp_path):
+    """A run started by the binary (list flags) resumes exactly from Python (strings)."""
+    config = _config(task, tmp_path / "run")
+    layouts = []
+    for spell in (",".join, list):
+        job = finetune.FinetuneTask(
+            dataclasses.replace(
+                config, label_key=spell(config.label_keys), text_key=spell(config.text_keys)
+            )
+        )
+        job.prepare(types.SimpleNamespace(num_workers=1))
+        layouts.append(job.input_layout())
+    assert layouts[0] == layouts[1]
+    assert layouts[0]["label_key"] == ["label"]

@@ -325,9 +325,11 @@ class FinetuneTask(Task):
             "max_length": config.max_length,
             "validation_data": config.validation_data,
             "validation_fraction": config.validation_fraction,
-            "label_key": config.label_key,
+            # The keys as lists, however they were given: the binary's list flags
+            # and a Python caller's comma-separated strings name the same input.
+            "label_key": list(config.label_keys),
             "label_map": config.label_map,
-            "text_key": config.text_key,
+            "text_key": list(config.text_keys),
         }
 
     # === The step ===
