@@ -359,28 +359,62 @@ def _raise(error):
     return body
 
 
+def _peer(kind):
+    """The runner's `PeerWorkerError` for a collective that failed with `kind`."""
+    failed = kind(None, None, "Collective ops is aborted by: task /job:worker/task:1 heartbeat")
+    return runner.peer_failure(failed, 0, 7, 30, "runs/r1/checkpoints/ckpt-6")
+
+
 @pytest.mark.parametrize(
-    "error",
+    "error, names",
     [
-        errors.InvalidValueError("--data: no shards"),
-        errors.UserError("port 5 is in use"),
-        OSError(errno.ENOSPC, "No space left on device", "runs/r1/ckpt-3.index"),
-        PermissionError(errno.EACCES, "Permission denied", "/runs"),
-        FileNotFoundError(errno.ENOENT, "No such file or directory", "data/x"),
-        tf.errors.PermissionDeniedError(None, None, "runs/r1; Permission denied"),
-        tf.errors.ResourceExhaustedError(None, None, "runs/r1/x; No space left on device"),
-        tf.errors.NotFoundError(None, None, "gs://b/run; not found"),
-        tf.errors.DataLossError(None, None, "corrupted record at 12"),
+        (errors.InvalidValueError("--data: no shards"), ["--data: no shards"]),
+        (errors.UserError("port 5 is in use"), ["port 5 is in use"]),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "runs/r1/ckpt-3.index"),
+            ["runs/r1/ckpt-3.index", "No space left on device"],
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/runs"), ["/runs", "Permission"]),
+        (
+            FileNotFoundError(errno.ENOENT, "No such file or directory", "data/x"),
+            ["data/x", "No such file"],
+        ),
+        (
+            tf.errors.PermissionDeniedError(None, None, "runs/r1; Permission denied"),
+            ["runs/r1", "Permission denied"],
+        ),
+        (
+            tf.errors.ResourceExhaustedError(None, None, "runs/r1/x; No space left on device"),
+            ["runs/r1/x", "No space left"],
+        ),
+        (tf.errors.NotFoundError(None, None, "gs://b/run; not found"), ["gs://b/run"]),
+        (tf.errors.DataLossError(None, None, "corrupted record at 12"), ["corrupted record"]),
+        # A peer worker gone: each kind the coordination service raises, as the runner words it.
+        *(
+            (_peer(kind), ["worker 0 stops at step 7", "heartbeat", "(ckpt-6)"])
+            for kind in (
+                tf.errors.UnavailableError,
+                tf.errors.AbortedError,
+                tf.errors.CancelledError,
+            )
+        ),
+        (
+            _peer(tf.errors.DeadlineExceededError),
+            ["did not reach the all-reduce within --collective_timeout_s=30", "(ckpt-6)"],
+        ),
     ],
-    ids=lambda e: type(e).__name__,
+    ids=lambda e: type(e).__name__ if isinstance(e, BaseException) else "",
 )
-def test_user_errors_are_one_line_and_exit_1(error, caplog):
+def test_user_errors_are_one_line_naming_the_path_or_cause_and_exit_1(error, names, caplog):
     with caplog.at_level(logging.ERROR, logger=absl_logging.ABSLLogger.root.name):
         with pytest.raises(SystemExit) as stop:
             _main.run_body(_raise(error), None)
     assert stop.value.code == 1
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert "\n" not in record.getMessage() and record.getMessage()
+    message = record.getMessage()
+    assert "\n" not in message and message
+    for name in names:
+        assert name in message, (name, message)
 
 
 @pytest.mark.parametrize(

@@ -615,17 +615,8 @@ class Runner:
             latest = (
                 tf.train.latest_checkpoint(self.run_state.checkpoint_dir) if self.chief else None
             )
-            what = "stopped"
-            if isinstance(e, tf.errors.DeadlineExceededError):
-                what = (
-                    "did not reach the all-reduce within --collective_timeout_s="
-                    f"{self.config.collective_timeout_s:g} (stuck, or far slower)"
-                )
-            raise strategy_lib.PeerWorkerError(
-                f"worker {self.worker} stops at step {int(self.step.numpy())}: a peer worker "
-                f"{what} ({_error_summary(e)}). Relaunch every worker with the same command to "
-                "resume from the last checkpoint"
-                + (f" ({os.path.basename(latest)})." if latest else ".")
+            raise peer_failure(
+                e, self.worker, int(self.step.numpy()), self.config.collective_timeout_s, latest
             ) from e
         finally:
             # The run is over (finished, stopped or failed): a later run in
@@ -1091,6 +1082,30 @@ class _Window:
     def add(self, stats):
         self.total = stats.astype(np.float64) if self.total is None else self.total + stats
         self.steps += 1
+
+
+def peer_failure(error, worker, step, collective_timeout_s, latest_checkpoint):
+    """The one-line `PeerWorkerError` for a collective that failed with a `PEER_ERRORS` kind.
+
+    Args:
+      error: the TensorFlow error.
+      worker: this worker's index.
+      step: the step it stops at.
+      collective_timeout_s: the `--collective_timeout_s` in force.
+      latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
+    """
+    what = "stopped"
+    if isinstance(error, tf.errors.DeadlineExceededError):
+        what = (
+            "did not reach the all-reduce within --collective_timeout_s="
+            f"{collective_timeout_s:g} (stuck, or far slower)"
+        )
+    return strategy_lib.PeerWorkerError(
+        f"worker {worker} stops at step {step}: a peer worker {what} "
+        f"({_error_summary(error)}). Relaunch every worker with the same command to resume "
+        "from the last checkpoint"
+        + (f" ({os.path.basename(latest_checkpoint)})." if latest_checkpoint else ".")
+    )
 
 
 def _error_summary(error):
