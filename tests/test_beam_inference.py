@@ -4,9 +4,11 @@ A small model and a fitted classifier are exported as a SavedModel; the
 pipeline applies its `classify` signature to two input files (in this
 process, and on two local worker processes) and every row, joined back by
 its file and line, must carry the numbers the single-process
-`tf-mlstm-classify` gives the same text.
+`tf-mlstm-classify` gives the same text. A file that cannot be read ends
+the run with one error line naming it, and no output.
 """
 
+import gzip
 import json
 import os
 import sys
@@ -26,6 +28,7 @@ from tf_mlstm.beam import inference  # noqa: E402
 from tf_mlstm.cli import classify as classify_cli  # noqa: E402
 from tf_mlstm.cli import classify_beam  # noqa: E402
 from tf_mlstm.cli import export as export_cli  # noqa: E402
+from tf_mlstm.data import readers  # noqa: E402
 from tf_mlstm.data.text import normalize_text  # noqa: E402
 from tf_mlstm.transfer import features  # noqa: E402
 from tf_mlstm.transfer import logistic  # noqa: E402
@@ -153,3 +156,76 @@ def test_the_binary_passes_beam_flags_and_refuses_unknown_ones():
         "tf-mlstm-classify-beam: unknown flag --batch: neither a flag of this binary nor a "
         "Beam pipeline option (--help lists the flags)"
     )
+
+
+def _last_line(stderr):
+    return [line for line in stderr.splitlines() if line.strip()][-1]
+
+
+@pytest.mark.parametrize("workers", [(), TWO_WORKERS], ids=["in_process", "two_workers"])
+def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, workers):
+    _, _, export_dir, inputs, _ = exported
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(b'{"text": "Fine."}\n' * 500)[:-20])
+    out = tmp_path / "out"
+    out.mkdir()
+    # An earlier run's output of the very name this run would write.
+    earlier = out / "scores-00000-of-00001.jsonl"
+    earlier.write_bytes(b'{"input": "earlier", "line": 1}\n')
+    result = run(
+        [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={export_dir}"]
+        + [f"--input={inputs[0]},{broken},{inputs[1]}", f"--output={out / 'scores'}"]
+        + ["--text_key=text,sentence", "--num_output_shards=1", "--runner=DirectRunner"]
+        + list(workers),
+        timeout=240,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = _last_line(result.stderr)
+    assert " _main.py:" in last, result.stderr[-3000:]  # absl's error line of the binary
+    assert last.split("] ", 1)[1] == (
+        f"{broken}: truncated or corrupt gzip file (Compressed file ended before the "
+        "end-of-stream marker was reached) (1 of 3 input files could not be read; nothing "
+        f"was written to {out / 'scores'}-*.jsonl)"
+    )
+    # No shard of this run, no staging left; the earlier output byte for byte.
+    assert os.listdir(out) == [earlier.name]
+    assert earlier.read_bytes() == b'{"input": "earlier", "line": 1}\n'
+
+
+def test_files_without_the_text_column_fail_naming_the_first(exported, tmp_path):
+    _, _, export_dir, inputs, _ = exported
+    untitled = [tmp_path / "a.csv", tmp_path / "b.csv"]
+    for path in untitled:
+        path.write_text("label,body\n1,Fine.\n", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises(readers.InputError) as failed:
+        inference.classify_with_beam(
+            export_dir,
+            ",".join([inputs[1], *map(str, untitled)]),
+            str(out / "scores"),
+            "DirectRunner",
+            text_keys=("text", "sentence"),
+        )
+    assert str(failed.value) == (
+        f"{untitled[0]}: no text column: none of ['text', 'sentence'] in its header, which has "
+        f"the columns ['label', 'body'] (2 of 3 input files could not be read; nothing was "
+        f"written to {out / 'scores'}-*.jsonl)"
+    )
+    assert os.listdir(out) == []
+
+
+def test_a_missing_saved_model_is_one_line_before_the_pipeline(exported, tmp_path):
+    _, _, export_dir, inputs, _ = exported
+    with pytest.raises(FileNotFoundError, match="no SavedModel there"):
+        inference.classify_with_beam(
+            str(tmp_path / "nothing"), inputs[0], str(tmp_path / "o" / "s"), "DirectRunner"
+        )
+    with pytest.raises(ValueError, match=r"has no 'summarize' signature \(it has \['classify', "):
+        inference.check_saved_model(export_dir, "summarize")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "saved_model.pb").write_bytes(b"not a protocol buffer")
+    with pytest.raises(ValueError, match=r"saved_model.pb: not a readable SavedModel"):
+        inference.check_saved_model(str(damaged), "classify")
+    assert not (tmp_path / "o").exists()

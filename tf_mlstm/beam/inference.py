@@ -15,9 +15,18 @@ input files, on any Beam runner:
    signature's outputs by name (`probabilities`, `classes`, `label`,
    `probability`, `neuron` for `classify`; the feature kinds, `cell`,
    `hidden`, `mean`, `max`, ..., for `featurize`), lists for vectors; `WriteToText` writes them as
-   sharded files `<output>-SSSSS-of-NNNNN.jsonl`, committed from a temporary
-   folder only when the pipeline succeeds. Rows are in no particular order:
+   sharded files `<output>-SSSSS-of-NNNNN.jsonl` into a hidden staging
+   folder beside them, renamed into place only when the pipeline has
+   succeeded and every input was read. Rows are in no particular order:
    `input` and `line` join them back to the input records.
+
+A file that cannot be read (a corrupt gzip stream, a CSV file without the
+text column, a file gone since the inputs were listed) does not fail the
+worker: its error goes to a side output, the other files are read, and the
+launcher then raises the first such file's error (in input order) as one
+line, with how many files failed. A failed run leaves no output shard, and
+an earlier run's files of the same names as they were. The SavedModel and
+its signature are checked before the pipeline starts.
 
 The numbers are the SavedModel's, which are those of `tf-mlstm-classify`
 on the same model and classifier (float32, to 1e-5; the tests compare them).
@@ -25,6 +34,8 @@ on the same model and classifier (float32, to 1e-5; the tests compare them).
 
 import itertools
 import json
+import os
+import uuid
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -35,6 +46,8 @@ import numpy as np
 from absl import logging
 from apache_beam.ml.inference import base as inference_base
 
+from tf_mlstm import errors
+from tf_mlstm import fileio
 from tf_mlstm.beam import options as beam_options
 from tf_mlstm.data import fields
 from tf_mlstm.data import readers
@@ -44,6 +57,9 @@ _METRICS_NAMESPACE = "tf_mlstm"
 _SKIPPED = "skipped_"
 # Batches' worth of texts read, then put in order of length.
 _SORT_BATCHES = 16
+# The side output of `_ReadTexts`: the inputs that could not be read.
+_FAILED = "failed"
+_FAILED_SUBDIR = "_failed_inputs"
 
 
 class _LoadedSignature:
@@ -116,6 +132,12 @@ class _ReadTexts(beam.DoFn):
     consecutive elements, and a batch costs the steps of its longest text, so
     batches of alike lengths waste little on padding (half the time of
     file order on IMDB reviews, measured).
+
+    A file that cannot be read (a user's error: `errors.is_user_error`) goes
+    to the `_FAILED` output as one JSON line (its input index, path, error
+    type and one-line message) instead of failing the worker with a
+    traceback; the launcher reports it. Any other error is a bug and fails
+    the pipeline as usual.
     """
 
     def __init__(self, text_keys: Sequence[str], max_document_bytes: int, sort_texts: int):
@@ -123,16 +145,31 @@ class _ReadTexts(beam.DoFn):
         self._max_document_bytes = max_document_bytes
         self._sort_texts = sort_texts
 
-    def process(self, path: str) -> Iterator[tuple[tuple[str, int], str]]:
+    def process(self, element: tuple[int, str]) -> Iterator[Any]:
+        index, path = element
         skip_log = readers.SkipLog()
-        documents = readers.read_documents(
-            [path], self._text_keys, skip_log=skip_log, max_document_bytes=self._max_document_bytes
-        )
         texts = beam.metrics.Metrics.counter(_METRICS_NAMESPACE, "texts")
-        while run := list(itertools.islice(documents, self._sort_texts)):
-            texts.inc(len(run))
-            for document in sorted(run, key=lambda document: len(document.text)):
-                yield (path, document.line), document.text
+        try:
+            documents = readers.read_documents(
+                [path],
+                self._text_keys,
+                skip_log=skip_log,
+                max_document_bytes=self._max_document_bytes,
+            )
+            while run := list(itertools.islice(documents, self._sort_texts)):
+                texts.inc(len(run))
+                for document in sorted(run, key=lambda document: len(document.text)):
+                    yield (path, document.line), document.text
+        except Exception as e:  # pylint: disable=broad-except
+            if not errors.is_user_error(e):
+                raise
+            failure = {
+                "index": index,
+                "path": path,
+                "type": type(e).__name__,
+                "message": errors.one_line(e),
+            }
+            yield beam.pvalue.TaggedOutput(_FAILED, json.dumps(failure))
         for reason, count in skip_log.counts.items():
             beam.metrics.Metrics.counter(_METRICS_NAMESPACE, _SKIPPED + reason).inc(count)
 
@@ -150,6 +187,79 @@ def _row(element: tuple[tuple[str, int], inference_base.PredictionResult]) -> st
     row = {"input": path, "line": line}
     row.update((name, _json_value(value)) for name, value in sorted(result.inference.items()))
     return json.dumps(row)
+
+
+def check_saved_model(export_dir: str, signature: str) -> None:
+    """Raises, in one line, unless `export_dir` is a SavedModel with `signature`.
+
+    Reads the SavedModel's graph definition only (no variables), so a wrong
+    `--saved_model` is refused before any worker starts.
+
+    Args:
+        export_dir: The SavedModel folder (`<export base>/<version>`).
+        signature: The signature the pipeline will call.
+
+    Raises:
+        FileNotFoundError: No SavedModel is there.
+        errors.InvalidValueError: Its `saved_model.pb` is unreadable, or it
+            has no `signature` signature.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+
+    if not tf.saved_model.contains_saved_model(export_dir):
+        raise FileNotFoundError(
+            f"{export_dir}: no SavedModel there (no saved_model.pb); give the version folder "
+            "that tf-mlstm-export wrote (<export_dir>/<version>)"
+        )
+    graph = os.path.join(export_dir, "saved_model.pb")
+    if not tf.io.gfile.exists(graph):
+        return  # A text SavedModel (saved_model.pbtxt): the worker's load checks it.
+    saved = saved_model_pb2.SavedModel()
+    try:
+        with tf.io.gfile.GFile(graph, "rb") as f:
+            saved.ParseFromString(f.read())
+    except Exception as e:  # pylint: disable=broad-except
+        if errors.is_user_error(e):
+            raise
+        raise errors.InvalidValueError(f"{graph}: not a readable SavedModel ({e})") from e
+    names = sorted(
+        {name for meta in saved.meta_graphs for name in meta.signature_def}
+        - {"__saved_model_init_op"}
+    )
+    if signature not in names:
+        raise errors.InvalidValueError(
+            f"{export_dir}: has no {signature!r} signature (it has {names}); export it with "
+            "--classifier for 'classify'"
+        )
+
+
+def _failed_inputs(folder: str) -> list[dict[str, Any]]:
+    """The failures `_ReadTexts` wrote (JSON lines under `folder`), in input order."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    failed = []
+    for path in tf.io.gfile.glob(os.path.join(folder, "*")):
+        with tf.io.gfile.GFile(path, "r") as f:
+            failed += [json.loads(line) for line in f if line.strip()]
+    return sorted(failed, key=lambda failure: failure["index"])
+
+
+def _input_error(failed: Sequence[dict[str, Any]], files: int, output: str) -> Exception:
+    """One user error for the failed inputs: the first one's file and cause, and how many."""
+    first = failed[0]
+    message = first["message"]
+    if first["path"] not in message:
+        message = f"{first['path']}: {message}"
+    kind = (
+        FileNotFoundError
+        if first["type"] in ("FileNotFoundError", "NotFoundError")
+        else readers.InputError
+    )
+    return kind(
+        f"{message} ({len(failed)} of {files} input files could not be read; nothing was "
+        f"written to {output}-*.jsonl)"
+    )
 
 
 def classify_with_beam(
@@ -182,30 +292,67 @@ def classify_with_beam(
         `{"texts", "skipped": {reason: count}, "outputs": [files], "signature"}`.
 
     Raises:
-        FileNotFoundError: An input file or glob matches nothing.
-        ValueError: A bad argument or pipeline option.
+        FileNotFoundError: An input file or glob matches nothing, a file
+            vanished before it was read, or no SavedModel is at `export_dir`.
+        readers.InputError: An input file cannot be read (the first one in
+            input order is named, with its cause and how many failed).
+        ValueError: A bad argument or pipeline option, or the SavedModel has
+            no `signature`.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     options = beam_options.pipeline_options(runner, pipeline_args)
+    folder, base = os.path.split(output)
+    if not base:
+        raise errors.InvalidValueError(
+            f"--output {output!r} names a folder; give a prefix of file names in it "
+            f"(e.g. {os.path.join(output, 'part')})"
+        )
     paths = readers.expand_inputs(inputs)
+    check_saved_model(export_dir, signature)
     handler = inference_base.KeyedModelHandler(SavedModelHandler(export_dir, signature, batch_size))
     logging.info(
         "Applying %s of %s to %d input files on %s", signature, export_dir, len(paths), runner
     )
-    pipeline = beam.Pipeline(options=options)
-    _ = (
-        pipeline
-        | "Inputs" >> beam.Create(paths)
-        | "Spread" >> beam.Reshuffle()
-        | "Read"
-        >> beam.ParDo(_ReadTexts(text_keys, max_document_bytes, _SORT_BATCHES * batch_size))
-        | "Apply" >> inference_base.RunInference(handler)
-        | "Rows" >> beam.Map(_row)
-        | "Write" >> beam.io.WriteToText(output, file_name_suffix=".jsonl", num_shards=num_shards)
-    )
-    result = pipeline.run()
-    result.wait_until_finish()
+    # Hidden beside the outputs (and on the same file system): the shards are
+    # renamed from there only once every input was read.
+    staging = os.path.join(folder, f"{fileio.TMP_PREFIX}{base}-{uuid.uuid4().hex[:12]}")
+    try:
+        pipeline = beam.Pipeline(options=options)
+        read = (
+            pipeline
+            | "Inputs" >> beam.Create(list(enumerate(paths)))
+            | "Spread" >> beam.Reshuffle()
+            | "Read"
+            >> beam.ParDo(
+                _ReadTexts(text_keys, max_document_bytes, _SORT_BATCHES * batch_size)
+            ).with_outputs(_FAILED, main="texts")
+        )
+        _ = (
+            read.texts
+            | "Apply" >> inference_base.RunInference(handler)
+            | "Rows" >> beam.Map(_row)
+            | "Write"
+            >> beam.io.WriteToText(
+                os.path.join(staging, base), file_name_suffix=".jsonl", num_shards=num_shards
+            )
+        )
+        _ = read[_FAILED] | "Failed" >> beam.io.WriteToText(
+            os.path.join(staging, _FAILED_SUBDIR, "part"), file_name_suffix=".jsonl"
+        )
+        result = pipeline.run()
+        result.wait_until_finish()
+        failed = _failed_inputs(os.path.join(staging, _FAILED_SUBDIR))
+        if failed:
+            raise _input_error(failed, len(paths), output)
+        outputs = []
+        for path in sorted(tf.io.gfile.glob(os.path.join(staging, f"{base}-*-of-*.jsonl"))):
+            final = os.path.join(folder, os.path.basename(path))
+            tf.io.gfile.rename(path, final, overwrite=True)
+            outputs.append(final)
+    finally:
+        if tf.io.gfile.exists(staging):
+            tf.io.gfile.rmtree(staging)
     counters = {
         metric.key.metric.name: metric.committed
         for metric in result.metrics()
@@ -217,7 +364,6 @@ def classify_with_beam(
         for name, count in sorted(counters.items())
         if name.startswith(_SKIPPED)
     }
-    outputs = sorted(tf.io.gfile.glob(f"{output}-*-of-*.jsonl"))
     done = {
         "signature": signature,
         "texts": counters.get("texts", 0),

@@ -17,9 +17,14 @@ read and normalized as training text is; records without text are skipped
 and counted by reason). The output is JSON lines in sharded files
 `<output>-SSSSS-of-NNNNN.jsonl`, one row per text with `input` (its file)
 and `line` (where its record starts) to join it back, then the signature's
-outputs by name; they appear only once the pipeline has succeeded. The
-numbers are those of `tf-mlstm-classify` with the same model and classifier
-(float32). See `tf_mlstm/beam/inference.py`.
+outputs by name; they appear only once the pipeline has succeeded. An
+input file that cannot be read (a corrupt gzip file, a CSV file without the
+text column, a file gone since it was listed) ends the run with one error
+line naming the first such file, its cause and how many failed, and no
+output file (an earlier run's files stay as they were); a wrong
+`--saved_model` is refused before the pipeline starts. The numbers are
+those of `tf-mlstm-classify` with the same model and classifier (float32).
+See `tf_mlstm/beam/inference.py`.
 """
 
 import dataclasses
