@@ -29,11 +29,9 @@ class MLSTMLanguageModel(keras.Model):
     Call: `model(ids, initial_state=None, training=None)` ->
     `(logits [B, T, 256] float32, [h, c])`.
 
-    Args:
-      hidden_size: mLSTM units (4096 in the paper).
-      embedding_size: byte embedding width (64 in the paper).
-      weight_norm: weight-normalized mLSTM kernels.
-      **kwargs: base model arguments (name, dtype policy, ...).
+    Args: the backbone's sizes (`MLSTMBackbone`: `hidden_size`,
+    `embedding_size`, `weight_norm`), then the base model's arguments (name,
+    dtype policy, ...), which the backbone shares.
     """
 
     def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
