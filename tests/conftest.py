@@ -117,26 +117,46 @@ def mirrored_on_cpus():
         yield devices
 
 
-@pytest.fixture(autouse=True)
-def _logging_state_restored():
-    """Puts Python's and absl's logging back as it was after every test.
-
-    Code that sets absl's verbosity (absl's flag parsing does, when a binary's
-    code runs in-process) leaves the absl logger at WARNING; a later test that
-    reads INFO lines through `caplog` would then see none.
-    """
+def _logging_state():
+    """(level, disabled, propagate) of the loggers tests read, and logging's `disable` level."""
     import logging as std_logging  # pylint: disable=g-import-not-at-top
 
-    names = ("absl", "tensorflow", "keras")
-    loggers = [std_logging.getLogger(name) for name in names] + [std_logging.getLogger()]
-    saved = [(lg.level, lg.disabled, lg.propagate) for lg in loggers]
-    disabled_below = std_logging.root.manager.disable
-    yield
-    for lg, (level, disabled, propagate) in zip(loggers, saved):
+    loggers = [std_logging.getLogger(name) for name in ("absl", "tensorflow", "keras")]
+    loggers.append(std_logging.getLogger())
+    return [(lg, lg.level, lg.disabled, lg.propagate) for lg in loggers], (
+        std_logging.root.manager.disable
+    )
+
+
+def _set_logging_state(state):
+    import logging as std_logging  # pylint: disable=g-import-not-at-top
+
+    loggers, disabled_below = state
+    for lg, level, disabled, propagate in loggers:
         lg.setLevel(level)
         lg.disabled = disabled
         lg.propagate = propagate
     std_logging.disable(disabled_below)
+
+
+# As it is before any test code runs.
+_LOGGING_BASELINE = _logging_state()
+
+
+@pytest.fixture(autouse=True)
+def _logging_state_restored():
+    """Puts Python's and absl's logging as it was before any test, around every test.
+
+    Code that sets absl's verbosity (absl's flag parsing does, when a binary's
+    code runs in-process, and so may a module-scoped fixture, which runs
+    before this one) leaves the absl logger at WARNING; a later test that
+    reads INFO lines through `caplog` would then see none. Resetting to the
+    state before the whole run, not to the one each test found, keeps that
+    from reaching any later test.
+    """
+    _set_logging_state(_LOGGING_BASELINE)
+    yield
+    _set_logging_state(_LOGGING_BASELINE)
 
 
 # === The whole run's deadline ===
