@@ -459,7 +459,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     assert lines == [1, 3] and probabilities.shape == (2, 2) and classes == (0, 1)
     # The same texts through the transfer classifier directly.
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
-    model, _ = load_trained_model(str(model_dir))
+    # In the precision the fit recorded (auto's choice on this machine), as classify does.
+    assert classifier.precision == chosen
+    model, _ = load_trained_model(str(model_dir), precision=chosen)
     x = features.concat_features(
         features.TextFeaturizer(model)(["A wonderful film.", "Boring."]), classifier.feature_kinds
     )
