@@ -56,6 +56,14 @@ def test_k_classes_compile_fit_evaluate_predict_on_a_dataset(lm_dir):
     probabilities = model.predict(_texts(), verbose=0)
     assert probabilities.shape == (24, 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    # Plain Python lists and arrays of texts, as a notebook has them, work alike.
+    np.testing.assert_allclose(model.predict(TEXTS, verbose=0), probabilities, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict(np.array(TEXTS), batch_size=8, verbose=0), probabilities, atol=1e-6
+    )
+    on_lists = model.evaluate(TEXTS, CLASSES, batch_size=8, verbose=0, return_dict=True)
+    assert on_lists["accuracy"] == pytest.approx(after["accuracy"], abs=1e-6)
+    model.fit(TEXTS, CLASSES, batch_size=8, epochs=1, verbose=0)
 
 
 def test_raw_texts_in_the_graph_equal_framed_normalized_texts(lm_dir):

@@ -225,6 +225,17 @@ class MLSTMClassifier(keras.Model):
         logits, _ = self.forward(framed.ids, framed.lengths, training=training)
         return self.head_spec.probabilities_tf(logits)
 
+    # Keras's data adapters take tensors, arrays of numbers and datasets; a
+    # list of strings (what a notebook user has) becomes a string tensor.
+    def fit(self, x=None, y=None, *args, **kwargs):
+        return super().fit(_texts_tensor(x), y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        return super().evaluate(_texts_tensor(x), y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return super().predict(_texts_tensor(x), *args, **kwargs)
+
     # === From a run folder ===
     @classmethod
     def from_run(
@@ -320,6 +331,15 @@ class MLSTMClassifier(keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+def _texts_tensor(x):
+    """`x` as a [N] `tf.string` tensor when it is a list or array of texts; else `x`."""
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, (str, bytes)) for t in x):
+        return tf.constant(list(x), tf.string)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
+        return tf.constant(x.astype(object).tolist(), tf.string)
+    return x
 
 
 def _implied_head(outputs, softmax):
