@@ -111,12 +111,15 @@ def test_a_cluster_description_a_one_machine_strategy_would_ignore_is_refused(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("data", ["converted", "demo corpus"])
 def test_tf_mlstm_train_refuses_an_unused_cluster_in_one_line_before_it_writes(
-    tmp_path, demo_tfrecords
+    tmp_path, demo_tfrecords, data
 ):
     model_dir = tmp_path / "run"
+    # Without --train_data the demo corpus would be converted into the run folder first.
+    data_flags = [f"--train_data={demo_tfrecords}"] if data == "converted" else []
     done = run(
-        train_command(model_dir, *PINNED_FLAGS, f"--train_data={demo_tfrecords}"),
+        train_command(model_dir, *PINNED_FLAGS, *data_flags),
         timeout=120,
         env={"TF_CONFIG": _tf_config(["10.0.0.1:2222", "10.0.0.2:2222"], index=1)},
     )

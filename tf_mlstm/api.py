@@ -85,6 +85,9 @@ def pretrain(config):
         not written by an export.
     """
     config = config.validate()
+    if config.distribution_strategy != "multi_worker":
+        # Before anything is written (the demo corpus is converted into the run folder).
+        strategy_lib.check_no_unused_cluster(config.distribution_strategy, os.environ)
     export_base = rundir.export_dir(config.model_dir)
     saved_model.check_export_base(export_base)
     train_files, validation_files = data_files.resolve_data(config)
