@@ -222,6 +222,22 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
     assert results["step"] == max_steps
     assert results["weights_sha256"] == reference["weights_sha256"]
 
+    # SIGTERM during start-up (the run folder and its lock exist, no step has run):
+    # the process ends at once, and the same command then runs the whole run as if
+    # it had never started (the lock is taken over, nothing half-made is kept).
+    model_dir = tmp_path / "startup"
+    command = _preemption_flags(model_dir, data_dir, max_steps)
+    code, first = sigterm_when(command, model_dir / "config.json", tmp_path / "startup.txt", 180)
+    assert code in (-signal.SIGTERM, runner.EXIT_PREEMPTED), first[-3000:]
+    assert not (model_dir / "results.json").exists()
+    again = subprocess.run(
+        command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=300
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = json.loads(again.stdout.strip().splitlines()[-1])
+    assert results["step"] == max_steps
+    assert results["weights_sha256"] == reference["weights_sha256"]
+
 
 @pytest.mark.slow
 def test_sigterm_to_fine_tuning_exits_75_and_the_rerun_ends_with_the_weights_of_one_never_stopped(
