@@ -248,9 +248,6 @@ def test_non_chief_writes_to_a_temporary_folder(tmp_path):
 _STARTUP_SCRIPT = """
 import sys, time
 from tf_mlstm import errors
-from _models import PINNED_FLAGS
-from _models import run
-from _models import train_command
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 start = time.monotonic()
