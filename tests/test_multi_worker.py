@@ -196,6 +196,52 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     assert rundir.weights_checksum(model.weights) == results["weights_sha256"]
 
 
+# Loaded at interpreter start-up in worker 1 only (through PYTHONPATH): its loss is
+# NaN at two steps, so only its gradients are non-finite there, as with a bad batch.
+_POISON_WORKER_1 = """
+import json, os
+if json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
+    import tensorflow as tf
+    from tf_mlstm.train import lm_task
+
+    _loss = lm_task.LanguageModelTask.loss
+
+    def _poisoned(self, batch, state):
+        value, stats, state = _loss(self, batch, state)
+        step = self.context.step
+        bad = tf.logical_or(tf.equal(step, 2), tf.equal(step, 3))
+        return value * tf.where(bad, float("nan"), 1.0), stats, state
+
+    lm_task.LanguageModelTask.loss = _poisoned
+"""
+
+_SKIPPED = re.compile(r"step (\d+): non-finite gradients")
+
+
+def test_a_non_finite_step_on_one_worker_is_skipped_by_both(tmp_path, data_dir, monkeypatch):
+    """One worker's NaN gradients reach the all-reduce: both workers skip the same two
+    steps, count them, and end with bit-identical finite weights."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_POISON_WORKER_1)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(inject), str(REPO)]))
+    model_dir = tmp_path / "run"
+    code, log = _run_launcher(
+        2, tmp_path / "log.txt", _train_args(model_dir, data_dir, "--max_steps=6")
+    )
+    assert code == 0, log[-4000:]
+    chief, other = _worker_text(log, 0), _worker_text(log, 1)
+    # Each worker names the skipped steps it logs, the same ones.
+    skipped = {int(step) for step in _SKIPPED.findall(chief)}
+    assert skipped and skipped <= {2, 3, 4}, chief[-3000:]
+    assert {int(step) for step in _SKIPPED.findall(other)} == skipped
+    results, results_1 = _results(chief), _results(other)
+    assert results["skipped_steps"] == results_1["skipped_steps"] == 2
+    assert results["step"] == results_1["step"] == 6
+    assert results["weights_sha256"] == results_1["weights_sha256"]
+    assert np.isfinite(results["validation_bits_per_char"])
+
+
 def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, data_dir):
     model_dir = tmp_path / "run"
     max_steps = 300
