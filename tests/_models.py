@@ -25,6 +25,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -259,3 +260,44 @@ def run_without_tf_mlstm(script, args, cwd):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def openai_release_arrays(hidden=16, embedding=8, seed=0):
+    """Random arrays in the layout of OpenAI's released byte mLSTM, by name."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, std=0.5):
+        return (std * rng.normal(size=shape)).astype(np.float32)
+
+    def gains(n):
+        return rng.uniform(0.5, 1.5, size=n).astype(np.float32)
+
+    return {
+        "embedding": normal(256, embedding, std=1.0),
+        "wx": normal(embedding, 4 * hidden),
+        # Four different per-gate blocks, so a wrong gate order shows.
+        "wh": [normal(hidden, hidden) for _ in range(4)],
+        "wmx": normal(embedding, hidden),
+        "wmh": normal(hidden, hidden),
+        "b": normal(4 * hidden),
+        "gx": gains(4 * hidden),
+        "gh": gains(4 * hidden),
+        "gmx": gains(hidden),
+        "gmh": gains(hidden),
+        "out_w": normal(hidden, 256),
+        "out_b": normal(256),
+    }
+
+
+def write_openai_release(folder, arrays=None, seed=0):
+    """Saves `arrays` (default: random ones) as the release's model/ folder, in its load order."""
+    arrays = openai_release_arrays(seed=seed) if arrays is None else arrays
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ordered = [arrays["embedding"], arrays["wx"], *arrays["wh"]]
+    ordered += [arrays[name] for name in ("wmx", "wmh", "b", "gx", "gh", "gmx", "gmh")]
+    ordered += [arrays["out_w"], arrays["out_b"]]
+    assert len(ordered) == 15
+    for index, array in enumerate(ordered):
+        np.save(folder / f"{index}.npy", array)
+    return folder

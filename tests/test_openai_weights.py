@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from _models import openai_release_arrays
+from _models import write_openai_release
 from tf_mlstm import api
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models import language_model
@@ -30,41 +32,7 @@ TEXTS = ["Great movie!", "The plot was dull, the acting worse.", "ok"]
 
 def _release_arrays(seed=0):
     """Random arrays in the release's layout, by name."""
-    rng = np.random.default_rng(seed)
-
-    def normal(*shape, std=0.5):
-        return (std * rng.normal(size=shape)).astype(np.float32)
-
-    def gains(n):
-        return rng.uniform(0.5, 1.5, size=n).astype(np.float32)
-
-    return {
-        "embedding": normal(256, EMBED, std=1.0),
-        "wx": normal(EMBED, 4 * HIDDEN),
-        # Four different per-gate blocks, so a wrong gate order shows.
-        "wh": [normal(HIDDEN, HIDDEN) for _ in range(4)],
-        "wmx": normal(EMBED, HIDDEN),
-        "wmh": normal(HIDDEN, HIDDEN),
-        "b": normal(4 * HIDDEN),
-        "gx": gains(4 * HIDDEN),
-        "gh": gains(4 * HIDDEN),
-        "gmx": gains(HIDDEN),
-        "gmh": gains(HIDDEN),
-        "out_w": normal(HIDDEN, 256),
-        "out_b": normal(256),
-    }
-
-
-def _write_release(folder, arrays):
-    """Saves `arrays` as the release's model/ folder: files in its load order."""
-    folder.mkdir(parents=True, exist_ok=True)
-    ordered = [arrays["embedding"], arrays["wx"], *arrays["wh"]]
-    ordered += [arrays[name] for name in ("wmx", "wmh", "b", "gx", "gh", "gmx", "gmh")]
-    ordered += [arrays["out_w"], arrays["out_b"]]
-    assert len(ordered) == 15
-    for index, array in enumerate(ordered):
-        np.save(folder / f"{index}.npy", array)
-    return folder
+    return openai_release_arrays(HIDDEN, EMBED, seed)
 
 
 def _l2_normalize_columns(w):
@@ -112,7 +80,7 @@ def imported(tmp_path_factory):
     """(arrays, model_dir, summary): a random release imported by the library."""
     root = tmp_path_factory.mktemp("openai")
     arrays = _release_arrays()
-    weights_dir = _write_release(root / "model", arrays)
+    weights_dir = write_openai_release(root / "model", arrays)
     summary = api.import_openai_weights(str(weights_dir), str(root / "run"))
     return arrays, root / "run", summary
 
@@ -140,27 +108,27 @@ def test_imported_model_computes_the_released_equations(imported):
 def test_short_columns_are_rescaled_and_tiny_ones_refused(tmp_path):
     arrays = _release_arrays(seed=1)
     arrays["wmh"][:, 3] *= 1e-5  # squared length ~1e-10: the two epsilons differ
-    weights_dir = _write_release(tmp_path / "model", arrays)
+    weights_dir = write_openai_release(tmp_path / "model", arrays)
     model = openai_weights.build_model(openai_weights.load_openai_arrays(str(weights_dir)))
     ids = _framed(TEXTS[1])
     outputs, _ = model.encode(tf.constant([ids], tf.int32), training=False)
     np.testing.assert_allclose(outputs[0].numpy(), _reference(arrays, ids)[0], atol=1e-5)
     arrays["wx"][:, 7] = 1e-8  # squared length 8e-16: the release does not normalize it
-    weights_dir = _write_release(tmp_path / "model2", arrays)
+    weights_dir = write_openai_release(tmp_path / "model2", arrays)
     with pytest.raises(ValueError, match=r"cannot represent Wx \(1.npy\) exactly: columns \[7\]"):
         openai_weights.build_model(openai_weights.load_openai_arrays(str(weights_dir)))
 
 
 def test_bad_releases_give_one_clear_error(tmp_path):
     arrays = _release_arrays()
-    weights_dir = _write_release(tmp_path / "model", arrays)
+    weights_dir = write_openai_release(tmp_path / "model", arrays)
     os.remove(weights_dir / "7.npy")
     os.remove(weights_dir / "14.npy")
     with pytest.raises(FileNotFoundError, match=r"model: missing 7.npy, 14.npy of the 15"):
         openai_weights.load_openai_arrays(str(weights_dir))
     with pytest.raises(FileNotFoundError, match="nowhere: no such folder"):
         openai_weights.load_openai_arrays(str(tmp_path / "nowhere"))
-    weights_dir = _write_release(tmp_path / "model", arrays)
+    weights_dir = write_openai_release(tmp_path / "model", arrays)
     np.save(weights_dir / "4.npy", arrays["wh"][2][:, :15])
     with pytest.raises(
         ValueError,
@@ -188,7 +156,7 @@ def test_bad_releases_give_one_clear_error(tmp_path):
 @pytest.mark.slow
 def test_import_binary(tmp_path):
     arrays = _release_arrays(seed=2)
-    weights_dir = _write_release(tmp_path / "model", arrays)
+    weights_dir = write_openai_release(tmp_path / "model", arrays)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     command = [sys.executable, "-m", "tf_mlstm.cli.import_openai", f"--weights_dir={weights_dir}"]
     done = subprocess.run(
