@@ -244,10 +244,10 @@ def test_time_budget_stops_cleanly_then_evaluates_and_exports(tmp_path):
 
 @pytest.mark.slow
 def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_path):
-    # A schedule planned for far more steps than 30 seconds hold: the step
+    # A schedule planned for far more steps than 15 seconds hold: the step
     # schedule is cut near its peak; the budget plan cools the rate down to
     # zero at the deadline. Both run side by side, so they see the same machine.
-    common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.5", "--lr=0.004"]
+    common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.25", "--lr=0.004"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs = {
         mode: subprocess.Popen(

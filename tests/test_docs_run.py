@@ -1,0 +1,366 @@
+"""Every command README.md and docs/ show, run at tiny sizes, in the docs' order.
+
+The docs are a walk-through: the README converts reviews and trains
+`runs/r1`, transfer.md fits classifiers on it, serving.md exports them,
+performance.md and distributed.md time and scale the same commands. Here
+each command runs as the docs write it, in a sandbox laid out like a user's
+folder beside a `shared/data` of tiny corpora in the shared corpora's
+layout (generated, so this needs no download), with two changes only:
+
+- sizes: a few flags appended per binary (`SIZES`, e.g. an 8-unit model,
+  3 training steps, 2 shards), and precision and XLA pinned where the
+  command leaves them to the flagfile or to `auto` (`PINS`);
+- the paths a doc takes as the user's own (`reviews/*.json.gz`, `m`,
+  `DIR`, `/shared/amazon`, ...), made in the sandbox or mapped to what an
+  earlier command made (`_PLACEHOLDERS`).
+
+Every command must end with status 0. A command that cannot run on one
+machine (a cluster's runner, Slurm, a 128-worker TF_CONFIG, a GPU) is
+named in `_why_not_run` with its reason, and is still parsed by
+test_docs_commands.py. So a renamed flag, a changed default, a flag a
+flagfile sets that the binary no longer takes, or a walk-through step that
+needs an output no earlier step makes fails here.
+
+All commands run in one process, each through its binary's own entry point
+(`tf_mlstm.cli.<binary>.run`, or the tool's script as `__main__`), with the
+flags defined afresh for each: a process per command would cost TensorFlow's
+start-up (about 7 s) sixty times.
+"""
+
+import csv
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import _docs
+from _models import write_openai_release
+
+REPO = _docs.REPO
+# The walk-through's order: the README's model first, the docs that use it after.
+_ORDER = ["README.md", "transfer.md", "serving.md", "performance.md", "distributed.md"]
+_EMOTIONS = (
+    "anger,anticipation,disgust,fear,joy,love,optimism,pessimism,sadness,surprise,trust"
+).split(",")
+
+SIZES = {
+    "tf_mlstm.cli.train": [
+        "--hidden_size=8",
+        "--embedding_size=4",
+        "--batch_size=4",
+        "--seq_length=16",
+        "--max_steps=3",
+        "--warmup_steps=1",
+        "--eval_every_steps=0",
+        "--sample_every_steps=0",
+        "--eval_batches=1",
+        "--shuffle_buffer=64",
+    ],
+    "tf_mlstm.cli.make_tfrecords": ["--num_shards=2"],
+    "tf_mlstm.cli.eval": ["--max_batches=2", "--batch_size=4", "--seq_length=32"],
+    "tf_mlstm.cli.transfer": [
+        "--batch_size=32",
+        "--window=64",
+        "--c_grid=0.1,1",
+        "--num_labeled=20",
+    ],
+    "tf_mlstm.cli.finetune": ["--max_steps=2", "--batch_size=4", "--max_length=32"],
+    "tf_mlstm.cli.classify": ["--batch_size=16"],
+    "tf_mlstm.cli.classify_beam": ["--batch_size=16"],
+    "tf_mlstm.cli.generate": ["--length=16"],
+    "benchmark": [
+        "--hidden=8",
+        "--batch=2",
+        "--seq=8",
+        "--embedding=4",
+        "--steps=1",
+        "--warmup=1",
+        "--featurize_batches=1",
+        "--featurize_passes=1",
+        "--featurize_max_chars=32",
+        "--convert_max_documents=20",
+        "--pipeline_batches=2",
+    ],
+}
+# A local Beam pipeline runs in this process: its worker processes (about 5 s
+# each to start) are tested in test_beam_convert.py and test_beam_inference.py.
+_ONE_BEAM_WORKER = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+# Appended only where the command itself does not set them: a flagfile's or
+# auto's choice would make the run depend on the machine (or need a GPU).
+PINS = {
+    "tf_mlstm.cli.train": [
+        "--precision=float32",
+        "--jit_compile=false",
+        "--num_gpus=0",
+        "--all_reduce=auto",
+        "--allreduce_dtype=float32",
+    ],
+    "tf_mlstm.cli.finetune": ["--precision=float32", "--jit_compile=false"],
+    "tf_mlstm.cli.transfer": ["--precision=float32"],
+    "tf_mlstm.cli.classify": ["--precision=float32"],
+    "benchmark": ["--precisions=float32"],
+}
+
+
+# A doc's stand-ins for the user's own paths, and what they are here.
+_PLACEHOLDERS = {
+    "--train_data=data/amazon": "--train_data=data/reviews",  # before distributed.md converts it
+    "--train_data=/shared/amazon": "--train_data=data/reviews",
+    "--model_dir=/shared/runs/paper": "--model_dir=runs/paper",
+    "--train_data=DIR": "--train_data=data/reviews",
+    "--model_dir=/tmp/mw": "--model_dir=runs/mw",
+    "--model_dir=m": "--model_dir=runs/r1",
+    "--classifier=classifier.json": "--classifier=runs/r1/sst/classifier.json",
+    # The newest version an earlier command exported there, found when the command runs.
+    "--saved_model=export/1": "--saved_model=@newest:serving/mlstm_sst",
+    "--saved_model=exports/r1/20": "--saved_model=@newest:serving/mlstm_sst",
+}
+
+
+def _why_not_run(command):
+    """Why a doc command cannot run on one machine, or None when it runs here."""
+    if command.via_launcher:
+        return "run by the launcher on its line"
+    if "srun" in command.prefix:
+        return "one task of a Slurm job (srun)"
+    if "TF_CONFIG" in command.exported:
+        return "one worker of the cluster its block's TF_CONFIG describes"
+    runner = next((a.split("=", 1)[1] for a in command.args if a.startswith("--runner=")), None)
+    if runner not in (None, "DirectRunner"):
+        return f"needs a {runner} cluster"
+    if command.module == "gpu_check":
+        return "needs a GPU (tests/test_gpu_check.py runs it on CPU devices)"
+    return None
+
+
+def _flag_name(arg):
+    return arg.split("=", 1)[0].lstrip("-")
+
+
+def _args(module, args, launched=None):
+    """The command's arguments at tiny sizes (see the module doc)."""
+    if launched is not None:  # the launcher: its own flags, then its command's, sized
+        return [*args, "--", _program(launched.module), *_args(launched.module, launched.args)]
+    given = {_flag_name(arg) for arg in args}
+    pins = [pin for pin in PINS.get(module, []) if _flag_name(pin) not in given]
+    beam = _ONE_BEAM_WORKER if "--runner=DirectRunner" in args else []
+    return [*args, *pins, *SIZES.get(module, []), *beam]
+
+
+def _program(module):
+    if module.startswith("tf_mlstm.cli."):
+        return "tf-mlstm-" + module.rsplit(".", 1)[1].replace("_", "-")
+    return f"tools/{module}.py"
+
+
+def _sentences(label_of):
+    """The demo corpus's reviews, each with label_of(text)."""
+    from tf_mlstm.data import demo
+
+    with open(demo.DEMO_CORPUS, encoding="utf-8") as f:
+        texts = [line.strip() for line in f if line.strip()]
+    return [(text, label_of(i, text)) for i, text in enumerate(texts)]
+
+
+def _positive(_, text):
+    words = ("great", "love", "perfect", "excellent", "wonderful", "best", "five stars")
+    return int(any(word in text.lower() for word in words))
+
+
+def _write_csv(path, header, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def _write_jsonl(path, records, opener=open):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with opener(path, "wt", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def _sandbox(root):
+    """A user's folder (`root/work`) beside `root/shared/data`; returns the folder."""
+    data, work = root / "shared" / "data", root / "work"
+    reviews = _sentences(_positive)
+    splits = {"train": reviews[:150], "val": reviews[150:200], "test": reviews[200:]}
+    for name, rows in splits.items():
+        _write_csv(data / "sst" / f"{name}.csv", ["label", "sentence"], [(y, t) for t, y in rows])
+        five = [(i % 5, t) for i, (t, _) in enumerate(rows)]
+        _write_csv(data / "sst5" / f"{name}.csv", ["label", "sentence"], five)
+    for name, rows in (("train", reviews[:200]), ("test", reviews[200:])):
+        tweets = [
+            [f"2018-En-{i}", text, *((i + k) % 3 == 0 for k in range(len(_EMOTIONS)))]
+            for i, (text, _) in enumerate(rows)
+        ]
+        tweets = [[*row[:2], *(int(v) for v in row[2:])] for row in tweets]
+        _write_csv(data / "semeval" / f"{name}.csv", ["ID", "Tweet", *_EMOTIONS], tweets)
+        _write_jsonl(data / "imdb" / f"{name}.jsonl", [{"text": t, "label": y} for t, y in rows])
+    _write_jsonl(data / "imdb" / "unsup.jsonl", [{"text": t} for t, _ in reviews])
+    for name, rows in (("books", reviews[:120]), ("dvd", reviews[120:200])):
+        stars = [
+            {"reviewText": t, "overall": 5.0 if y else 1.0 + i % 2} for i, (t, y) in enumerate(rows)
+        ]
+        _write_jsonl(data / "amazon" / f"{name}.jsonl", stars)
+    electronics = [{"reviewText": t, "overall": 4.0 if y else 2.0} for t, y in reviews[200:]]
+    _write_jsonl(data / "amazon" / "electronics.jsonl", electronics)
+
+    # What the docs take to be the user's own files.
+    texts = [text for text, _ in reviews]
+    for i in range(2):
+        records = [{"reviewText": t} for t in texts[i::2]]
+        _write_jsonl(work / "reviews" / f"part{i}.json.gz", records, opener=gzip.open)
+    _write_jsonl(work / "reviews" / "more.jsonl", [{"text": t} for t in texts[:40]])
+    _write_jsonl(work / "more" / "imdb.jsonl", [{"text": t} for t in texts[100:]])
+    _write_jsonl(work / "electronics.jsonl", electronics)
+    _write_jsonl(work / "new.jsonl", [{"text": t} for t in texts[:12]])
+    _write_jsonl(work / "new_reviews.jsonl", [{"reviewText": t} for t in texts[12:24]])
+    for i in range(2):
+        part = texts[24 + 10 * i : 34 + 10 * i]
+        _write_jsonl(work / f"part-{i}.jsonl", [{"text": t} for t in part])
+    write_openai_release(work / "generating-reviews-discovering-sentiment" / "model", seed=0)
+    for linked in ("flags", "tools"):
+        (work / linked).symlink_to(REPO / linked)
+    return work
+
+
+_HEADER = "@@@ doc command: "
+# Runs each command in turn through its entry point, in this one process.
+_RUNNER = textwrap.dedent(
+    """
+    import importlib, io, json, os, pathlib, runpy, sys, time, traceback
+    from absl import app, flags  # app defines its own flags, which every command keeps
+    from tf_mlstm.cli import _flags
+
+    FLAGS = flags.FLAGS
+    HEADER = "@@@ doc command: "
+    plan_path, results_path = sys.argv[1:3]
+
+
+    def expanded(arg):
+        # "--flag=@newest:FOLDER": the newest numbered version in FOLDER, as it is now.
+        if "@newest:" not in arg:
+            return arg
+        flag, folder = arg.split("@newest:")
+        versions = [p for p in pathlib.Path(folder).iterdir() if p.name.isdigit()]
+        return flag + str(max(versions, key=lambda p: int(p.name)))
+
+
+    results = []
+    for item in json.load(open(plan_path)):
+        print(f"\\n{HEADER}{item['where']}\\n  as: {' '.join(item['argv'])}", flush=True)
+        tool = item["argv"][0].startswith("tools/")
+        module = None if tool else importlib.import_module(item["module"])
+        known, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
+        stdin, argv, start = sys.stdin, sys.argv, time.monotonic()
+        sys.argv = [expanded(arg) for arg in item["argv"]]
+        if item["stdin"] is not None:
+            sys.stdin = io.TextIOWrapper(io.BytesIO(item["stdin"].encode("utf-8")))
+        status = 0
+        try:
+            if tool:
+                runpy.run_path(item["argv"][0], run_name="__main__")
+            else:
+                module.run()
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (1 if e.code else 0)
+        except BaseException:
+            traceback.print_exc()
+            status = "exception"
+        finally:
+            sys.stdin, sys.argv = stdin, argv
+            sys.stdout.flush()
+            sys.stderr.flush()
+            FLAGS.unparse_flags()
+            for name in set(FLAGS) - known:
+                delattr(FLAGS, name)
+            _flags.DEPRECATED_ALIASES.clear()
+            _flags.DEPRECATED_ALIASES.update(aliases)
+        results.append({"status": status, "seconds": round(time.monotonic() - start, 1)})
+        json.dump(results, open(results_path, "w"))
+    """
+)
+
+
+def _items(commands):
+    """The runner's items of the runnable commands."""
+    items = []
+    for command in commands:
+        args = _args(command.module, command.args, command.launched)
+        items.append(
+            {
+                "where": f"{command.doc}: {command.line}",
+                "module": command.module,
+                "argv": [_program(command.module), *(_PLACEHOLDERS.get(a, a) for a in args)],
+                "stdin": command.stdin,
+            }
+        )
+    return items
+
+
+def _walk_through():
+    """[(DocCommand, why it is not run or None)] in the walk-through's order."""
+    commands = sorted(_docs.doc_commands(), key=lambda c: _ORDER.index(c.doc))
+    walk, seen = [], {}
+    for command in commands:
+        why = _why_not_run(command)
+        key = (command.module, command.args, command.stdin)
+        if why is None and key in seen:
+            why = f"the same command as in {seen[key]}, run there"
+        seen.setdefault(key, command.doc)
+        walk.append((command, why))
+    return walk
+
+
+@pytest.mark.slow
+def test_every_command_in_the_docs_runs_at_tiny_sizes(tmp_path):
+    work = _sandbox(tmp_path)
+    walk = _walk_through()
+    assert {command.doc for command, _ in walk} == set(_ORDER)
+    runnable = [command for command, why in walk if why is None]
+    items = _items(runnable)
+    plan_path, results_path = tmp_path / "plan.json", tmp_path / "results.json"
+    plan_path.write_text(json.dumps(items))
+    log_path = tmp_path / "commands.log"
+    with open(log_path, "w") as log:
+        done = subprocess.run(
+            [sys.executable, "-c", _RUNNER, str(plan_path), str(results_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(
+                os.environ,
+                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]),
+                TF_CPP_MIN_LOG_LEVEL="2",
+            ),
+            cwd=work,
+            timeout=900,
+        )
+    results = json.loads(results_path.read_text()) if results_path.exists() else []
+    sections = log_path.read_text(errors="replace").split(_HEADER)[1:]
+    failed = [
+        f"{item['where']}\n  -> status {result['status']}:\n{section[-2500:]}"
+        for item, result, section in zip(items, results, sections)
+        if result["status"] != 0
+    ]
+    if len(results) < len(items) and not failed:  # the runner itself ended early
+        failed = [f"ended at {items[len(results)]['where']}:\n{sections[-1][-4000:]}"]
+    assert done.returncode == 0 and not failed, "\n\n".join(failed[:4])
+    for item, result in zip(items, results):
+        print(f"{result['seconds']:6.1f} s  {item['where'][:110]}")
+
+
+def test_only_commands_that_need_a_cluster_a_gpu_or_a_launcher_are_left_out():
+    """A new local command in the docs runs above; only these kinds are ever left to parsing."""
+    allowed = ("run by the launcher", "one task of a Slurm", "one worker of the cluster")
+    allowed += ("needs a GPU", "the same command as in")
+    left_out = [(command, why) for command, why in _walk_through() if why is not None]
+    for command, why in left_out:
+        assert why.startswith(allowed) or why.endswith("Runner cluster"), (command.line, why)
+    assert sum(why is None for _, why in _walk_through()) >= 50
