@@ -84,6 +84,9 @@ SIZES = {
         "--featurize_max_chars=32",
         "--convert_max_documents=20",
         "--pipeline_batches=2",
+        # One cell of the matrix (test_benchmark.py runs each implementation and XLA setting).
+        "--impls=mlstm",
+        "--jit=false",
     ],
 }
 # A local Beam pipeline runs in this process: its worker processes (about 5 s
