@@ -93,6 +93,9 @@ _DISTINCT = {
     frozenset({"model_dir", "init_model_dir"}),
     # tf-mlstm-classify writes one CSV (or stdout); the others fill a folder
     frozenset({"output", "output_dir"}),
+    # whether tf-mlstm-train ends with an export (into its run folder) vs the folder
+    # tf-mlstm-export writes
+    frozenset({"export", "export_dir"}),
 }
 
 

@@ -256,8 +256,8 @@ def test_default_training_records_the_concrete_choice_and_a_resume_keeps_it(tmp_
     # A run started in another precision resumes in it under the default auto.
     other = "float32" if expected_precision != "float32" else "mixed_bfloat16"
     started = tmp_path / "started"
-    _train(started, "--max_steps=2", f"--precision={other}")
-    resumed = _train(started, "--max_steps=3")
+    _train(started, "--max_steps=2", f"--precision={other}", "--noexport")
+    resumed = _train(started, "--max_steps=3", "--noexport")
     assert "Resumed from" in resumed.stderr
     assert json.loads((started / "config.json").read_text())["precision"] == other
     assert f"Precision {other}: the run in" in resumed.stderr

@@ -49,6 +49,7 @@ TINY = [
     "--sample_every_steps=0",
     "--log_every_steps=1",
     "--jit_compile=false",
+    "--noexport",  # seconds a run; the first test below exports
 ]
 _STEP_LINE = re.compile(r"step (\d+)/\d+\s+loss ([0-9.naif]+)")
 _TRAINING_LINE = re.compile(
@@ -158,7 +159,7 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
     code, log = _run_launcher(
         2,
         tmp_path / "log.txt",
-        _train_args(model_dir, data_dir, "--max_steps=6", "--checkpoint_every_steps=3"),
+        _train_args(model_dir, data_dir, "--max_steps=6", "--checkpoint_every_steps=3", "--export"),
     )
     assert code == 0, log[-4000:]
     chief, other = _worker_text(log, 0), _worker_text(log, 1)

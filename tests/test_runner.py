@@ -147,7 +147,7 @@ _LOGGED_STEP = re.compile(r"step (\d+)/\d+\s+loss")
 
 # float32 pinned: left on auto, the first run in a session would time each precision
 # (seconds of steps) and the choice would follow the machine and its load.
-_PREEMPTION = {**TINY, "precision": "float32", "checkpoint_every_steps": 10}
+_PREEMPTION = {**TINY, "precision": "float32", "checkpoint_every_steps": 10, "export": False}
 
 
 def _preemption_flags(model_dir, data_dir, max_steps):

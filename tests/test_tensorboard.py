@@ -36,6 +36,7 @@ def test_training_writes_named_scalars_hparams_and_a_profile(tmp_path):
         "--sample_every_steps=0",
         "--profile_steps=2,4",
         "--lr=0.0123",
+        "--noexport",
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)

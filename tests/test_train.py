@@ -18,9 +18,11 @@ from _models import PINNED_FLAGS
 from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# Pinned (float32, XLA off): a test that gives --precision later overrides it.
+# Pinned (float32, XLA off): a test that gives --precision later overrides it. No
+# final export (seconds a run) unless a test asks for it with --export.
 TINY = [
     *PINNED_FLAGS,
+    "--noexport",
     "--hidden_size=32",
     "--embedding_size=16",
     "--seq_length=32",
@@ -84,7 +86,9 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     The carried recurrent state is saved in the compute dtype, so this holds
     for 16-bit states too.
     """
-    whole = _run(_train_cmd(tmp_path / "whole", "--max_steps=16", f"--precision={precision}"))
+    whole = _run(
+        _train_cmd(tmp_path / "whole", "--max_steps=16", f"--precision={precision}", "--export")
+    )
     assert whole.returncode == 0, whole.stderr[-3000:]
     reference = _losses(whole.stderr)
     assert sorted(reference) == list(range(1, 17))
@@ -138,6 +142,7 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     # Same data position, same carried state, same weights: bit-identical.
     final = json.loads((killed_dir / "results.json").read_text())
     assert final["step"] == 16 and final["weights_sha256"] == results["weights_sha256"]
+    assert "export_dir" not in final and not (killed_dir / "export").exists()  # --noexport
 
 
 def _tree(folder):
@@ -151,7 +156,7 @@ def _tree(folder):
 def _check_a_rerun_changes_nothing(model_dir, whole):
     """The same command again: it says the run is finished and leaves every file as it was."""
     before = _tree(model_dir)
-    again = _run(_train_cmd(model_dir, "--max_steps=16", "--precision=float32"))
+    again = _run(_train_cmd(model_dir, "--max_steps=16", "--precision=float32", "--export"))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{model_dir} already finished at step 16 (--max_steps=16)" in again.stderr
     assert not _losses(again.stderr)
@@ -234,7 +239,7 @@ def test_a_refused_write_is_one_line_the_checkpoint_intact_and_the_same_command_
 
 @pytest.mark.slow
 def test_time_budget_stops_cleanly_then_evaluates_and_exports(tmp_path):
-    proc = _run(_train_cmd(tmp_path / "m", "--max_steps=100000", "--max_minutes=0.15"))
+    proc = _run(_train_cmd(tmp_path / "m", "--max_steps=100000", "--max_minutes=0.15", "--export"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "m" / "results.json").read_text())
     assert results["stopped_by"] == "time" and 0 < results["step"] < 100000

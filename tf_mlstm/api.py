@@ -72,13 +72,15 @@ def pretrain(config):
     The export folder is checked before training starts, so a folder that
     holds something the exporter did not write stops the run at once rather
     than after the training. A rerun with the same `model_dir` resumes.
+    With `config.export` False nothing is exported (`tf-mlstm-export` makes
+    the SavedModel from the run folder later).
 
     Args:
       config: a `tf_mlstm.TrainConfig` (validated here).
 
     Returns:
       The results dict (step, bits/char, ...), with `export_dir` (the
-      SavedModel's version folder) on the chief.
+      SavedModel's version folder) on the chief when it exported.
 
     Raises:
       ValueError: an invalid config, or `model_dir/export` holds something
@@ -89,15 +91,16 @@ def pretrain(config):
         # Before anything is written (the demo corpus is converted into the run folder).
         strategy_lib.check_no_unused_cluster(config.distribution_strategy, os.environ)
     export_base = rundir.export_dir(config.model_dir)
-    saved_model.check_export_base(export_base)
+    if config.export:
+        saved_model.check_export_base(export_base)
     train_files, validation_files = data_files.resolve_data(config)
     config = data_files.steps_for_epochs(config, train_files)
     trainer = Runner(LanguageModelTask(config, train_files, validation_files), config)
     results = trainer.train(finalize=False)
     version = os.path.join(export_base, str(results["step"]))
-    if results.get("finished_earlier") and tf.io.gfile.exists(version):
+    if config.export and results.get("finished_earlier") and tf.io.gfile.exists(version):
         results["export_dir"] = version  # A rerun of a finished run: left as it was.
-    elif strategy_lib.is_chief(trainer.strategy):
+    elif config.export and strategy_lib.is_chief(trainer.strategy):
         with fileio.write_errors(export_base):
             exported = saved_model.export_trained_model(
                 config.model_dir, export_base, metadata={"results": results}

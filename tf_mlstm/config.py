@@ -299,6 +299,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     eval_batches: int = 20
     sample_every_steps: int = 200
     sample_length: int = 200
+    export: bool = True  # the SavedModel of the final step, when training ends
 
     def validate(self):
         """Raises ValueError with one clear line for an inconsistent config."""

@@ -115,6 +115,13 @@ def define_budget_flags():
         "Generated-text sample interval (0 = off).",
     )
     flags.DEFINE_integer("sample_length", _default("sample_length"), "Bytes per generated sample.")
+    flags.DEFINE_boolean(
+        "export",
+        _default("export"),
+        "Export the final step's SavedModel into MODEL_DIR/export when training ends. "
+        "--noexport skips it (seconds on a small model); tf-mlstm-export makes it later "
+        "from the run folder.",
+    )
 
 
 def define_train_flags():
