@@ -307,7 +307,7 @@ class TrainedModel:
 
         preprocessor = BytePreprocessor.for_windows(self.window)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         def score_of(texts):
             framed = preprocessor(texts)
             return featurize.score_ids(self.model, framed.ids, framed.valid, self.window)

@@ -169,7 +169,9 @@ class ServingModule(tf.Module):
                 )
             # Only a module with a classifier has this function to save.
             self.classify = tf.function(
-                self._classify, input_signature=[tf.TensorSpec([None], tf.string)]
+                self._classify,
+                input_signature=[tf.TensorSpec([None], tf.string)],
+                autograph=False,
             )
 
     def limits(self):
@@ -203,12 +205,12 @@ class ServingModule(tf.Module):
         )(normalized)
         return framed.ids, framed.valid
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def featurize(self, text):
         ids, valid = self._ids(text, "featurize")
         return featurize.featurize_ids(self.model, ids, valid, self.window)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def score(self, text):
         ids, valid = self._ids(text, "score")
         bits, chars = featurize.score_ids(self.model, ids, valid, self.window)
@@ -225,7 +227,8 @@ class ServingModule(tf.Module):
             tf.TensorSpec([], tf.int32),
             tf.TensorSpec([], tf.float32),
             tf.TensorSpec([], tf.int64),
-        ]
+        ],
+        autograph=False,
     )
     def generate(self, prompt, length, temperature, seed):
         checks = [

@@ -107,7 +107,8 @@ def make_sampler(model):
             scalar(tf.float32),
             scalar(tf.bool),
             scalar(tf.int32),
-        ]
+        ],
+        autograph=False,
     )
     def sampler(
         prompt_ids, length, temperature, seed, neuron, neuron_value, stop_at_doc_end, trace_unit

@@ -23,7 +23,7 @@ from tf_mlstm.progress import byte_unit
 def make_eval_step(model, jit_compile=False):
     """A compiled step: (batch, state) -> (bits, chars, state)."""
 
-    @tf.function(jit_compile=jit_compile, reduce_retracing=True)
+    @tf.function(jit_compile=jit_compile, reduce_retracing=True, autograph=False)
     def step(batch, state):
         logits, state = model(batch["inputs"], initial_state=state, training=False)
         bits, chars = bits_per_char_from_logits(logits, batch["targets"], batch["weights"])

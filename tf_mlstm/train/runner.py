@@ -489,7 +489,7 @@ class Runner:
         reduce_dtype = tf.float16 if self.config.allreduce_dtype == "float16" else None
         use_scale = optimizer_lib.loss_scale(optimizer) is not None
 
-        @tf.function(jit_compile=self.jit)
+        @tf.function(jit_compile=self.jit, autograph=False)
         def forward_backward(batch, state):
             with tf.GradientTape() as tape:
                 loss, stats, state = task.loss(batch, state)
@@ -530,7 +530,7 @@ class Runner:
 
         replicas = float(self.strategy.num_replicas_in_sync)
 
-        @tf.function
+        @tf.function(autograph=False)
         def train_step(iterator, state, stop):
             batch = replica_rows(next(iterator))
             stats, norm, finite, state = self.strategy.run(replica_step, args=(batch, state, stop))

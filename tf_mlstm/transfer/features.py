@@ -216,7 +216,7 @@ class TextFeaturizer:
 
         preprocessor = BytePreprocessor.for_windows(self.window)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         def features_of(texts):
             framed = preprocessor(texts)
             features = featurize.featurize_ids(self.model, framed.ids, framed.valid, self.window)

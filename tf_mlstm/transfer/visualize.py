@@ -62,6 +62,7 @@ def unit_activations(model, texts, neuron):
     trace_fn = tf.function(
         lambda ids: sampling.feed_bytes(model, ids, unit=neuron)[2],
         input_signature=[tf.TensorSpec([1, None], tf.int32)],
+        autograph=False,
     )
     framer = BytePreprocessor(normalize=False)
     activations = []
