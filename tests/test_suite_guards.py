@@ -50,6 +50,15 @@ class _Config:
         return self.minutes
 
 
+def test_auto_starts_one_worker_more_than_the_cores(monkeypatch, pytestconfig):
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    monkeypatch.setattr(conftest.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert conftest.pytest_xdist_auto_num_workers(pytestconfig) == 3
+    # The user's own count wins: xdist's hook reads it when this one answers None.
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "2")
+    assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None
+
+
 def test_the_run_fails_its_remaining_tests_past_the_deadline():
     config = _Config("30", start=1000.0)
     assert conftest.suite_deadline_passed(config, now=1000.0 + 30 * 60) is None
