@@ -183,9 +183,10 @@ def pytest_addoption(parser):
 # run on. The tests spend about a third of their time waiting (on the
 # subprocesses they start, a peer's heartbeat, a checkpoint to appear), which
 # two workers on two cores left idle: the whole suite took 13.8 minutes with
-# three workers against 17.4 with two, side by side on one 2-core machine,
-# with the CPU 97% busy instead of about 65%. `--maxprocesses` still caps it,
-# and PYTEST_XDIST_AUTO_NUM_WORKERS still overrides it (xdist's own hook).
+# three workers (the CPU 97% busy) against 17.4 with two, the same hour on one
+# 2-core machine; the fine-tuning tests alone kept it 64% busy with two.
+# `--maxprocesses` still caps it, and PYTEST_XDIST_AUTO_NUM_WORKERS still
+# overrides it (xdist's own hook).
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
