@@ -461,19 +461,15 @@ def agree(strategy, choice, chief, local_replicas):
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+    from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
     values = encode(choice.candidate) if chief else [0.0, 0.0]
 
-    @tf.function
-    def reduce():
-        def replica_fn():
-            context = tf.distribute.get_replica_context()
-            first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
-            mine = tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+    def mine(context):
+        first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
+        return tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
 
-        return strategy.run(replica_fn)
-
-    summed = strategy.experimental_local_results(reduce())[0].numpy()
+    summed = strategy_lib.sum_over_replicas(strategy, mine).numpy()
     candidate = decode(summed)
     if chief:
         return choice

@@ -354,6 +354,32 @@ def remove_temp_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> None:
             break
 
 
+def sum_over_replicas(strategy, value_of):
+    """One all-reduce outside the training step: the sum of a value over every replica.
+
+    The runner's step is the one place that trains; this is for the small
+    agreements around it (the end-of-run barrier, the chief's autotune choice).
+    Every worker must call it at the same point.
+
+    Args:
+      strategy: the run's strategy.
+      value_of: `value_of(replica_context)` -> the replica's float32 tensor.
+
+    Returns:
+      The sum, as this worker's first replica holds it.
+    """
+
+    @tf.function(autograph=False)
+    def _sum():
+        def replica_fn():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, value_of(context))
+
+        return strategy.run(replica_fn)
+
+    return strategy.experimental_local_results(_sum())[0]
+
+
 def finalize(strategy: tf.distribute.Strategy) -> None:
     """Synchronizes all workers once more at the end of a run.
 
@@ -372,16 +398,8 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
     if num_workers <= 1:
         return
 
-    @tf.function
-    def _barrier():
-        return strategy.run(
-            lambda: tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, tf.ones([])
-            )
-        )
-
     try:
-        total = strategy.experimental_local_results(_barrier())[0]
+        total = sum_over_replicas(strategy, lambda context: tf.ones([]))
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as e:
         first_line = (e.message or str(e)).strip().splitlines()[0]
         raise PeerWorkerError(
