@@ -183,6 +183,40 @@ def test_a_failing_worker_stops_the_others_and_sets_the_status(tmp_path):
     assert "[worker 0] sleeping" in out.getvalue().splitlines()
 
 
+# Worker 1 fails; worker 0 sees it go and takes a moment to say so with the
+# default SIGTERM handler in place, as a training survivor does on its way out.
+_REPORTING_SURVIVOR = """
+import json, os, sys, time
+folder = sys.argv[1]
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+if index == 1:
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(folder, "ready")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open(os.path.join(folder, "gone"), "w").close()
+    sys.exit(3)
+open(os.path.join(folder, "ready"), "w").close()
+while not os.path.exists(os.path.join(folder, "gone")):
+    time.sleep(0.01)
+time.sleep(0.5)
+print("worker 0 stops: a peer worker stopped", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_survivor_that_saw_its_peer_fail_says_so_before_it_is_stopped(tmp_path):
+    out = io.StringIO()
+    status = local_cluster.run_local_workers(
+        [sys.executable, "-c", _REPORTING_SURVIVOR, str(tmp_path)],
+        num_workers=2,
+        grace_s=10,
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    assert status == 3
+    assert "[worker 0] worker 0 stops: a peer worker stopped" in out.getvalue().splitlines()
+
+
 def test_launcher_binary_propagates_the_failure(tmp_path):
     start = time.monotonic()
     status, out, _ = _launch(

@@ -33,6 +33,12 @@ from tf_mlstm import errors
 
 HOST = "127.0.0.1"
 _POLL_S = 0.05
+# After a worker fails, how long the others get to stop by themselves before
+# SIGTERM (at most the grace period): a survivor that already saw its peer
+# go is on its way out with one line saying so, and a SIGTERM in that moment
+# (its handler back to the default once training has ended) would end it
+# before it says it.
+_REPORT_S = 5.0
 
 
 def pick_ports(num_workers: int, base_port: int = 0, host: str = HOST) -> list[int]:
@@ -283,10 +289,20 @@ class _Supervisor:
             if failed:
                 index, code = failed[0]
                 logging.error("worker %d exited with status %d; stopping the others", index, code)
+                self._let_the_others_stop(min(_REPORT_S, self._grace_s))
                 return 128 - code if code < 0 else code
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(_POLL_S)
+
+    def _let_the_others_stop(self, seconds):
+        """Waits up to `seconds` for every worker to exit by itself."""
+        deadline = time.monotonic() + seconds
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return
 
     def _status_after_signal(self):
         """The workers' status once they obeyed the forwarded signal, within the grace period."""
