@@ -22,6 +22,8 @@ from tf_mlstm import fileio
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.export import saved_model
 
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
 
 def _files(folder):
     return {
@@ -119,4 +121,48 @@ def test_sigterm_during_the_final_export_ends_it_and_the_same_command_exports(tm
     assert f"{model_dir} already finished at step 4" in again.stderr
     assert "loss" not in again.stderr.split("already finished")[1]
     assert saved_model.is_export(str(export_dir / "4"))
+    assert _versions(export_dir) == ["4"]
+
+
+# Loaded at interpreter start-up (through PYTHONPATH): the final results of a
+# training run begin with a SIGTERM to the process itself, so the signal lands
+# after the last step's stop flags were agreed and before training returns.
+_SIGTERM_WHILE_THE_RESULTS_ARE_MADE = """
+import os, signal
+from tf_mlstm.train import lm_task
+
+_results = lm_task.LanguageModelTask.results
+
+def _results_after_a_sigterm(self, step):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return _results(self, step)
+
+lm_task.LanguageModelTask.results = _results_after_a_sigterm
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_after_the_last_step_ends_the_run_once_training_returns(tmp_path):
+    """A SIGTERM no step acted on (it came while the final results were made) is not
+    dropped: the process ends by it once training returns, before the export; the same
+    command then says the run finished and exports without training again."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_SIGTERM_WHILE_THE_RESULTS_ARE_MADE)
+    path = os.pathsep.join([str(inject), str(REPO), os.environ.get("PYTHONPATH", "")])
+    model_dir = tmp_path / "run"
+    command = train_command(model_dir, *TINY_TRAIN_FLAGS, "--max_steps=4")
+    export_dir = model_dir / "export"
+
+    first = run(command, timeout=150, env={"PYTHONPATH": path})
+    assert first.returncode == -signal.SIGTERM, first.stderr[-3000:]
+    assert "Traceback" not in first.stderr
+    # Training returned (its results written), the export never began.
+    assert (model_dir / "results.json").exists()
+    assert not export_dir.exists()
+
+    again = run(command, timeout=150)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{model_dir} already finished at step 4" in again.stderr
+    assert "loss" not in again.stderr.split("already finished")[1]
     assert _versions(export_dir) == ["4"]
