@@ -100,7 +100,12 @@ def train_command(model_dir, *flags):
 
 
 def sigterm_when(command, path, log, timeout):
-    """Runs `command`, sends it SIGTERM as soon as `path` exists, waits for it to end.
+    """`signal_when` with SIGTERM."""
+    return signal_when(command, path, log, timeout, signal.SIGTERM)
+
+
+def signal_when(command, path, log, timeout, signum):
+    """Runs `command`, sends it `signum` as soon as `path` exists, waits for it to end.
 
     Args:
       command: the argument list (run from the repository root, TF logs quiet).
@@ -108,6 +113,7 @@ def sigterm_when(command, path, log, timeout):
         checkpoint, results.json).
       log: the file the command's output goes to.
       timeout: seconds for `path` to appear, and again for the command to end.
+      signum: the signal (SIGTERM, SIGINT).
 
     Returns:
       (exit status, the command's output).
@@ -122,7 +128,7 @@ def sigterm_when(command, path, log, timeout):
                 assert proc.poll() is None, f"ended before {path.name}:\n{log.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
                 time.sleep(0.01)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signum)
             code = proc.wait(timeout=timeout)
         finally:
             if proc.poll() is None:

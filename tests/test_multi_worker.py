@@ -20,6 +20,7 @@ checkpoints and the failure paths are the production ones:
   checkpoint.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -293,6 +294,77 @@ def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, da
     assert "restarts from zeros" not in log and "input restarts" not in log
     assert min(_losses(chief)) == last + 1
     assert json.loads((model_dir / "results.json").read_text())["step"] == max_steps
+
+
+_SIGNAL_STOP = re.compile(
+    r"worker (\d) stopped at step (\d+) on (SIGTERM|Ctrl-C \(SIGINT\)), after checkpointing it "
+    r"\(exit status (\d+)\)"
+)
+
+
+def _kill_training_workers(pids):
+    """Kills those of `pids` that still run training (a launcher that died leaves them)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"tf_mlstm.cli.train" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_the_launcher_passes_sigterm_and_ctrl_c_on_and_the_same_command_resumes(tmp_path, data_dir):
+    """The launcher sent SIGTERM, then (relaunched) Ctrl-C: each time both real training
+    workers stop at one step, checkpoint it with their carried state, and the launcher
+    exits with their status (75, then 130); the same command resumes after that step."""
+    model_dir = tmp_path / "run"
+    max_steps, every = 400, 5
+    args = _train_args(
+        model_dir,
+        data_dir,
+        f"--max_steps={max_steps}",
+        f"--checkpoint_every_steps={every}",
+        "--precision=float32",
+    )
+    resumed_from = 0
+    for name, signum, said, status in (
+        ("sigterm", signal.SIGTERM, "SIGTERM", 75),
+        ("ctrl-c", signal.SIGINT, "Ctrl-C (SIGINT)", 130),
+    ):
+        log_path = tmp_path / f"{name}.txt"
+        # A long grace period: the workers must stop by themselves, not by SIGKILL.
+        proc = _launch(2, log_path, args, grace_s=60)
+        workers = {}
+        try:
+            # Both workers are past start-up once a checkpoint of this launch exists.
+            _run_until_checkpoint(proc, model_dir, (resumed_from // every + 1) * every, log_path)
+            workers = _worker_pids(proc.pid)
+            proc.send_signal(signum)
+            code = proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            _kill_training_workers(workers.values())
+        log = log_path.read_text(errors="replace")
+        assert code == status, log[-4000:]
+        assert "Traceback" not in log and "crashed" not in log, log[-4000:]
+        stops = [_SIGNAL_STOP.findall(_worker_text(log, worker)) for worker in (0, 1)]
+        assert [len(found) for found in stops] == [1, 1], log[-4000:]
+        (index_0, step, said_0, status_0), (index_1, step_1, said_1, status_1) = (
+            stops[0][0],
+            stops[1][0],
+        )
+        assert (index_0, index_1) == ("0", "1") and step == step_1
+        assert said_0 == said_1 == said and int(status_0) == int(status_1) == status
+        step = int(step)
+        assert resumed_from < step < max_steps
+        assert _latest_checkpoint_step(model_dir) == step
+        for worker in range(2):
+            assert (model_dir / "carried_state" / f"worker-{worker}-step-{step}.tensor").exists()
+        chief = _worker_text(log, 0)
+        if resumed_from:
+            assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{resumed_from}'}" in chief
+            assert "restarts from zeros" not in log and "input restarts" not in log
+            assert min(_losses(chief)) == resumed_from + 1
+        resumed_from = step
 
 
 def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir):

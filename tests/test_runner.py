@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 
+from _models import signal_when
 from _models import sigterm_when
 from _models import wait_for
 from _models import write_untrained_model_dir
@@ -139,9 +140,18 @@ def test_a_run_of_non_finite_steps_stops_in_one_line_and_the_last_checkpoint_is_
     assert not (run / "export").exists()
 
 
-# === Preemption: SIGTERM stops every worker at one step, after a checkpoint ===
+# === Preemption: SIGTERM or Ctrl-C stops every worker at one step, after a checkpoint ===
 
-_STOPPED = re.compile(r"worker (\d) stopped at step (\d+) on SIGTERM, after checkpointing it")
+# A worker that got no signal itself stops because another one did.
+_STOPPED = re.compile(
+    r"worker (\d) stopped at step (\d+) on (?:SIGTERM|a stop signal to another worker), "
+    r"after checkpointing it \(exit status 75\)"
+)
+_INTERRUPTED = re.compile(
+    r"worker (\d) stopped at step (\d+) on Ctrl-C \(SIGINT\), after checkpointing it "
+    r"\(exit status 130\); relaunch the same command to resume\.$",
+    re.M,
+)
 _LOGGED_STEP = re.compile(r"step (\d+)/\d+\s+loss")
 
 
@@ -195,50 +205,34 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 
 
-@pytest.mark.slow
-def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupted_run(
-    tmp_path, data_dir
-):
-    """One run stopped twice by SIGTERM, each time resumed by the same command: during
-    start-up, then mid-run; it ends with the weights of a run never stopped."""
-    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+_MAX_STEPS = 120
 
-    max_steps = 120
-    model_dir = tmp_path / "run"
-    command = _preemption_flags(model_dir, data_dir, max_steps)
 
-    # SIGTERM during start-up (the run folder and its lock exist, no step has run): the
-    # process ends at once, or stops at the first step that reads the flag after
-    # checkpointing it. A step reads it as it starts, so that is step 1, or step 2 when
-    # the signal lands while step 1 (tracing and compiling the step) already runs.
-    code, startup = sigterm_when(command, model_dir / "config.json", tmp_path / "startup.txt", 180)
-    assert code in (-signal.SIGTERM, runner.EXIT_PREEMPTED), startup[-3000:]
-    assert "Traceback" not in startup
-    assert not (model_dir / "results.json").exists()
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir):
+    """The results of `_preemption_flags`' run of `_MAX_STEPS` never stopped."""
+    reference = _uninterrupted_run(tmp_path_factory.mktemp("whole"), data_dir, _MAX_STEPS)
+    assert reference["step"] == _MAX_STEPS
+    return reference
 
-    # The same command takes the run over from there; SIGTERM again once ckpt-10 is written.
-    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
-    code_mid, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 180)
-    assert code_mid == runner.EXIT_PREEMPTED == 75, first[-3000:]
-    assert "Traceback" not in first
-    if code == -signal.SIGTERM:  # ended before its first step: nothing to resume from
-        assert "Resumed from" not in first
-        assert min(int(s) for s in _LOGGED_STEP.findall(first)) == 1
-    else:  # stopped at an early step, which it checkpointed
-        ((worker, early),) = {m.groups() for m in _STOPPED.finditer(startup)}
-        assert worker == "0" and early in ("1", "2"), startup[-3000:]
-        assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{early}'}" in first
-        assert min(int(s) for s in _LOGGED_STEP.findall(first)) == int(early) + 1
-    ((worker, stop_step),) = {m.groups() for m in _STOPPED.finditer(first)}
+
+def _assert_the_stop_step_is_checkpointed(text, stopped, model_dir, after_step):
+    """The one stop line of `text` (`stopped` matches it); returns its step, checkpointed."""
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    ((worker, stop_step),) = {m.groups() for m in stopped.finditer(text)}
     stop_step = int(stop_step)
-    assert worker == "0" and 10 <= stop_step < max_steps
-    assert max(int(s) for s in _LOGGED_STEP.findall(first)) == stop_step
+    assert worker == "0" and after_step <= stop_step < _MAX_STEPS
+    assert max(int(s) for s in _LOGGED_STEP.findall(text)) == stop_step
     # The stop step itself is checkpointed, with carried state and input position.
     assert _latest_checkpoint_step(model_dir) == stop_step
     assert (model_dir / "carried_state" / f"worker-0-step-{stop_step}.tensor").exists()
     assert (model_dir / "input_state" / "worker-0" / f"step-{stop_step}.json").exists()
     assert not (model_dir / "results.json").exists()
+    return stop_step
 
+
+def _assert_resumes_to_the_weights_of(reference, command, model_dir, stop_step):
+    """The same command resumes right after `stop_step` and ends with `reference`'s weights."""
     resumed = subprocess.run(
         command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=300
     )
@@ -247,18 +241,75 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
     assert "restarts from zeros" not in resumed.stderr and "input restarts" not in resumed.stderr
     assert min(int(s) for s in _LOGGED_STEP.findall(resumed.stderr)) == stop_step + 1
     results = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert results["step"] == max_steps
+    assert results["step"] == _MAX_STEPS
     # Nothing lost: the weights of a run never stopped (in this process, the same config).
-    reference = _uninterrupted_run(tmp_path / "whole", data_dir, max_steps)
-    assert reference["step"] == max_steps
     assert results["weights_sha256"] == reference["weights_sha256"]
 
 
 @pytest.mark.slow
-def test_sigterm_to_fine_tuning_exits_75_and_the_rerun_ends_with_the_weights_of_one_never_stopped(
-    tmp_path,
+def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupted_run(
+    tmp_path, data_dir, uninterrupted
 ):
+    """One run stopped twice by SIGTERM, each time resumed by the same command: during
+    start-up, then mid-run; it ends with the weights of a run never stopped."""
     from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    command = _preemption_flags(model_dir, data_dir, _MAX_STEPS)
+
+    # SIGTERM during start-up: config.json is written once the run folder and its lock
+    # exist, after the handler is in place and before any step. The run stops at the
+    # first step that reads the flag, after checkpointing it: a step reads it as it
+    # starts, so that is step 1, or step 2 when the signal lands while step 1 (tracing
+    # and compiling the step) already runs.
+    code, startup = sigterm_when(command, model_dir / "config.json", tmp_path / "startup.txt", 180)
+    assert code == runner.EXIT_PREEMPTED == 75, startup[-3000:]
+    early = _assert_the_stop_step_is_checkpointed(startup, _STOPPED, model_dir, 1)
+    assert early in (1, 2), startup[-3000:]
+
+    # The same command takes the lock over and resumes from there; SIGTERM again once
+    # ckpt-10 is written.
+    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
+    code, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 180)
+    assert code == runner.EXIT_PREEMPTED, first[-3000:]
+    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{early}'}" in first
+    assert min(int(s) for s in _LOGGED_STEP.findall(first)) == early + 1
+    stop_step = _assert_the_stop_step_is_checkpointed(first, _STOPPED, model_dir, 10)
+
+    _assert_resumes_to_the_weights_of(uninterrupted, command, model_dir, stop_step)
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_the_stop_step_in_one_line_and_the_rerun_matches_an_uninterrupted_run(
+    tmp_path, data_dir, uninterrupted
+):
+    """Ctrl-C (SIGINT) at a terminal does what SIGTERM does: the stop step checkpointed,
+    one line and no traceback, exit status 130, and the same command resumes with
+    nothing lost. (A second Ctrl-C: test_stop_signals.py.)"""
+    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    command = _preemption_flags(model_dir, data_dir, _MAX_STEPS)
+    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
+    code, first = signal_when(command, checkpoint, tmp_path / "first.txt", 180, signal.SIGINT)
+    assert code == runner.EXIT_INTERRUPTED == 130, first[-3000:]
+    # The stop is said last, in one line.
+    assert _INTERRUPTED.search(first.strip().splitlines()[-1]), first[-3000:]
+    stop_step = _assert_the_stop_step_is_checkpointed(first, _INTERRUPTED, model_dir, 10)
+
+    _assert_resumes_to_the_weights_of(uninterrupted, command, model_dir, stop_step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, status, stopped",
+    [(signal.SIGTERM, 75, _STOPPED), (signal.SIGINT, 130, _INTERRUPTED)],
+    ids=["sigterm", "ctrl-c"],
+)
+def test_sigterm_or_ctrl_c_stops_fine_tuning_and_the_rerun_ends_with_the_weights_of_a_whole_run(
+    tmp_path, signum, status, stopped
+):
+    """Fine-tuning stops on SIGTERM (exit 75) and on Ctrl-C (exit 130) as training does."""
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
     settings = _finetune_settings(
@@ -268,10 +319,10 @@ def test_sigterm_to_fine_tuning_exits_75_and_the_rerun_ends_with_the_weights_of_
     command += [f"--{name}={value}" for name, value in settings.items()]
     model_dir = tmp_path / "run"
     checkpoint = model_dir / "checkpoints" / "ckpt-4.index"
-    code, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 120)
-    assert code == runner.EXIT_PREEMPTED, first[-3000:]
-    assert "Traceback" not in first
-    ((worker, stop_step),) = {m.groups() for m in _STOPPED.finditer(first)}
+    code, first = signal_when(command, checkpoint, tmp_path / "first.txt", 120, signum)
+    assert code == status, first[-3000:]
+    assert "Traceback" not in first and "KeyboardInterrupt" not in first
+    ((worker, stop_step),) = {m.groups() for m in stopped.finditer(first)}
     stop_step = int(stop_step)
     assert worker == "0" and 4 <= stop_step < 40
     assert _latest_checkpoint_step(model_dir) == stop_step

@@ -10,8 +10,8 @@ output lines prefixed with `[worker i] `, and with `--cpus_per_worker=K` its
 own K cores and K-thread TensorFlow pools. When a worker fails the others
 are stopped and the launcher exits with the failed worker's status. SIGINT
 and SIGTERM are passed on to the workers, and the launcher exits with the
-status they end with (75 for a training run that checkpointed; rerun to
-resume). A command that is not found is one error line and status 1.
+status they end with (75 for a training run that checkpointed on SIGTERM,
+130 on Ctrl-C; rerun to resume). A command that is not found is one error line and status 1.
 """
 
 from absl import app

@@ -25,9 +25,10 @@ way for every binary:
    or the user set `TF_CPP_MIN_LOG_LEVEL`, which is left as it is;
 6. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
    value, a missing or unwritable file, a full disk, a port in use, a dead
-   peer) is one error line and exit status 1, a preempted training run
-   exits with its own status (75, relaunch to resume), and anything else is
-   a bug that keeps its traceback;
+   peer) is one error line and exit status 1, a training run stopped by
+   SIGTERM or Ctrl-C exits with its own status (75 or 130, relaunch to
+   resume), Ctrl-C anywhere else is one line and status 130, and anything
+   else is a bug that keeps its traceback;
 7. prints the body's result, when it returns one, as the last line: one
    JSON object.
 """
@@ -65,6 +66,8 @@ binaries report in one line whatever this level.
 HELP_ARGS = ("-h", "--help", "-help", "-?", "--helpshort", "-helpshort")
 HELPFULL_ARGS = ("--helpfull", "-helpfull")
 VERSION_ARGS = ("--version", "-version")
+# A Ctrl-C's exit status: 128 + SIGINT, as a shell reports an interrupted command.
+EXIT_INTERRUPTED = 130
 _REQUIRED = re.compile(r"Flag --(\w+) must have a value other than None")
 
 
@@ -218,20 +221,26 @@ def run_body(body, config):
       What `body` returns.
 
     Raises:
-      SystemExit: 1 after one error line for a user's error; the preempted
-        status after a SIGTERM that every worker checkpointed.
+      SystemExit: 1 after one error line for a user's error; the run's own
+        status after a SIGTERM or Ctrl-C that every worker checkpointed (75
+        or 130); 130 after one line for a Ctrl-C outside training (a
+        person's interrupt is not a bug: no traceback).
     """
     try:
-        return body(config)
-    except Exception as e:  # pylint: disable=broad-except
-        status = getattr(e, "exit_status", None)
-        if status is not None:  # The runner's preemption: a relaunch resumes.
-            logging.warning("%s", e)
-            sys.exit(status)
-        if not errors.is_user_error(e):
-            raise
-        logging.error("%s", errors.one_line(e))
-        sys.exit(1)
+        try:
+            return body(config)
+        except Exception as e:  # pylint: disable=broad-except
+            status = getattr(e, "exit_status", None)
+            if status is not None:  # The runner's stop on a signal: a relaunch resumes.
+                logging.warning("%s", e)
+                sys.exit(status)
+            if not errors.is_user_error(e):
+                raise
+            logging.error("%s", errors.one_line(e))
+            sys.exit(1)
+    except KeyboardInterrupt:
+        logging.warning("interrupted (Ctrl-C): stopped (exit status %d).", EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 def _describe_in_help(module_name, own_flags):

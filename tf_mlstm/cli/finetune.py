@@ -28,7 +28,7 @@ checkpoints, `finetune_config.json` and `results.json` (with the task's
 `--model_dir` (a rerun resumes); prints the results JSON.
 Training runs on the same runner as `tf-mlstm-train`, with the same time
 budget, non-finite step handling and exit statuses (0 done, 1 error, 75
-stopped by SIGTERM after a checkpoint: rerun to resume).
+stopped by SIGTERM or 130 by Ctrl-C after a checkpoint: rerun to resume).
 """
 
 from absl import flags

@@ -16,7 +16,8 @@ concrete values and the rates.
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
 run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
 SIGTERM (preemption) stopped every worker at the same step after its
-checkpoint: rerun the same command to resume.
+checkpoint, 130 Ctrl-C did: rerun the same command to resume. A second
+Ctrl-C stops at once, without that checkpoint (also 130).
 """
 
 from absl import flags

@@ -39,12 +39,15 @@ row the run ends with `TrainingDivergedError` (the binaries: one line, exit
 status 1).
 
 Preemption: a Slurm time limit or a Kubernetes eviction sends SIGTERM and
-kills a little later. The runner's SIGTERM handler only sets a Python flag;
-before each step the flag joins the stop flags in the all-reduce, so every
-worker stops after the same step, writes a checkpoint (with carried state
-and input position) and exits with `EXIT_PREEMPTED` (75, `EX_TEMPFAIL`:
-"try again"), distinct from success (0), errors (1) and a death by signal
-(128 + n). Relaunching the same command resumes with no step lost.
+kills a little later; a person at a terminal presses Ctrl-C (SIGINT). While
+training, either signal only sets a flag (`stop_signals.py`, the one place
+signals are handled); before each step the flag joins the stop flags in the
+all-reduce, so every worker stops after the same step, writes a checkpoint
+(with carried state and input position) and exits with `EXIT_PREEMPTED`
+(75, `EX_TEMPFAIL`: "try again") after SIGTERM, `EXIT_INTERRUPTED` (130)
+after Ctrl-C, distinct from success (0), errors (1) and a death by signal
+(128 + n). Relaunching the same command resumes with no step lost. A second
+Ctrl-C ends the process at once (status 130), without that checkpoint.
 
 A task supplies (see `Task`): the model (built under the strategy scope)
 and the variables it trains, the learning rate, a per-worker dataset and its
@@ -55,14 +58,12 @@ never the runner itself; what a checkpoint restores (the shared checkpoint,
 this worker's carried state and input position) is one `RunState`.
 """
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 
 import keras
@@ -80,6 +81,7 @@ from tf_mlstm.train import checkpointing
 from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
+from tf_mlstm.train import stop_signals
 from tf_mlstm.train import strategy as strategy_lib
 
 # How a collective fails once the coordination service has noticed that a
@@ -90,9 +92,10 @@ PEER_ERRORS = (
     tf.errors.AbortedError,
     tf.errors.CancelledError,
 )
-# Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
-# EX_TEMPFAIL: a temporary condition, relaunching resumes).
-EXIT_PREEMPTED = 75
+# Exit statuses of a run stopped by SIGTERM (75) or Ctrl-C (130) after its
+# checkpoint: relaunching resumes.
+EXIT_PREEMPTED = stop_signals.EXIT_PREEMPTED
+EXIT_INTERRUPTED = stop_signals.EXIT_INTERRUPTED
 # Positions of the stop flags and the budget's predicted end (summed over
 # replicas) at the end of the all-reduced statistics.
 _TIME_STOP, _SIGNAL_STOP, _PLANNED_END = -3, -2, -1
@@ -101,17 +104,17 @@ TRAIN_SUMMARY_SUBDIR = "train"
 
 
 class PreemptedError(RuntimeError):
-    """A SIGTERM stopped the run; every worker checkpointed the same step.
+    """A SIGTERM or Ctrl-C stopped the run; every worker checkpointed the same step.
 
     Attributes:
       step: the step of that checkpoint.
+      exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
     """
 
-    exit_status = EXIT_PREEMPTED
-
-    def __init__(self, message, step):
+    def __init__(self, message, step, exit_status=EXIT_PREEMPTED):
         super().__init__(message)
         self.step = step
+        self.exit_status = exit_status
 
 
 class TrainingDivergedError(errors.UserError, RuntimeError):
@@ -329,7 +332,7 @@ class Runner:
         self._build_model_and_optimizer()
         self.run_state = self._setup_run_state()
         self._profiling = False
-        self._sigterm = False
+        self._signals = stop_signals.StopSignals()
         self._train_step = self._make_train_step()
 
     # === Setup ===
@@ -552,8 +555,8 @@ class Runner:
         Args:
           stop: this worker's time budget is spent: every worker stops after
             this step.
-          preempted: this worker got SIGTERM: every worker stops after this
-            step.
+          preempted: this worker got SIGTERM or Ctrl-C: every worker stops
+            after this step.
           planned_end: this worker's prediction of the step at which the time
             budget ends (used with a budget plan; the workers' mean is applied).
 
@@ -602,12 +605,15 @@ class Runner:
           strategy_lib.PeerWorkerError: another worker stopped mid-run (its
             collectives failed after the heartbeat timeout); relaunching all
             workers resumes from the last checkpoint.
-          PreemptedError: SIGTERM reached a worker; all of them checkpointed
-            the same step (exit with `EXIT_PREEMPTED`; relaunching resumes).
+          PreemptedError: SIGTERM or Ctrl-C reached a worker; all of them
+            checkpointed the same step (exit with its `exit_status`;
+            relaunching resumes).
           TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
         """
         try:
-            with self._sigterm_requests_stop():
+            # From before the run folder is made: a signal during start-up
+            # stops the run at its first step, which is checkpointed.
+            with self._signals.caught():
                 results = self._train(finalize)
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
@@ -623,47 +629,9 @@ class Runner:
             # this process, or a relaunch, may take the folder.
             if self.chief:
                 rundir.release_locks()
-        self._deliver_late_sigterm()
+        # A signal that came after the last step's agreement ends the process now.
+        self._signals.deliver_late()
         return results
-
-    @contextlib.contextmanager
-    def _sigterm_requests_stop(self):
-        """While training, SIGTERM sets `self._sigterm` instead of killing the process.
-
-        The handler does nothing else: it runs between two Python bytecodes
-        (after a collective returns, at the latest), and the step loop turns
-        the flag into an agreed stop. Outside training the previous handler
-        is back, so a SIGTERM during start-up or export still ends the
-        process at once, and one that came after the last step's agreement
-        is passed on to it when training returns (`_deliver_late_sigterm`).
-        Signals reach only the main thread.
-        """
-        self._sigterm = False
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            del signum, frame
-            self._sigterm = True
-
-        previous = signal.signal(signal.SIGTERM, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-
-    def _deliver_late_sigterm(self):
-        """A SIGTERM no step acted on (it came after the last one) ends the process now.
-
-        Training is over and checkpointed, so what follows (the final
-        evaluation's results, an export) is what a relaunch redoes; the
-        signal goes to the handler the run started with (by default, the
-        process ends at once) instead of being dropped.
-        """
-        if self._sigterm:
-            self._sigterm = False
-            signal.raise_signal(signal.SIGTERM)
 
     def _train(self, finalize):
         # The run lock, and on resume the configs checked against their saved
@@ -725,17 +693,19 @@ class Runner:
         return {**saved, "finished_earlier": True}
 
     def _stop_preempted(self, step):
-        """After the checkpoint of a SIGTERM stop: synchronize, then raise PreemptedError."""
-        self._sigterm = False  # Acted on: every worker stopped at this step.
+        """After the checkpoint of a signal's stop: synchronize, then raise PreemptedError."""
+        # Acted on: every worker stopped at this step.
+        signal_name, status = self._signals.acted_on()
         for writer in self._writers.writers():
             writer.flush()
         # No final evaluation or results: a preemption notice leaves little
         # time, and the run is not finished.
         strategy_lib.finalize(self.strategy)
         raise PreemptedError(
-            f"worker {self.worker} stopped at step {step} on SIGTERM, after checkpointing it "
-            f"(exit status {EXIT_PREEMPTED}); relaunch the same command to resume.",
+            f"worker {self.worker} stopped at step {step} on {signal_name}, after checkpointing "
+            f"it (exit status {status}); relaunch the same command to resume.",
             step,
+            status,
         )
 
     def _record_hparams(self):
@@ -806,7 +776,8 @@ class Runner:
             self._profile(step)
             out_of_time = deadline is not None and time.monotonic() >= deadline
             planned_end = planner.plan(step) if planner else 0
-            stats, stop, norm, finite = self.train_step(out_of_time, self._sigterm, planned_end)
+            signalled = self._signals.requested
+            stats, stop, norm, finite = self.train_step(out_of_time, signalled, planned_end)
             step = int(self.step.numpy())
             nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
             window.add(stats)
@@ -830,9 +801,17 @@ class Runner:
                 )
                 return stop, last_saved
             if stop == "preempted":
-                logging.warning("SIGTERM: every worker stops at step %d and checkpoints it.", step)
+                self._log_signal_stop(step)
                 return stop, last_saved
         return "max_steps", last_saved
+
+    def _log_signal_stop(self, step):
+        signum = self._signals.received
+        name = stop_signals.STOP_SIGNALS[signum][1] if signum else stop_signals.PEER_SIGNAL
+        again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
+        logging.warning(
+            "%s: every worker stops at step %d and checkpoints it%s.", name, step, again
+        )
 
     def _count_nonfinite(self, step, run, finite, norm, last_saved):
         """The length of the current non-finite stretch; raises when it is too long."""

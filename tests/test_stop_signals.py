@@ -1,0 +1,136 @@
+"""The stop signals' handler (tf_mlstm/train/stop_signals.py), in a bare interpreter.
+
+The end-to-end behaviour (a checkpoint of the stop step, exit 75 or 130, an
+exact resume) is proven through the binaries in test_runner.py; here the
+parts a run cannot time deterministically: a second Ctrl-C while the main
+thread is busy, what is restored afterwards, a late signal passed on.
+"""
+
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tf_mlstm.cli import _main
+from tf_mlstm.train import stop_signals
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# Ctrl-C once (recorded, the process goes on), then again while the main
+# thread is inside a long call: the process must end at once.
+_TWICE = """
+import os, signal, sys, time
+from tf_mlstm.train import stop_signals
+
+signals = stop_signals.StopSignals()
+with signals.caught():
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 10
+    while not signals.requested and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("first:", signals.received, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(20)
+print("still running", flush=True)
+"""
+
+
+def test_a_second_ctrl_c_ends_the_process_at_once_with_one_line():
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_TWICE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.stdout == f"first: {int(signal.SIGINT)}\n", done.stdout + done.stderr
+    assert done.returncode == stop_signals.EXIT_INTERRUPTED == 130, done.stderr
+    assert done.stderr == stop_signals.ABORT_LINE + "\n"
+    assert time.monotonic() - start < 10
+
+
+def test_outside_training_the_process_keeps_its_own_handlers():
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = stop_signals.StopSignals()
+    with signals.caught():
+        assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) not in before.values()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    # The wakeup descriptor is back to none.
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stop_signals.StopSignals().caught():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize(
+    "signum, name, status",
+    [(signal.SIGTERM, "SIGTERM", 75), (signal.SIGINT, "Ctrl-C (SIGINT)", 130)],
+)
+def test_a_signal_is_recorded_once_and_reported_with_its_status(signum, name, status):
+    # What the process would do without the handler is recorded instead (not a
+    # KeyboardInterrupt in the test process).
+    seen = []
+    previous = {
+        sig: signal.signal(sig, lambda number, frame: seen.append(number))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        signals = stop_signals.StopSignals()
+        with signals.caught():
+            signal.raise_signal(signum)
+            signal.raise_signal(signal.SIGTERM)  # a later one does not replace it
+            assert signals.received == signum
+            assert signals.acted_on() == (name, status)
+            assert not signals.requested
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert seen == []
+    # A worker that stopped because a peer got the signal exits 75.
+    assert signals.acted_on() == (stop_signals.PEER_SIGNAL, 75)
+
+
+def test_a_signal_no_step_acted_on_is_passed_on_when_training_returns():
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        signals = stop_signals.StopSignals()
+        with signals.caught():
+            signal.raise_signal(signal.SIGTERM)
+        assert seen == []
+        signals.deliver_late()
+        assert seen == [signal.SIGTERM]
+        signals.deliver_late()  # once
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_ctrl_c_in_any_binary_is_one_line_and_status_130(caplog):
+    def interrupted(_):
+        raise KeyboardInterrupt
+
+    caplog.set_level(logging.INFO)
+    with pytest.raises(SystemExit) as stop:
+        _main.run_body(interrupted, None)
+    assert stop.value.code == 130
+    assert [r.getMessage() for r in caplog.records] == [
+        "interrupted (Ctrl-C): stopped (exit status 130)."
+    ]

@@ -1,0 +1,167 @@
+"""The signals that stop a training run at an agreed step, after its checkpoint.
+
+SIGTERM (a Slurm time limit, a Kubernetes eviction, the local launcher
+passing one on) and SIGINT (Ctrl-C at a terminal) are handled alike while a
+run trains: the handler only records the first one, the runner's step loop
+turns it into a stop that every worker agrees on, checkpoints that step (with
+each worker's carried state and input position) and exits with the signal's
+status: 75 (`EX_TEMPFAIL`, "try again") after SIGTERM, 130 (128 + SIGINT,
+what a shell reports for Ctrl-C) after SIGINT. The same command resumes.
+
+A second Ctrl-C ends the process at once, without a checkpoint of the step
+it is in (a person pressing it again does not want to wait): one line, exit
+status 130, whatever the main thread is doing. Python runs signal handlers
+only in the main thread between two bytecodes, which a long TensorFlow call
+(a step, a collective waiting for a stuck peer) can delay for minutes; so
+the second one is counted by a thread that reads the interpreter's signal
+wakeup file descriptor, written by the C-level handler as each signal
+arrives.
+
+Outside training (start-up before the run folder, the final export) the
+process's own handlers apply: SIGTERM ends it at once, SIGINT raises
+KeyboardInterrupt, which the binaries report in one line with status 130. A
+signal that came after the last step's agreement is passed on to them when
+training returns (`deliver_late`), not dropped.
+
+This module imports no TensorFlow: the runner uses it, and tests check it in
+a bare interpreter.
+"""
+
+import contextlib
+import os
+import signal
+import threading
+
+# Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
+# EX_TEMPFAIL: a temporary condition, relaunching resumes).
+EXIT_PREEMPTED = 75
+# Exit status of a run stopped by Ctrl-C (after its checkpoint, or at once on
+# a second Ctrl-C): 128 + SIGINT, as a shell reports an interrupted command.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+# The signals that stop a run, each with the exit status and the name it is reported with.
+STOP_SIGNALS = {
+    signal.SIGTERM: (EXIT_PREEMPTED, "SIGTERM"),
+    signal.SIGINT: (EXIT_INTERRUPTED, "Ctrl-C (SIGINT)"),
+}
+# What a worker reports when it stopped because another worker got the signal.
+PEER_SIGNAL = "a stop signal to another worker"
+ABORT_LINE = (
+    "Ctrl-C again: stopped at once, without a checkpoint of this step (exit status "
+    f"{EXIT_INTERRUPTED}); the same command resumes from the last checkpoint."
+)
+
+
+class StopSignals:
+    """Catches the stop signals while a run trains (see the module doc).
+
+    Attributes:
+      received: the number of the first stop signal caught and not yet acted
+        on, or None.
+    """
+
+    def __init__(self):
+        self.received = None
+
+    @property
+    def requested(self):
+        """Whether a stop signal came that no step has acted on yet."""
+        return self.received is not None
+
+    @contextlib.contextmanager
+    def caught(self):
+        """While inside, a stop signal sets `received` instead of ending the process.
+
+        Signals reach only the main thread: elsewhere this does nothing. A
+        SIGINT the process was started to ignore (a background job of a
+        non-interactive shell, `nohup`) stays ignored.
+        """
+        self.received = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {}
+        for signum in STOP_SIGNALS:
+            if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+                continue
+            previous[signum] = signal.signal(signum, self._handle)
+        try:
+            if signal.SIGINT in previous:
+                with _second_interrupt_aborts():
+                    yield
+            else:
+                yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _handle(self, signum, frame):
+        del frame
+        if self.received is None:
+            self.received = signum
+
+    def acted_on(self):
+        """Every worker stopped for the signal: returns (its name, the exit status), clears it.
+
+        A worker that got no signal itself (a peer did) exits with status 75.
+        """
+        signum, self.received = self.received, None
+        if signum is None:
+            return PEER_SIGNAL, EXIT_PREEMPTED
+        status, name = STOP_SIGNALS[signum]
+        return name, status
+
+    def deliver_late(self):
+        """A stop signal no step acted on (it came after the last one) is passed on now.
+
+        Training is over and checkpointed, so what follows (the final
+        results, an export) is what a relaunch redoes; the signal goes to the
+        handler the run started with (SIGTERM: by default the process ends at
+        once; SIGINT: KeyboardInterrupt) instead of being dropped.
+        """
+        signum, self.received = self.received, None
+        if signum is not None:
+            signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def _second_interrupt_aborts():
+    """While inside, a second SIGINT ends the process at once with `ABORT_LINE` (status 130).
+
+    The interpreter's C-level handler writes each signal's number to the
+    wakeup file descriptor as the signal arrives; a thread reads them and
+    counts the SIGINTs. A wakeup descriptor set before (an event loop's)
+    gets every byte passed on.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watcher = threading.Thread(
+        target=_count_interrupts, args=(read_fd, previous_fd), name="stop-signals", daemon=True
+    )
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)  # The watcher reads the end of the pipe and returns.
+        watcher.join(timeout=5)
+        if not watcher.is_alive():
+            os.close(read_fd)
+
+
+def _count_interrupts(read_fd, previous_fd):
+    interrupts = 0
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        if previous_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(previous_fd, data)
+        interrupts += data.count(signal.SIGINT)
+        if interrupts >= 2:
+            os.write(2, (ABORT_LINE + "\n").encode())
+            os._exit(EXIT_INTERRUPTED)
