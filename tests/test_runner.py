@@ -247,11 +247,12 @@ def _assert_resumes_to_the_weights_of(reference, command, model_dir, stop_step):
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupted_run(
+def test_sigterm_and_ctrl_c_checkpoint_the_stop_step_and_the_rerun_matches_an_uninterrupted_run(
     tmp_path, data_dir, uninterrupted
 ):
-    """One run stopped twice by SIGTERM, each time resumed by the same command: during
-    start-up, then mid-run; it ends with the weights of a run never stopped."""
+    """One run stopped three times, each time resumed by the same command: SIGTERM
+    during start-up, SIGTERM mid-run, then Ctrl-C (SIGINT) mid-run; it ends with the
+    weights of a run never stopped. (A second Ctrl-C: test_stop_signals.py.)"""
     from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
@@ -268,48 +269,34 @@ def test_sigterm_checkpoints_the_stop_step_and_the_rerun_matches_an_uninterrupte
     assert early in (1, 2), startup[-3000:]
 
     # The same command takes the lock over and resumes from there; SIGTERM again once
-    # ckpt-10 is written.
-    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
-    code, first = sigterm_when(command, checkpoint, tmp_path / "first.txt", 180)
-    assert code == runner.EXIT_PREEMPTED, first[-3000:]
-    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{early}'}" in first
-    assert min(int(s) for s in _LOGGED_STEP.findall(first)) == early + 1
-    stop_step = _assert_the_stop_step_is_checkpointed(first, _STOPPED, model_dir, 10)
+    # ckpt-10 is written; then Ctrl-C at the next checkpoint, which does the same in
+    # one line, with exit status 130.
+    resumed_from = early
+    for name, signum, status, stopped in (
+        ("sigterm", signal.SIGTERM, runner.EXIT_PREEMPTED, _STOPPED),
+        ("ctrl-c", signal.SIGINT, runner.EXIT_INTERRUPTED, _INTERRUPTED),
+    ):
+        every = _PREEMPTION["checkpoint_every_steps"]
+        due = (resumed_from // every + 1) * every
+        checkpoint = model_dir / "checkpoints" / f"ckpt-{due}.index"
+        code, text = signal_when(command, checkpoint, tmp_path / f"{name}.txt", 180, signum)
+        assert code == status, text[-3000:]
+        assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{resumed_from}'}" in text
+        assert min(int(s) for s in _LOGGED_STEP.findall(text)) == resumed_from + 1
+        # The stop is said last, in one line.
+        assert stopped.search(text.strip().splitlines()[-1]), text[-3000:]
+        resumed_from = _assert_the_stop_step_is_checkpointed(text, stopped, model_dir, due)
 
-    _assert_resumes_to_the_weights_of(uninterrupted, command, model_dir, stop_step)
+    _assert_resumes_to_the_weights_of(uninterrupted, command, model_dir, resumed_from)
 
 
 @pytest.mark.slow
-def test_ctrl_c_checkpoints_the_stop_step_in_one_line_and_the_rerun_matches_an_uninterrupted_run(
-    tmp_path, data_dir, uninterrupted
+def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights_of_a_whole_run(
+    tmp_path,
 ):
-    """Ctrl-C (SIGINT) at a terminal does what SIGTERM does: the stop step checkpointed,
-    one line and no traceback, exit status 130, and the same command resumes with
-    nothing lost. (A second Ctrl-C: test_stop_signals.py.)"""
+    """Fine-tuning stops on SIGTERM (exit 75), then on Ctrl-C (exit 130), as training does,
+    each time at a checkpointed step the same command resumes from."""
     from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
-
-    model_dir = tmp_path / "run"
-    command = _preemption_flags(model_dir, data_dir, _MAX_STEPS)
-    checkpoint = model_dir / "checkpoints" / "ckpt-10.index"
-    code, first = signal_when(command, checkpoint, tmp_path / "first.txt", 180, signal.SIGINT)
-    assert code == runner.EXIT_INTERRUPTED == 130, first[-3000:]
-    # The stop is said last, in one line.
-    assert _INTERRUPTED.search(first.strip().splitlines()[-1]), first[-3000:]
-    stop_step = _assert_the_stop_step_is_checkpointed(first, _INTERRUPTED, model_dir, 10)
-
-    _assert_resumes_to_the_weights_of(uninterrupted, command, model_dir, stop_step)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "signum, status, stopped",
-    [(signal.SIGTERM, 75, _STOPPED), (signal.SIGINT, 130, _INTERRUPTED)],
-    ids=["sigterm", "ctrl-c"],
-)
-def test_sigterm_or_ctrl_c_stops_fine_tuning_and_the_rerun_ends_with_the_weights_of_a_whole_run(
-    tmp_path, signum, status, stopped
-):
-    """Fine-tuning stops on SIGTERM (exit 75) and on Ctrl-C (exit 130) as training does."""
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
     settings = _finetune_settings(
@@ -318,15 +305,25 @@ def test_sigterm_or_ctrl_c_stops_fine_tuning_and_the_rerun_ends_with_the_weights
     command = [sys.executable, "-m", "tf_mlstm.cli.finetune"]
     command += [f"--{name}={value}" for name, value in settings.items()]
     model_dir = tmp_path / "run"
-    checkpoint = model_dir / "checkpoints" / "ckpt-4.index"
-    code, first = signal_when(command, checkpoint, tmp_path / "first.txt", 120, signum)
-    assert code == status, first[-3000:]
-    assert "Traceback" not in first and "KeyboardInterrupt" not in first
-    ((worker, stop_step),) = {m.groups() for m in stopped.finditer(first)}
-    stop_step = int(stop_step)
-    assert worker == "0" and 4 <= stop_step < 40
-    assert _latest_checkpoint_step(model_dir) == stop_step
-    assert not (model_dir / "results.json").exists()
+    stop_step = 0
+    for signum, status, stopped in (
+        (signal.SIGTERM, runner.EXIT_PREEMPTED, _STOPPED),
+        (signal.SIGINT, runner.EXIT_INTERRUPTED, _INTERRUPTED),
+    ):
+        due = (stop_step // 4 + 1) * 4
+        checkpoint = model_dir / "checkpoints" / f"ckpt-{due}.index"
+        log = tmp_path / f"stopped-{signum}.txt"
+        code, first = signal_when(command, checkpoint, log, 120, signum)
+        assert code == status, first[-3000:]
+        assert "Traceback" not in first and "KeyboardInterrupt" not in first
+        if stop_step:
+            assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{stop_step}'}" in first
+            assert min(int(s) for s in _LOGGED_STEP.findall(first)) == stop_step + 1
+        ((worker, stop_step),) = {m.groups() for m in stopped.finditer(first)}
+        stop_step = int(stop_step)
+        assert worker == "0" and due <= stop_step < 40
+        assert _latest_checkpoint_step(model_dir) == stop_step
+        assert not (model_dir / "results.json").exists()
 
     resumed = subprocess.run(
         command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=120
