@@ -98,6 +98,15 @@ def _sibling(path, prefix):
     return os.path.join(folder, f"{prefix}{name}-{writer}")
 
 
+def staging_name(final):
+    """The hidden sibling of `final` a writer that renames its outputs itself stages in.
+
+    Named as `Staged` names its outputs (the writer's host and pid), so
+    `clean_leftovers(final)` removes it once its writer has ended.
+    """
+    return _sibling(final, TMP_PREFIX)
+
+
 def _writer_gone(host, pid):
     """Whether the process `pid` of `host` has ended (False when it cannot tell)."""
     if host != socket.gethostname():
