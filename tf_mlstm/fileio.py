@@ -157,10 +157,18 @@ def clean_leftovers(final):
     """
     folder, name = os.path.split(final.rstrip("/"))
     try:
-        entries = [entry.rstrip("/") for entry in tf.io.gfile.listdir(folder or ".")]
+        if set("*?[]\\") & set(name):
+            entries = tf.io.gfile.listdir(folder or ".")
+        else:
+            # By prefix: an object store lists only those names, not the whole folder.
+            entries = [
+                os.path.basename(path.rstrip("/"))
+                for prefix in (TMP_PREFIX, OLD_PREFIX)
+                for path in tf.io.gfile.glob(os.path.join(folder, f"{prefix}{name}-*"))
+            ]
     except tf.errors.NotFoundError:
         return
-    for entry in sorted(entries):
+    for entry in sorted(entry.rstrip("/") for entry in entries):
         kind = _leftover_of(entry, name, folder)
         path = os.path.join(folder, entry)
         if kind == OLD_PREFIX and not tf.io.gfile.exists(final) and not os.path.islink(final):
