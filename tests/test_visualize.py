@@ -127,8 +127,9 @@ def test_an_input_file_among_the_outputs_is_refused_before_any_work(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "neuron_7.json").write_text('{"text": "drawn before"}\n')
+    # The folder in another spelling than the input's.
     config = visualize_cli.VisualizeConfig(
-        model_dir="m", neuron=7, input=str(out / "neuron_7.json"), output_dir=str(out)
+        model_dir="m", neuron=7, input=str(out / "neuron_7.json"), output_dir=f"{tmp_path}/./out/"
     )
     with pytest.raises(
         ValueError, match=r"--output_dir would overwrite the --input file .*neuron_7.json; "
