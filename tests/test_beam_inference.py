@@ -198,6 +198,7 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
     assert earlier.read_bytes() == b'{"input": "earlier", "line": 1}\n'
 
 
+@pytest.mark.slow
 def test_an_output_over_an_input_is_one_line_before_the_pipeline(tmp_path):
     earlier = tmp_path / "scores-00000-of-00001.jsonl"
     earlier.write_bytes(b'{"text": "a text to classify"}\n')
