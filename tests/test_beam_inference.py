@@ -11,6 +11,7 @@ the run with one error line naming it, and no output.
 import gzip
 import json
 import os
+import socket
 import sys
 
 import numpy as np
@@ -172,6 +173,10 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
     # An earlier run's output of the very name this run would write.
     earlier = out / "scores-00000-of-00001.jsonl"
     earlier.write_bytes(b'{"input": "earlier", "line": 1}\n')
+    # What a killed run left: its staging folder, named by its host and (ended) pid.
+    ended = run([sys.executable, "-c", "import os; print(os.getpid())"], timeout=60)
+    killed = out / f".tmp-scores-{socket.gethostname()}.{int(ended.stdout)}.0123456789abcdef"
+    (killed / "failed").mkdir(parents=True)
     result = run(
         [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={export_dir}"]
         + [f"--input={inputs[0]},{broken},{inputs[1]}", f"--output={out / 'scores'}"]
@@ -191,6 +196,24 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
     # No shard of this run, no staging left; the earlier output byte for byte.
     assert os.listdir(out) == [earlier.name]
     assert earlier.read_bytes() == b'{"input": "earlier", "line": 1}\n'
+
+
+@pytest.mark.slow
+def test_an_output_over_an_input_is_one_line_before_the_pipeline(tmp_path):
+    earlier = tmp_path / "scores-00000-of-00001.jsonl"
+    earlier.write_bytes(b'{"text": "a text to classify"}\n')
+    result = run(
+        [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={tmp_path}"]
+        + [f"--input={tmp_path / '*.jsonl'}", f"--output={tmp_path / 'scores'}"]
+        + ["--runner=DirectRunner"],
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"tf-mlstm-classify-beam: --output would overwrite the --input file {earlier}; write the "
+        "output to another file (--help lists the flags)"
+    ]
+    assert earlier.read_bytes() == b'{"text": "a text to classify"}\n'
 
 
 def test_files_without_the_text_column_fail_naming_the_first(exported, tmp_path):

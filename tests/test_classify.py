@@ -302,3 +302,34 @@ def test_the_cli_answers_another_model_in_one_line_and_keeps_the_csv(tmp_path):
     assert forced.returncode == 0, forced.stderr[-3000:]
     assert "applied anyway (--allow_other_model)" in forced.stderr
     assert (tmp_path / "scores.csv").read_text().startswith("index,line,probability,label")
+
+
+def test_an_output_that_is_the_input_is_refused_in_one_line_before_any_work(tmp_path):
+    """`--output=` the `--input` (by its name, another spelling, or a link) is one line,
+    exit 1, before the model loads: the texts stay as they were."""
+    _write_reviews(tmp_path)
+    texts = (tmp_path / "reviews.csv").read_bytes()
+    (tmp_path / "link.csv").symlink_to(tmp_path / "reviews.csv")
+    command = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={tmp_path / 'm'}"]
+    command += [f"--classifier={tmp_path / 'classifier.json'}", "--text_key=review"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    for given, output in (
+        (str(tmp_path / "reviews.csv"), str(tmp_path / "reviews.csv")),
+        (str(tmp_path / "*.csv"), str(tmp_path / "." / "reviews.csv")),
+        (str(tmp_path / "reviews.csv"), str(tmp_path / "link.csv")),
+    ):
+        done = subprocess.run(
+            [*command, f"--input={given}", f"--output={output}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stderr[-3000:]
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, done.stderr[-3000:]
+        refused = r"--output would overwrite the --input file \S*(reviews|link)\.csv"
+        assert re.search(refused, lines[0]), lines[0]
+        assert "tensorflow" not in done.stderr.lower()
+        assert (tmp_path / "reviews.csv").read_bytes() == texts
+        assert (tmp_path / "link.csv").is_symlink()

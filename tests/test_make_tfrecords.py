@@ -485,7 +485,11 @@ def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
 
 
 def _tree(folder):
-    return {path.name: path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+    """Every entry under `folder`, hidden ones included, by its path inside it."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes() if path.is_file() else "folder"
+        for path in sorted(folder.rglob("*"))
+    }
 
 
 def test_a_failed_overwrite_leaves_the_earlier_data_byte_identical(tmp_path):
@@ -510,6 +514,33 @@ def test_a_failed_overwrite_leaves_the_earlier_data_byte_identical(tmp_path):
     _convert(tmp_path, f"{good},{good}", out, overwrite=True)
     assert json.loads((out / "stats.json").read_text())["records"] == 50
     assert not [name for name in os.listdir(out) if name.startswith(".")]
+
+
+def test_a_conversion_that_fills_the_disk_leaves_the_earlier_data_byte_identical(tmp_path):
+    """A full disk while the new shards are staged: the staging folder goes and the
+    earlier data set is byte-identical, hidden entries included; with space again the
+    same conversion replaces it."""
+    from test_train import _tmpfs
+    from test_train import _used_bytes
+
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": f"review {i}"}) + "\n" for i in range(50)))
+    more = tmp_path / "more.jsonl"
+    more.write_text("".join(json.dumps({"text": f"review {i} " * 8}) + "\n" for i in range(3000)))
+    with _tmpfs(tmp_path / "disk") as remount:
+        out = tmp_path / "disk" / "out"
+        _convert(tmp_path, good, out)
+        before = _tree(out)
+        # Room for the small files (the in-progress marker), not for the new shards.
+        remount(f"size={_used_bytes(tmp_path / 'disk') + (8 << 10)}")
+        with pytest.raises((OSError, tf.errors.ResourceExhaustedError), match="No space left"):
+            _convert(tmp_path, more, out, overwrite=True)
+        assert _tree(out) == before
+        assert tfrecord.split_files(str(out), "train")
+        remount("size=64m")
+        _convert(tmp_path, more, out, overwrite=True)
+        assert json.loads((out / "stats.json").read_text())["records"] == 3000
+        assert not [name for name in os.listdir(out) if name.startswith(".")]
 
 
 def test_a_killed_conversion_leaves_a_folder_that_is_refused(tmp_path, monkeypatch):

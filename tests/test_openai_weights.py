@@ -189,3 +189,51 @@ def test_import_binary(tmp_path):
     assert len(errors) == 1, bad.stderr[-3000:]
     assert "13.npy: shape (256, 16), but the output kernel of a 16-unit model" in errors[0]
     assert not (tmp_path / "run2" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_an_import_that_fails_on_a_full_disk_leaves_nothing_and_the_same_command_imports(
+    tmp_path,
+):
+    """A full disk while the checkpoint is written: one line, exit 1, nothing left in the
+    run folder (TensorFlow's `ckpt-1_temp` made the rerun refuse the folder as holding
+    checkpoints); with space again the same command imports."""
+    from test_train import _tmpfs
+    from test_train import _used_bytes
+
+    weights_dir = write_openai_release(tmp_path / "model", _release_arrays(seed=3))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    with _tmpfs(tmp_path / "disk") as remount:
+        model_dir = tmp_path / "disk" / "run"
+        model_dir.mkdir()
+        (tmp_path / "disk" / "filler").write_bytes(b"x" * (64 << 10))
+        command = [sys.executable, "-m", "tf_mlstm.cli.import_openai"]
+        command += [f"--weights_dir={weights_dir}", f"--model_dir={model_dir}"]
+        remount(f"size={_used_bytes(tmp_path / 'disk')}")
+        full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+        errors = [line for line in full.stderr.splitlines() if re.match(r"E\d{4} ", line)]
+        assert len(errors) == 1 and "No space left on device" in errors[0], full.stderr[-3000:]
+        assert os.listdir(model_dir) == [], os.listdir(model_dir)
+        remount("size=64m")
+        again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "openai_import.json"]
+        assert not [name for name in os.listdir(model_dir / "checkpoints") if "temp" in name]
+        language_model.load_trained_model(str(model_dir))
+
+
+def test_the_rerun_of_a_killed_import_replaces_what_it_left(tmp_path):
+    """Killed after its checkpoints were renamed in, before config.json: the folder holds
+    no model yet, and the same import writes it whole."""
+    weights_dir = write_openai_release(tmp_path / "model", _release_arrays(seed=4))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "ckpt-1.index").write_bytes(b"half an import")
+    (run / "openai_import.json").write_text("{}")
+    summary = api.import_openai_weights(str(weights_dir), str(run))
+    assert summary["checkpoint"] == str(run / "checkpoints" / "ckpt-1")
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "openai_import.json"]
+    language_model.load_trained_model(str(run))
+    with pytest.raises(ValueError, match="run: already holds config.json; import into a new"):
+        api.import_openai_weights(str(weights_dir), str(run))

@@ -128,6 +128,10 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     saved = _checkpoint_steps(killed_dir)
     assert saved and max(saved) < 16, f"checkpoints at the kill: {saved}"
     assert (killed_dir / "run.lock").exists()  # the killed chief never released it
+    # What TensorFlow's saver leaves when the kill lands inside a save: the rerun removes it.
+    half_saved = killed_dir / "checkpoints" / f"ckpt-{max(saved) + 1}_temp"
+    half_saved.mkdir(exist_ok=True)
+    (half_saved / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half")
 
     resumed = _run(_train_cmd(killed_dir, "--max_steps=16", f"--precision={precision}"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -135,6 +139,7 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     assert "Taking over the lock" in resumed.stderr
     assert "--max_steps 1000000 -> 16" in resumed.stderr
     assert "restarts from zeros" not in resumed.stderr
+    assert not list((killed_dir / "checkpoints").glob("*_temp"))
     after = _losses(resumed.stderr)
     assert min(after) == max(saved) + 1 and max(after) == 16
     for step, loss in after.items():

@@ -1,5 +1,6 @@
 """tf-mlstm-visualize: activations equal the model's cell state; HTML and PNG files."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -105,3 +106,34 @@ def test_visualize_binary(lm, tmp_path):
     assert all(os.path.exists(paths[kind]) for kind in ("html", "png", "json"))
     page = open(paths["html"], encoding="utf-8").read()
     assert ">&lt;</span>" in page and "<i>" not in page
+
+
+def test_a_link_planted_at_an_output_name_is_replaced_not_written_through(lm, tmp_path):
+    _, model = lm
+    victim = tmp_path / "notes.txt"
+    victim.write_text("the user's notes")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("neuron_3.html", "neuron_3.png", "neuron_3.json"):
+        (out / name).symlink_to(victim)
+    visualize.write_visualization(model, ["Fine."], NEURON, str(out))
+    assert victim.read_text() == "the user's notes"
+    assert sorted(os.listdir(out)) == ["neuron_3.html", "neuron_3.json", "neuron_3.png"]
+    assert not any((out / name).is_symlink() for name in os.listdir(out))
+    assert (out / "neuron_3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_input_file_among_the_outputs_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "neuron_7.json").write_text('{"text": "drawn before"}\n')
+    # The folder in another spelling than the input's.
+    config = visualize_cli.VisualizeConfig(
+        model_dir="m", neuron=7, input=str(out / "neuron_7.json"), output_dir=f"{tmp_path}/./out/"
+    )
+    with pytest.raises(
+        ValueError, match=r"--output_dir would overwrite the --input file .*neuron_7.json; "
+    ):
+        config.validate()
+    elsewhere = dataclasses.replace(config, output_dir=str(tmp_path / "new"))
+    assert elsewhere.validate() is elsewhere

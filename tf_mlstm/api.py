@@ -23,6 +23,7 @@ call it, it never imports them.
 """
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -175,8 +176,14 @@ def import_openai_weights(weights_dir, model_dir):
         `build_model`; ValueError also when `model_dir` already holds a
         config or checkpoints.
     """
-    for existing in (rundir.CONFIG_FILE, rundir.CHECKPOINT_SUBDIR):
-        if tf.io.gfile.exists(os.path.join(model_dir, existing)):
+    checkpoints = rundir.checkpoint_dir(model_dir)
+    source_path = os.path.join(model_dir, rundir.OPENAI_IMPORT_FILE)
+    # checkpoints/ without openai_import.json is another tool's; with it and
+    # without config.json, what an import killed between its renames left.
+    for existing, ours in ((rundir.CONFIG_FILE, False), (rundir.CHECKPOINT_SUBDIR, True)):
+        if tf.io.gfile.exists(os.path.join(model_dir, existing)) and not (
+            ours and tf.io.gfile.exists(source_path)
+        ):
             raise errors.InvalidValueError(
                 f"{model_dir}: already holds {existing}; import into a new folder"
             )
@@ -195,21 +202,28 @@ def import_openai_weights(weights_dir, model_dir):
     config = TrainConfig(
         model_dir=model_dir, hidden_size=hidden, embedding_size=embed, weight_norm=True
     )
-    checkpoints = rundir.checkpoint_dir(model_dir)
-    tf.io.gfile.makedirs(checkpoints)
-    checkpoint = tf.train.Checkpoint(model=model).save(os.path.join(checkpoints, "ckpt"))
-    fileio.write_json_atomic(
-        os.path.join(model_dir, rundir.OPENAI_IMPORT_FILE),
-        {
-            "source": "openai/generating-reviews-discovering-sentiment",
-            "weights_dir": weights_dir,
-            "hidden_size": hidden,
-            "embedding_size": embed,
-        },
-    )
-    # config.json last: a folder with one holds a complete model.
-    fileio.write_text_atomic(os.path.join(model_dir, rundir.CONFIG_FILE), config.to_json())
-    openai_weights.check_round_trip(tf.train.latest_checkpoint(checkpoints), model)
+    # Staged beside their names and renamed in only once all is written and read
+    # back: a failure (a full disk) leaves no checkpoint (TensorFlow's
+    # `ckpt-1_temp` goes with its staging folder), and a kill leaves hidden
+    # siblings the same command removes. config.json last: a folder with one
+    # holds a complete model.
+    with fileio.write_errors(model_dir), fileio.Staged() as staged:
+        staged_source = staged.path(source_path)
+        staged_checkpoints = staged.path(checkpoints)
+        tf.io.gfile.makedirs(staged_checkpoints)
+        saved = tf.train.Checkpoint(model=model).save(os.path.join(staged_checkpoints, "ckpt"))
+        openai_weights.check_round_trip(saved, model)
+        with tf.io.gfile.GFile(staged_source, "w") as f:
+            source = {
+                "source": "openai/generating-reviews-discovering-sentiment",
+                "weights_dir": weights_dir,
+                "hidden_size": hidden,
+                "embedding_size": embed,
+            }
+            f.write(json.dumps(source, indent=2, sort_keys=True) + "\n")
+        with tf.io.gfile.GFile(staged.path(os.path.join(model_dir, rundir.CONFIG_FILE)), "w") as f:
+            f.write(config.to_json())
+    checkpoint = os.path.join(checkpoints, os.path.basename(saved))
     logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
     return {
         "model_dir": model_dir,

@@ -13,11 +13,17 @@ exposes a partial file under the final name.
 classification CSV, a classifier and its plots, an export, a conversion's
 shards): beside the final names first, renamed in only once all is written,
 so a failure at any stage leaves earlier outputs byte for byte as they were.
+The rename replaces whatever is at the final name, a symbolic link included,
+and never writes through a link into its target. A staged name says which
+process writes it (host and pid), so the next writer of the same output
+removes what a writer that has ended (failed or killed) left beside it, and
+leaves a live writer's alone (`clean_leftovers`).
 """
 
 import contextlib
 import json
 import os
+import socket
 import uuid
 
 import tensorflow as tf
@@ -77,11 +83,118 @@ def is_temp_name(name):
     return os.path.basename(name.rstrip("/")).startswith((TMP_PREFIX, OLD_PREFIX))
 
 
+# Staged names this process has made and not yet renamed in or removed: a
+# leftover of this pid outside it belongs to an earlier process that had the
+# same pid (a restarted container).
+_IN_FLIGHT = set()
+
+
 def _sibling(path, prefix):
     # A prefix, not a suffix: some filesystems (ram://) report a file as
-    # existing when another one's name extends it.
+    # existing when another one's name extends it. The writer's host and pid
+    # tell a later writer whether it is still running (`clean_leftovers`).
     folder, name = os.path.split(path.rstrip("/"))
-    return os.path.join(folder, f"{prefix}{name}-{uuid.uuid4().hex}")
+    writer = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:16]}"
+    return os.path.join(folder, f"{prefix}{name}-{writer}")
+
+
+def staging_name(final):
+    """The hidden sibling of `final` a writer that renames its outputs itself stages in.
+
+    Named as `Staged` names its outputs (the writer's host and pid), so
+    `clean_leftovers(final)` removes it once its writer has ended.
+    """
+    return _sibling(final, TMP_PREFIX)
+
+
+def _writer_gone(host, pid):
+    """Whether the process `pid` of `host` has ended (False when it cannot tell)."""
+    if host != socket.gethostname():
+        return False  # another machine: no way to tell, so it counts as live
+    if pid == os.getpid():
+        return True  # ours but not in flight (the caller checks): an earlier process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        pass
+    return False
+
+
+def _leftover_of(entry, name, folder):
+    """Whether folder entry `entry` is a staged or moved-aside `name` of an ended writer."""
+    for prefix in (TMP_PREFIX, OLD_PREFIX):
+        head = f"{prefix}{name}-"
+        if not entry.startswith(head):
+            continue
+        writer = entry[len(head) :].rsplit(".", 2)
+        if (
+            len(writer) != 3
+            or not writer[1].isdigit()
+            or os.path.join(folder, entry) in (_IN_FLIGHT)
+        ):
+            continue
+        if _writer_gone(writer[0], int(writer[1])):
+            return prefix
+    return None
+
+
+def clean_leftovers(final):
+    """Removes what an ended writer of `final` left beside it; restores a moved-aside `final`.
+
+    A write that failed in a way its own clean-up could not handle (a full
+    disk, a kill) leaves its staged sibling (`.tmp-<name>-<writer>`), or,
+    killed between the two renames of a folder, the earlier output moved
+    aside (`.old-<name>-<writer>`) and no `final`. The next writer of the same
+    output calls this first (`Staged.path` does): staged siblings of writers
+    that have ended are removed, and a moved-aside earlier output comes back
+    under its name (or goes, when `final` exists). Writers that still run, or
+    run on another host, are left alone.
+
+    Args:
+      final: the output's final name.
+    """
+    folder, name = os.path.split(final.rstrip("/"))
+    try:
+        if set("*?[]\\") & set(name):
+            entries = tf.io.gfile.listdir(folder or ".")
+        else:
+            # By prefix: an object store lists only those names, not the whole folder.
+            entries = [
+                os.path.basename(path.rstrip("/"))
+                for prefix in (TMP_PREFIX, OLD_PREFIX)
+                for path in tf.io.gfile.glob(os.path.join(folder, f"{prefix}{name}-*"))
+            ]
+    except tf.errors.NotFoundError:
+        return
+    for entry in sorted(entry.rstrip("/") for entry in entries):
+        kind = _leftover_of(entry, name, folder)
+        path = os.path.join(folder, entry)
+        if kind == OLD_PREFIX and not tf.io.gfile.exists(final) and not os.path.islink(final):
+            tf.io.gfile.rename(path, final)
+        elif kind:
+            _remove(path)
+
+
+def clean_checkpoint_temps(checkpoint_dir):
+    """Removes the `<prefix>_temp` folders TensorFlow's checkpoint writer left in a folder.
+
+    `tf.train.Checkpoint.save` writes its shards into `<prefix>_temp/` and
+    merges them into `<prefix>.index` and `<prefix>.data-*`; a save that fails
+    (a full disk) or is killed leaves that folder. Only the folder's writer
+    may call this (the run lock's holder), before it saves.
+
+    Args:
+      checkpoint_dir: a folder of checkpoints (may be missing).
+    """
+    if not tf.io.gfile.isdir(checkpoint_dir):
+        return
+    for entry in tf.io.gfile.listdir(checkpoint_dir):
+        entry = entry.rstrip("/")
+        path = os.path.join(checkpoint_dir, entry)
+        if entry.endswith("_temp") and tf.io.gfile.isdir(path) and not os.path.islink(path):
+            _remove(path)
 
 
 def _fsync(path, recursive=True):
@@ -123,11 +236,17 @@ class Staged:
         self._pending = []  # (temporary, final)
 
     def path(self, final):
-        """A temporary sibling of `final` to write (its folder is created)."""
+        """A temporary sibling of `final` to write (its folder is created).
+
+        What an ended writer of `final` left beside it goes first
+        (`clean_leftovers`).
+        """
         folder = os.path.dirname(final.rstrip("/"))
         if folder:
             tf.io.gfile.makedirs(folder)
+        clean_leftovers(final)
         tmp = _sibling(final, TMP_PREFIX)
+        _IN_FLIGHT.add(tmp)
         self._pending.append((tmp, final))
         return tmp
 
@@ -152,6 +271,7 @@ class Staged:
                 tmp, final = self._pending[0]
                 _rename_over(tmp, final)
                 self._pending.pop(0)
+                _IN_FLIGHT.discard(tmp)
         except BaseException:
             self.discard()
             raise
@@ -160,12 +280,16 @@ class Staged:
         """Removes what was staged and not yet renamed in."""
         for tmp, _ in self._pending:
             _remove(tmp)
+            _IN_FLIGHT.discard(tmp)
         self._pending = []
 
 
 def _remove(path):
+    """Removes a file or folder; a symbolic link goes itself, never what it points to."""
     try:
-        if tf.io.gfile.isdir(path):
+        if os.path.islink(path):
+            os.unlink(path)
+        elif tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)
         elif tf.io.gfile.exists(path):
             tf.io.gfile.remove(path)
@@ -174,11 +298,16 @@ def _remove(path):
 
 
 def _rename_over(tmp, final):
-    """Renames `tmp` to `final`; a folder there is moved aside, then removed."""
+    """Renames `tmp` to `final`; a folder there is moved aside, then removed.
+
+    A symbolic link at `final` is replaced itself (rename acts on names);
+    its target is never written or removed.
+    """
     if not tf.io.gfile.isdir(tmp):
         tf.io.gfile.rename(tmp, final, overwrite=True)
     else:
-        old = _sibling(final, OLD_PREFIX) if tf.io.gfile.exists(final) else None
+        there = tf.io.gfile.exists(final) or os.path.islink(final)
+        old = _sibling(final, OLD_PREFIX) if there else None
         if old:
             tf.io.gfile.rename(final, old)
         try:
@@ -188,7 +317,7 @@ def _rename_over(tmp, final):
                 tf.io.gfile.rename(old, final)
             raise
         if old:
-            tf.io.gfile.rmtree(old)
+            _remove(old)
     # The renamed entry itself is durable once its folder is.
     _fsync(os.path.dirname(final.rstrip("/")) or ".", recursive=False)
 

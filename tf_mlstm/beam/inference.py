@@ -35,7 +35,6 @@ on the same model and classifier (float32, to 1e-5; the tests compare them).
 import itertools
 import json
 import os
-import uuid
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -315,8 +314,10 @@ def classify_with_beam(
         "Applying %s of %s to %d input files on %s", signature, export_dir, len(paths), runner
     )
     # Hidden beside the outputs (and on the same file system): the shards are
-    # renamed from there only once every input was read.
-    staging = os.path.join(folder, f"{fileio.TMP_PREFIX}{base}-{uuid.uuid4().hex[:12]}")
+    # renamed from there only once every input was read. Named as `fileio.Staged`
+    # names its outputs, so the rerun removes what a killed run left.
+    fileio.clean_leftovers(output)
+    staging = fileio.staging_name(output)
     try:
         pipeline = beam.Pipeline(options=options)
         read = (

@@ -84,6 +84,7 @@ class ClassifyConfig:
             )
         if not self.text_keys:
             raise errors.InvalidValueError("--text_key must name at least one key")
+        _flags.refuse_output_over_input("--output", self.output, "--input", self.input)
         return self
 
 

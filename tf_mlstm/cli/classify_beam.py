@@ -28,6 +28,9 @@ See `tf_mlstm/beam/inference.py`.
 """
 
 import dataclasses
+import functools
+import os
+import re
 
 from absl import app
 from absl import flags
@@ -111,6 +114,12 @@ def config_from_flags(
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
     _beam.check_pipeline_args(flag_values.runner, pipeline_args)
+    _flags.refuse_output_over_input(
+        "--output",
+        functools.partial(_is_an_output, flag_values.output),
+        "--input",
+        flag_values.input,
+    )
     return ClassifyBeamConfig(
         saved_model=flag_values.saved_model,
         input=flag_values.input,
@@ -121,6 +130,16 @@ def config_from_flags(
         batch_size=flag_values.batch_size,
         num_output_shards=flag_values.num_output_shards,
         pipeline_args=tuple(pipeline_args),
+    )
+
+
+def _is_an_output(prefix: str, path: str) -> bool:
+    """Whether `path` is one of the files `--output=prefix` writes (`<prefix>-S-of-N.jsonl`)."""
+    folder, base = os.path.split(prefix)
+    name = os.path.basename(path)
+    return (
+        os.path.realpath(os.path.dirname(path) or ".") == os.path.realpath(folder or ".")
+        and re.fullmatch(re.escape(base) + r"-\d{5}-of-\d{5}\.jsonl", name) is not None
     )
 
 

@@ -22,6 +22,8 @@ wins (a disagreement is logged); one of the two is needed.
 
 import dataclasses
 import itertools
+import os
+import re
 
 from absl import flags
 from absl import logging
@@ -67,7 +69,17 @@ class VisualizeConfig:
             )
         if not self.input:
             raise errors.InvalidValueError("--input must be text or files, got an empty string.")
+        _flags.refuse_output_over_input("--output_dir", self._is_an_output, "--input", self.input)
         return self
+
+    def _is_an_output(self, path):
+        """Whether `path` is (or may be, the unit not known yet) a file this run writes."""
+        folder, name = os.path.split(os.path.realpath(path))
+        return (
+            os.path.isfile(path)
+            and folder == os.path.realpath(self.output_dir)
+            and re.fullmatch(r"neuron_\d+\.(html|png|json)", name) is not None
+        )
 
 
 def define_visualize_flags():

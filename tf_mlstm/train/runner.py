@@ -965,6 +965,9 @@ class RunState:
             strategy_lib.write_dirpath(self.checkpoint_dir, strategy),
             max_to_keep=keep,
         )
+        # A save that failed or was killed left its `ckpt-N_temp` shards; this
+        # worker alone writes its folder (the chief under the run lock).
+        fileio.clean_checkpoint_temps(self.manager.directory)
         self.carried = self._distribute()
 
     def _distribute(self, local_states=None):

@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tf_mlstm import errors
+from tf_mlstm import fileio
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import sampling
 from tf_mlstm.models.preprocessor import BytePreprocessor
@@ -263,19 +264,22 @@ def write_visualization(
         kind: os.path.join(output_dir, name.format(neuron=neuron))
         for kind, name in (("html", HTML_FILE), ("png", PNG_FILE), ("json", JSON_FILE))
     }
-    with tf.io.gfile.GFile(paths["html"], "w") as f:
-        f.write(render_html(kept, activations, neuron, scale, sign))
-    render_heatmap(kept, activations, neuron, paths["png"], width, scale, sign)
     records = [
         {"text": text, "values": [round(float(v), 6) for v in values]}
         for text, values in zip(kept, activations)
     ]
-    with tf.io.gfile.GFile(paths["json"], "w") as f:
-        f.write(
-            json.dumps(
-                {"neuron": neuron, "sign": sign, "source": source, "texts": records},
-                ensure_ascii=False,
+    # Beside their names first, renamed in together: a failure leaves earlier
+    # files as they were, and a link at a name is replaced, never written through.
+    with fileio.Staged() as staged:
+        with tf.io.gfile.GFile(staged.path(paths["html"]), "w") as f:
+            f.write(render_html(kept, activations, neuron, scale, sign))
+        render_heatmap(kept, activations, neuron, staged.path(paths["png"]), width, scale, sign)
+        with tf.io.gfile.GFile(staged.path(paths["json"]), "w") as f:
+            f.write(
+                json.dumps(
+                    {"neuron": neuron, "sign": sign, "source": source, "texts": records},
+                    ensure_ascii=False,
+                )
             )
-        )
     logging.info("Wrote %s", ", ".join(paths.values()))
     return {**paths, "activations": activations}
