@@ -343,7 +343,7 @@ def test_every_command_in_the_docs_runs_at_tiny_sizes(tmp_path):
                 TF_CPP_MIN_LOG_LEVEL="2",
             ),
             cwd=work,
-            timeout=900,
+            timeout=500,
         )
     results = json.loads(results_path.read_text()) if results_path.exists() else []
     sections = log_path.read_text(errors="replace").split(_HEADER)[1:]
