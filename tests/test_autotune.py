@@ -403,3 +403,27 @@ def test_two_workers_use_the_choice_the_chief_measured(tmp_path, demo_tfrecords)
     assert any(expected in line for line in said), (record, said)
     for text in (chief, other):
         assert re.search(rf"Training: 2 worker\(s\).*{precision}, XLA {xla}, from step 0", text)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        # What TensorFlow's filesystem raises for EROFS/EACCES, and for ENOSPC.
+        tf.errors.PermissionDeniedError(None, None, "Read-only file system"),
+        tf.errors.ResourceExhaustedError(None, None, "No space left on device"),
+        PermissionError(13, "Permission denied"),
+    ],
+)
+def test_a_cache_folder_that_refuses_writes_is_a_warning_and_the_choice_stands(
+    tmp_path, monkeypatch, caplog, refusal
+):
+    def refuse(path, value):
+        raise refusal
+
+    monkeypatch.setattr(autotune.fileio, "write_json_atomic", refuse)
+    cache = autotune.Cache(str(tmp_path / "cache" / "autotune.json"))
+    clock = FakeClock()
+    costs = {F32_ON.name: 0.5, F32_OFF.name: 0.4}
+    choice = choose_faked([F32_ON, F32_OFF], costs, clock, [], cache=cache, key="k")
+    assert choice.candidate == F32_OFF
+    assert f"Autotune cache {cache.path} not written" in caplog.text

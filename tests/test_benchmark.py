@@ -38,7 +38,7 @@ TINY = ("--hidden=8", "--batch=2", "--seq=8", "--steps=1", "--warmup=1")
 
 def _run(tmp_path, *flags):
     command = [sys.executable, str(BENCHMARK), f"--corpus={tmp_path / 'no_corpus'}", *flags]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     return [json.loads(line) for line in lines]
@@ -149,7 +149,7 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
 def test_transfer_fit_benchmark_prints_a_line_per_trial_and_a_summary():
     command = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py")]
     command += ["--texts=150", "--classes=3", "--hidden=8", "--factors=4"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     *trials, summary = lines

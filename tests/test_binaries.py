@@ -321,6 +321,35 @@ def test_negative_numbers_are_one_line_before_tensorflow_starts(flag):
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("module", "flag"),
+    [
+        ("generate", "--length=3000000000"),
+        ("generate", "--num_samples=2147483648"),
+        ("train", "--batch_size=4294967296"),
+        ("finetune", "--max_length=3000000000"),
+        ("classify", "--chunk_texts=3000000000"),
+        ("export", "--max_generate_length=3000000000"),
+        ("visualize", "--max_chars=3000000000"),
+        ("make_tfrecords", "--max_documents=9000000000"),
+        ("transfer", "--seed=-3000000000"),
+    ],
+)
+def test_an_integer_past_int32_is_one_line_naming_the_flag_before_tensorflow_starts(
+    module, flag, tmp_path
+):
+    """Every integer flag reaches a tensor (a shape, a loop bound, a seed) as 32 bits."""
+    required = [arg.format(t=tmp_path) for arg in _ERRORS_AFTER_START[module][0]]
+    done = _console(module, *required, flag)
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
+    assert lines == [
+        f"tf-mlstm-{module.replace('_', '-')}: {flag} is out of range: sizes, counts and steps "
+        "are at most 2147483647. (--help lists the flags)"
+    ], done.stderr
+    assert "tensorflow imported: False" in done.stderr
+
+
 @pytest.mark.parametrize("flag", ["--lr=nan", "--clip_norm=inf", "--max_minutes=nan"])
 def test_non_finite_numbers_are_one_line_before_tensorflow_starts(flag):
     done = _console("train", flag)
@@ -505,3 +534,124 @@ def test_launcher_missing_command_is_one_line():
     assert done.returncode == 1
     assert "command not found: 'tf-mlstm-no-such-binary'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# === A folder of the wrong kind ===
+
+
+def _snapshot(folder):
+    """Every path under `folder` (hidden ones too) with its bytes, to compare before and after."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes() if path.is_file() else None
+        for path in sorted(pathlib.Path(folder).rglob("*"))
+    }
+
+
+def _folders_of_each_kind(root):
+    """A language-model run, a fine-tuning run, a transfer output, data and an export."""
+    from tf_mlstm.config import TrainConfig
+
+    files = {
+        "lm": {"config.json": TrainConfig().to_json(), "checkpoints/ckpt-20.index": "i"},
+        "ft": {
+            "config.json": TrainConfig().to_json(),
+            "finetune_config.json": "{}",
+            "results.json": '{"step": 20}',
+            "checkpoints/ckpt-20.index": "i",
+        },
+        "transfer": {"classifier.json": "{}", "results.json": "{}"},
+        "data": {"stats.json": "{}", "train-00000-of-00001.tfrecord": ""},
+        "export": {"20/saved_model.pb": "pb", "20/variables/variables.index": "i"},
+    }
+    for kind, contents in files.items():
+        for name, text in contents.items():
+            path = root / kind / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return {kind: root / kind for kind in files}
+
+
+# binary, flags ({lm}, {ft}, ... are the folders above), the line it must print.
+_WRONG_KIND = [
+    (
+        "train",
+        ["--model_dir={ft}", "--train_data={data}", "--max_steps=1"],
+        "--model_dir={ft} is a fine-tuning run (it holds finetune_config.json), and "
+        "tf-mlstm-train takes a new folder or a language-model run there: "
+        "tf-mlstm-finetune --model_dir={ft} continues it.",
+    ),
+    (
+        "finetune",
+        ["--init_model_dir={lm}", "--model_dir={lm}", "--train_data={t}/x.csv"],
+        "--model_dir={lm} is a language-model run (it holds config.json), and "
+        "tf-mlstm-finetune takes a new folder or a fine-tuning run there: "
+        "tf-mlstm-train --model_dir={lm} continues it; tf-mlstm-finetune takes it as "
+        "--init_model_dir={lm}.",
+    ),
+    (
+        "eval",
+        ["--model_dir={data}", "--data={data}"],
+        "{data}: no config.json: it is a tf-mlstm-make-tfrecords data folder (it holds "
+        "stats.json), not a trained model; tf-mlstm-train takes it as --train_data={data}",
+    ),
+    (
+        "export",
+        ["--model_dir={export}", "--export_dir={t}/e"],
+        "{export}: no config.json: it is a SavedModel (it holds 20/saved_model.pb)",
+    ),
+    (
+        "transfer",
+        ["--model_dir={transfer}", "--train_data={t}/x.csv", "--output_dir={t}/o"],
+        "{transfer}: no config.json: it is a tf-mlstm-transfer output folder",
+    ),
+    (
+        "classify",
+        ["--model_dir={transfer}", "--input=-", "--output={t}/o.csv"],
+        "--model_dir={transfer} is not a finished tf-mlstm-finetune run (no "
+        "finetune_config.json and results.json); give --classifier=classifier.json",
+    ),
+    ("generate", ["--model_dir={data}"], "{data}: no config.json: it is a tf-mlstm-make-tf"),
+    (
+        "visualize",
+        ["--model_dir={transfer}", "--input=A fine film.", "--output_dir={t}/v", "--neuron=0"],
+        "{transfer}: no config.json: it is a tf-mlstm-transfer output folder",
+    ),
+]
+
+
+@pytest.mark.slow
+def test_a_folder_of_the_wrong_kind_is_one_line_naming_what_fits_and_stays_byte_identical(
+    tmp_path,
+):
+    """A fine-tuning run given to tf-mlstm-train, a language-model run given as
+    tf-mlstm-finetune's output, a data or transfer folder as a model: each binary
+    says in one line what the folder is and which command fits it, writing nothing."""
+    folders = _folders_of_each_kind(tmp_path / "kinds")
+    names = {**{kind: str(path) for kind, path in folders.items()}, "t": str(tmp_path)}
+    (tmp_path / "x.csv").write_text("text,label\nfine,1\n")
+    before = _snapshot(tmp_path / "kinds")
+    procs = [
+        (
+            module,
+            expected.format(**names),
+            subprocess.Popen(
+                [sys.executable, "-m", f"tf_mlstm.cli.{module}"]
+                + [arg.format(**names) for arg in args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_quiet_env(),
+                cwd=tmp_path,
+            ),
+        )
+        for module, args, expected in _WRONG_KIND
+    ]
+    for module, expected, proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, (module, err[-3000:])
+        # Matplotlib's notice while it builds its font cache (once per cache folder) aside.
+        lines = [line for line in err.splitlines() if "font cache" not in line]
+        assert len(lines) == 1 and "Traceback" not in err, (module, err[-3000:])
+        assert f"] {expected}" in lines[0], (module, err)
+    assert _snapshot(tmp_path / "kinds") == before

@@ -14,7 +14,10 @@ layout (generated, so this needs no download), with two changes only:
   `DIR`, `/shared/amazon`, ...), made in the sandbox or mapped to what an
   earlier command made (`_PLACEHOLDERS`).
 
-Every command must end with status 0. A command that cannot run on one
+Every command must end with status 0 and make what it claims: each
+output its flags name (`--model_dir` of a training run, `--output_dir`,
+`--output`, `--export_dir`) holds a non-empty file, and a command naming
+none prints its answer on stdout. A command that cannot run on one
 machine (a cluster's runner, Slurm, a 128-worker TF_CONFIG, a GPU) is
 named in `_why_not_run` with its reason, and is still parsed by
 test_docs_commands.py. So a renamed flag, a changed default, a flag a
@@ -256,6 +259,21 @@ _RUNNER = textwrap.dedent(
         return flag + str(max(versions, key=lambda p: int(p.name)))
 
 
+    class Counting:
+        # Counts what a command writes to stdout (text or bytes), passing it on.
+        def __init__(self, raw, counter):
+            self.raw, self.counter = raw, counter
+
+        def write(self, data):
+            self.counter[0] += len(data)
+            return self.raw.write(data)
+
+        def __getattr__(self, name):
+            if name == "buffer":
+                return Counting(self.raw.buffer, self.counter)
+            return getattr(self.raw, name)
+
+
     results = []
     for item in json.load(open(plan_path)):
         print(f"\\n{HEADER}{item['where']}\\n  as: {' '.join(item['argv'])}", flush=True)
@@ -263,6 +281,8 @@ _RUNNER = textwrap.dedent(
         module = None if tool else importlib.import_module(item["module"])
         known, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
         stdin, argv, start = sys.stdin, sys.argv, time.monotonic()
+        stdout, printed = sys.stdout, [0]
+        sys.stdout = Counting(stdout, printed)
         sys.argv = [expanded(arg) for arg in item["argv"]]
         if item["stdin"] is not None:
             sys.stdin = io.TextIOWrapper(io.BytesIO(item["stdin"].encode("utf-8")))
@@ -278,7 +298,7 @@ _RUNNER = textwrap.dedent(
             traceback.print_exc()
             status = "exception"
         finally:
-            sys.stdin, sys.argv = stdin, argv
+            sys.stdin, sys.argv, sys.stdout = stdin, argv, stdout
             sys.stdout.flush()
             sys.stderr.flush()
             FLAGS.unparse_flags()
@@ -286,10 +306,53 @@ _RUNNER = textwrap.dedent(
                 delattr(FLAGS, name)
             _flags.DEPRECATED_ALIASES.clear()
             _flags.DEPRECATED_ALIASES.update(aliases)
-        results.append({"status": status, "seconds": round(time.monotonic() - start, 1)})
+        seconds = round(time.monotonic() - start, 1)
+        results.append({"status": status, "seconds": seconds, "stdout_chars": printed[0]})
         json.dump(results, open(results_path, "w"))
     """
 )
+
+
+# What each binary claims to make, by the flag that names it; a command
+# without one of these (tf-mlstm-eval, -generate, a benchmark, classify to
+# `-`) claims its answer on stdout.
+_OUTPUT_FLAGS = {
+    "tf_mlstm.cli.train": ("model_dir",),
+    "tf_mlstm.cli.finetune": ("model_dir",),
+    "tf_mlstm.cli.import_openai": ("model_dir",),
+    "tf_mlstm.cli.make_tfrecords": ("output_dir",),
+    "tf_mlstm.cli.transfer": ("output_dir",),
+    "tf_mlstm.cli.visualize": ("output_dir",),
+    "tf_mlstm.cli.export": ("export_dir",),
+    "tf_mlstm.cli.classify": ("output",),
+    "tf_mlstm.cli.classify_beam": ("output",),
+}
+
+
+def _unmade_outputs(item, result, work):
+    """What a command that ended with status 0 claims to have made and did not.
+
+    Each output its flags name must exist and hold a non-empty file (a
+    Beam output is a prefix of its shards); a command with no such flag
+    must print something.
+    """
+    names = _OUTPUT_FLAGS.get(item["module"], ())
+    outputs = [
+        arg.split("=", 1)[1]
+        for arg in item["argv"][1:]
+        if arg.startswith("--") and _flag_name(arg) in names and arg.split("=", 1)[1] != "-"
+    ]
+    if not outputs:
+        return [] if result.get("stdout_chars") else ["printed nothing and names no output"]
+    missing = []
+    for output in outputs:
+        path = work / output
+        paths = sorted(path.parent.glob(path.name + "*")) if "beam" in item["module"] else [path]
+        files = [p for p in paths if p.is_file()]
+        files += [f for p in paths if p.is_dir() for f in p.rglob("*") if f.is_file()]
+        if not any(f.stat().st_size for f in files):
+            missing.append(f"{output}: not made, or holds no non-empty file")
+    return missing
 
 
 def _items(commands):
@@ -333,24 +396,40 @@ def test_every_command_in_the_docs_runs_at_tiny_sizes(tmp_path):
     plan_path.write_text(json.dumps(items))
     log_path = tmp_path / "commands.log"
     with open(log_path, "w") as log:
-        done = subprocess.run(
-            [sys.executable, "-c", _RUNNER, str(plan_path), str(results_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(
-                os.environ,
-                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]),
-                TF_CPP_MIN_LOG_LEVEL="2",
-            ),
-            cwd=work,
-            timeout=900,
-        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _RUNNER, str(plan_path), str(results_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(
+                    os.environ,
+                    PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]),
+                    TF_CPP_MIN_LOG_LEVEL="2",
+                ),
+                cwd=work,
+                timeout=500,
+            )
+        except subprocess.TimeoutExpired:
+            done = None
     results = json.loads(results_path.read_text()) if results_path.exists() else []
+    if done is None:  # the command it hung in, and its output, instead of a bare TimeoutExpired
+        pytest.fail(
+            f"the walk-through ran past its 500 s time-out after {len(results)} of {len(items)} "
+            f"commands, in {items[min(len(results), len(items) - 1)]['where']}; its output "
+            f"ended:\n{log_path.read_text(errors='replace')[-3000:]}",
+            pytrace=False,
+        )
     sections = log_path.read_text(errors="replace").split(_HEADER)[1:]
     failed = [
         f"{item['where']}\n  -> status {result['status']}:\n{section[-2500:]}"
         for item, result, section in zip(items, results, sections)
         if result["status"] != 0
+    ]
+    # Status 0 is not enough: a command that did nothing would pass.
+    failed += [
+        f"{item['where']}\n  -> status 0, but {'; '.join(unmade)}:\n{section[-2500:]}"
+        for item, result, section in zip(items, results, sections)
+        if result["status"] == 0 and (unmade := _unmade_outputs(item, result, work))
     ]
     if len(results) < len(items) and not failed:  # the runner itself ended early
         failed = [f"ended at {items[len(results)]['where']}:\n{sections[-1][-4000:]}"]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tf_mlstm
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
 from tf_mlstm.data.text import DOC_START
@@ -107,6 +108,21 @@ def test_temperature_must_be_positive(lm, temperature):
         sampling.sample_ids(model, _prompt(), 5, temperature=temperature, sampler=sampler)
     with pytest.raises(ValueError, match="--temperature must be a positive number"):
         generate.GenerateConfig(model_dir="m", temperature=temperature).validate()
+
+
+def test_a_length_or_count_past_int32_is_one_line_naming_it(lm):
+    """Through the Python API (`tf_mlstm.load(...).generate`) as through the binary."""
+    model_dir, model, sampler = lm
+    past = 3_000_000_000
+    with pytest.raises(ValueError, match=rf"^length={past} is out of range: .* at most 2147483647"):
+        sampling.sample_ids(model, _prompt(), past, sampler=sampler)
+    with pytest.raises(ValueError, match=rf"^num_samples={past} is out of range"):
+        sampling.generate_texts(model, "Ok", 5, num_samples=past, sampler=sampler)
+    trained = tf_mlstm.load(str(model_dir))
+    with pytest.raises(ValueError, match=rf"^length={past} is out of range"):
+        trained.generate("Ok", length=past)
+    with pytest.raises(ValueError, match=rf"^batch_size={past} is out of range"):
+        tf_mlstm.load(str(model_dir), batch_size=past)
 
 
 def test_unit_outside_the_model_is_refused(lm):

@@ -39,7 +39,7 @@ def _run(tmp_path, *flags):
     command = [sys.executable, str(GPU_CHECK), f"--work_dir={tmp_path}", *flags]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=900, cwd=REPO, env=env, check=False
+        command, capture_output=True, text=True, timeout=500, cwd=REPO, env=env, check=False
     )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, (done.stdout[-2000:], done.stderr[-3000:])

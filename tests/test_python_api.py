@@ -176,5 +176,5 @@ def test_the_python_page_s_examples_run_in_order(tmp_path):
     script = "\n".join(
         f"{block}\nprint('block {i} done', flush=True)" for i, block in enumerate(blocks)
     )
-    out = _python(script, cwd=tmp_path, timeout=900)
+    out = _python(script, cwd=tmp_path, timeout=500)
     assert f"block {len(blocks) - 1} done" in out

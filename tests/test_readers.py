@@ -441,3 +441,36 @@ def test_max_document_bytes_must_be_positive(tmp_path):
     path = _write_jsonl(tmp_path / "a.jsonl", IMDB_RECORDS)
     with pytest.raises(ValueError, match="max_document_bytes must be >= 1"):
         readers.read_documents([path], ["text"], max_document_bytes=0)
+
+
+def test_a_csv_header_that_names_a_column_twice_is_refused_naming_file_and_column(tmp_path):
+    path = tmp_path / "twice.csv"
+    path.write_text("text,label,text\nkept,1,dropped\n", encoding="utf-8")
+    with pytest.raises(
+        readers.InputError,
+        match=r"twice\.csv:1: the header names the column 'text' twice \(columns 1 and 3\)",
+    ):
+        _read([str(path)])
+    # Empty names (trailing commas) select nothing and stay fine.
+    path.write_text("text,label,,\nkept,1,,\n", encoding="utf-8")
+    assert [doc.text for doc in _read([str(path)])[0]] == ["kept"]
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        ('[\n  {"text": "one"},\n  {"text": "two"}\n]\n', "a JSON array"),
+        ('[{"text": "one"}, {"text": "two"}]\n', "a JSON array"),
+        ('\n{\n  "text": "one",\n  "label": 1\n}\n', "one JSON object over many lines"),
+    ],
+)
+def test_a_whole_file_json_document_given_as_json_lines_is_one_line_saying_so(
+    tmp_path, content, what
+):
+    path = tmp_path / "reviews.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(
+        readers.InputError,
+        match=rf"reviews\.json:\d: the file is {what}, not JSON lines \(one object per line\)",
+    ):
+        _read([str(path)])

@@ -18,6 +18,7 @@ from _models import write_untrained_model_dir
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
+from tf_mlstm.data import tfrecord
 from tf_mlstm.models import language_model
 from tf_mlstm.train import checkpointing
 from tf_mlstm.train.lm_task import LanguageModelTask
@@ -184,7 +185,7 @@ def test_second_chief_on_one_model_dir_is_refused(tmp_path):
             ],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=500,
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
         )
         assert second.returncode == 1 and "Traceback" not in second.stderr
@@ -359,3 +360,62 @@ def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint
     messages = [r.getMessage() for r in caplog.records]
     assert any("ckpt-12 is missing or damaged" in m for m in messages)
     assert any(m.startswith("Resumed from") and "ckpt-8" in m for m in messages)
+
+
+def test_each_kind_of_folder_is_told_by_its_own_file_and_refused_where_it_does_not_fit(tmp_path):
+    def make(name, *files):
+        for file in files:
+            (tmp_path / name / file).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / file).write_text("{}")
+        return str(tmp_path / name)
+
+    lm = make("lm", "config.json", "checkpoints/ckpt-1.index")
+    ft = make("ft", "config.json", "finetune_config.json", "results.json")
+    data = make("data", "stats.json")
+    killed = make("killed", tfrecord.INCOMPLETE_MARKER)
+    version = make("export", "7/saved_model.pb")
+    new = make("new", "run.lock")  # stopped before its config was written
+    kind = rundir.folder_kind
+    assert kind(lm) == (rundir.LANGUAGE_MODEL_RUN, "config.json")
+    assert kind(ft) == (rundir.FINETUNE_RUN, "finetune_config.json")
+    assert kind(data)[0] == kind(killed)[0] == "tf-mlstm-make-tfrecords data folder"
+    assert kind(version) == ("SavedModel", "7/saved_model.pb")
+    assert kind(new) == kind(str(tmp_path / "missing")) == (None, None)
+    train = (None, rundir.LANGUAGE_MODEL_RUN)
+    for path in (lm, new, str(tmp_path / "missing")):
+        rundir.check_folder_kind(path, "model_dir", "tf-mlstm-train", train)
+    with pytest.raises(
+        rundir.RunDirError,
+        match=rf"^--model_dir={data} is a tf-mlstm-make-tfrecords data folder \(it holds "
+        rf"stats.json\), and tf-mlstm-train takes a new folder or a language-model run there: "
+        rf"tf-mlstm-train takes it as --train_data={data}, tf-mlstm-eval as --data={data}\.$",
+    ):
+        rundir.check_folder_kind(data, "model_dir", "tf-mlstm-train", train)
+    with pytest.raises(FileNotFoundError, match=rf"^{new}: no config.json, so no trained model"):
+        rundir.check_folder_kind(new, "init_model_dir", "tf-mlstm-finetune", rundir.MODEL_RUNS)
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"^{version}: no config.json: it is a SavedModel \(it holds 7/saved_model.pb\)",
+    ):
+        rundir.read_config(version)
+    with pytest.raises(FileNotFoundError, match=rf"^{new}: no config.json; is it a tf-mlstm-train"):
+        rundir.read_config(new)
+
+
+def test_a_fine_tuning_run_writes_config_json_last(tmp_path, monkeypatch):
+    """A kill between the two config files leaves no folder that reads as a language-model run."""
+    written = []
+    monkeypatch.setattr(rundir, "write_config", lambda d, c, name, extra=None: written.append(name))
+    rundir.begin_run(
+        str(tmp_path / "ft"),
+        {rundir.CONFIG_FILE: TrainConfig(), rundir.FINETUNE_CONFIG_FILE: TrainConfig()},
+    )
+    rundir.release_locks()
+    assert written == [rundir.FINETUNE_CONFIG_FILE, rundir.CONFIG_FILE]
+
+
+def test_a_symlink_loop_as_a_new_run_folder_is_one_line(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(ValueError, match=rf"^--model_dir={loop}: a symbolic link to {loop}, which"):
+        rundir.check_folder_kind(str(loop), "model_dir", "tf-mlstm-train", (None,))

@@ -549,3 +549,26 @@ def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
         ).validate()
     )
     np.testing.assert_allclose(probabilities, want[:4], atol=1e-6)
+
+
+def test_a_symlink_loop_as_export_dir_is_one_line_not_a_traceback(tmp_path):
+    model_dir, _ = write_untrained_model_dir(tmp_path / "run")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(ValueError, match=r"loop: a symbolic link to .*loop, which leads nowhere"):
+        saved_model.check_export_base(str(tmp_path / "loop"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_mlstm.cli.export",
+            f"--model_dir={model_dir}",
+            f"--export_dir={tmp_path / 'loop'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        timeout=300,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.count("\n") == 1
+    assert f"] {tmp_path / 'loop'}: a symbolic link to {tmp_path / 'loop'}, which" in done.stderr

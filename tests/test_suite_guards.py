@@ -1,6 +1,9 @@
 """The suite's own guards: CI cannot skip on missing data, the whole run's deadline, the shared
 tiny model remembers a failure, subprocess time-outs fail with the command's output."""
 
+import ast
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -23,12 +26,16 @@ def test_missing_shared_data_skips_on_a_developer_machine(monkeypatch, tmp_path)
 def test_missing_shared_data_fails_in_ci(monkeypatch, tmp_path, value):
     monkeypatch.setattr(conftest, "SHARED_DATA", tmp_path / "missing")
     monkeypatch.setenv("CI", value)
-    with pytest.raises(
-        pytest.fail.Exception,
-        match=r"shared review corpora not found at .*missing .*; CI=true, so the test fails "
-        r"instead of skipping$",
-    ):
+    # Any outcome is caught here: a skip let through would end this test as skipped,
+    # which a run counts as passed.
+    with pytest.raises(BaseException) as outcome:
         conftest.shared_data_folder()
+    assert outcome.type is pytest.fail.Exception, f"{outcome.type.__name__}: {outcome.value}"
+    assert re.search(
+        r"shared review corpora not found at .*missing .*; CI=true, so the test fails "
+        r"instead of skipping$",
+        str(outcome.value),
+    ), outcome.value
 
 
 @pytest.mark.parametrize("value", ["", "false", "0"])
@@ -107,3 +114,59 @@ def test_a_command_past_its_time_out_fails_with_its_output():
     assert failed.value.msg.endswith("its output ended:\nstarted\n")
     done = _models.run([sys.executable, "-c", "print('fine')"], timeout=60)
     assert done.returncode == 0 and done.stdout == "fine\n"
+
+
+def _per_test_timeout_s():
+    import tomllib
+
+    with open(pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["pytest"]["ini_options"]["timeout"]
+
+
+# What a test may spend besides its longest command: fixtures, its other steps.
+_MARGIN_S = 60
+
+
+def _literal_timeouts(path):
+    """(line, seconds) of each `timeout=<number>` in a call, numbers and module constants."""
+    tree = ast.parse(path.read_text())
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value.value, (int, float))
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg != "timeout":
+                continue
+            value = keyword.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)):
+                found.append((keyword.value.lineno, value.value))
+            elif isinstance(value, ast.Name) and value.id in constants:
+                found.append((keyword.value.lineno, constants[value.id]))
+    return found
+
+
+def test_no_command_time_out_in_a_test_reaches_the_per_test_time_out():
+    """A command's time-out past pytest-timeout's never fires: the hang is cut by the
+    per-test time-out instead, and the command and its output are lost."""
+    limit = _per_test_timeout_s() - _MARGIN_S
+    tests = pathlib.Path(__file__).resolve().parent
+    too_long = [
+        f"{path.name}:{line}: timeout={seconds}"
+        for path in sorted(tests.glob("*.py"))
+        for line, seconds in _literal_timeouts(path)
+        if seconds > limit
+    ]
+    assert not too_long, f"command time-outs above {limit} s: " + ", ".join(too_long)
+
+
+def test_the_time_out_guard_reads_literals_and_module_constants(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text("T = 700\nrun(x, timeout=T)\np.wait(timeout=30)\nf(timeout=t)\n")
+    assert _literal_timeouts(path) == [(2, 700), (3, 30)]

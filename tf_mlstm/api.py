@@ -88,6 +88,11 @@ def pretrain(config):
         not written by an export.
     """
     config = config.validate()
+    # A folder of another kind (a fine-tuning run, a data folder) is refused
+    # before anything is read or written there.
+    rundir.check_folder_kind(
+        config.model_dir, "model_dir", "tf-mlstm-train", (None, rundir.LANGUAGE_MODEL_RUN)
+    )
     if config.distribution_strategy != "multi_worker":
         # Before anything is written (the demo corpus is converted into the run folder).
         strategy_lib.check_no_unused_cluster(config.distribution_strategy, os.environ)
@@ -277,6 +282,8 @@ def load(
     Raises:
       FileNotFoundError: no trained model in `model_dir`.
     """
+    for name, value in (("batch_size", batch_size), ("window", window)):
+        errors.check_int32(name, value)
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
     model, config, checkpoint = language_model.load_trained_checkpoint(
         model_dir, precision=precision

@@ -82,6 +82,7 @@ class JsonConfig:
                     f"--{field.name} must be a finite number, got {value}."
                 )
             if isinstance(value, int) and not isinstance(value, bool):
+                errors.check_int32(f"--{field.name}", value)
                 lowest = self.NEGATIVE_INTS.get(field.name, 0)
                 if value < lowest:
                     raise errors.InvalidValueError(

@@ -77,3 +77,24 @@ def one_line(error):
         text = " ".join(message.split())
     text = _OP_SUFFIX.sub("", _OP_PREFIX.sub("", text))
     return text or type(error).__name__
+
+
+# Sizes, counts, lengths and steps become int32 tensors (shapes, loop
+# bounds, the sampler's length); past this a value overflows into a traceback.
+INT32_MAX = 2**31 - 1
+
+
+def check_int32(name, value):
+    """Raises one line when the integer `value` of flag or argument `name` is past int32.
+
+    Args:
+      name: as the user wrote it (`--length`, or `length` for a Python argument).
+      value: the integer given.
+
+    Raises:
+      InvalidValueError: `value` is above `INT32_MAX` or below its negative.
+    """
+    if not -INT32_MAX <= value <= INT32_MAX:
+        raise InvalidValueError(
+            f"{name}={value} is out of range: sizes, counts and steps are at most {INT32_MAX}."
+        )

@@ -58,6 +58,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.config import TrainConfig
+from tf_mlstm.data import tfrecord
 from tf_mlstm.data.fields import split_keys
 
 # === Layout ===
@@ -129,6 +130,104 @@ def input_state_dir(model_dir, worker):
     return os.path.join(model_dir, INPUT_STATE_SUBDIR, f"worker-{worker}")
 
 
+# === What kind of folder a path is ===
+
+# The kinds of folder the tools make, each told by the file only it writes
+# (checked in this order: a fine-tuning run also holds config.json).
+LANGUAGE_MODEL_RUN = "language-model run"
+FINETUNE_RUN = "fine-tuning run"
+MODEL_RUNS = (LANGUAGE_MODEL_RUN, FINETUNE_RUN)
+_KINDS = (
+    (FINETUNE_RUN, FINETUNE_CONFIG_FILE),
+    (LANGUAGE_MODEL_RUN, CONFIG_FILE),
+    ("tf-mlstm-transfer output folder", "classifier.json"),
+    ("tf-mlstm-make-tfrecords data folder", "stats.json"),
+    ("tf-mlstm-make-tfrecords data folder", tfrecord.INCOMPLETE_MARKER),
+    ("SavedModel", "saved_model.pb"),
+)
+
+
+def _use_of(kind, path):
+    # Which command fits a folder of this kind.
+    return {
+        FINETUNE_RUN: f"tf-mlstm-finetune --model_dir={path} continues it",
+        LANGUAGE_MODEL_RUN: (
+            f"tf-mlstm-train --model_dir={path} continues it; tf-mlstm-finetune takes it "
+            f"as --init_model_dir={path}"
+        ),
+        "tf-mlstm-transfer output folder": (
+            f"tf-mlstm-classify, -export, -generate and -visualize take its "
+            f"--classifier={os.path.join(path, 'classifier.json')} beside the --model_dir it "
+            "was fitted on"
+        ),
+        "tf-mlstm-make-tfrecords data folder": (
+            f"tf-mlstm-train takes it as --train_data={path}, tf-mlstm-eval as --data={path}"
+        ),
+        "SavedModel": "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it",
+    }[kind]
+
+
+def folder_kind(path):
+    """What `path` holds, told by the file only that kind of folder has.
+
+    Args:
+      path: a folder (or any path; local or a `tf.io.gfile` URL).
+
+    Returns:
+      (kind, the file that tells it): kind one of `MODEL_RUNS`, a transfer
+      output, a data folder or a SavedModel (an export's version folder, or
+      the export folder above versions); (None, None) when nothing tells
+      (missing, empty, or a run stopped before its config was written).
+    """
+    if not tf.io.gfile.isdir(path):
+        return None, None
+    for kind, name in _KINDS:
+        if tf.io.gfile.exists(os.path.join(path, name)):
+            return kind, name
+    for child in sorted(tf.io.gfile.listdir(path)):
+        child = child.rstrip("/")
+        if child.isdigit() and tf.io.gfile.exists(os.path.join(path, child, "saved_model.pb")):
+            return "SavedModel", os.path.join(child, "saved_model.pb")
+    return None, None
+
+
+def check_folder_kind(path, flag, command, accept):
+    """Refuses, before anything is read or written, a folder of a kind `command` cannot use.
+
+    Args:
+      path: the folder a flag names.
+      flag: the flag's name, for the message.
+      command: the binary (`tf-mlstm-train`), for the message.
+      accept: the kinds it takes (see `folder_kind`); None in it accepts a
+        folder nothing tells (a new one, for a tool that makes its run there).
+
+    Raises:
+      RunDirError: one line: what the folder is, the file that tells it, and
+        the command that fits it.
+    """
+    if None in accept:  # a folder the command makes
+        fileio.check_link_leads_somewhere(path, f"--{flag}={path}")
+    kind, evidence = folder_kind(path)
+    if kind in accept:
+        return
+    wanted = [_a(k) for k in accept if k]
+    if None in accept:
+        wanted.insert(0, "a new folder")
+    if kind is None:
+        raise FileNotFoundError(
+            f"{path}: no {CONFIG_FILE}, so no trained model; {command} takes "
+            f"{' or '.join(wanted)} as --{flag}"
+        )
+    raise RunDirError(
+        f"--{flag}={path} is {_a(kind)} (it holds {evidence}), and {command} takes "
+        f"{' or '.join(wanted)} there: {_use_of(kind, path)}."
+    )
+
+
+def _a(kind):
+    return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
+
+
 # === Config files ===
 
 
@@ -149,6 +248,12 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
     """
     path = os.path.join(model_dir, name)
     if not tf.io.gfile.exists(path):
+        kind, evidence = folder_kind(model_dir) if name == CONFIG_FILE else (None, None)
+        if kind is not None:
+            raise FileNotFoundError(
+                f"{model_dir}: no {name}: it is {_a(kind)} (it holds {evidence}), not a "
+                f"trained model; {_use_of(kind, model_dir)}."
+            )
         raise FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
     with tf.io.gfile.GFile(path) as f:
         text = f.read()
@@ -263,8 +368,10 @@ def begin_run(model_dir, configs, chief=True, extras=None):
         for name, config in configs.items():
             check_resumed_config(model_dir, config, name)
     if chief:
-        for name, config in configs.items():
-            write_config(model_dir, config, name, (extras or {}).get(name))
+        # config.json last: a folder with it and without finetune_config.json
+        # is a language-model run (`folder_kind`), also after a kill between them.
+        for name in sorted(configs, key=lambda name: name == CONFIG_FILE):
+            write_config(model_dir, configs[name], name, (extras or {}).get(name))
 
 
 # === The run lock ===

@@ -153,9 +153,26 @@ def parse_flags(argv, name):
             print(version_line(name))
             sys.exit(0)
     try:
-        return FLAGS(argv)
-    except flags.Error as e:
+        rest = FLAGS(argv)
+        check_int_flags(FLAGS)
+    except (flags.Error, errors.InvalidValueError) as e:
         usage_error(name, flag_error_line(e))
+    return rest
+
+
+def check_int_flags(flag_values):
+    """Refuses an integer flag past int32, whichever binary defines it.
+
+    Every integer flag is a size, a count, a length, a step, an index or a
+    seed, and each reaches a tensor (or NumPy's seed) as 32 bits at most.
+
+    Raises:
+      errors.InvalidValueError: one line naming the flag and the bound.
+    """
+    for flag_name in sorted(flag_values):
+        flag = flag_values[flag_name]
+        if isinstance(flag.parser, flags.IntegerParser) and isinstance(flag.value, int):
+            errors.check_int32(f"--{flag.name}", flag.value)
 
 
 @contextlib.contextmanager

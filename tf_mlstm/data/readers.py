@@ -662,10 +662,29 @@ class _RecordFields:
         return Document(text, label, rating, path, line, kept)
 
 
+def _check_json_lines(first_line: bytes, path: str, line_number: int) -> None:
+    """Refuses a whole-file JSON document (an array, an indented object) read as JSON lines.
+
+    Read line by line it would give at most one document, every other line
+    skipped as malformed JSON.
+
+    Raises:
+        InputError: the first record line opens an array, or is a lone `{`.
+    """
+    start = first_line.lstrip(b"\xef\xbb\xbf").strip()
+    if start.startswith(b"[") or start == b"{":
+        what = "a JSON array" if start.startswith(b"[") else "one JSON object over many lines"
+        raise InputError(
+            f"{path}:{line_number}: the file is {what}, not JSON lines (one object per line); "
+            "write one object per line, e.g. jq -c '.[]' (an array) or jq -c . (an object)"
+        )
+
+
 def _read_json_lines(
     lines: Iterable[bytes | _LongLine], path: str, fields: _RecordFields
 ) -> Iterator[Document]:
     skip = fields.skip_log.add
+    first = True
     for line_number, raw in enumerate(lines, 1):
         if isinstance(raw, _LongLine):
             fields.skip_too_long(path, line_number, raw.length)
@@ -673,6 +692,9 @@ def _read_json_lines(
         if not raw or raw.isspace():
             skip(EMPTY_LINE, path, line_number, "blank line")
             continue
+        if first:
+            first = False
+            _check_json_lines(raw, path, line_number)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -803,6 +825,14 @@ def _read_delimited(
     except (csv.Error, _BadRecord) as e:
         raise InputError(f"{path}:1: unreadable header row ({e})") from e
     header = [name.strip() for name in header]
+    for number, name in enumerate(header):
+        # A record would keep the last of the two values and drop the other
+        # without a count.
+        if name and name in header[:number]:
+            raise InputError(
+                f"{path}:1: the header names the column {name!r} twice (columns "
+                f"{header.index(name) + 1} and {number + 1}); rename one"
+            )
     if not any(key in header for key in fields.text_keys):
         raise InputError(
             f"{path}: no text column: none of {list(fields.text_keys)} in its header, "

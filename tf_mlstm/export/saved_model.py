@@ -379,6 +379,7 @@ def check_export_base(base_dir):
       ExportDirError: with one line naming the folder and the first entry
         that is not ours.
     """
+    fileio.check_link_leads_somewhere(base_dir, base_dir)
     if not tf.io.gfile.exists(base_dir):
         return
     if not tf.io.gfile.isdir(base_dir):

@@ -206,6 +206,7 @@ def sample_ids(
         raise errors.InvalidValueError(f"temperature must be a positive number, got {temperature}.")
     if length < 0:
         raise errors.InvalidValueError(f"length must be >= 0, got {length}.")
+    errors.check_int32("length", length)  # the loop's bound and the output's shape
     _check_unit("neuron", neuron, model.hidden_size, allow_none=True)
     if trace_unit is not None:
         _check_unit("trace_unit", trace_unit, model.hidden_size, allow_none=False)
@@ -312,6 +313,7 @@ def generate_texts(
     Raises:
       ValueError: as `sample_ids`.
     """
+    errors.check_int32("num_samples", num_samples)
     prompt = normalize_text(prompt)
     ids = BytePreprocessor.for_prompts()(tf.constant([prompt] * num_samples)).ids
     out = sample_ids(

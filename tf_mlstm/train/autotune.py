@@ -32,6 +32,7 @@ import time
 
 from absl import logging
 
+from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.train import hardware
 
@@ -265,11 +266,15 @@ class Cache:
         entry["unit"] = unit
         entry["measured"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         entries[key] = entry
+        # A read-only home or cache folder: the run goes on, the next one
+        # measures again. The writes go through TensorFlow's filesystem, whose
+        # refusals are its own error types, not OSError.
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fileio.write_json_atomic(self.path, entries)
-        except OSError as e:  # a read-only home: the run goes on, the next one measures again
-            logging.warning("Autotune cache %s not written (%s).", self.path, e)
+            with fileio.write_errors(self.path):
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                fileio.write_json_atomic(self.path, entries)
+        except errors.WriteError as e:
+            logging.warning("Autotune cache %s not written (%s).", self.path, e.__cause__ or e)
 
 
 # === Measuring and choosing ===

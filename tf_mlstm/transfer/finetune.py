@@ -146,6 +146,11 @@ class FinetuneTask(Task):
 
     def check_inputs(self):
         config = self.config
+        # A language-model run (or another kind) as the output is refused
+        # before anything is written: its config.json would be replaced.
+        rundir.check_folder_kind(
+            config.model_dir, "model_dir", "tf-mlstm-finetune", (None, rundir.FINETUNE_RUN)
+        )
         for spec in (config.train_data, config.validation_data, config.test_data):
             if spec:
                 readers.expand_inputs(spec)
