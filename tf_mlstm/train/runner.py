@@ -987,6 +987,13 @@ class RunState:
             max_to_keep=keep,
         )
         self.carried = self._distribute()
+        self._all_saved = None
+        if strategy_lib.worker_info(strategy)[2] > 1:
+            # Traced once, not at every checkpoint.
+            self._all_saved = tf.function(
+                lambda: strategy_lib.sum_over_replicas(strategy, lambda _: tf.ones([])),
+                autograph=False,
+            )
 
     def _distribute(self, local_states=None):
         """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
@@ -1013,10 +1020,20 @@ class RunState:
         return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
 
     def save(self):
-        """Checkpoints the current step: per-worker state first, then the shared checkpoint."""
+        """Checkpoints the current step: every worker's own state, then the shared checkpoint.
+
+        The shared checkpoint is the commit: a resume restores the newest one
+        and expects each worker's state of its step beside it. So no worker
+        starts it before every worker has written its own state (one
+        all-reduce, `_all_saved`): a worker killed before then leaves no
+        checkpoint of this step, and the relaunch resumes from the one
+        before, which has every worker's state (each worker keeps one state
+        more than there are checkpoints).
+        """
         step = int(self._step.numpy())
         model_dir, worker, keep = self._model_dir, self._worker, self._keep + 1
-        with fileio.write_errors(f"{model_dir} (checkpoint {step})"):
+        where = f"{model_dir} (checkpoint {step})"
+        with fileio.write_errors(where):
             if self.carried:
                 checkpointing.save_carried_state(
                     model_dir, worker, step, self._local_arrays(), keep=keep
@@ -1024,6 +1041,9 @@ class RunState:
             checkpointing.save_input_state(
                 model_dir, worker, step, self.iterator, self._layout, keep=keep
             )
+        if self._all_saved is not None:
+            self._all_saved()
+        with fileio.write_errors(where):
             self.manager.save(checkpoint_number=step)
 
     def restore(self):
