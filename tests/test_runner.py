@@ -453,27 +453,34 @@ def test_a_non_finite_step_is_skipped_and_counted_and_the_weights_stay_finite(
 # === A budget-planned schedule resumes with its plan ===
 
 
-class _PlannedEnd:
-    """A `BudgetPlanner` whose budget always ends at step 12: the plan without the clock."""
+def _planner_of_a_budget_ending_at_step_12(schedules):
+    """The real `BudgetPlanner`, on a clock where each step takes one second and the
+    budget ends 12 s after step 0, settling for 2 steps at the start of each launch."""
 
-    def __init__(self, max_steps, deadline, **kwargs):
-        del deadline, kwargs
-        self.max_steps = max_steps
+    class Planner(schedules.BudgetPlanner):
+        def __init__(self, max_steps, deadline, **kwargs):
+            del deadline
+            super().__init__(max_steps, 12.0, settle_steps=2, margin=0.0, **kwargs)
 
-    def plan(self, step, now=None):
-        del step, now
-        return min(self.max_steps, 12)
+        def plan(self, step, now=None):
+            del now
+            return super().plan(step, now=float(step))
+
+    return Planner
 
 
 def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, monkeypatch):
-    """The decay's planned end and progress are checkpointed: stopped at step 6 and
-    resumed, the run ends with the rate and weights of one never stopped."""
+    """The decay's planned end and progress are checkpointed and hold while the resumed
+    launch measures its own rate: stopped at step 10, inside the cool-down, and resumed,
+    the run ends with the rate and weights of one never stopped."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import schedules  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
-    monkeypatch.setattr(schedules, "BudgetPlanner", _PlannedEnd)
+    monkeypatch.setattr(
+        schedules, "BudgetPlanner", _planner_of_a_budget_ending_at_step_12(schedules)
+    )
     files = tfrecord.split_files(data_dir, "train")
 
     def train(name, max_steps):
@@ -493,8 +500,11 @@ def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, mon
     _, whole = train("whole", 12)
     # The plan moved the decay's end from 40 to 12: the rate is down near zero.
     assert whole["schedule_steps"] == 12 and whole["final_learning_rate"] < 0.1 * TrainConfig().lr
-    stopped, first = train("run", 6)
-    assert first["step"] == 6 and 0 < float(stopped.plan.progress.numpy()) < 1
+    # The last 2 of 10 updates after warmup cool down to the end (cooldown_fraction 0.2):
+    # steps 11 and 12, the first two of the resumed launch, which it spends settling.
+    stopped, first = train("run", 10)
+    assert first["step"] == 10 and first["schedule_steps"] == 12
+    assert 0 < float(stopped.plan.progress.numpy()) < 1
     _, resumed = train("run", 12)
     assert resumed["schedule_steps"] == 12
     assert resumed["final_learning_rate"] == whole["final_learning_rate"]
