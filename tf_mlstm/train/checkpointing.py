@@ -15,6 +15,10 @@ folder (names from `tf_mlstm.rundir`):
   in `step-<step>.json` (every worker reads its own shards, so one iterator
   state cannot serve all).
 
+The shared checkpoint is committed only after every worker has written
+both (`runner.RunState.save`), so a checkpoint never lacks a worker's state
+because that worker died while it was being saved.
+
 A resumed run reloads both when the step and the layout match, so the loss
 trajectory continues exactly. When the layout changed (a checkpoint from N
 workers resumed on M), the state starts from zeros and the input from the
