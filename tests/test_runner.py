@@ -8,6 +8,7 @@ binary is in test_finetune.py).
 
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import re
@@ -508,4 +509,43 @@ def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, mon
     _, resumed = train("run", 12)
     assert resumed["schedule_steps"] == 12
     assert resumed["final_learning_rate"] == whole["final_learning_rate"]
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
+
+
+# === A checkpoint without a worker's state beside it ===
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_its_workers_state_resumes_from_the_newest_one_with_it(
+    tmp_path, data_dir, caplog
+):
+    """The newest checkpoint lacks this worker's carried state (a folder saved before
+    the commit waited for every worker, or a file lost): the run resumes from the newest
+    checkpoint with every worker's state and ends with the weights of one never stopped."""
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(data_dir, "train")
+
+    def train(name, max_steps):
+        config = TrainConfig(
+            **TINY,
+            model_dir=str(tmp_path / name),
+            train_data=data_dir,
+            max_steps=max_steps,
+            total_steps=6,
+        ).validate()
+        return Runner(LanguageModelTask(config, files, []), config).train()
+
+    whole = train("whole", 6)
+    train("run", 4)
+    (tmp_path / "run" / "carried_state" / "worker-0-step-4.tensor").unlink()
+    with caplog.at_level(logging.WARNING):
+        resumed = train("run", 6)
+    assert (
+        "Checkpoint ckpt-4 lacks the carried state or input position of 1 of the 1 worker(s): "
+        "resuming from ckpt-2, the newest with every worker's state." in caplog.text
+    )
+    assert "restarts" not in caplog.text
     assert resumed["weights_sha256"] == whole["weights_sha256"]

@@ -926,6 +926,12 @@ class Runner:
             strategy_lib.remove_temp_dirpath(self.run_state.checkpoint_dir, self.strategy)
 
 
+# How many of the newest checkpoints a resume considers when it looks for the
+# newest with every worker's state (each worker keeps one state more than
+# there are checkpoints).
+_COMPLETE_CANDIDATES = 8
+
+
 class RunState:
     """What a checkpoint restores: the shared checkpoint and this worker's state beside it.
 
@@ -1047,8 +1053,15 @@ class RunState:
             self.manager.save(checkpoint_number=step)
 
     def restore(self):
-        """Restores the newest intact checkpoint and this worker's state; its path or None."""
-        restored = checkpointing.restore_latest(self.checkpoint, self.checkpoint_dir)
+        """Restores the newest intact checkpoint and this worker's state; its path or None.
+
+        Newest, that is, of those with every worker's state beside them
+        (`_newest_complete`); when none has, the newest, each worker's state
+        then starting afresh with a warning.
+        """
+        restored = checkpointing.restore_latest(
+            self.checkpoint, self.checkpoint_dir, newest_step=self._newest_complete()
+        )
         if not restored:
             return None
         step, model_dir = int(self._step.numpy()), self._model_dir
@@ -1067,6 +1080,54 @@ class RunState:
             model_dir, self._worker, step, self.iterator, self._layout
         )
         return restored
+
+    def _newest_complete(self):
+        """The step of the newest checkpoint with every worker's state, agreed; or None.
+
+        `save` commits a checkpoint only after every worker's state, but a
+        folder written before that, or whose state files were lost, may hold
+        a checkpoint without some worker's: resuming from it would restart
+        that worker's recurrent state and input, and the trajectory would
+        differ from an uninterrupted run's. Each worker checks its own files
+        for the newest checkpoints; one all-reduce counts them, so every
+        worker picks the same step. None (no bound) when no checkpoint has
+        every worker's state, as after a change of the worker layout.
+        """
+        prefixes = rundir.list_checkpoints(self.checkpoint_dir)[:_COMPLETE_CANDIDATES]
+        workers = strategy_lib.worker_info(self._strategy)[2]
+        if not prefixes and workers == 1:
+            return None  # a fresh start (every worker of a cluster joins the all-reduce below)
+        steps = [rundir.checkpoint_step(prefix) for prefix in prefixes]
+        mine = [
+            float(
+                checkpointing.has_state(
+                    self._model_dir, self._worker, step, self._layout, self._state_shape is not None
+                )
+            )
+            for step in steps
+        ]
+        mine += [0.0] * (_COMPLETE_CANDIDATES - len(mine))
+        if workers > 1:
+            local_replicas = self._local_replicas
+
+            def count(context):
+                first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
+                return tf.constant(mine, tf.float32) * tf.cast(first, tf.float32)
+
+            mine = strategy_lib.sum_over_replicas(self._strategy, count).numpy().tolist()
+        complete = [step for step, have in zip(steps, mine) if round(have) == workers]
+        if not complete:  # also a fresh start, or another worker layout
+            return None
+        if complete[0] != steps[0]:
+            logging.warning(
+                "Checkpoint ckpt-%d lacks the carried state or input position of %d of the %d "
+                "worker(s): resuming from ckpt-%d, the newest with every worker's state.",
+                steps[0],
+                workers - round(mine[0]),
+                workers,
+                complete[0],
+            )
+        return complete[0]
 
 
 class _SummaryWriters:
