@@ -6,10 +6,12 @@ checkpoints and the failure paths are the production ones:
 
 * two workers end with identical weights, losses and validation, and split
   the global batch as logged;
-* a worker killed mid-run stops the other by itself, well within the
-  heartbeat timeout, with one clear line; the launcher exits non-zero and
-  the same command resumes from the last checkpoint, each worker with its
-  own carried state and input position;
+* a worker killed mid-run (as a checkpoint is saved, before its own state
+  is written) stops the other by itself, well within the heartbeat timeout,
+  with one clear line; no checkpoint is committed without that worker's
+  state; the launcher exits non-zero and the same command resumes from the
+  newest checkpoint, each worker with its own carried state and input
+  position;
 * a checkpoint of two workers resumes on one (carried state and input
   position restart with warnings, the global batch stays), with float16
   loss scaling and a float16 all-reduce;
@@ -244,56 +246,87 @@ def test_a_non_finite_step_on_one_worker_is_skipped_by_both(tmp_path, data_dir, 
     assert np.isfinite(results["validation_bits_per_char"])
 
 
-def test_killed_worker_stops_the_other_and_the_same_command_resumes(tmp_path, data_dir):
+# Loaded at interpreter start-up in worker 1 only (through PYTHONPATH): the worker is
+# SIGKILLed as it begins to save step 6, before any of its own state for that step is
+# written, while the chief saves the same step: the window between the chief's save
+# and this worker's, made certain instead of left to timing.
+_KILL_WORKER_1_AS_IT_SAVES = """
+import json, os, signal, time
+if json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
+    from tf_mlstm.train import checkpointing
+
+    _save = checkpointing.save_carried_state
+
+    def _killed_at_6(model_dir, worker, step, *args, **kwargs):
+        if step == 6:
+            with open(os.environ["KILLED_AT_FILE"], "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _save(model_dir, worker, step, *args, **kwargs)
+
+    checkpointing.save_carried_state = _killed_at_6
+"""
+
+
+def test_killed_worker_stops_the_other_and_the_same_command_resumes(
+    tmp_path, data_dir, monkeypatch
+):
+    """Worker 1 is SIGKILLed as step 6 is checkpointed, before its carried state and
+    input position are written (the chief's save of that step runs meanwhile). The
+    survivor stops by itself with one line; no checkpoint of step 6 is committed
+    without worker 1's state, and the same command resumes from the newest checkpoint
+    that has every worker's state, continuing the first run's losses exactly."""
     model_dir = tmp_path / "run"
-    max_steps = 300
-    args = _train_args(
-        model_dir, data_dir, f"--max_steps={max_steps}", "--checkpoint_every_steps=10"
-    )
-    # A long grace period: the survivor must stop by itself, not by SIGKILL.
-    proc = _launch(2, tmp_path / "first.txt", args, grace_s=60)
-    try:
-        deadline = time.monotonic() + 120
-        while not (model_dir / "checkpoints" / "ckpt-20.index").exists():
-            assert proc.poll() is None, (tmp_path / "first.txt").read_text()[-4000:]
-            assert time.monotonic() < deadline, "no checkpoint at step 20 within 120 s"
-            time.sleep(0.05)
-        os.kill(_worker_pids(proc.pid)[1], signal.SIGKILL)
-        killed = time.monotonic()
-        code = proc.wait(timeout=90)
-        stopped_after = time.monotonic() - killed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log = (tmp_path / "first.txt").read_text(errors="replace")
-    assert code == 128 + signal.SIGKILL, log[-4000:]
-    survivor = _worker_text(log, 0)
+    args = _train_args(model_dir, data_dir, "--max_steps=9", "--checkpoint_every_steps=3")
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_KILL_WORKER_1_AS_IT_SAVES)
+    killed_at = tmp_path / "killed_at"
+    with monkeypatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(inject), str(REPO)]))
+        patch.setenv("KILLED_AT_FILE", str(killed_at))
+        # A long grace period: the survivor must stop by itself, not by SIGKILL.
+        proc = _launch(2, tmp_path / "first.txt", args, grace_s=60)
+        try:
+            code = proc.wait(timeout=150)
+            stopped_after = time.time() - float(killed_at.read_text())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first = (tmp_path / "first.txt").read_text(errors="replace")
+    assert code == 128 + signal.SIGKILL, first[-4000:]
+    survivor = _worker_text(first, 0)
     # One clear line, then the survivor exits on its own well within the grace period.
     assert "a peer worker stopped" in survivor and "Relaunch every worker" in survivor, survivor[
         -4000:
     ]
     assert "Traceback" not in survivor
     assert stopped_after < HEARTBEAT_TIMEOUT_S + 20, stopped_after
-    last = _latest_checkpoint_step(model_dir)
-    assert 20 <= last < max_steps
+    assert max(_losses(survivor)) == 6, survivor[-4000:]
+    # Step 6 has no checkpoint: worker 1's state of it was never written.
+    assert _latest_checkpoint_step(model_dir) == 3
+    assert not list((model_dir / "checkpoints").glob("ckpt-6.*"))
     # Exactly one such line, and it names the checkpoint the relaunch resumes from.
     lines = [line for line in survivor.splitlines() if "Relaunch every worker" in line]
     assert len(lines) == 1, lines
     assert re.search(
-        r"worker 0 stops at step \d+: a peer worker stopped \(.+\)\. Relaunch every worker "
-        rf"with the same command to resume from the last checkpoint \(ckpt-{last}\)\.$",
+        r"worker 0 stops at step 6: a peer worker stopped \(.+\)\. Relaunch every worker "
+        r"with the same command to resume from the last checkpoint \(ckpt-3\)\.$",
         lines[0],
     ), lines[0]
 
     code, log = _run_launcher(2, tmp_path / "second.txt", args)
     assert code == 0, log[-4000:]
     chief = _worker_text(log, 0)
-    assert f"Resumed from {model_dir / 'checkpoints' / f'ckpt-{last}'}" in chief
-    assert _training_line(chief)[4:] == (last, max_steps)
-    # Both workers get their own carried state and input position back.
-    assert "restarts from zeros" not in log and "input restarts" not in log
-    assert min(_losses(chief)) == last + 1
-    assert json.loads((model_dir / "results.json").read_text())["step"] == max_steps
+    assert f"Resumed from {model_dir / 'checkpoints' / 'ckpt-3'}" in chief, chief[-4000:]
+    assert _training_line(chief)[4:] == (3, 9)
+    # Both workers get their own carried state and input position back: steps 4 to 6
+    # repeat the first run's losses exactly.
+    assert "restarts from zeros" not in log and "input restarts" not in log, log[-4000:]
+    resumed, before = _losses(chief), _losses(survivor)
+    assert sorted(resumed) == list(range(4, 10))
+    assert [resumed[s] for s in (4, 5, 6)] == [before[s] for s in (4, 5, 6)]
+    assert json.loads((model_dir / "results.json").read_text())["step"] == 9
 
 
 _SIGNAL_STOP = re.compile(

@@ -30,6 +30,7 @@ def test_every_row_names_its_tests_and_a_mutant_of_the_registry():
     assert len(ROWS) > 50
     for row in ROWS:
         assert row.tests, f"{row.table}: '{row.fault[:60]}' names no test"
+        assert row.mutants, f"{row.table}: '{row.fault[:60]}' names no mutant"
         for name in row.mutants:
             assert name in REGISTRY, (
                 f"'{row.fault[:60]}' names mutant '{name}', not in the registry"

@@ -8,6 +8,7 @@ binary is in test_finetune.py).
 
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import re
@@ -501,27 +502,34 @@ def test_a_non_finite_step_is_skipped_and_counted_and_the_weights_stay_finite(
 # === A budget-planned schedule resumes with its plan ===
 
 
-class _PlannedEnd:
-    """A `BudgetPlanner` whose budget always ends at step 12: the plan without the clock."""
+def _planner_of_a_budget_ending_at_step_12(schedules):
+    """The real `BudgetPlanner`, on a clock where each step takes one second and the
+    budget ends 12 s after step 0, settling for 2 steps at the start of each launch."""
 
-    def __init__(self, max_steps, deadline, **kwargs):
-        del deadline, kwargs
-        self.max_steps = max_steps
+    class Planner(schedules.BudgetPlanner):
+        def __init__(self, max_steps, deadline, **kwargs):
+            del deadline
+            super().__init__(max_steps, 12.0, settle_steps=2, margin=0.0, **kwargs)
 
-    def plan(self, step, now=None):
-        del step, now
-        return min(self.max_steps, 12)
+        def plan(self, step, now=None):
+            del now
+            return super().plan(step, now=float(step))
+
+    return Planner
 
 
 def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, monkeypatch):
-    """The decay's planned end and progress are checkpointed: stopped at step 6 and
-    resumed, the run ends with the rate and weights of one never stopped."""
+    """The decay's planned end and progress are checkpointed and hold while the resumed
+    launch measures its own rate: stopped at step 10, inside the cool-down, and resumed,
+    the run ends with the rate and weights of one never stopped."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import schedules  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
-    monkeypatch.setattr(schedules, "BudgetPlanner", _PlannedEnd)
+    monkeypatch.setattr(
+        schedules, "BudgetPlanner", _planner_of_a_budget_ending_at_step_12(schedules)
+    )
     files = tfrecord.split_files(data_dir, "train")
 
     def train(name, max_steps):
@@ -541,9 +549,51 @@ def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, mon
     _, whole = train("whole", 12)
     # The plan moved the decay's end from 40 to 12: the rate is down near zero.
     assert whole["schedule_steps"] == 12 and whole["final_learning_rate"] < 0.1 * TrainConfig().lr
-    stopped, first = train("run", 6)
-    assert first["step"] == 6 and 0 < float(stopped.plan.progress.numpy()) < 1
+    # The last 2 of 10 updates after warmup cool down to the end (cooldown_fraction 0.2):
+    # steps 11 and 12, the first two of the resumed launch, which it spends settling.
+    stopped, first = train("run", 10)
+    assert first["step"] == 10 and first["schedule_steps"] == 12
+    assert 0 < float(stopped.plan.progress.numpy()) < 1
     _, resumed = train("run", 12)
     assert resumed["schedule_steps"] == 12
     assert resumed["final_learning_rate"] == whole["final_learning_rate"]
+    assert resumed["weights_sha256"] == whole["weights_sha256"]
+
+
+# === A checkpoint without a worker's state beside it ===
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_its_workers_state_resumes_from_the_newest_one_with_it(
+    tmp_path, data_dir, caplog
+):
+    """The newest checkpoint lacks this worker's carried state (a folder saved before
+    the commit waited for every worker, or a file lost): the run resumes from the newest
+    checkpoint with every worker's state and ends with the weights of one never stopped."""
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(data_dir, "train")
+
+    def train(name, max_steps):
+        config = TrainConfig(
+            **TINY,
+            model_dir=str(tmp_path / name),
+            train_data=data_dir,
+            max_steps=max_steps,
+            total_steps=6,
+        ).validate()
+        return Runner(LanguageModelTask(config, files, []), config).train()
+
+    whole = train("whole", 6)
+    train("run", 4)
+    (tmp_path / "run" / "carried_state" / "worker-0-step-4.tensor").unlink()
+    with caplog.at_level(logging.WARNING):
+        resumed = train("run", 6)
+    assert (
+        "Checkpoint ckpt-4 lacks the carried state or input position of 1 of the 1 worker(s): "
+        "resuming from ckpt-2, the newest with every worker's state." in caplog.text
+    )
+    assert "restarts" not in caplog.text
     assert resumed["weights_sha256"] == whole["weights_sha256"]

@@ -147,11 +147,21 @@ def test_plan_round_trips_through_a_checkpoint(tmp_path):
         assert restored.variables()[name].numpy() == variable.numpy(), name
 
 
+def test_no_prediction_keeps_the_planned_end():
+    # A resumed launch has no rate of its own yet: the restored end holds.
+    plan = schedules.SchedulePlan(100, warmup_steps=5)
+    plan.advance(30, planned_steps=60)
+    plan.advance(31, planned_steps=schedules.NO_PREDICTION)
+    assert int(plan.planned_steps.numpy()) == 60
+    plan.advance(32, planned_steps=50)
+    assert int(plan.planned_steps.numpy()) == 50
+
+
 def test_budget_planner_predicts_from_the_settled_rate():
     planner = schedules.BudgetPlanner(max_steps=10_000, deadline=1000.0, settle_steps=10, margin=0)
-    # Steps 0-10 are slow (compilation): not measured.
-    assert planner.plan(0, now=0.0) == 10_000
-    assert planner.plan(10, now=100.0) == 10_000
+    # Steps 0-10 are slow (compilation): not measured, no prediction (the plan holds).
+    assert planner.plan(0, now=0.0) == schedules.NO_PREDICTION
+    assert planner.plan(10, now=100.0) == schedules.NO_PREDICTION
     # Then 2 steps a second: 600 s left hold 1200 more steps.
     assert planner.plan(610, now=400.0) == 610 + 1200
     # A faster machine is capped by max_steps; after the deadline, nothing more.

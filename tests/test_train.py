@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from conftest import skip_unless_ci
 
 from _models import PINNED_FLAGS
 from tf_mlstm.config import TrainConfig
@@ -173,23 +174,40 @@ def _check_a_rerun_changes_nothing(model_dir, whole):
 
 @contextlib.contextmanager
 def _tmpfs(mount_point):
-    """A real filesystem of our own (root only): full, resized or read-only on demand."""
+    """A real filesystem of our own (root only): full, resized or read-only on demand.
+
+    Without root, or where mounting is refused, the test skips on a developer's
+    machine and fails in CI, which must prove the refused write.
+    """
     mount_point.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        skip_unless_ci("mounting a tmpfs needs root")
     made = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
         capture_output=True,
         text=True,
     )
     if made.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+        skip_unless_ci(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
         yield lambda options: subprocess.run(
             ["mount", "-o", f"remount,{options}", str(mount_point)], check=True
         )
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_the_tmpfs_fault_test_fails_in_ci_where_it_cannot_mount(tmp_path, monkeypatch):
+    # Not root: a developer's run skips the refused-write test, CI fails it.
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="mounting a tmpfs needs root"):
+        with _tmpfs(tmp_path / "developer"):
+            pass
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="needs root; CI=true, so the test fails"):
+        with _tmpfs(tmp_path / "ci"):
+            pass
 
 
 def _used_bytes(mount_point):

@@ -514,7 +514,8 @@ def release_locks():
 # === Checkpoints ===
 
 
-def _checkpoint_step(prefix):
+def checkpoint_step(prefix):
+    """The step a checkpoint prefix (`.../ckpt-<step>`) was saved at; -1 if none."""
     match = re.search(r"-(\d+)$", prefix)
     return int(match.group(1)) if match else -1
 
@@ -543,7 +544,7 @@ def list_checkpoints(directory):
             prefix = os.path.join(directory, prefix)
         if prefix not in prefixes:
             prefixes.append(prefix)
-    return sorted(prefixes, key=_checkpoint_step, reverse=True)
+    return sorted(prefixes, key=checkpoint_step, reverse=True)
 
 
 def first_line(error):
@@ -551,7 +552,7 @@ def first_line(error):
     return text.strip().splitlines()[0][:300]
 
 
-def restore_checkpoint(checkpoint, directory, partial=False):
+def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None):
     """Restores the newest intact checkpoint of `directory` into `checkpoint`.
 
     A checkpoint whose files are missing or damaged is skipped with a warning
@@ -563,6 +564,8 @@ def restore_checkpoint(checkpoint, directory, partial=False):
       partial: the checkpoint may hold more than `checkpoint` (e.g. only the
         model of a training checkpoint is wanted); otherwise every object of
         `checkpoint` must be restored.
+      newest_step: None, or the step of the newest checkpoint to consider
+        (newer ones lack a worker's state beside them).
 
     Returns:
       The restored prefix, or None when the folder holds no checkpoint.
@@ -575,6 +578,8 @@ def restore_checkpoint(checkpoint, directory, partial=False):
     """
     damaged = []
     for prefix in list_checkpoints(directory):
+        if newest_step is not None and checkpoint_step(prefix) > newest_step:
+            continue
         try:
             status = checkpoint.restore(prefix)
             if partial:

@@ -15,6 +15,10 @@ folder (names from `tf_mlstm.rundir`):
   in `step-<step>.json` (every worker reads its own shards, so one iterator
   state cannot serve all).
 
+The shared checkpoint is committed only after every worker has written
+both (`runner.RunState.save`), so a checkpoint never lacks a worker's state
+because that worker died while it was being saved.
+
 A resumed run reloads both when the step and the layout match, so the loss
 trajectory continues exactly. When the layout changed (a checkpoint from N
 workers resumed on M), the state starts from zeros and the input from the
@@ -134,8 +138,13 @@ def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
     return [(stacked[i, 0], stacked[i, 1]) for i in range(replicas)]
 
 
-def restore_latest(checkpoint, checkpoint_dir):
+def restore_latest(checkpoint, checkpoint_dir, newest_step=None):
     """Restores the newest intact checkpoint in `checkpoint_dir`, if any.
+
+    Args:
+      checkpoint: the `tf.train.Checkpoint`.
+      checkpoint_dir: the checkpoint folder.
+      newest_step: None, or the step of the newest checkpoint to consider.
 
     Returns:
       The restored checkpoint path, or None for a fresh start.
@@ -143,7 +152,33 @@ def restore_latest(checkpoint, checkpoint_dir):
     Raises:
       rundir.RunDirError: checkpoints exist but none is intact.
     """
-    return rundir.restore_checkpoint(checkpoint, checkpoint_dir)
+    return rundir.restore_checkpoint(checkpoint, checkpoint_dir, newest_step=newest_step)
+
+
+def has_state(model_dir, worker, step, layout, carried):
+    """Whether this worker's own state of `step` is there and fits this run.
+
+    Args:
+      model_dir: the run's folder.
+      worker: this worker's index.
+      step: a checkpoint's step.
+      layout: this run's input layout (a position saved under another one
+        is not used, so it does not count).
+      carried: whether the task carries a recurrent state.
+
+    Returns:
+      True when the input position of `step` under `layout` (and the
+      carried state, if any) is saved.
+    """
+    prefix = _input_prefix(model_dir, worker, step)
+    if not tf.io.gfile.exists(prefix + ".json"):
+        return False
+    if fileio.read_json(prefix + ".json") != json.loads(json.dumps(layout)):
+        return False
+    return not carried or any(
+        tf.io.gfile.exists(_state_path(model_dir, worker, step, suffix))
+        for suffix in (_STATE_SUFFIX, _LEGACY_STATE_SUFFIX)
+    )
 
 
 def _input_prefix(model_dir, worker, step):

@@ -35,7 +35,9 @@ budget ended at 2.234 validation bits/char against 2.123 for the recipe's
 schedule cut by the budget, as a short run is still far from where a low
 rate pays, and early predictions of E are the least reliable. The plan and
 the progress are checkpointed with the step, so a resumed run continues the
-same decay.
+same decay: until the resumed launch has measured its own rate (its first
+`settle_steps` pay for tracing), the planner answers `NO_PREDICTION` and
+the restored E holds.
 """
 
 import math
@@ -47,6 +49,10 @@ import tensorflow as tf
 from tf_mlstm import errors
 from tf_mlstm.config import DECAYS
 from tf_mlstm.config import SCALINGS
+
+# `BudgetPlanner.plan` while it has no measurement of this launch's rate yet;
+# `SchedulePlan.advance` then keeps the planned end it has (restored on resume).
+NO_PREDICTION = 0
 
 
 def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=None):
@@ -201,14 +207,18 @@ class SchedulePlan:
         Args:
           iterations: the optimizer's update count after this step.
           planned_steps: optionally the predicted end of the budget, agreed by
-            all workers (never before the current iteration).
+            all workers (never before the current iteration); `NO_PREDICTION`
+            (or less) keeps the planned end as it is.
 
         Returns:
           The new progress (a float64 tensor).
         """
         iterations = tf.cast(iterations, tf.int64)
         if planned_steps is not None:
-            planned = tf.maximum(tf.cast(planned_steps, tf.int64), iterations)
+            predicted = tf.cast(planned_steps, tf.int64)
+            planned = tf.where(
+                predicted > NO_PREDICTION, tf.maximum(predicted, iterations), self.planned_steps
+            )
             self.planned_steps.assign(planned)
         # The update just applied used the rate at iteration t = iterations - 1.
         t = iterations - 1
@@ -259,14 +269,17 @@ class BudgetPlanner:
         self._mark = None  # (step, time) where measuring started
 
     def plan(self, step, now=None):
-        """The predicted final step after `step` (done), or `max_steps` while still settling.
+        """The predicted final step after `step` (done), or `NO_PREDICTION` while still settling.
 
         Args:
           step: steps done so far (global).
           now: the time; `clock()` by default.
 
         Returns:
-          An int in [step, max_steps].
+          An int in [step, max_steps], or `NO_PREDICTION` until this launch's
+          rate is measured (a resumed run keeps its restored plan until then;
+          every worker settles at the same step, so all of them answer it at
+          the same steps).
         """
         now = self.clock() if now is None else now
         if self._first_step is None:
@@ -274,9 +287,9 @@ class BudgetPlanner:
         if self._mark is None:
             if step - self._first_step >= self.settle_steps:
                 self._mark = (step, now)
-            return self.max_steps
+            return NO_PREDICTION
         steps, seconds = step - self._mark[0], now - self._mark[1]
         if steps <= 0 or seconds <= 0:
-            return self.max_steps
+            return NO_PREDICTION
         left = max(self.deadline - now, 0.0) * (1.0 - self.margin)
         return int(min(self.max_steps, step + math.floor(steps / seconds * left)))
