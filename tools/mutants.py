@@ -31,7 +31,6 @@ mutant per promise, run against the tests that claim the promise, answers
 the question the reliability table asks.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -43,6 +42,11 @@ import sys
 import tempfile
 import time
 import tomllib
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DOC = "docs/reliability.md"
@@ -273,21 +277,24 @@ def select(rows, mutants, names):
     return [(row, mutant) for row, mutant in pairs if mutant.name in names]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", metavar="ROW", help="mutant names (default: all)")
-    parser.add_argument("--list", action="store_true", help="print the rows and exit")
-    parser.add_argument("--baseline", action="store_true", help="run each row unmutated first")
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per row's tests")
-    parser.add_argument("--repo", default=str(REPO), help="the repository to copy")
-    parser.add_argument("--logs", default=None, help="folder for each run's pytest output")
-    parser.add_argument("--json", default=None, help="write the results here as JSON")
-    args = parser.parse_args(argv)
+def define_flags():
+    """This tool's flags."""
+    flags.DEFINE_bool("list", False, "Print the rows, their mutants and tests, and exit.")
+    flags.DEFINE_bool("baseline", False, "Run each row's tests unmutated first (they must pass).")
+    flags.DEFINE_integer("timeout", 900, "Seconds a row's tests may take.")
+    flags.DEFINE_string("repo", str(REPO), "The repository to copy.")
+    flags.DEFINE_string("logs", None, "Folder for each run's pytest output (default: a new one).")
+    flags.DEFINE_string("json", None, "Write the results here as JSON.")
+
+
+def main(argv):
+    """Tries the mutants named in `argv` (all when none); returns the exit status."""
+    args, names = FLAGS, argv[1:]
     repo = pathlib.Path(args.repo).resolve()
     try:
         rows = read_rows((repo / DOC).read_text())
         mutants = read_mutants((repo / REGISTRY).read_text())
-        pairs = select(rows, mutants, args.names)
+        pairs = select(rows, mutants, names)
     except (OSError, ValueError) as error:
         print(f"mutants: {error}", file=sys.stderr)
         return 2
@@ -322,4 +329,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    define_flags()
+    app.run(main)
