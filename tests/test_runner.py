@@ -518,33 +518,40 @@ def _planner_of_a_budget_ending_at_step_12(schedules):
     return Planner
 
 
+def _train_in_process(model_dir, data_dir, **settings):
+    """Trains the tiny model in this process; returns the runner and its results."""
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(
+        **TINY, model_dir=str(model_dir), train_data=data_dir, **settings
+    ).validate()
+    files = tfrecord.split_files(data_dir, "train")
+    trainer = Runner(LanguageModelTask(config, files, []), config)
+    return trainer, trainer.train()
+
+
 def test_a_budget_planned_schedule_resumes_with_its_plan(tmp_path, data_dir, monkeypatch):
     """The decay's planned end and progress are checkpointed and hold while the resumed
     launch measures its own rate: stopped at step 10, inside the cool-down, and resumed,
     the run ends with the rate and weights of one never stopped."""
-    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import schedules  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     monkeypatch.setattr(
         schedules, "BudgetPlanner", _planner_of_a_budget_ending_at_step_12(schedules)
     )
-    files = tfrecord.split_files(data_dir, "train")
 
     def train(name, max_steps):
-        config = TrainConfig(
-            **TINY,
-            model_dir=str(tmp_path / name),
-            train_data=data_dir,
+        return _train_in_process(
+            tmp_path / name,
+            data_dir,
             max_steps=max_steps,
             total_steps=40,
             warmup_steps=2,
             max_minutes=60,
             schedule_length="budget",
-        ).validate()
-        trainer = Runner(LanguageModelTask(config, files, []), config)
-        return trainer, trainer.train()
+        )
 
     _, whole = train("whole", 12)
     # The plan moved the decay's end from 40 to 12: the rate is down near zero.
@@ -570,21 +577,9 @@ def test_a_checkpoint_without_its_workers_state_resumes_from_the_newest_one_with
     """The newest checkpoint lacks this worker's carried state (a folder saved before
     the commit waited for every worker, or a file lost): the run resumes from the newest
     checkpoint with every worker's state and ends with the weights of one never stopped."""
-    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
-
-    files = tfrecord.split_files(data_dir, "train")
 
     def train(name, max_steps):
-        config = TrainConfig(
-            **TINY,
-            model_dir=str(tmp_path / name),
-            train_data=data_dir,
-            max_steps=max_steps,
-            total_steps=6,
-        ).validate()
-        return Runner(LanguageModelTask(config, files, []), config).train()
+        return _train_in_process(tmp_path / name, data_dir, max_steps=max_steps, total_steps=6)[1]
 
     whole = train("whole", 6)
     train("run", 4)
