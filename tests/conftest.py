@@ -32,6 +32,15 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 CPU_REPLICAS = 2
 
+# Matplotlib keeps its font cache under XDG_CACHE_HOME, which the next lines replace per
+# session: it stays in the user's own cache folder, built here once, so a binary a test
+# runs never prints "Matplotlib is building the font cache" among the lines it checks.
+os.environ.setdefault(
+    "MPLCONFIGDIR",
+    os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib"),
+)
+import matplotlib.font_manager  # noqa: E402,F401 (builds the font cache when it is missing)
+
 # Measured `auto` settings are cached per user (tf_mlstm.train.autotune): tests, and the
 # binaries they start, read and write a cache of their own, never the developer's.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tf_mlstm_test_cache_")
