@@ -4,6 +4,8 @@ The fine-tuned form (predictions equal the exported `classify` signature's)
 is tested with a real fine-tuning run in test_finetune.py.
 """
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -110,3 +112,26 @@ def test_bad_head_requests_are_one_clear_error(lm_dir, options, message):
 def test_a_folder_without_a_model_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         MLSTMClassifier.from_run(str(tmp_path), num_classes=2)
+
+
+def test_a_saved_classifier_reloads_without_warnings_with_its_optimizer(lm_dir, tmp_path):
+    """`.save` then `keras.models.load_model`, as a Keras user does: no warning, same state."""
+    keras.utils.set_random_seed(0)
+    model = MLSTMClassifier.from_run(lm_dir, num_classes=3, feature="mean", max_length=32)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    data = tf.data.Dataset.from_tensor_slices((TEXTS, CLASSES)).batch(8)
+    path = str(tmp_path / "clf.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras's shuffle, build and optimizer warnings fail
+        # Hidden by Python's own default filters (a library's deprecation notice to itself).
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        model.fit(data, epochs=1, verbose=0)
+        model.save(path)
+        loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(
+        loaded.predict(_texts(), verbose=0), model.predict(_texts(), verbose=0)
+    )
+    assert not loaded.encoder.head.trainable
+    assert len(loaded.optimizer.variables) == len(model.optimizer.variables)
+    for got, want in zip(loaded.optimizer.variables, model.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -169,6 +169,12 @@ class MLSTMClassifier(keras.Model):
             self.num_labels, dtype="float32", name="classifier", **initializers
         )
         self.classifier.build((None, width))
+        # Every variable exists now: saved as built, a `.keras` file reloads
+        # without Keras trying to build the model from an input shape (its
+        # input is a string batch) and with the optimizer's variables.
+        if not encoder.built:
+            encoder.build()
+        self.built = True
 
     def head_layers(self):
         """{checkpoint name: layer} of the head (`classifier`, maybe `head_hidden`)."""
@@ -227,7 +233,11 @@ class MLSTMClassifier(keras.Model):
 
     # Keras's data adapters take tensors, arrays of numbers and datasets; a
     # list of strings (what a notebook user has) becomes a string tensor.
+    # A dataset keeps its own order: Keras's default `shuffle=True` would only
+    # warn that it ignores it.
     def fit(self, x=None, y=None, *args, **kwargs):
+        if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not given by position
+            kwargs.setdefault("shuffle", False)
         return super().fit(_texts_tensor(x), y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
@@ -322,6 +332,10 @@ class MLSTMClassifier(keras.Model):
                 "head_dropout": self.head_dropout,
                 "max_length": self.max_length,
                 "head_spec": dataclasses.asdict(self.head_spec),
+                # `from_run` freezes the next-byte head (call() does not use
+                # it); a reloaded model trains, and saves optimizer slots for,
+                # the same variables.
+                "lm_head_trainable": bool(self.encoder.head.trainable),
             }
         )
         return config
@@ -330,7 +344,10 @@ class MLSTMClassifier(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
+        lm_head_trainable = config.pop("lm_head_trainable", True)
+        model = cls(**config)
+        model.encoder.head.trainable = bool(lm_head_trainable)
+        return model
 
 
 def _texts_tensor(x):
