@@ -427,6 +427,11 @@ def test_tfrecord_data_is_told_from_raw_files_by_content_not_only_by_name(tmp_pa
     assert tfrecord.is_tfrecord_data(str(tmp_path / "empty.tfrecord-like"))
     assert not tfrecord.is_tfrecord_data(f"{tmp_path}/*.txt")
     assert not tfrecord.is_tfrecord_data(f"{renamed},{tmp_path / 'notes.txt'}")
+    # The checksum of the framing read in Python is TensorFlow's, for the data too.
+    record = renamed.read_bytes()
+    length = int.from_bytes(record[:8], "little")
+    stored = int.from_bytes(record[12 + length : 16 + length], "little")
+    assert tfrecord.masked_crc32c(record[12 : 12 + length]) == stored
 
 
 @pytest.mark.slow

@@ -16,7 +16,13 @@ binaries call, with the same config objects:
 
 import importlib
 
+from tf_mlstm import _quiet
 from tf_mlstm._version import __version__
+
+# TensorFlow's start-up lines (no CUDA driver, a failed GPU probe) are no news
+# to a user of this package; a TF_CPP_MIN_LOG_LEVEL the user set shows them.
+if not _quiet.user_chose_tensorflow_log_level():
+    _quiet.quiet_start()
 
 # Public name -> (module, attribute). The entry points are verbs that do not
 # shadow the subpackages (`tf_mlstm.train`, `tf_mlstm.transfer` and

@@ -36,9 +36,7 @@ way for every binary:
 import contextlib
 import dataclasses
 import functools
-import importlib.abc
 import importlib.metadata
-import importlib.util
 import json
 import logging as std_logging
 import os
@@ -49,6 +47,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tf_mlstm import _quiet as quiet
 from tf_mlstm import errors
 from tf_mlstm.cli._config import config_from_flags
 
@@ -306,7 +305,7 @@ def quiet_tensorflow(environ, verbosity_given, verbosity):
     driver, before its log is set up) whatever the level says; when the
     level hides INFO, the first `import tensorflow` that follows (building
     the config or in the body, wherever it happens) runs with the process's
-    stderr pointed at /dev/null (`_QuietFirstImport`). An import that fails
+    stderr pointed at /dev/null (`tf_mlstm._quiet`). An import that fails
     still raises its exception, shown as usual once stderr is back. The
     level is set in `environ` also when TensorFlow is already imported (it
     then applies only to the processes the run starts).
@@ -318,60 +317,9 @@ def quiet_tensorflow(environ, verbosity_given, verbosity):
     if not verbosity_given:
         # matplotlib's one-off font-cache notice is not the run's news either.
         std_logging.getLogger("matplotlib").setLevel(std_logging.WARNING)
-    if "tensorflow" in sys.modules or not level.isdigit() or int(level) < 1:
+    if "tensorflow" in sys.modules:
         return
-    if not any(isinstance(finder, _QuietFirstImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _QuietFirstImport("tensorflow"))
-
-
-class _QuietFirstImport(importlib.abc.MetaPathFinder):
-    """Runs the first import of one package with file descriptor 2 on /dev/null.
-
-    A finder first on `sys.meta_path`: asked for the package, it steps aside,
-    finds the package's usual spec and wraps its loader, so the import system
-    loads it as always, only quietly. Later imports find it in `sys.modules`.
-    """
-
-    def __init__(self, name):
-        self.name = name
-
-    def find_spec(self, fullname, path=None, target=None):
-        del path, target
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _QuietLoader(spec.loader)
-        return spec
-
-
-class _QuietLoader(importlib.abc.Loader):
-    """`loader`, executing the module with stderr on /dev/null; then the module keeps `loader`."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__loader__ = module.__spec__.loader = self.loader
-        with _stderr_to_devnull():
-            self.loader.exec_module(module)
-
-
-@contextlib.contextmanager
-def _stderr_to_devnull():
-    """Points file descriptor 2 at /dev/null (C++ writes there directly), then back."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w", encoding="utf-8") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+    if level.isdigit() and int(level) >= 1:
+        quiet.quiet_start()
+    else:
+        quiet.loud_start()  # `import tf_mlstm` made it quiet; the run asked to see it.

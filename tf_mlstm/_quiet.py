@@ -1,0 +1,118 @@
+"""TensorFlow's start-up, quiet: its first import and GPU probe with stderr on /dev/null.
+
+TensorFlow 2.21 writes lines to the process's stderr while it loads (no CUDA
+driver found, CPU instruction notices, before its own log is set up, whatever
+`TF_CPP_MIN_LOG_LEVEL` says) and an error line when it first looks for GPUs
+on a machine without them (`failed call to cuInit`). None is news to a user
+of this package, in Python or on the command line. `import tf_mlstm`
+therefore makes the first `import tensorflow` that follows (wherever it
+happens) run with file descriptor 2 on /dev/null, and list the physical
+devices then, still quietly, so the probe's line is not printed later either.
+Only start-up is quiet: TensorFlow's later messages are shown at the level the
+user chose. A user who set `TF_CPP_MIN_LOG_LEVEL` (or a binary given
+`--verbosity`) sees everything, as TensorFlow prints it.
+
+No TensorFlow here: this module is imported by `tf_mlstm/__init__.py`.
+"""
+
+import contextlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+"""TensorFlow's C++ log threshold: 0 all, 1 no INFO, 2 no WARNING, 3 no ERROR."""
+
+PACKAGE = "tensorflow"
+
+
+def user_chose_tensorflow_log_level(environ=None):
+    """Whether `TF_CPP_MIN_LOG_LEVEL` is set (an empty value counts as unset)."""
+    return (os.environ if environ is None else environ).get(TF_LOG_LEVEL, "") != ""
+
+
+def quiet_start():
+    """Makes TensorFlow's first import and GPU probe quiet (see the module doc).
+
+    When TensorFlow is already imported, only the GPU probe is run, quietly
+    (it prints once per process). Calling it again changes nothing.
+    """
+    if PACKAGE in sys.modules:
+        with stderr_to_devnull():
+            _probe_devices(sys.modules[PACKAGE])
+        return
+    if not any(isinstance(finder, _QuietFirstImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietFirstImport(PACKAGE))
+
+
+def loud_start():
+    """Undoes `quiet_start` for an import still to come: TensorFlow then starts as it prints."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _QuietFirstImport)]
+
+
+def _probe_devices(tensorflow):
+    # Looking for GPUs once initializes CUDA (or fails to, with its error line);
+    # later lookups, and the runtime's start, print nothing more.
+    try:
+        tensorflow.config.list_physical_devices()
+    except Exception:  # pylint: disable=broad-except
+        pass  # Only quietness is at stake: the run's own use reports a real failure.
+
+
+class _QuietFirstImport(importlib.abc.MetaPathFinder):
+    """Runs the first import of one package with file descriptor 2 on /dev/null.
+
+    A finder first on `sys.meta_path`: asked for the package, it steps aside,
+    finds the package's usual spec and wraps its loader, so the import system
+    loads it as always, only quietly. Later imports find it in `sys.modules`.
+    """
+
+    def __init__(self, name):
+        self.name = name
+
+    def find_spec(self, fullname, path=None, target=None):
+        del path, target
+        if fullname != self.name:
+            return None
+        loud_start()
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """`loader`, executing the module (and the GPU probe) with stderr on /dev/null.
+
+    An import that fails still raises its exception, shown as usual once
+    stderr is back. The module then keeps `loader`.
+    """
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        with stderr_to_devnull():
+            self.loader.exec_module(module)
+            _probe_devices(module)
+
+
+@contextlib.contextmanager
+def stderr_to_devnull():
+    """Points file descriptor 2 at /dev/null (C++ writes there directly), then back."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w", encoding="utf-8") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
