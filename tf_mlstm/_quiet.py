@@ -51,6 +51,11 @@ def loud_start():
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _QuietFirstImport)]
 
 
+def _shows_info():
+    level = os.environ.get(TF_LOG_LEVEL, "")
+    return level != "" and not (level.isdigit() and int(level) >= 1)
+
+
 def _probe_devices(tensorflow):
     # Looking for GPUs once initializes CUDA (or fails to, with its error line);
     # later lookups, and the runtime's start, print nothing more.
@@ -77,8 +82,8 @@ class _QuietFirstImport(importlib.abc.MetaPathFinder):
             return None
         loud_start()
         spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
+        if spec is None or spec.loader is None or _shows_info():
+            return spec  # A level set since to show everything (0): TensorFlow starts as it prints.
         spec.loader = _QuietLoader(spec.loader)
         return spec
 
