@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
@@ -20,6 +21,7 @@ from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.models import sampling
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
+from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer import visualize
 
 HIDDEN = 16
@@ -255,3 +257,50 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
         visualize_cli.VisualizeConfig(
             model_dir="m", neuron=None, input="x", output_dir="o"
         ).validate()
+
+
+# === Which feature is the neuron ===
+
+
+def _separating(kinds, columns, rows=80, seed=0):
+    """Noise features of `kinds` in which each of `columns` carries the label.
+
+    The columns are given with their noise: (column, noise); the one with the
+    least noise separates best.
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.tile([0, 1], rows // 2)
+    x = rng.normal(size=(rows, HIDDEN * len(kinds)))
+    for column, noise in columns:
+        x[:, column] = 3.0 * (labels - 0.5) + noise * rng.normal(size=rows)
+    return x, labels
+
+
+def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
+    # The final hidden state of unit 2 separates perfectly, the cell state of
+    # UNIT a little less: the neuron is still the cell unit, the one
+    # tf-mlstm-generate and tf-mlstm-visualize hold and draw.
+    kinds = ("hidden", "mean", "cell_min")
+    x, labels = _separating(kinds, [(2, 0.0), (2 * HIDDEN + UNIT, 0.6)])
+    classifier, _ = logistic.fit_logistic(
+        x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
+    )
+    assert classifier.describe(classifier.neuron.index) == ("cell_min", UNIT)
+    # Without a cell-state kind it is the model's best unit, never an n-gram.
+    x, labels = _separating(("mean",), [(UNIT, 0.6)])
+    terms = sp.csr_matrix(np.stack([labels, 1 - labels], axis=1).astype(np.float64))
+    vocabulary = ngrams.NgramVocabulary(terms=("good", "bad"), idf=np.ones(2))
+    both = sp.hstack([sp.csr_matrix(x), terms], format="csr")
+    classifier, _ = logistic.fit_logistic(
+        both[:60],
+        labels[:60],
+        both[60:],
+        labels[60:],
+        ("mean", "tfidf"),
+        HIDDEN,
+        c_grid=(0.1, 1.0),
+        ngrams=vocabulary,
+    )
+    assert classifier.describe(classifier.neuron.index) == ("mean", UNIT)
+    assert logistic.neuron_columns(("tfidf",), HIDDEN) is None
+    assert logistic.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [0, 1, 4, 5]

@@ -21,9 +21,8 @@ import dataclasses
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.models.kinds import CELL_KINDS
 
-CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
-"""Feature kinds that measure the cell state (see `models.kinds.FEATURE_KINDS`)."""
 SENTIMENTS = ("positive", "negative")
 HOLD_SPREADS = 2.0
 """How far past the neuron's threshold generation holds it, in standard
