@@ -23,6 +23,8 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.cli import generate as generate_cli
+from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
@@ -1073,3 +1075,32 @@ def test_a_constant_classifier_is_a_warning_in_the_log_and_the_results(tmp_path,
     assert any("no better than always predicting the majority" in w for w in results["warnings"])
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["warnings"] == results["warnings"]
+
+
+@pytest.mark.slow
+def test_readme_path_auto_transfer_then_generate_and_visualize(tmp_path, review_csvs):
+    """The README's path with the defaults: `--features=auto`, then the classifier's neuron held
+    in generation and drawn, whichever kinds validation chose (here the hidden-state
+    statistics, whose neuron a cell-only generator refused)."""
+    config = _review_config(
+        tmp_path, review_csvs, validation_data=review_csvs["val"], features="auto"
+    )
+    results = experiment.run_transfer(config)
+    path = results["files"]["classifier"]
+    neuron = neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+    assert neuron.kind in results["feature_kinds"] and neuron.kind != "std"
+    assert results["neuron"]["kind"] == neuron.kind
+    base = dict(model_dir=config.model_dir, prompt="The movie", length=20, seed=1)
+    held = generate_cli.generate_texts(generate_cli.GenerateConfig(**base, classifier=path))
+    assert len(held) == 1 and held[0].startswith("The movie")
+    written = visualize_cli.main(
+        visualize_cli.VisualizeConfig(
+            model_dir=config.model_dir,
+            neuron=None,
+            input="The movie was great.",
+            output_dir=str(tmp_path / "viz"),
+            classifier=path,
+        )
+    )
+    record = json.loads(open(written["json"], encoding="utf-8").read())
+    assert record["neuron"] == neuron.unit and record["state"] == neuron.state

@@ -48,6 +48,7 @@ from tf_mlstm import errors
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.kinds import CELL_KINDS
+from tf_mlstm.models.kinds import HIDDEN_KINDS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
@@ -953,12 +954,14 @@ def _binary_metric(truth, predicted, metric):
 def neuron_columns(kinds, hidden_size):
     """The feature columns a neuron is chosen among: units of the model, cell state first.
 
-    The sentiment neuron is a unit `tf-mlstm-generate` holds fixed and
-    `tf-mlstm-visualize` draws, both on the cell state, so it is chosen among
-    the columns of the cell-state kinds (`CELL_KINDS`) when the features have
-    one; else among the model's other kinds (hidden-state units, which those
-    tools refuse); never among the word n-grams while the model has a column
-    (with `tfidf` alone there is no unit of the model: its columns).
+    The sentiment neuron is a unit of the model that `tf-mlstm-generate`
+    holds fixed and `tf-mlstm-visualize` draws. It is chosen among the
+    columns of the cell-state kinds (`CELL_KINDS`, Radford et al.'s neuron)
+    when the features have one; else among the hidden-state kinds a held
+    unit gives (`HIDDEN_KINDS`; `--features=auto` always keeps one of the
+    two); else among the model's columns (`std` alone); never among the word
+    n-grams while the model has a column (with `tfidf` alone there is no unit
+    of the model: its columns).
 
     Args:
       kinds: the concatenated feature kinds (`tfidf`, if there, last).
@@ -969,7 +972,7 @@ def neuron_columns(kinds, hidden_size):
       `tfidf` alone.
     """
     model_kinds = [kind for kind in kinds if kind != ngrams_lib.NGRAM_KIND]
-    for wanted in (CELL_KINDS, tuple(model_kinds)):
+    for wanted in (CELL_KINDS, HIDDEN_KINDS, tuple(model_kinds)):
         blocks = [i for i, kind in enumerate(model_kinds) if kind in wanted]
         if blocks:
             return np.concatenate(
