@@ -900,7 +900,8 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     # The n-gram columns keep mean 0 and one scale (1 / sqrt(1024) beside 8 model units).
     np.testing.assert_array_equal(classifier.mean[8:], 0.0)
     np.testing.assert_allclose(classifier.scale[8:], 1 / 32)
-    assert classifier.neuron.index >= 8  # a word is the best single feature
+    # A word is the best single feature, but the neuron is a unit of the model.
+    assert classifier.describe(classifier.neuron.index)[0] == "cell"
     path = str(tmp_path / "classifier.json")
     classifier.save(path)
     record = json.loads(open(path, encoding="utf-8").read())
@@ -908,7 +909,15 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     loaded = logistic.LogisticClassifier.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
     assert loaded.ngrams.terms == vocabulary.terms and loaded.model_kinds == ("cell",)
-    with pytest.raises(ValueError, match="the word n-gram '(superb|awful)', not a unit of the"):
+    assert neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate").kind == "cell"
+    # On the words alone there is no unit of the model: generation refuses the n-gram.
+    words_only, _ = logistic.fit_logistic(
+        x[:120, 8:], labels[:120], x[120:, 8:], labels[120:], ("tfidf",), 8, ngrams=vocabulary
+    )
+    words_only.save(path)
+    with pytest.raises(
+        ValueError, match=r"the word n-gram '(superb|awful)', not a unit of the model \(a class"
+    ):
         neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
     # The sparse path gives what the same features give dense.
     dense = logistic.LogisticClassifier(**{**classifier.__dict__, "feature_kinds": ("cell", "max")})
