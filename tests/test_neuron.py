@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
@@ -20,6 +21,7 @@ from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.models import sampling
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import neuron as neuron_lib
+from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer import visualize
 
 HIDDEN = 16
@@ -58,8 +60,10 @@ def setup(tmp_path_factory):
         "plus": (("cell_mean",), UNIT, 1),
         # Second block of two kinds: the cell max of UNIT; large values are negative.
         "minus": (("hidden", "cell_max"), HIDDEN + UNIT, -1),
-        # The hidden-state mean: neither tool can hold or draw it.
+        # The hidden-state mean: both tools hold and draw hidden unit UNIT.
         "hidden": (("mean",), UNIT, 1),
+        # The hidden state's spread: no held value gives it.
+        "spread": (("std",), UNIT, 1),
     }
     paths = {}
     for name, (kinds, column, sign) in specs.items():
@@ -96,20 +100,22 @@ def test_flags_override_and_conflicts_are_logged(setup, caplog):
     assert neuron_lib.held_unit(paths["plus"], HIDDEN, None, None, None, "t") == (
         UNIT,
         neuron.value_for("positive"),
+        False,
     )
     assert neuron_lib.held_unit(paths["plus"], HIDDEN, None, None, "negative", "t") == (
         UNIT,
         neuron.value_for("negative"),
+        False,
     )
     assert "Holding cell unit 5 at" in caplog.text and "cell_mean of cell unit 5" in caplog.text
     caplog.clear()
-    assert neuron_lib.held_unit(paths["plus"], HIDDEN, UNIT, 0.5, None, "t") == (UNIT, 0.5)
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, UNIT, 0.5, None, "t") == (UNIT, 0.5, False)
     assert "--neuron_value=0.5 overrides" in caplog.text
     caplog.clear()
-    assert neuron_lib.held_unit(paths["plus"], HIDDEN, 2, None, None, "t") == (2, 0.0)
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, 2, None, None, "t") == (2, 0.0, False)
     assert "--neuron=2 overrides unit 5" in caplog.text
-    assert neuron_lib.held_unit(paths["plus"], HIDDEN, -1, None, None, "t") == (-1, 0.0)
-    assert neuron_lib.held_unit("", HIDDEN, None, None, None, "t") == (-1, 0.0)
+    assert neuron_lib.held_unit(paths["plus"], HIDDEN, -1, None, None, "t") == (-1, 0.0, False)
+    assert neuron_lib.held_unit("", HIDDEN, None, None, None, "t") == (-1, 0.0, False)
     assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, None, "t")[:2] == (UNIT, -1)
     assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, 3, "t")[:2] == (3, 1)
 
@@ -128,10 +134,11 @@ def test_bad_classifier_files(setup, tmp_path):
         neuron_lib.neuron_from_classifier(str(other), "tool")
     with pytest.raises(
         ValueError,
-        match=r"hidden.json: the sentiment neuron is feature 5, the 'mean' feature of unit 5, "
-        r"which measures the hidden state; tf-mlstm-visualize works on cell-state units",
+        match=r"spread.json: the sentiment neuron is feature 5, the 'std' feature of unit 5, "
+        r"the spread of the hidden state, which no held value gives; tf-mlstm-visualize works "
+        r"on the kinds cell, ",
     ):
-        neuron_lib.neuron_from_classifier(paths["hidden"], "tf-mlstm-visualize")
+        neuron_lib.neuron_from_classifier(paths["spread"], "tf-mlstm-visualize")
     with pytest.raises(
         ValueError, match="plus.json: fitted on a 16-unit model, but the model has 32"
     ):
@@ -215,11 +222,11 @@ def test_generate_binary_with_classifier(setup):
     assert "--neuron=2 overrides unit 5, the sentiment neuron of" in override.stderr
     assert "Holding cell unit 2 at 0 (--neuron)" in override.stderr
 
-    bad = _run("generate", *common, f"--classifier={paths['hidden']}")
+    bad = _run("generate", *common, f"--classifier={paths['spread']}")
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
     assert len(errors) == 1, bad.stderr[-3000:]
-    assert "the 'mean' feature of unit 5, which measures the hidden state" in errors[0]
+    assert "the 'std' feature of unit 5, the spread of the hidden state" in errors[0]
 
 
 @pytest.mark.slow
@@ -247,11 +254,99 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
     assert np.array([c[:3] for c in colors], int).tolist() == want.tolist()
     assert "colors flipped" in page
 
-    bad = _run("visualize", *common, f"--classifier={paths['hidden']}", f"--output_dir={tmp_path}")
+    bad = _run("visualize", *common, f"--classifier={paths['spread']}", f"--output_dir={tmp_path}")
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
-    assert len(errors) == 1 and "tf-mlstm-visualize works on cell-state units" in errors[0]
+    assert len(errors) == 1 and "tf-mlstm-visualize works on the kinds cell, " in errors[0]
     with pytest.raises(ValueError, match="give --neuron .* or --classifier"):
         visualize_cli.VisualizeConfig(
             model_dir="m", neuron=None, input="x", output_dir="o"
         ).validate()
+
+
+# === Which feature is the neuron ===
+
+
+def _separating(kinds, columns, rows=80, seed=0):
+    """Noise features of `kinds` in which each of `columns` carries the label.
+
+    The columns are given with their noise: (column, noise); the one with the
+    least noise separates best.
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.tile([0, 1], rows // 2)
+    x = rng.normal(size=(rows, HIDDEN * len(kinds)))
+    for column, noise in columns:
+        x[:, column] = 3.0 * (labels - 0.5) + noise * rng.normal(size=rows)
+    return x, labels
+
+
+def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
+    # The final hidden state of unit 2 separates perfectly, the cell state of
+    # UNIT a little less: the neuron is still the cell unit, the one
+    # tf-mlstm-generate and tf-mlstm-visualize hold and draw.
+    kinds = ("hidden", "mean", "cell_min")
+    x, labels = _separating(kinds, [(2, 0.0), (2 * HIDDEN + UNIT, 0.6)])
+    classifier, _ = logistic.fit_logistic(
+        x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
+    )
+    assert classifier.describe(classifier.neuron.index) == ("cell_min", UNIT)
+    # Without a cell-state kind it is the model's best unit, never an n-gram.
+    x, labels = _separating(("mean",), [(UNIT, 0.6)])
+    terms = sp.csr_matrix(np.stack([labels, 1 - labels], axis=1).astype(np.float64))
+    vocabulary = ngrams.NgramVocabulary(terms=("good", "bad"), idf=np.ones(2))
+    both = sp.hstack([sp.csr_matrix(x), terms], format="csr")
+    classifier, _ = logistic.fit_logistic(
+        both[:60],
+        labels[:60],
+        both[60:],
+        labels[60:],
+        ("mean", "tfidf"),
+        HIDDEN,
+        c_grid=(0.1, 1.0),
+        ngrams=vocabulary,
+    )
+    assert classifier.describe(classifier.neuron.index) == ("mean", UNIT)
+    assert logistic.neuron_columns(("tfidf",), HIDDEN) is None
+    assert logistic.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [0, 1, 4, 5]
+
+
+def test_a_hidden_state_neuron_is_held_and_drawn_in_the_hidden_state(setup, tmp_path):
+    """A classifier without a cell-state kind has a hidden-state neuron: generation holds
+    that hidden unit (every step reads it) and the heat map draws its hidden value."""
+    model_dir, model, paths = setup
+    neuron = neuron_lib.neuron_from_classifier(paths["hidden"], "tool")
+    assert (neuron.kind, neuron.unit, neuron.hidden_state) == ("mean", UNIT, True)
+    unit, value, hidden_state = neuron_lib.held_unit(paths["hidden"], HIDDEN, None, None, None, "t")
+    assert (unit, value, hidden_state) == (UNIT, neuron.value_for("positive"), True)
+    ids = np.array([[0, 72, 105, 33, 32, 79]], np.int32)
+    _, (h, c), trace = sampling.feed_bytes(
+        model, ids, unit=UNIT, neuron=UNIT, neuron_value=value, hidden_state=True
+    )
+    np.testing.assert_allclose(trace.numpy(), value, rtol=1e-6)
+    assert h.numpy()[0, UNIT] == pytest.approx(value) and c.numpy()[0, UNIT] != pytest.approx(value)
+    base = dict(model_dir=str(model_dir), prompt="The film", length=30, seed=3)
+    by_file = generate.generate_texts(generate.GenerateConfig(**base, classifier=paths["hidden"]))
+    sampler = sampling.make_sampler(model)  # a cell-state sampler: not the one to reuse
+    as_cell = generate.generate_texts(
+        generate.GenerateConfig(**base, neuron=UNIT, neuron_value=value), model, sampler
+    )
+    assert by_file != as_cell
+    assert by_file == sampling.generate_texts(
+        model, "The film", 30, seed=3, neuron=UNIT, neuron_value=value, hidden_state=True
+    )
+    written = visualize_cli.main(
+        visualize_cli.VisualizeConfig(
+            model_dir=str(model_dir),
+            neuron=None,
+            input="Awful start, great end.",
+            output_dir=str(tmp_path),
+            classifier=paths["hidden"],
+        )
+    )
+    record = json.loads(open(written["json"], encoding="utf-8").read())
+    assert record["neuron"] == UNIT and record["state"] == "hidden"
+    values = np.array(record["texts"][0]["values"])
+    hidden_values = visualize.unit_activations(model, ["Awful start, great end."], UNIT, True)[0]
+    np.testing.assert_allclose(values, hidden_values, atol=1e-6)
+    assert "Hidden unit 5" in open(written["html"], encoding="utf-8").read()

@@ -23,6 +23,8 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.cli import generate as generate_cli
+from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
@@ -898,7 +900,8 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     # The n-gram columns keep mean 0 and one scale (1 / sqrt(1024) beside 8 model units).
     np.testing.assert_array_equal(classifier.mean[8:], 0.0)
     np.testing.assert_allclose(classifier.scale[8:], 1 / 32)
-    assert classifier.neuron.index >= 8  # a word is the best single feature
+    # A word is the best single feature, but the neuron is a unit of the model.
+    assert classifier.describe(classifier.neuron.index)[0] == "cell"
     path = str(tmp_path / "classifier.json")
     classifier.save(path)
     record = json.loads(open(path, encoding="utf-8").read())
@@ -906,7 +909,15 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     loaded = logistic.LogisticClassifier.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
     assert loaded.ngrams.terms == vocabulary.terms and loaded.model_kinds == ("cell",)
-    with pytest.raises(ValueError, match="the word n-gram '(superb|awful)', not a unit of the"):
+    assert neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate").kind == "cell"
+    # On the words alone there is no unit of the model: generation refuses the n-gram.
+    words_only, _ = logistic.fit_logistic(
+        x[:120, 8:], labels[:120], x[120:, 8:], labels[120:], ("tfidf",), 8, ngrams=vocabulary
+    )
+    words_only.save(path)
+    with pytest.raises(
+        ValueError, match=r"the word n-gram '(superb|awful)', not a unit of the model \(a class"
+    ):
         neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
     # The sparse path gives what the same features give dense.
     dense = logistic.LogisticClassifier(**{**classifier.__dict__, "feature_kinds": ("cell", "max")})
@@ -1073,3 +1084,32 @@ def test_a_constant_classifier_is_a_warning_in_the_log_and_the_results(tmp_path,
     assert any("no better than always predicting the majority" in w for w in results["warnings"])
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["warnings"] == results["warnings"]
+
+
+@pytest.mark.slow
+def test_readme_path_auto_transfer_then_generate_and_visualize(tmp_path, review_csvs):
+    """The README's path with the defaults: `--features=auto`, then the classifier's neuron held
+    in generation and drawn, whichever kinds validation chose (here the hidden-state
+    statistics, whose neuron a cell-only generator refused)."""
+    config = _review_config(
+        tmp_path, review_csvs, validation_data=review_csvs["val"], features="auto"
+    )
+    results = experiment.run_transfer(config)
+    path = results["files"]["classifier"]
+    neuron = neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+    assert neuron.kind in results["feature_kinds"] and neuron.kind != "std"
+    assert results["neuron"]["kind"] == neuron.kind
+    base = dict(model_dir=config.model_dir, prompt="The movie", length=20, seed=1)
+    held = generate_cli.generate_texts(generate_cli.GenerateConfig(**base, classifier=path))
+    assert len(held) == 1 and held[0].startswith("The movie")
+    written = visualize_cli.main(
+        visualize_cli.VisualizeConfig(
+            model_dir=config.model_dir,
+            neuron=None,
+            input="The movie was great.",
+            output_dir=str(tmp_path / "viz"),
+            classifier=path,
+        )
+    )
+    record = json.loads(open(written["json"], encoding="utf-8").read())
+    assert record["neuron"] == neuron.unit and record["state"] == neuron.state

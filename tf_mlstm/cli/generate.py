@@ -10,9 +10,10 @@ The model reads the prompt (normalized as training text is) after the
 document-start byte and continues it one byte at a time. `--neuron` holds
 one cell-state unit at `--neuron_value` after every byte, prompt included
 (the sentiment-neuron experiment). `--classifier` takes the unit from a
-tf-mlstm-transfer classifier.json (its sentiment neuron, which must measure
-the cell state) and holds it two standard deviations past its threshold on
-the `--sentiment` side, the direction given by the neuron's sign
+tf-mlstm-transfer classifier.json (its sentiment neuron: a cell unit, or a
+hidden unit when the classifier has no cell-state feature) and holds it two
+standard deviations past its threshold on the `--sentiment` side, the
+direction given by the neuron's sign
 (`tf_mlstm.transfer.neuron`); `--neuron` and `--neuron_value` still win, and
 a disagreement is logged. The unit and value held are logged. Sampling
 stops at the end of the review (the next document-start byte) unless
@@ -84,8 +85,8 @@ def define_generate_flags():
     flags.DEFINE_integer(
         "neuron",
         defaults.neuron,
-        "Cell-state unit held at --neuron_value (-1 = none). Unset: the --classifier's "
-        "sentiment neuron, or none.",
+        "Unit held at --neuron_value (-1 = none): of the cell state, or of the --classifier's "
+        "neuron's state. Unset: the --classifier's sentiment neuron, or none.",
     )
     flags.DEFINE_float(
         "neuron_value",
@@ -95,8 +96,8 @@ def define_generate_flags():
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a cell-state feature) "
-        "on the --sentiment side of its threshold.",
+        "A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a unit of the "
+        "model) on the --sentiment side of its threshold.",
     )
     flags.DEFINE_enum(
         "sentiment",
@@ -128,7 +129,8 @@ def generate_texts(config, model=None, sampler=None):
       FileNotFoundError: no trained model in `config.model_dir`, or no
         `config.classifier` file.
       ValueError: `--neuron` is outside the model, or the classifier is
-        invalid, from a model of another size or its neuron is not a cell unit.
+        invalid, from a model of another size or its neuron is no unit a held
+        value gives (`std`, a word n-gram).
     """
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
@@ -136,7 +138,7 @@ def generate_texts(config, model=None, sampler=None):
 
     if model is None:
         model, _ = language_model.load_trained_model(config.model_dir)
-    unit, value = neuron_lib.held_unit(
+    unit, value, hidden_state = neuron_lib.held_unit(
         config.classifier,
         model.hidden_size,
         config.neuron,
@@ -155,6 +157,7 @@ def generate_texts(config, model=None, sampler=None):
         neuron_value=value,
         stop_at_end=config.stop_at_end,
         sampler=sampler,
+        hidden_state=hidden_state,
     )
 
 

@@ -15,7 +15,8 @@ unit's cell value after it), `neuron_N.png` (the same as a heat map) and
 `neuron_N.json` (the values) into `--output_dir`, and prints their paths.
 
 `--classifier` takes the unit from a tf-mlstm-transfer classifier.json (its
-sentiment neuron, which must measure the cell state) and its sign: with sign
+sentiment neuron: a cell unit, or a hidden unit when the classifier has no
+cell-state feature) and its sign: with sign
 -1 the colors are flipped so that green means positive. `--neuron` still
 wins (a disagreement is logged); one of the two is needed.
 """
@@ -87,13 +88,16 @@ def define_visualize_flags():
     defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
     flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
     flags.DEFINE_integer(
-        "neuron", None, "The cell-state unit to draw (overrides --classifier's neuron)."
+        "neuron",
+        None,
+        "The unit to draw (overrides --classifier's neuron): of the cell state, or of the "
+        "--classifier's neuron's state.",
     )
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a cell-state "
-        "feature), green meaning positive.",
+        "A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a unit of the "
+        "model), green meaning positive.",
     )
     flags.DEFINE_string(
         "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
@@ -175,6 +179,7 @@ def main(config):
         config.scale or None,
         sign=sign,
         source=neuron.describe() if neuron is not None and unit == neuron.unit else None,
+        hidden_state=neuron is not None and neuron.hidden_state,
     )
     return {kind: written[kind] for kind in ("html", "png", "json")}
 

@@ -4,7 +4,9 @@ Holding a unit of the cell state at a value while sampling (the "sentiment
 neuron" experiment of Radford et al. 2017) steers the generated text. The
 model runs one byte at a time, the prompt included, and the held unit is
 overwritten after every step, so every later step reads the held value (a
-`DOC_START` step reads the state the model resets there).
+`DOC_START` step reads the state the model resets there). A unit of the
+hidden state can be held the same way (`hidden_state=True`): then the next
+byte's prediction reads the held value too.
 
 `make_sampler` compiles the byte loop once per model; its arguments are all
 tensors, so one traced graph serves any prompt, length, seed, temperature and
@@ -31,34 +33,43 @@ def _held(c, neuron, neuron_value):
     return c * (1 - clamp) + clamp * tf.cast(neuron_value, c.dtype)
 
 
-def _step(model, ids, h, c, neuron, neuron_value):
-    """Feeds one column of bytes [N, 1]; returns (hidden [N, H], h, c)."""
+def _step(model, ids, h, c, neuron, neuron_value, hidden_state=False):
+    """Feeds one column of bytes [N, 1]; returns (hidden [N, H], h, c).
+
+    The unit `neuron` is held in c, or with `hidden_state` in h (and in the
+    output the next prediction reads, which is h).
+    """
     outputs, (h, c) = model.encode(ids, [h, c], training=False)
-    return outputs[:, -1], h, _held(c, neuron, neuron_value)
+    in_h = neuron if hidden_state else -1
+    in_c = -1 if hidden_state else neuron
+    last = _held(outputs[:, -1], in_h, neuron_value)
+    return last, _held(h, in_h, neuron_value), _held(c, in_c, neuron_value)
 
 
 def _unit_values(c, unit):
-    """Cell value of `unit` per row as float32 [N] (unit < 0: zeros)."""
+    """Value of `unit` per row of a state [N, H] as float32 [N] (unit < 0: zeros)."""
     values = tf.cast(tf.gather(c, tf.maximum(unit, 0), axis=1), tf.float32)
     return tf.where(unit >= 0, values, tf.zeros_like(values))
 
 
-def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None):
+def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None, hidden_state=False):
     """Runs the model over `ids` one byte at a time, as sampling does.
 
     Graph-friendly. With `unit` set it returns the cell value of that unit
-    after every byte: the per-character activation that
-    `tf_mlstm.transfer.visualize` draws.
+    (with `hidden_state`, its hidden value) after every byte: the
+    per-character activation that `tf_mlstm.transfer.visualize` draws.
 
     Args:
       model: an `MLSTMLanguageModel`.
       ids: [N, T] int32 byte ids (T >= 1).
-      unit: index of the cell-state unit to report per step (-1: none; the
-        trace is then zeros).
-      neuron: index of a cell-state unit held at `neuron_value` after every
-        step, or -1 for none.
+      unit: index of the unit to report per step (-1: none; the trace is
+        then zeros).
+      neuron: index of a unit held at `neuron_value` after every step, or -1
+        for none.
       neuron_value: the held value.
       state: optional initial [h, c] (default zeros).
+      hidden_state: a Python bool: `unit` and `neuron` are units of the
+        hidden state h, not of the cell state c.
 
     Returns:
       (last hidden state [N, H], [h, c], trace [N, T] float32).
@@ -72,8 +83,8 @@ def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None):
     last = tf.zeros((batch, model.hidden_size), model.compute_dtype)
 
     def body(t, h, c, last, trace):
-        last, h, c = _step(model, columns[t][:, None], h, c, neuron, neuron_value)
-        return t + 1, h, c, last, trace.write(t, _unit_values(c, unit))
+        last, h, c = _step(model, columns[t][:, None], h, c, neuron, neuron_value, hidden_state)
+        return t + 1, h, c, last, trace.write(t, _unit_values(h if hidden_state else c, unit))
 
     _, h, c, last, trace = tf.while_loop(
         lambda t, *_: t < steps, body, (tf.constant(0), h, c, last, trace)
@@ -81,11 +92,14 @@ def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None):
     return last, [h, c], tf.reshape(tf.transpose(trace.stack()), [batch, steps])
 
 
-def make_sampler(model):
+def make_sampler(model, hidden_state=False):
     """A compiled sampling function for `model`, traced once and reused.
 
     Args:
       model: an `MLSTMLanguageModel`.
+      hidden_state: the held and traced units are units of the hidden state
+        (default: of the cell state); recorded as the function's
+        `hidden_state` attribute.
 
     Returns:
       `sampler(prompt_ids, length, temperature, seed, neuron, neuron_value,
@@ -113,7 +127,9 @@ def make_sampler(model):
     def sampler(
         prompt_ids, length, temperature, seed, neuron, neuron_value, stop_at_doc_end, trace_unit
     ):
-        last, (h, c), _ = feed_bytes(model, prompt_ids, neuron=neuron, neuron_value=neuron_value)
+        last, (h, c), _ = feed_bytes(
+            model, prompt_ids, neuron=neuron, neuron_value=neuron_value, hidden_state=hidden_state
+        )
         batch = tf.shape(prompt_ids)[0]
         base_seed = tf.stack([tf.cast(seed, tf.int64), tf.constant(0, tf.int64)])
         ids = tf.TensorArray(tf.int32, size=length)
@@ -128,8 +144,8 @@ def make_sampler(model):
             logits = tf.cast(model.head(last), tf.float32) / temperature
             step_seed = tf.random.experimental.stateless_fold_in(base_seed, t)
             byte = tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)
-            last, h, c = _step(model, byte, h, c, neuron, neuron_value)
-            value = _unit_values(c, trace_unit)
+            last, h, c = _step(model, byte, h, c, neuron, neuron_value, hidden_state)
+            value = _unit_values(h if hidden_state else c, trace_unit)
             byte = byte[:, 0]
             ended = tf.logical_and(stop_at_doc_end, done)
             ids = ids.write(t, tf.where(ended, PAD_ID, byte))
@@ -149,6 +165,7 @@ def make_sampler(model):
         trace = tf.where(ran, trace, math.nan)
         return tf.transpose(ids), tf.transpose(trace)
 
+    sampler.hidden_state = bool(hidden_state)
     return sampler
 
 
@@ -172,6 +189,7 @@ def sample_ids(
     stop_at_doc_end=False,
     trace_unit=None,
     sampler=None,
+    hidden_state=False,
 ):
     """Continues each prompt row by up to `length` sampled bytes.
 
@@ -192,7 +210,8 @@ def sample_ids(
         generated byte is returned too (pass `neuron` to watch the held
         unit); None for no trace.
       sampler: a `make_sampler(model)` function to reuse (default: a new one,
-        traced on this call).
+        traced on this call; also when it was made for the other state).
+      hidden_state: `neuron` and `trace_unit` are hidden-state units.
 
     Returns:
       [N, length] int32 generated bytes; with `trace_unit`, the tuple
@@ -216,7 +235,8 @@ def sample_ids(
             f"prompt_ids must be [N, P] with P >= 1 (at least DOC_START), got shape "
             f"{prompt_ids.shape}."
         )
-    sampler = sampler or make_sampler(model)
+    if sampler is None or getattr(sampler, "hidden_state", False) != bool(hidden_state):
+        sampler = make_sampler(model, hidden_state)
     ids, trace = sampler(
         prompt_ids,
         tf.constant(length, tf.int32),
@@ -290,6 +310,7 @@ def generate_texts(
     neuron_value=0.0,
     stop_at_end=True,
     sampler=None,
+    hidden_state=False,
 ):
     """Samples `num_samples` continuations of a raw prompt (`tf-mlstm-generate`'s samples).
 
@@ -305,6 +326,7 @@ def generate_texts(
       stop_at_end: end a sample at the end of the review (the next
         document-start byte), which is not part of the text.
       sampler: a `make_sampler(model)` to reuse across calls.
+      hidden_state: `neuron` is a hidden-state unit (default: a cell unit).
 
     Returns:
       A list of `num_samples` strs, each the normalized prompt and its
@@ -326,5 +348,6 @@ def generate_texts(
         neuron_value=neuron_value,
         stop_at_doc_end=stop_at_end,
         sampler=sampler,
+        hidden_state=hidden_state,
     )
     return [prompt + ids_to_text(row, strip_doc_end=stop_at_end) for row in out.numpy()]

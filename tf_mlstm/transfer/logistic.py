@@ -47,6 +47,8 @@ from sklearn.linear_model import LogisticRegression
 from tf_mlstm import errors
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.head_arrays import ClassifierHead
+from tf_mlstm.models.kinds import CELL_KINDS
+from tf_mlstm.models.kinds import HIDDEN_KINDS
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
@@ -772,8 +774,9 @@ def fit_logistic(
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
     targets = fitted.pop("neuron_targets")
+    columns = neuron_columns(kinds, hidden_size)
     found = tuple(
-        find_neuron(train_x, y01, weights, balanced=balanced)
+        find_neuron(train_x, y01, weights, balanced=balanced, columns=columns)
         for y01, weights, balanced in (targets if neurons else ())
     )
     classifier = LogisticClassifier(
@@ -948,11 +951,44 @@ def _binary_metric(truth, predicted, metric):
     return float(sk_metrics.f1_score(truth, predicted, zero_division=0))
 
 
-def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False):
+def neuron_columns(kinds, hidden_size):
+    """The feature columns a neuron is chosen among: units of the model, cell state first.
+
+    The sentiment neuron is a unit of the model that `tf-mlstm-generate`
+    holds fixed and `tf-mlstm-visualize` draws. It is chosen among the
+    columns of the cell-state kinds (`CELL_KINDS`, Radford et al.'s neuron)
+    when the features have one; else among the hidden-state kinds a held
+    unit gives (`HIDDEN_KINDS`; `--features=auto` always keeps one of the
+    two); else among the model's columns (`std` alone); never among the word
+    n-grams while the model has a column (with `tfidf` alone there is no unit
+    of the model: its columns).
+
+    Args:
+      kinds: the concatenated feature kinds (`tfidf`, if there, last).
+      hidden_size: the model's units.
+
+    Returns:
+      int64 array of column indices, ascending; None (every column) with
+      `tfidf` alone.
+    """
+    model_kinds = [kind for kind in kinds if kind != ngrams_lib.NGRAM_KIND]
+    for wanted in (CELL_KINDS, HIDDEN_KINDS, tuple(model_kinds)):
+        blocks = [i for i, kind in enumerate(model_kinds) if kind in wanted]
+        if blocks:
+            return np.concatenate(
+                [np.arange(b * hidden_size, (b + 1) * hidden_size) for b in blocks]
+            ).astype(np.int64)
+    return None
+
+
+def find_neuron(
+    train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False, columns=None
+):
     """The single feature whose best threshold classifies the training rows best.
 
-    The candidates are the features with the largest |weight| and those with
-    the largest |correlation| with the label; ties go to the larger |weight|.
+    The candidates are the features (among `columns`) with the largest
+    |weight| and those with the largest |correlation| with the label; ties go
+    to the larger |weight|.
 
     Args:
       train_x: [N, D] features.
@@ -960,6 +996,7 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balan
       weights: [D] fitted weights.
       candidates: how many of each kind of candidate.
       balanced: judge thresholds by balanced accuracy (see `fit_threshold`).
+      columns: the columns to choose among (`neuron_columns`); None: all.
 
     Returns:
       A `Threshold`.
@@ -979,8 +1016,9 @@ def find_neuron(train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balan
         covariance = centered.T @ y
     norms = np.sqrt(np.maximum(squares, 0.0) * (y**2).sum())
     correlation = np.abs(covariance) / np.where(norms > 0, norms, 1.0)
-    by_weight = np.argsort(-np.abs(weights), kind="stable")[:candidates]
-    by_correlation = np.argsort(-correlation, kind="stable")[:candidates]
+    columns = np.arange(len(weights)) if columns is None else np.asarray(columns, np.int64)
+    by_weight = columns[np.argsort(-np.abs(weights[columns]), kind="stable")[:candidates]]
+    by_correlation = columns[np.argsort(-correlation[columns], kind="stable")[:candidates]]
     best = None
     for index in dict.fromkeys(itertools.chain(by_weight, by_correlation)):
         sign, threshold, accuracy = fit_threshold(column(x, index), train_y01, balanced)

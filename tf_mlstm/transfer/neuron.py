@@ -8,12 +8,15 @@ direction in which the unit means "positive" and the scale of its values,
 and `resolve_unit` / `resolve_value` let explicit flags win, logging every
 disagreement.
 
-Both tools work on the cell state (generation holds a cell unit, the heat map
-draws one), so only neurons of the cell-state kinds (`CELL_KINDS`) apply: for
-those the held or drawn value is the same quantity the classifier measured
-(a held cell unit has that value at every byte, so its final value, mean,
-max and min over the text are all the held value). A neuron of a
-hidden-state kind is refused with a message that says so.
+Generation holds the neuron's unit and the heat map draws it: a cell unit
+for the cell-state kinds (`CELL_KINDS`), a hidden unit for the hidden-state
+kinds that measure its value (`HIDDEN_KINDS`). Either way the held or drawn
+value is the quantity the classifier measured (a held unit has that value at
+every byte, so its final value, mean, max and min over the text are all the
+held value). `tf-mlstm-transfer` chooses its neuron among those kinds
+(`logistic.neuron_columns`); a neuron of another kind (`std`, or a word
+n-gram) is refused with a message that says so. `--neuron` picks another unit
+of the same state as the classifier's neuron (the cell state without one).
 """
 
 import dataclasses
@@ -21,9 +24,9 @@ import dataclasses
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.models.kinds import CELL_KINDS
+from tf_mlstm.models.kinds import HIDDEN_KINDS
 
-CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
-"""Feature kinds that measure the cell state (see `models.kinds.FEATURE_KINDS`)."""
 SENTIMENTS = ("positive", "negative")
 HOLD_SPREADS = 2.0
 """How far past the neuron's threshold generation holds it, in standard
@@ -38,8 +41,8 @@ class SentimentNeuron:
 
     Attributes:
       source: the classifier file.
-      kind: its feature kind (one of `CELL_KINDS`).
-      unit: the cell-state unit.
+      kind: its feature kind (one of `CELL_KINDS` or `HIDDEN_KINDS`).
+      unit: the unit of the cell state (`CELL_KINDS`) or hidden state.
       sign: +1 where large values mean the positive class, -1 where they mean
         the negative one.
       threshold: the cut between the classes on the feature.
@@ -55,6 +58,16 @@ class SentimentNeuron:
     threshold: float
     spread: float
     hidden_size: int
+
+    @property
+    def state(self):
+        """ "cell" or "hidden": the state the unit is held and drawn in."""
+        return "cell" if self.kind in CELL_KINDS else "hidden"
+
+    @property
+    def hidden_state(self):
+        """Whether the unit is a hidden-state one (`sampling`'s `hidden_state`)."""
+        return self.state == "hidden"
 
     def value_for(self, sentiment="positive", spreads=HOLD_SPREADS):
         """The value that puts the neuron `spreads` deviations into `sentiment`'s side.
@@ -80,7 +93,7 @@ class SentimentNeuron:
     def describe(self):
         """A short phrase for logs: which feature, which unit, which direction."""
         return (
-            f"the sentiment neuron of {self.source} ({self.kind} of cell unit {self.unit}, "
+            f"the sentiment neuron of {self.source} ({self.kind} of {self.state} unit {self.unit}, "
             f"sign {self.sign:+d}, threshold {self.threshold:+.4g})"
         )
 
@@ -101,7 +114,7 @@ def neuron_from_classifier(path, tool, hidden_size=None):
       FileNotFoundError: no file at `path`.
       ValueError: not a valid classifier file, not a two-class classifier, a
         classifier fitted on a model of another size, a sign other than
-        +1/-1, or a neuron of a kind that does not measure the cell state.
+        +1/-1, or a neuron of a kind no held unit gives (`std`, `tfidf`).
         Each message is one line naming the file.
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
@@ -130,16 +143,16 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     if kind == "tfidf":
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
-            f"{classifier.ngrams.terms[unit]!r}, not a unit of the model; {tool} works on "
-            f"cell-state units (a classifier fitted with --features among "
-            f"{', '.join(CELL_KINDS)}); choose a unit with --neuron instead of --classifier"
+            f"{classifier.ngrams.terms[unit]!r}, not a unit of the model (a classifier on "
+            f"tfidf alone); {tool} works on units of the model (a classifier fitted with "
+            "--features=auto or a model kind); choose a unit with --neuron instead of --classifier"
         )
-    if kind not in CELL_KINDS:
+    if kind not in CELL_KINDS + HIDDEN_KINDS:
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
-            f"{unit}, which measures the hidden state; {tool} works on cell-state units (a "
-            f"classifier fitted with --features among {', '.join(CELL_KINDS)}); choose a unit "
-            "with --neuron instead of --classifier"
+            f"{unit}, the spread of the hidden state, which no held value gives; {tool} works on "
+            f"the kinds {', '.join(CELL_KINDS + HIDDEN_KINDS)}; choose a unit with --neuron "
+            "instead of --classifier"
         )
     return SentimentNeuron(
         source=path,
@@ -226,7 +239,9 @@ def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
       tool: the binary asking, for error messages.
 
     Returns:
-      (unit, value): unit -1 when nothing is held. What is held is logged.
+      (unit, value, hidden_state): unit -1 when nothing is held;
+      hidden_state True when the unit is one of the hidden state (the
+      classifier's neuron is). What is held is logged.
 
     Raises:
       FileNotFoundError, ValueError: as `neuron_from_classifier`.
@@ -235,10 +250,12 @@ def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
     unit = resolve_unit(neuron, flag_unit)
     unit = -1 if unit is None else unit
     value = resolve_value(neuron, unit, flag_value, sentiment or "positive")
+    hidden_state = neuron is not None and neuron.hidden_state
     if unit >= 0:
         origin = neuron.describe() if neuron is not None and unit == neuron.unit else "--neuron"
-        logging.info("Holding cell unit %d at %.6g (%s).", unit, value, origin)
-    return unit, value
+        state = "hidden" if hidden_state else "cell"
+        logging.info("Holding %s unit %d at %.6g (%s).", state, unit, value, origin)
+    return unit, value, hidden_state
 
 
 def drawn_unit(classifier, hidden_size, flag_unit, tool):
@@ -253,7 +270,8 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool):
     Returns:
       (unit, sign, neuron): sign is the neuron's when the unit is the
       classifier's (so the colors can show its positive side as positive),
-      else +1; neuron is the `SentimentNeuron` or None.
+      else +1; neuron is the `SentimentNeuron` or None (the unit is of the
+      neuron's state, `neuron.hidden_state`; of the cell state without one).
 
     Raises:
       FileNotFoundError, ValueError: as `neuron_from_classifier`; ValueError
@@ -264,7 +282,8 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool):
     if unit is None:
         raise errors.InvalidValueError("no unit to draw: give --neuron or --classifier.")
     if neuron is None or unit != neuron.unit:
-        logging.info("Drawing cell unit %d (--neuron).", unit)
+        state = neuron.state if neuron is not None else "cell"
+        logging.info("Drawing %s unit %d (--neuron).", state, unit)
         return unit, 1, neuron
-    logging.info("Drawing cell unit %d, %s.", unit, neuron.describe())
+    logging.info("Drawing %s unit %d, %s.", neuron.state, unit, neuron.describe())
     return unit, neuron.sign, neuron

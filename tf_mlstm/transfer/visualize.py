@@ -1,8 +1,9 @@
-"""One cell-state unit's activation over text: an HTML page and a PNG heat map.
+"""One unit's activation over text: an HTML page and a PNG heat map.
 
-The activation of a character is the unit's cell value right after the model
-read the character's last byte, with the state reset at the start of each
-text (the byte `DOC_START`), as in training and featurization. Texts are
+The activation of a character is the unit's cell value (for a hidden-state
+unit, its hidden value) right after the model read the character's last
+byte, with the state reset at the start of each text (the byte `DOC_START`),
+as in training and featurization. Texts are
 normalized with `normalize_text` first, so the characters drawn are the ones
 the model read.
 
@@ -40,14 +41,15 @@ JSON_FILE = "neuron_{neuron}.json"
 _MAX_LABELED_CELLS = 6000
 
 
-def unit_activations(model, texts, neuron):
-    """The cell value of one unit after each character of each text.
+def unit_activations(model, texts, neuron, hidden_state=False):
+    """The cell (or hidden) value of one unit after each character of each text.
 
     Args:
       model: an `MLSTMLanguageModel`.
       texts: normalized texts (see `normalize_text`); each is run from a reset
         state.
-      neuron: index of the cell-state unit.
+      neuron: index of the unit.
+      hidden_state: `neuron` is a hidden-state unit (default: a cell unit).
 
     Returns:
       A list of float32 arrays, one per text, `len(text)` values each.
@@ -61,7 +63,7 @@ def unit_activations(model, texts, neuron):
             f"{model.hidden_size} cell units), got {neuron}."
         )
     trace_fn = tf.function(
-        lambda ids: sampling.feed_bytes(model, ids, unit=neuron)[2],
+        lambda ids: sampling.feed_bytes(model, ids, unit=neuron, hidden_state=hidden_state)[2],
         input_signature=[tf.TensorSpec([1, None], tf.int32)],
         autograph=False,
     )
@@ -111,7 +113,11 @@ def _sign_note(sign):
     return " (colors flipped: the sentiment neuron's sign is -1, so green = positive)"
 
 
-def render_html(texts, activations, neuron, scale=None, sign=1):
+def _state_name(hidden_state):
+    return "Hidden" if hidden_state else "Cell"
+
+
+def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=False):
     """An HTML page with every character colored by its activation.
 
     Args:
@@ -122,6 +128,7 @@ def render_html(texts, activations, neuron, scale=None, sign=1):
         largest over all texts).
       sign: -1 flips the colors (a sentiment neuron whose large values mean
         negative), so green means positive.
+      hidden_state: the unit is a hidden-state one (for the titles).
 
     Returns:
       The page as str; every character is HTML-escaped and carries its value
@@ -148,13 +155,14 @@ def render_html(texts, activations, neuron, scale=None, sign=1):
         [
             "<!DOCTYPE html>",
             '<html><head><meta charset="utf-8">',
-            f"<title>Cell unit {neuron}</title>",
+            f"<title>{_state_name(hidden_state)} unit {neuron}</title>",
             "<style>body { font-family: sans-serif; } "
             ".text { font-family: monospace; white-space: pre-wrap; margin: 1em 0; "
             "line-height: 1.6; }</style>",
             "</head><body>",
-            f"<h1>Cell unit {neuron}{html.escape(_sign_note(sign))}</h1>",
-            f'<p>Cell state after each character: <span style="background-color: {low}">'
+            f"<h1>{_state_name(hidden_state)} unit {neuron}{html.escape(_sign_note(sign))}</h1>",
+            f"<p>{_state_name(hidden_state)} state after each character: "
+            f'<span style="background-color: {low}">'
             f'{-scale:+.3f}</span> <span style="background-color: {mid}">0</span> '
             f'<span style="background-color: {high}">{scale:+.3f}</span>; hover a '
             "character for its value.</p>",
@@ -165,7 +173,9 @@ def render_html(texts, activations, neuron, scale=None, sign=1):
     )
 
 
-def render_heatmap(texts, activations, neuron, path, width=64, scale=None, sign=1):
+def render_heatmap(
+    texts, activations, neuron, path, width=64, scale=None, sign=1, hidden_state=False
+):
     """Writes a PNG heat map: texts wrapped at `width` characters, one cell each.
 
     Args:
@@ -176,6 +186,7 @@ def render_heatmap(texts, activations, neuron, path, width=64, scale=None, sign=
       width: characters per row.
       scale: as in `render_html`.
       sign: as in `render_html` (the color bar then shows sign x value).
+      hidden_state: as in `render_html`.
 
     Returns:
       `path`.
@@ -216,7 +227,8 @@ def render_heatmap(texts, activations, neuron, path, width=64, scale=None, sign=
     axes.set_xticks([])
     axes.set_yticks([])
     axes.set_title(
-        f"Cell unit {neuron}: {'-1 x ' if sign == -1 else ''}cell state after each character"
+        f"{_state_name(hidden_state)} unit {neuron}: {'-1 x ' if sign == -1 else ''}"
+        f"{_state_name(hidden_state).lower()} state after each character"
     )
     figure.colorbar(image, ax=axes, fraction=0.03, pad=0.02)
     with tf.io.gfile.GFile(path, "wb") as f:
@@ -225,7 +237,7 @@ def render_heatmap(texts, activations, neuron, path, width=64, scale=None, sign=
 
 
 def write_visualization(
-    model, texts, neuron, output_dir, width=64, scale=None, sign=1, source=None
+    model, texts, neuron, output_dir, width=64, scale=None, sign=1, source=None, hidden_state=False
 ):
     """Normalizes texts, computes the unit's activations, writes HTML, PNG, JSON.
 
@@ -240,6 +252,8 @@ def write_visualization(
       sign: -1 flips the colors (see `render_html`).
       source: where the unit came from (a classifier file), recorded in the
         JSON; None: chosen directly.
+      hidden_state: `neuron` is a hidden-state unit (default: a cell unit);
+        recorded in the JSON as `state`.
 
     Returns:
       dict with the `html`, `png` and `json` paths written and the
@@ -258,7 +272,7 @@ def write_visualization(
         raise errors.InvalidValueError(
             "no text to visualize (every input text is empty after normalization)."
         )
-    activations = unit_activations(model, kept, neuron)
+    activations = unit_activations(model, kept, neuron, hidden_state)
     tf.io.gfile.makedirs(output_dir)
     paths = {
         kind: os.path.join(output_dir, name.format(neuron=neuron))
@@ -272,12 +286,20 @@ def write_visualization(
     # files as they were, and a link at a name is replaced, never written through.
     with fileio.Staged() as staged:
         with tf.io.gfile.GFile(staged.path(paths["html"]), "w") as f:
-            f.write(render_html(kept, activations, neuron, scale, sign))
-        render_heatmap(kept, activations, neuron, staged.path(paths["png"]), width, scale, sign)
+            f.write(render_html(kept, activations, neuron, scale, sign, hidden_state))
+        render_heatmap(
+            kept, activations, neuron, staged.path(paths["png"]), width, scale, sign, hidden_state
+        )
         with tf.io.gfile.GFile(staged.path(paths["json"]), "w") as f:
             f.write(
                 json.dumps(
-                    {"neuron": neuron, "sign": sign, "source": source, "texts": records},
+                    {
+                        "neuron": neuron,
+                        "state": _state_name(hidden_state).lower(),
+                        "sign": sign,
+                        "source": source,
+                        "texts": records,
+                    },
                     ensure_ascii=False,
                 )
             )
