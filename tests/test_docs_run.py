@@ -45,7 +45,14 @@ from _models import write_openai_release
 
 REPO = _docs.REPO
 # The walk-through's order: the README's model first, the docs that use it after.
-_ORDER = ["README.md", "transfer.md", "serving.md", "performance.md", "distributed.md"]
+_ORDER = [
+    "README.md",
+    "transfer.md",
+    "serving.md",
+    "performance.md",
+    "distributed.md",
+    "reliability.md",
+]
 _EMOTIONS = (
     "anger,anticipation,disgust,fear,joy,love,optimism,pessimism,sadness,surprise,trust"
 ).split(",")
@@ -140,6 +147,8 @@ def _why_not_run(command):
         return f"needs a {runner} cluster"
     if command.module == "gpu_check":
         return "needs a GPU (tests/test_gpu_check.py runs it on CPU devices)"
+    if command.module == "mutants":
+        return "runs the suite's own tests per planted fault (tests/test_mutants.py runs it)"
     return None
 
 
@@ -441,7 +450,7 @@ def test_every_command_in_the_docs_runs_at_tiny_sizes(tmp_path):
 def test_only_commands_that_need_a_cluster_a_gpu_or_a_launcher_are_left_out():
     """A new local command in the docs runs above; only these kinds are ever left to parsing."""
     allowed = ("run by the launcher", "one task of a Slurm", "one worker of the cluster")
-    allowed += ("needs a GPU", "the same command as in")
+    allowed += ("needs a GPU", "the same command as in", "runs the suite's own tests")
     left_out = [(command, why) for command, why in _walk_through() if why is not None]
     for command, why in left_out:
         assert why.startswith(allowed) or why.endswith("Runner cluster"), (command.line, why)
