@@ -26,7 +26,7 @@ THRESHOLD_METRICS = ("accuracy", "f1")
 
 
 @dataclasses.dataclass(frozen=True)
-class LabeledDataFields:
+class LabeledDataFields(train_config_lib.CheckedFields):
     """Labeled text for transfer and fine-tuning: splits, keys, labels, subsampling.
 
     `tf-mlstm-transfer`, `tf-mlstm-finetune` and `tools/tfidf_baseline.py`
