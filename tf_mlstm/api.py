@@ -32,6 +32,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import normalize_text
@@ -147,7 +148,8 @@ def probe(config):
     """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
 
     Writes results.json, classifier.json (for `load(..., classifier=...)`)
-    and the plots to `config.output_dir`.
+    and the plots to `config.output_dir`, which must be empty or new unless
+    `config.overwrite` (the rerun rule of every binary's output).
 
     Args:
       config: a `tf_mlstm.TransferConfig` with a concrete `precision`.
@@ -157,6 +159,7 @@ def probe(config):
     """
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
+    outputs.refuse_existing("output_dir", config.output_dir, config.overwrite)
     return experiment.run_transfer(config)
 
 
