@@ -227,6 +227,19 @@ def test_classifier_fit_takes_plain_python_lists(model_dir):
     assert classifier.evaluate(["good", "bad"], [1, 0], verbose=0) > 0
 
 
+def test_probe_keeps_the_rerun_rule_before_loading_anything(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text("{}", encoding="utf-8")
+    config = tf_mlstm.TransferConfig(
+        model_dir=str(tmp_path / "no_model"), output_dir=str(tmp_path / "out"), train_data="t"
+    )
+    with pytest.raises(
+        tf_mlstm.InvalidValueError,
+        match=r"output_dir='.*out' already holds results.json: pass overwrite=True to replace",
+    ):
+        tf_mlstm.probe(config)
+
+
 # === docs/python.md ===
 
 
