@@ -184,6 +184,17 @@ def test_a_config_refuses_a_value_of_the_wrong_type_when_constructed():
     with pytest.raises(tf_mlstm.InvalidValueError, match=r"TransferConfig: model_dir must be a s"):
         tf_mlstm.TransferConfig(model_dir=None)
     assert tf_mlstm.TrainConfig(lr=1).lr == 1  # an int is a number
+    # A field of several types (label keys: one, comma-separated, or a list) is left to validate.
+    assert tf_mlstm.TransferConfig(label_key=["a", "b"]).label_keys == ("a", "b")
+
+
+def test_a_config_s_checks_name_its_fields_not_the_flags(tmp_path):
+    config = tf_mlstm.TrainConfig(model_dir=str(tmp_path / "run"), lr=float("nan"))
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^TrainConfig: lr must be a finite") as e:
+        tf_mlstm.pretrain(config)
+    assert "--" not in str(e.value)
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^EvalConfig: text_key must name"):
+        tf_mlstm.evaluate(tf_mlstm.EvalConfig(model_dir="m", data="d", text_key=()))
 
 
 def _fitted_classifier(model_dir, path):

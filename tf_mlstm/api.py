@@ -25,6 +25,7 @@ call it, it never imports them.
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -89,7 +90,7 @@ def pretrain(config):
       ValueError: an invalid config, or `model_dir/export` holds something
         not written by an export.
     """
-    config = config.validate()
+    config = _validated(config)
     # A folder of another kind (a fine-tuning run, a data folder) is refused
     # before anything is read or written there.
     rundir.check_folder_kind(
@@ -127,7 +128,7 @@ def evaluate(config):
     Returns:
       dict with `bits_per_char`, `chars` and `chars_per_s`.
     """
-    return evaluation.evaluate_config(config.validate())
+    return evaluation.evaluate_config(_validated(config))
 
 
 def finetune(config):
@@ -141,7 +142,7 @@ def finetune(config):
     """
     from tf_mlstm.transfer import finetune as finetune_lib  # pylint: disable=g-import-not-at-top
 
-    return finetune_lib.finetune(config.validate())
+    return finetune_lib.finetune(_validated(config))
 
 
 def probe(config):
@@ -160,7 +161,22 @@ def probe(config):
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
     outputs.refuse_existing("output_dir", config.output_dir, config.overwrite)
+    _validated(config)
     return experiment.run_transfer(config)
+
+
+# A config's checks name its fields as the binaries' flags (`--lr`); a field
+# is the argument of the same name here.
+_FLAG = re.compile(r"(?<![\w-])--(\w+)")
+
+
+def _validated(config):
+    """`config.validate()`, its errors naming the config's fields (`lr`), not flags (`--lr`)."""
+    try:
+        return config.validate()
+    except errors.InvalidValueError as e:
+        message = _FLAG.sub(r"\1", str(e))
+        raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
 
 
 def import_openai_weights(weights_dir, model_dir):
