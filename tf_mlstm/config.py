@@ -12,6 +12,7 @@ Fine-tuning's config composes the same field groups (`transfer.finetune`).
 import dataclasses
 import json
 import math
+import numbers
 
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
@@ -65,10 +66,11 @@ def _accepts(expected, value):
     """Whether `value` fits the scalar annotation `expected` (None: not a scalar, unchecked)."""
     if expected is bool:
         return isinstance(value, bool)
+    # NumPy's scalars count (a size computed from an array is a numpy.int64).
     if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if expected is float:  # an int is a number too
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
     if expected is str:
         return isinstance(value, str)
     return None
