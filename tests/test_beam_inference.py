@@ -181,6 +181,7 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
         [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={export_dir}"]
         + [f"--input={inputs[0]},{broken},{inputs[1]}", f"--output={out / 'scores'}"]
         + ["--text_key=text,sentence", "--num_output_shards=1", "--runner=DirectRunner"]
+        + ["--overwrite"]  # past the rerun rule, to the broken input
         + list(workers),
         timeout=240,
     )

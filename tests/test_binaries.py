@@ -9,6 +9,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -16,6 +17,7 @@ import tensorflow as tf
 from absl import logging as absl_logging
 
 from tf_mlstm import errors
+from tf_mlstm import outputs
 from tf_mlstm.cli import _main
 from tf_mlstm.train import runner
 
@@ -654,3 +656,63 @@ def test_a_folder_of_the_wrong_kind_is_one_line_naming_what_fits_and_stays_byte_
         assert len(lines) == 1 and "Traceback" not in err, (module, err[-3000:])
         assert f"] {expected}" in lines[0], (module, err)
     assert _snapshot(tmp_path / "kinds") == before
+
+
+# === One rerun rule: an existing output stays unless --overwrite (tf_mlstm/outputs.py) ===
+
+# Each binary that writes an output file or folder, with flags that reach the check; the
+# output is made to exist first (a folder holding `kept`, or a file).
+_OUTPUT_BINARIES = {
+    "transfer": (["--model_dir=m", "--train_data=t.csv"], "--output_dir", "folder"),
+    "make_tfrecords": (["--input=t.csv"], "--output_dir", "folder"),
+    "classify": (["--model_dir=m", "--classifier=c.json", "--input=t.csv"], "--output", "file"),
+    "visualize": (["--model_dir=m", "--neuron=0", "--input=Fine."], "--output_dir", "named"),
+    "classify_beam": (
+        ["--saved_model=s", "--input=t.csv", "--runner=DirectRunner"],
+        "--output",
+        "shards",
+    ),
+}
+
+
+@pytest.mark.parametrize("module", sorted(_OUTPUT_BINARIES))
+def test_an_existing_output_is_refused_without_overwrite_before_tensorflow(module, tmp_path):
+    args, flag, kind = _OUTPUT_BINARIES[module]
+    output = tmp_path / "out"
+    if kind == "file":
+        output.write_text("label,text\n", encoding="utf-8")
+        held = "already exists"
+    elif kind == "shards":  # a prefix: its earlier shards count, nothing else in the folder
+        output.mkdir()
+        (output / "notes.txt").write_text("kept\n", encoding="utf-8")
+        (output / "scores-00000-of-00001.jsonl").write_text("{}\n", encoding="utf-8")
+        output = output / "scores"
+        held = "already holds scores-00000-of-00001.jsonl"
+    else:
+        output.mkdir()
+        name = "neuron_0.html" if kind == "named" else "kept.txt"
+        (output / name).write_text("kept\n", encoding="utf-8")
+        held = f"already holds {name}"
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = _console(module, *args, f"{flag}={output}")
+    assert done.returncode == 1, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
+    want = f"{flag}={output} {held}: pass --overwrite to replace it, or choose another"
+    assert len(lines) == 1 and want in lines[0], done.stderr
+    assert "tensorflow imported: False" in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_the_rerun_rule_counts_only_what_is_there():
+    with tempfile.TemporaryDirectory() as folder:
+        outputs.refuse_existing("--output_dir", folder, overwrite=False)  # empty: fine
+        outputs.refuse_existing("--output_dir", os.path.join(folder, "new"), False)
+        pathlib.Path(folder, "other.txt").write_text("x", encoding="utf-8")
+        # A folder of named outputs: others' files do not count.
+        outputs.refuse_existing("--output_dir", folder, False, is_output=lambda n: n == "a")
+        outputs.refuse_existing("--output_dir", folder, overwrite=True)
+        with pytest.raises(errors.InvalidValueError, match=r"output_dir='.*' already holds"):
+            outputs.refuse_existing("output_dir", folder, overwrite=False)
+        with pytest.raises(errors.InvalidValueError, match=r"pass overwrite=True to replace"):
+            outputs.refuse_existing("output_dir", folder, overwrite=False)
+    outputs.refuse_existing("--output", "-", overwrite=False)  # stdout

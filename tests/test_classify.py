@@ -145,6 +145,7 @@ def _config(tmp_path, model_dir, **overrides):
         input=str(tmp_path / "reviews.csv"),
         output=str(tmp_path / "scores.csv"),
         text_key=("review",),
+        overwrite=True,  # the tests rerun into the same CSV on purpose
     )
     values.update(overrides)
     return classify_cli.ClassifyConfig(**values).validate()
@@ -288,6 +289,7 @@ def test_the_cli_answers_another_model_in_one_line_and_keeps_the_csv(tmp_path):
     command = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={other_dir}"]
     command += [f"--classifier={tmp_path / 'classifier.json'}", "--text_key=review"]
     command += [f"--input={tmp_path / 'reviews.csv'}", f"--output={tmp_path / 'scores.csv'}"]
+    command += ["--overwrite"]  # past the rerun rule, to the check of the weights
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]

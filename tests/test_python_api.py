@@ -3,6 +3,7 @@
 The examples of docs/python.md run too, in order, in a temporary folder.
 """
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -15,6 +16,7 @@ import pytest
 
 import tf_mlstm
 from _models import write_untrained_model_dir
+from tf_mlstm import rundir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.data.text import normalize_text
@@ -109,8 +111,7 @@ def test_featurize_equals_transfer_features_and_each_text_alone(loaded, model_di
 
 
 def test_score_equals_tf_mlstm_eval_of_each_text(loaded, model_dir, tmp_path):
-    scores = loaded.score(TEXTS + [""])
-    assert np.isnan(scores[-1])  # nothing to score
+    scores = loaded.score(TEXTS)
     for index, text in enumerate(TEXTS):
         path = tmp_path / f"text{index}.txt"
         path.write_text(text + "\n", encoding="utf-8")
@@ -158,6 +159,96 @@ def test_classify_without_a_classifier_needs_a_fine_tuned_run(loaded):
         loaded.classify(TEXTS)
     with pytest.raises(ValueError, match="texts must be a list of str, not one str"):
         loaded.score("one text")
+
+
+# === User errors name Python arguments (one type: tf_mlstm.UserError) ===
+
+
+def test_load_of_a_missing_folder_is_a_user_error_naming_model_dir(tmp_path):
+    missing = str(tmp_path / "missing")
+    with pytest.raises(tf_mlstm.UserError, match=r"model_dir='.*missing' does not exist") as e:
+        tf_mlstm.load(missing)
+    assert isinstance(e.value, FileNotFoundError) and "--" not in str(e.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(tf_mlstm.UserError, match=r"model_dir='.*empty' holds no config.json"):
+        tf_mlstm.load(str(tmp_path / "empty"))
+
+
+def test_a_config_refuses_a_value_of_the_wrong_type_when_constructed():
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"hidden_size must be an int, got '64'"):
+        tf_mlstm.TrainConfig(hidden_size="64")
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"lr must be a number, got"):
+        tf_mlstm.TrainConfig(lr="0.1")
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"EvalConfig: batch_size must be an int"):
+        tf_mlstm.EvalConfig(model_dir="m", data="d", batch_size=2.5)
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"TransferConfig: model_dir must be a s"):
+        tf_mlstm.TransferConfig(model_dir=None)
+    assert tf_mlstm.TrainConfig(lr=1).lr == 1  # an int is a number
+    # A field of several types (label keys: one, comma-separated, or a list) is left to validate.
+    assert tf_mlstm.TransferConfig(label_key=["a", "b"]).label_keys == ("a", "b")
+
+
+def test_a_config_s_checks_name_its_fields_not_the_flags(tmp_path):
+    config = tf_mlstm.TrainConfig(model_dir=str(tmp_path / "run"), lr=float("nan"))
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^TrainConfig: lr must be a finite") as e:
+        tf_mlstm.pretrain(config)
+    assert "--" not in str(e.value)
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^EvalConfig: text_key must name"):
+        tf_mlstm.evaluate(tf_mlstm.EvalConfig(model_dir="m", data="d", text_key=()))
+
+
+def _fitted_classifier(model_dir, path):
+    model, _ = load_trained_model(str(model_dir))
+    normalized = [normalize_text(text) for text in TEXTS] * 3
+    x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
+    labels = np.array([1, 0, 1, 0] * 3)
+    fitted, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
+    fingerprint = rundir.weights_checksum(model.weights)  # as tf_mlstm.probe records it
+    dataclasses.replace(fitted, weights_sha256=fingerprint).save(str(path))
+    return str(path)
+
+
+def test_load_checks_the_classifier_at_load(model_dir, tmp_path):
+    with pytest.raises(tf_mlstm.UserError, match=r"classifier='.*' is a folder, not a classi"):
+        tf_mlstm.load(str(model_dir), classifier=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"classifier='.*nope.json' does not exist"):
+        tf_mlstm.load(str(model_dir), classifier=str(tmp_path / "nope.json"))
+    other, _ = write_untrained_model_dir(tmp_path / "other", seed=1)
+    path = _fitted_classifier(other, tmp_path / "other.json")
+    with pytest.raises(tf_mlstm.UserError, match=r"'.*other.json' was fitted on other") as e:
+        tf_mlstm.load(str(model_dir), classifier=path)
+    assert "--" not in str(e.value)
+    wider, _ = write_untrained_model_dir(tmp_path / "wider", hidden_size=24)
+    with pytest.raises(tf_mlstm.UserError, match=r"fitted on a 16-unit model, but model_dir="):
+        tf_mlstm.load(str(wider), classifier=path)
+
+
+def test_score_of_an_empty_text_is_a_user_error_naming_its_index(loaded):
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"texts\[1\] is empty after normali"):
+        loaded.score(["Fine.", " \n", "Ok"])
+
+
+def test_classifier_fit_takes_plain_python_lists(model_dir):
+    classifier = tf_mlstm.MLSTMClassifier.from_run(
+        str(model_dir), num_classes=2, feature="mean", max_length=16
+    )
+    classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    history = classifier.fit(["good", "bad", "fine", "dull"], [1, 0, 1, 0], epochs=1, verbose=0)
+    assert len(history.history["loss"]) == 1
+    assert classifier.evaluate(["good", "bad"], [1, 0], verbose=0) > 0
+
+
+def test_probe_keeps_the_rerun_rule_before_loading_anything(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text("{}", encoding="utf-8")
+    config = tf_mlstm.TransferConfig(
+        model_dir=str(tmp_path / "no_model"), output_dir=str(tmp_path / "out"), train_data="t"
+    )
+    with pytest.raises(
+        tf_mlstm.InvalidValueError,
+        match=r"output_dir='.*out' already holds results.json: pass overwrite=True to replace",
+    ):
+        tf_mlstm.probe(config)
 
 
 # === docs/python.md ===

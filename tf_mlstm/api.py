@@ -25,6 +25,7 @@ call it, it never imports them.
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -32,6 +33,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import normalize_text
@@ -47,6 +49,7 @@ from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import features as features_lib
+from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import predict
 
 # === Entry points ===
@@ -87,7 +90,7 @@ def pretrain(config):
       ValueError: an invalid config, or `model_dir/export` holds something
         not written by an export.
     """
-    config = config.validate()
+    config = _validated(config)
     # A folder of another kind (a fine-tuning run, a data folder) is refused
     # before anything is read or written there.
     rundir.check_folder_kind(
@@ -125,7 +128,7 @@ def evaluate(config):
     Returns:
       dict with `bits_per_char`, `chars` and `chars_per_s`.
     """
-    return evaluation.evaluate_config(config.validate())
+    return evaluation.evaluate_config(_validated(config))
 
 
 def finetune(config):
@@ -139,14 +142,15 @@ def finetune(config):
     """
     from tf_mlstm.transfer import finetune as finetune_lib  # pylint: disable=g-import-not-at-top
 
-    return finetune_lib.finetune(config.validate())
+    return finetune_lib.finetune(_validated(config))
 
 
 def probe(config):
     """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
 
     Writes results.json, classifier.json (for `load(..., classifier=...)`)
-    and the plots to `config.output_dir`.
+    and the plots to `config.output_dir`, which must be empty or new unless
+    `config.overwrite` (the rerun rule of every binary's output).
 
     Args:
       config: a `tf_mlstm.TransferConfig` with a concrete `precision`.
@@ -156,7 +160,23 @@ def probe(config):
     """
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
+    outputs.refuse_existing("output_dir", config.output_dir, config.overwrite)
+    _validated(config)
     return experiment.run_transfer(config)
+
+
+# A config's checks name its fields as the binaries' flags (`--lr`); a field
+# is the argument of the same name here.
+_FLAG = re.compile(r"(?<![\w-])--(\w+)")
+
+
+def _validated(config):
+    """`config.validate()`, its errors naming the config's fields (`lr`), not flags (`--lr`)."""
+    try:
+        return config.validate()
+    except errors.InvalidValueError as e:
+        message = _FLAG.sub(r"\1", str(e))
+        raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
 
 
 def import_openai_weights(weights_dir, model_dir):
@@ -280,17 +300,64 @@ def load(
       A `TrainedModel`.
 
     Raises:
-      FileNotFoundError: no trained model in `model_dir`.
+      MissingFileError: (a `UserError` and `FileNotFoundError`) no trained
+        model in `model_dir`, or no file `classifier`.
+      InvalidValueError: (a `UserError` and `ValueError`) a `classifier`
+        that is a folder, not a classifier file, or was fitted on a model of
+        another size or other weights than those of `model_dir`.
     """
     for name, value in (("batch_size", batch_size), ("window", window)):
         errors.check_int32(name, value)
+    _check_exists("model_dir", model_dir)
+    if not tf.io.gfile.exists(os.path.join(model_dir, rundir.CONFIG_FILE)):
+        raise errors.MissingFileError(
+            f"model_dir={model_dir!r} holds no {rundir.CONFIG_FILE}: not a run folder of "
+            "tf_mlstm.pretrain or tf_mlstm.finetune"
+        )
+    fitted = _checked_classifier(classifier) if classifier else None
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
-    model, config, checkpoint = language_model.load_trained_checkpoint(
-        model_dir, precision=precision
-    )
+    try:
+        model, config, checkpoint = language_model.load_trained_checkpoint(
+            model_dir, precision=precision
+        )
+    except FileNotFoundError as e:  # no intact checkpoint
+        raise errors.MissingFileError(f"model_dir={model_dir!r}: {errors.one_line(e)}") from e
+    if fitted is not None:
+        _check_classifier_fits(fitted, classifier, model, model_dir)
     return TrainedModel(
         model_dir, model, config, checkpoint, classifier, precision, batch_size, window
     )
+
+
+def _check_exists(name, path):
+    if not tf.io.gfile.exists(path):
+        raise errors.MissingFileError(f"{name}={path!r} does not exist")
+
+
+def _checked_classifier(classifier):
+    """The `LogisticClassifier` of `load`'s `classifier` argument, refused in its words."""
+    _check_exists("classifier", classifier)
+    if tf.io.gfile.isdir(classifier):
+        raise errors.InvalidValueError(
+            f"classifier={classifier!r} is a folder, not a classifier.json of tf_mlstm.probe "
+            "(a fine-tuned run classifies with its own head: tf_mlstm.load(model_dir))"
+        )
+    return logistic.LogisticClassifier.load(classifier)
+
+
+def _check_classifier_fits(fitted, classifier, model, model_dir):
+    """Refuses a classifier fitted on a model of another size or other weights."""
+    if model.hidden_size != fitted.hidden_size:
+        raise errors.InvalidValueError(
+            f"classifier={classifier!r} was fitted on a {fitted.hidden_size}-unit model, but "
+            f"model_dir={model_dir!r} has {model.hidden_size} units"
+        )
+    if fitted.weights_sha256 and fitted.weights_sha256 != rundir.weights_checksum(model.weights):
+        raise errors.InvalidValueError(
+            f"classifier={classifier!r} was fitted on other model weights than those of "
+            f"model_dir={model_dir!r}: load the model it was fitted on, or refit it with "
+            "tf_mlstm.probe"
+        )
 
 
 class TrainedModel:
@@ -373,10 +440,20 @@ class TrainedModel:
           texts: a sequence of str.
 
         Returns:
-          float64 [len(texts)] bits/char (NaN for a text that is empty after
-          normalization: nothing to score).
+          float64 [len(texts)] bits/char.
+
+        Raises:
+          InvalidValueError: a text is empty after normalization (blank, or
+            only whitespace): it has no byte to score. The message names its
+            index; leave such texts out before scoring.
         """
         texts = _normalized(texts)
+        for index, text in enumerate(texts):
+            if not text:
+                raise errors.InvalidValueError(
+                    f"texts[{index}] is empty after normalization: nothing to score "
+                    "(leave blank texts out)"
+                )
         bits, chars = np.zeros(len(texts)), np.zeros(len(texts))
         for start in range(0, len(texts), self.batch_size):
             batch = tf.constant(texts[start : start + self.batch_size], tf.string)

@@ -12,6 +12,7 @@ Fine-tuning's config composes the same field groups (`transfer.finetune`).
 import dataclasses
 import json
 import math
+import numbers
 
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
@@ -57,7 +58,52 @@ def profile_bounds(spec):
     return start, end
 
 
-class JsonConfig:
+# The scalar field types a config checks when it is constructed, and their names.
+_SCALAR_TYPES = {bool: "True or False", int: "an int", float: "a number", str: "a str"}
+
+
+def _accepts(expected, value):
+    """Whether `value` fits the scalar annotation `expected` (None: not a scalar, unchecked)."""
+    if expected is bool:
+        return isinstance(value, bool)
+    # NumPy's scalars count (a size computed from an array is a numpy.int64).
+    if expected is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if expected is float:  # an int is a number too
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    return None
+
+
+class CheckedFields:
+    """Checks the scalar fields' types when a config dataclass is constructed.
+
+    A value of the wrong type (`TrainConfig(hidden_size="64")`) is refused at
+    once, naming the field, instead of failing deep inside the work. Fields
+    of other types (tuples, which flags may give as a comma-separated str)
+    are left to `validate`, as are ranges.
+    """
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            expected = field.type
+            options = getattr(expected, "__args__", None)
+            if type(expected).__name__ == "UnionType" and options:
+                choices = [t for t in options if t is not type(None)]
+                value = getattr(self, field.name)
+                if value is None or len(choices) != 1:
+                    continue
+                expected = choices[0]
+            value = getattr(self, field.name)
+            if _accepts(expected, value) is False:
+                raise errors.InvalidValueError(
+                    f"{type(self).__name__}: {field.name} must be {_SCALAR_TYPES[expected]}, "
+                    f"got {value!r}."
+                )
+
+
+class JsonConfig(CheckedFields):
     """JSON round trip for frozen config dataclasses."""
 
     def to_json(self):
@@ -322,7 +368,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(CheckedFields):
     """What `tf-mlstm-eval` scores. Field names match its flags."""
 
     model_dir: str

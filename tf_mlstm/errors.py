@@ -9,6 +9,8 @@ traceback.
 - `InvalidValueError`: a value the user gave is wrong (a flag, an argument,
   a file's or record's content). It is also a `ValueError`, so library
   callers that catch `ValueError` keep working.
+- `MissingFileError`: a file or folder the user named is not there; also a
+  `FileNotFoundError`, for the same reason.
 - Operating-system errors (`OSError`: a missing file, a permission, a full
   disk, a port in use) and TensorFlow's errors of the same kinds (see
   `is_user_error`) count as user errors too: the fix is outside the code.
@@ -23,6 +25,10 @@ class UserError(Exception):
 
 class InvalidValueError(UserError, ValueError):
     """A flag, argument, file or record holds a value that cannot be used."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named does not exist (also a `FileNotFoundError`)."""
 
 
 class WriteError(UserError):

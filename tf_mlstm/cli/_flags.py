@@ -101,6 +101,19 @@ def define_feature_precision(default="auto", note=""):
     )
 
 
+def define_overwrite(output_flag, fv=None):
+    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`)."""
+    kwargs = {} if fv is None else {"flag_values": fv}
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        f"Replace what {output_flag} already holds (once the new output is all written; a "
+        "failed run leaves it as it was); without it an existing output is refused before "
+        "any work.",
+        **kwargs,
+    )
+
+
 def define_allow_other_model():
     """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export)."""
     flags.DEFINE_bool(

@@ -50,6 +50,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import outputs
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -70,6 +71,7 @@ class ClassifyConfig:
     precision: str | None = None  # None: as the classifier's features were fitted
     chunk_texts: int = 4096
     allow_other_model: bool = False
+    overwrite: bool = False
 
     @property
     def text_keys(self):
@@ -85,6 +87,7 @@ class ClassifyConfig:
         if not self.text_keys:
             raise errors.InvalidValueError("--text_key must name at least one key")
         _flags.refuse_output_over_input("--output", self.output, "--input", self.input)
+        outputs.refuse_existing("--output", self.output, self.overwrite)
         return self
 
 
@@ -116,6 +119,7 @@ def define_classify_flags():
         "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
     )
     _flags.define_allow_other_model()
+    _flags.define_overwrite("--output")
     flags.DEFINE_integer(
         "chunk_texts",
         defaults.chunk_texts,

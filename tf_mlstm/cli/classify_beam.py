@@ -35,6 +35,7 @@ import re
 from absl import app
 from absl import flags
 
+from tf_mlstm import outputs
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
 from tf_mlstm.data import fields
@@ -94,6 +95,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=0,
         flag_values=fv,
     )
+    _flags.define_overwrite("--output's shards", fv)
 
 
 def split_pipeline_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -119,6 +121,15 @@ def config_from_flags(
         functools.partial(_is_an_output, flag_values.output),
         "--input",
         flag_values.input,
+    )
+    # Shards of an earlier run (of another count) would stay among the new ones.
+    folder = os.path.dirname(flag_values.output) or "."
+    outputs.refuse_existing(
+        "--output",
+        folder,
+        flag_values.overwrite,
+        is_output=lambda name: _is_an_output(flag_values.output, os.path.join(folder, name)),
+        given=flag_values.output,
     )
     return ClassifyBeamConfig(
         saved_model=flag_values.saved_model,

@@ -38,6 +38,7 @@ from absl import app
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm import outputs
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
 from tf_mlstm.data import fields
@@ -132,14 +133,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         lower_bound=0,
         flag_values=fv,
     )
-    flags.DEFINE_bool(
-        "overwrite",
-        False,
-        "Replace the shards and stats.json of a non-empty --output_dir once the new ones are "
-        "all written (a failed conversion leaves them as they were); without it such a "
-        "directory is refused.",
-        flag_values=fv,
-    )
+    _flags.define_overwrite("--output_dir", fv)
     flags.DEFINE_integer(
         "max_document_bytes",
         fields.DEFAULT_MAX_DOCUMENT_BYTES,
@@ -202,6 +196,7 @@ def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
     text_keys = _flags.text_keys(flag_values.text_key)
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
+    outputs.refuse_existing("--output_dir", flag_values.output_dir, flag_values.overwrite)
     split_weights = parse_split(flag_values.split)
     try:
         return ConvertConfig(

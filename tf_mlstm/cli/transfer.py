@@ -41,6 +41,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tf_mlstm import outputs
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -92,6 +93,7 @@ def define_transfer_flags():
         "Where results, classifier and plots are written; not a model folder (its results.json "
         "belongs to the run).",
     )
+    _flags.define_overwrite("--output_dir")
     flags.DEFINE_string(
         "features",
         "auto",
@@ -168,10 +170,13 @@ def config_from_flags():
     Raises:
       app.UsageError: a flag value is invalid.
     """
+    # Before TensorFlow and the model load (the precision is measured on it).
+    outputs.refuse_existing("--output_dir", FLAGS.output_dir, FLAGS.overwrite)
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
     try:
         values = {
+            "overwrite": FLAGS.overwrite,
             "model_dir": FLAGS.model_dir,
             "train_data": FLAGS.train_data,
             "output_dir": FLAGS.output_dir,

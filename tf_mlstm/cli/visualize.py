@@ -30,10 +30,15 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import outputs
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
+
+
+# The files it writes into --output_dir (others there are left alone).
+_OUTPUT_NAME = re.compile(r"neuron_\d+\.(html|png|json)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +56,7 @@ class VisualizeConfig:
     max_chars: int = 2000
     width: int = 64
     scale: float = 0.0
+    overwrite: bool = False
 
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
@@ -71,6 +77,9 @@ class VisualizeConfig:
         if not self.input:
             raise errors.InvalidValueError("--input must be text or files, got an empty string.")
         _flags.refuse_output_over_input("--output_dir", self._is_an_output, "--input", self.input)
+        outputs.refuse_existing(
+            "--output_dir", self.output_dir, self.overwrite, is_output=_OUTPUT_NAME.fullmatch
+        )
         return self
 
     def _is_an_output(self, path):
@@ -79,7 +88,7 @@ class VisualizeConfig:
         return (
             os.path.isfile(path)
             and folder == os.path.realpath(self.output_dir)
-            and re.fullmatch(r"neuron_\d+\.(html|png|json)", name) is not None
+            and _OUTPUT_NAME.fullmatch(name) is not None
         )
 
 
@@ -103,6 +112,7 @@ def define_visualize_flags():
         "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
     )
     flags.DEFINE_string("output_dir", None, "Where the HTML, PNG and JSON files go.")
+    _flags.define_overwrite("--output_dir's neuron_N files")
     _flags.define_text_key("Corpus files: text keys/columns, first present wins.")
     flags.DEFINE_enum(
         "text_mode",

@@ -232,16 +232,17 @@ class MLSTMClassifier(keras.Model):
         return self.head_spec.probabilities_tf(logits)
 
     # Keras's data adapters take tensors, arrays of numbers and datasets; a
-    # list of strings (what a notebook user has) becomes a string tensor.
-    # A dataset keeps its own order: Keras's default `shuffle=True` would only
-    # warn that it ignores it.
+    # list of strings (what a notebook user has) becomes a string tensor, and
+    # a list of labels (as scikit-learn takes them) an array. A dataset keeps
+    # its own order: Keras's default `shuffle=True` would only warn that it
+    # ignores it.
     def fit(self, x=None, y=None, *args, **kwargs):
         if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not given by position
             kwargs.setdefault("shuffle", False)
-        return super().fit(_texts_tensor(x), y, *args, **kwargs)
+        return super().fit(_texts_tensor(x), _labels_array(y), *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        return super().evaluate(_texts_tensor(x), y, *args, **kwargs)
+        return super().evaluate(_texts_tensor(x), _labels_array(y), *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         return super().predict(_texts_tensor(x), *args, **kwargs)
@@ -357,6 +358,11 @@ def _texts_tensor(x):
     if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
         return tf.constant(x.astype(object).tolist(), tf.string)
     return x
+
+
+def _labels_array(y):
+    """`y` as a NumPy array when it is a list or tuple of labels; else `y`."""
+    return np.asarray(y) if isinstance(y, (list, tuple)) else y
 
 
 def _implied_head(outputs, softmax):

@@ -93,6 +93,7 @@ class TransferConfig(settings.LabeledDataFields):
     solver: str = "auto"  # lbfgs for l2; liblinear for l1 (saga for K > 2 classes)
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
+    overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
 
     def validate(self):
         """Raises ValueError naming the first bad setting."""

@@ -26,7 +26,7 @@ THRESHOLD_METRICS = ("accuracy", "f1")
 
 
 @dataclasses.dataclass(frozen=True)
-class LabeledDataFields:
+class LabeledDataFields(train_config_lib.CheckedFields):
     """Labeled text for transfer and fine-tuning: splits, keys, labels, subsampling.
 
     `tf-mlstm-transfer`, `tf-mlstm-finetune` and `tools/tfidf_baseline.py`
@@ -38,7 +38,7 @@ class LabeledDataFields:
     validation_data: str = ""  # "" = a held-out share of train_data
     test_data: str = ""  # "" = no test metrics
     text_key: tuple = TEXT_KEYS  # or one comma-separated string
-    label_key: str = "label"  # several, comma-separated = multi-label
+    label_key: str | tuple | list = "label"  # several (a list, or comma-separated) = multi-label
     label_map: str = ""  # "VALUE:CLASS,...": raw values -> classes (one label key)
     validation_fraction: float = 0.1
     max_train_examples: int = 0  # a seeded random subset of train (0 = all)
@@ -108,7 +108,7 @@ class FinetuneConfig(
     model_dir: str = ""
     max_length: int = 256  # bytes per text, DOC_START included; longer texts are cut
     # Model and loss.
-    features: str = "cell"  # one or several (comma-separated) of SEQUENCE_KINDS
+    features: str | tuple | list = "cell"  # one or several (comma-separated) of SEQUENCE_KINDS
     head_init: str = "random"
     head_hidden: int = 0  # 0 = a linear head; N = one ReLU layer of N units first
     head_dropout: float = 0.0  # dropout before the output layer, in training
