@@ -254,7 +254,9 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
     assert np.array([c[:3] for c in colors], int).tolist() == want.tolist()
     assert "colors flipped" in page
 
-    bad = _run("visualize", *common, f"--classifier={paths['spread']}", f"--output_dir={tmp_path}")
+    bad = _run(
+        "visualize", *common, f"--classifier={paths['spread']}", f"--output_dir={tmp_path / 'b'}"
+    )
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
     assert len(errors) == 1 and "tf-mlstm-visualize works on the kinds cell, " in errors[0]
