@@ -24,23 +24,21 @@ test_docs_commands.py. So a renamed flag, a changed default, a flag a
 flagfile sets that the binary no longer takes, or a walk-through step that
 needs an output no earlier step makes fails here.
 
-All commands run in one process, each through its binary's own entry point
-(`tf_mlstm.cli.<binary>.run`, or the tool's script as `__main__`), with the
-flags defined afresh for each: a process per command would cost TensorFlow's
-start-up (about 7 s) sixty times.
+All commands run in one process (`_commands.run_in_one_process`), each
+through its binary's own entry point, with the flags defined afresh for
+each: a process per command would cost TensorFlow's start-up (about 7 s)
+sixty times.
 """
 
 import csv
 import gzip
 import json
-import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
 import _docs
+from _commands import run_in_one_process
 from _models import write_openai_release
 
 REPO = _docs.REPO
@@ -246,82 +244,6 @@ def _sandbox(root):
     return work
 
 
-_HEADER = "@@@ doc command: "
-# Runs each command in turn through its entry point, in this one process.
-_RUNNER = textwrap.dedent(
-    """
-    import importlib, io, json, os, pathlib, runpy, sys, time, traceback
-    from absl import app, flags  # app defines its own flags, which every command keeps
-    from tf_mlstm.cli import _flags
-
-    FLAGS = flags.FLAGS
-    HEADER = "@@@ doc command: "
-    plan_path, results_path = sys.argv[1:3]
-
-
-    def expanded(arg):
-        # "--flag=@newest:FOLDER": the newest numbered version in FOLDER, as it is now.
-        if "@newest:" not in arg:
-            return arg
-        flag, folder = arg.split("@newest:")
-        versions = [p for p in pathlib.Path(folder).iterdir() if p.name.isdigit()]
-        return flag + str(max(versions, key=lambda p: int(p.name)))
-
-
-    class Counting:
-        # Counts what a command writes to stdout (text or bytes), passing it on.
-        def __init__(self, raw, counter):
-            self.raw, self.counter = raw, counter
-
-        def write(self, data):
-            self.counter[0] += len(data)
-            return self.raw.write(data)
-
-        def __getattr__(self, name):
-            if name == "buffer":
-                return Counting(self.raw.buffer, self.counter)
-            return getattr(self.raw, name)
-
-
-    results = []
-    for item in json.load(open(plan_path)):
-        print(f"\\n{HEADER}{item['where']}\\n  as: {' '.join(item['argv'])}", flush=True)
-        tool = item["argv"][0].startswith("tools/")
-        module = None if tool else importlib.import_module(item["module"])
-        known, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
-        stdin, argv, start = sys.stdin, sys.argv, time.monotonic()
-        stdout, printed = sys.stdout, [0]
-        sys.stdout = Counting(stdout, printed)
-        sys.argv = [expanded(arg) for arg in item["argv"]]
-        if item["stdin"] is not None:
-            sys.stdin = io.TextIOWrapper(io.BytesIO(item["stdin"].encode("utf-8")))
-        status = 0
-        try:
-            if tool:
-                runpy.run_path(item["argv"][0], run_name="__main__")
-            else:
-                module.run()
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (1 if e.code else 0)
-        except BaseException:
-            traceback.print_exc()
-            status = "exception"
-        finally:
-            sys.stdin, sys.argv, sys.stdout = stdin, argv, stdout
-            sys.stdout.flush()
-            sys.stderr.flush()
-            FLAGS.unparse_flags()
-            for name in set(FLAGS) - known:
-                delattr(FLAGS, name)
-            _flags.DEPRECATED_ALIASES.clear()
-            _flags.DEPRECATED_ALIASES.update(aliases)
-        seconds = round(time.monotonic() - start, 1)
-        results.append({"status": status, "seconds": seconds, "stdout_chars": printed[0]})
-        json.dump(results, open(results_path, "w"))
-    """
-)
-
-
 # What each binary claims to make, by the flag that names it; a command
 # without one of these (tf-mlstm-eval, -generate, a benchmark, classify to
 # `-`) claims its answer on stdout.
@@ -352,7 +274,7 @@ def _unmade_outputs(item, result, work):
         if arg.startswith("--") and _flag_name(arg) in names and arg.split("=", 1)[1] != "-"
     ]
     if not outputs:
-        return [] if result.get("stdout_chars") else ["printed nothing and names no output"]
+        return [] if result.stdout else ["printed nothing and names no output"]
     missing = []
     for output in outputs:
         path = work / output
@@ -365,16 +287,25 @@ def _unmade_outputs(item, result, work):
 
 
 def _items(commands):
-    """The runner's items of the runnable commands."""
+    """The runnable commands: where each is, its module, argv and stdin, and its command line."""
     items = []
     for command in commands:
-        args = _args(command.module, command.args, command.launched)
+        args = [
+            _PLACEHOLDERS.get(a, a) for a in _args(command.module, command.args, command.launched)
+        ]
+        program = _program(command.module)
         items.append(
             {
                 "where": f"{command.doc}: {command.line}",
                 "module": command.module,
-                "argv": [_program(command.module), *(_PLACEHOLDERS.get(a, a) for a in args)],
+                "argv": [program, *args],
                 "stdin": command.stdin,
+                "command": [
+                    sys.executable,
+                    *(["-m", command.module] if command.module.startswith("tf_mlstm.") else []),
+                    *([program] if program.startswith("tools/") else []),
+                    *args,
+                ],
             }
         )
     return items
@@ -401,50 +332,28 @@ def test_every_command_in_the_docs_runs_at_tiny_sizes(tmp_path):
     assert {command.doc for command, _ in walk} == set(_ORDER)
     runnable = [command for command, why in walk if why is None]
     items = _items(runnable)
-    plan_path, results_path = tmp_path / "plan.json", tmp_path / "results.json"
-    plan_path.write_text(json.dumps(items))
-    log_path = tmp_path / "commands.log"
-    with open(log_path, "w") as log:
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", _RUNNER, str(plan_path), str(results_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=dict(
-                    os.environ,
-                    PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]),
-                    TF_CPP_MIN_LOG_LEVEL="2",
-                ),
-                cwd=work,
-                timeout=500,
-            )
-        except subprocess.TimeoutExpired:
-            done = None
-    results = json.loads(results_path.read_text()) if results_path.exists() else []
-    if done is None:  # the command it hung in, and its output, instead of a bare TimeoutExpired
-        pytest.fail(
-            f"the walk-through ran past its 500 s time-out after {len(results)} of {len(items)} "
-            f"commands, in {items[min(len(results), len(items) - 1)]['where']}; its output "
-            f"ended:\n{log_path.read_text(errors='replace')[-3000:]}",
-            pytrace=False,
-        )
-    sections = log_path.read_text(errors="replace").split(_HEADER)[1:]
+    results = run_in_one_process(
+        [item["command"] for item in items],
+        tmp_path / "commands",
+        timeout=500,
+        stdin=[item["stdin"] for item in items],
+        cwd=work,
+    )
+    said = [f"{result.stdout[-1500:]}{result.stderr[-2500:]}" for result in results]
     failed = [
-        f"{item['where']}\n  -> status {result['status']}:\n{section[-2500:]}"
-        for item, result, section in zip(items, results, sections)
-        if result["status"] != 0
+        f"{item['where']}\n  -> status {result.returncode}:\n{output}"
+        for item, result, output in zip(items, results, said)
+        if result.returncode != 0
     ]
     # Status 0 is not enough: a command that did nothing would pass.
     failed += [
-        f"{item['where']}\n  -> status 0, but {'; '.join(unmade)}:\n{section[-2500:]}"
-        for item, result, section in zip(items, results, sections)
-        if result["status"] == 0 and (unmade := _unmade_outputs(item, result, work))
+        f"{item['where']}\n  -> status 0, but {'; '.join(unmade)}:\n{output}"
+        for item, result, output in zip(items, results, said)
+        if result.returncode == 0 and (unmade := _unmade_outputs(item, result, work))
     ]
-    if len(results) < len(items) and not failed:  # the runner itself ended early
-        failed = [f"ended at {items[len(results)]['where']}:\n{sections[-1][-4000:]}"]
-    assert done.returncode == 0 and not failed, "\n\n".join(failed[:4])
+    assert not failed, "\n\n".join(failed[:4])
     for item, result in zip(items, results):
-        print(f"{result['seconds']:6.1f} s  {item['where'][:110]}")
+        print(f"{result.seconds:6.1f} s  {item['where'][:110]}")
 
 
 def test_only_commands_that_need_a_cluster_a_gpu_or_a_launcher_are_left_out():

@@ -8,13 +8,13 @@ features in which one unit carries the label, and written by the real
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from _commands import run_in_one_process
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
 from tf_mlstm.cli import visualize as visualize_cli
@@ -174,14 +174,13 @@ def test_generate_texts_hold_the_classifiers_neuron(setup):
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
-def _run(module, *args):
-    return subprocess.run(
-        [sys.executable, "-m", f"tf_mlstm.cli.{module}", *args],
-        capture_output=True,
-        text=True,
-        env=_ENV,
+def _run_in_one_process(folder, *commands):
+    """Each (binary, *flags) of `commands` in turn, in one fresh process (`_commands`)."""
+    return run_in_one_process(
+        [[sys.executable, "-m", f"tf_mlstm.cli.{module}", *args] for module, *args in commands],
+        folder,
         timeout=300,
-        errors="replace",
+        env=_ENV,
     )
 
 
@@ -191,11 +190,16 @@ def _error_lines(stderr):
 
 
 @pytest.mark.slow
-def test_generate_binary_with_classifier(setup):
+def test_generate_binary_with_classifier(setup, tmp_path):
     model_dir, model, paths = setup
     neuron = neuron_lib.neuron_from_classifier(paths["minus"], "tool")
     common = [f"--model_dir={model_dir}", "--prompt=The film", "--length=40", "--seed=3"]
-    done = _run("generate", *common, f"--classifier={paths['minus']}", "--sentiment=negative")
+    done, override, bad = _run_in_one_process(
+        tmp_path,
+        ("generate", *common, f"--classifier={paths['minus']}", "--sentiment=negative"),
+        ("generate", *common, f"--classifier={paths['minus']}", "--neuron=2"),
+        ("generate", *common, f"--classifier={paths['spread']}"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     held = re.search(r"Holding cell unit (\d+) at (\S+) \(the sentiment neuron of", done.stderr)
     assert held, done.stderr[-3000:]
@@ -217,12 +221,10 @@ def test_generate_binary_with_classifier(setup):
     )
     assert done.stdout.splitlines() == expected[0].splitlines()
 
-    override = _run("generate", *common, f"--classifier={paths['minus']}", "--neuron=2")
     assert override.returncode == 0, override.stderr[-3000:]
     assert "--neuron=2 overrides unit 5, the sentiment neuron of" in override.stderr
     assert "Holding cell unit 2 at 0 (--neuron)" in override.stderr
 
-    bad = _run("generate", *common, f"--classifier={paths['spread']}")
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
     assert len(errors) == 1, bad.stderr[-3000:]
@@ -234,7 +236,11 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
     model_dir, model, paths = setup
     text = "Awful start, great end."
     common = [f"--model_dir={model_dir}", f"--input={text}"]
-    done = _run("visualize", *common, f"--classifier={paths['minus']}", f"--output_dir={tmp_path}")
+    done, bad = _run_in_one_process(
+        tmp_path / "commands",
+        ("visualize", *common, f"--classifier={paths['minus']}", f"--output_dir={tmp_path}"),
+        ("visualize", *common, f"--classifier={paths['spread']}", f"--output_dir={tmp_path / 'b'}"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     written = json.loads(done.stdout.splitlines()[-1])
     assert written["json"].endswith(f"neuron_{UNIT}.json")
@@ -254,9 +260,6 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
     assert np.array([c[:3] for c in colors], int).tolist() == want.tolist()
     assert "colors flipped" in page
 
-    bad = _run(
-        "visualize", *common, f"--classifier={paths['spread']}", f"--output_dir={tmp_path / 'b'}"
-    )
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
     assert len(errors) == 1 and "tf-mlstm-visualize works on the kinds cell, " in errors[0]

@@ -135,13 +135,7 @@ def test_generate_with_a_seed_is_deterministic_and_the_binary_s_sample(loaded, m
 
 
 def test_classify_with_a_fitted_classifier_equals_tf_mlstm_classify(model_dir, tmp_path):
-    model, _ = load_trained_model(str(model_dir))
-    normalized = [normalize_text(text) for text in TEXTS] * 3
-    x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
-    labels = np.array([1, 0, 1, 0] * 3)
-    fitted, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
-    path = str(tmp_path / "classifier.json")
-    fitted.save(path)
+    path = _fitted_classifier(model_dir, tmp_path / "classifier.json")
 
     out = tf_mlstm.load(str(model_dir), classifier=path).classify(TEXTS)
     assert out.classes == (0, 1) and out.probabilities.shape == (4, 2)
