@@ -62,7 +62,6 @@ def test_demo_flagfile_states_the_defaults():
             assert str(want) == value or (isinstance(want, float) and float(value) == want), name
 
 
-@pytest.mark.slow
 def test_bad_flag_is_one_clear_line(tmp_path):
     proc = _run(_train_cmd(tmp_path / "m", "--precision=float64"))
     assert proc.returncode != 0
