@@ -141,15 +141,21 @@ def test_two_local_workers_and_the_featurize_signature(exported, tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_the_binary_passes_beam_flags_and_refuses_unknown_ones():
+def test_the_binary_passes_beam_flags_and_refuses_unknown_ones(tmp_path):
     kept, beam = classify_beam.split_pipeline_args(
         ["x", "--saved_model=s", "--input=i", "--output=o", "--runner=FlinkRunner"]
         + ["--flink_master=localhost:8081", "--signature=featurize"]
     )
     assert beam == ["--flink_master=localhost:8081"] and "--signature=featurize" in kept
+    # Paths that pass the checks before work (tf_mlstm/preflight.py), which come first.
+    saved_model, texts = tmp_path / "s", tmp_path / "i.jsonl"
+    saved_model.mkdir()
+    (saved_model / "saved_model.pb").write_bytes(b"pb")
+    texts.write_text('{"text": "Fine."}\n', encoding="utf-8")
     result = run(
-        [sys.executable, "-m", "tf_mlstm.cli.classify_beam", "--saved_model=s", "--input=i"]
-        + ["--output=o", "--runner=DirectRunner", "--batch=3"],
+        [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={saved_model}"]
+        + [f"--input={texts}", f"--output={tmp_path / 'o'}", "--runner=DirectRunner"]
+        + ["--batch=3"],
         timeout=120,
     )
     assert result.returncode == 1
@@ -203,6 +209,7 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
 def test_an_output_over_an_input_is_one_line_before_the_pipeline(tmp_path):
     earlier = tmp_path / "scores-00000-of-00001.jsonl"
     earlier.write_bytes(b'{"text": "a text to classify"}\n')
+    (tmp_path / "saved_model.pb").write_bytes(b"pb")  # passes the checks before work
     result = run(
         [sys.executable, "-m", "tf_mlstm.cli.classify_beam", f"--saved_model={tmp_path}"]
         + [f"--input={tmp_path / '*.jsonl'}", f"--output={tmp_path / 'scores'}"]

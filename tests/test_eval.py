@@ -99,7 +99,6 @@ def test_stream_score_matches_one_document(tmp_path):
     assert got["chars"] == int(chars[0])
 
 
-@pytest.mark.slow
 def test_missing_data_is_one_error_line(tmp_path):
     model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
     proc = _eval(f"--model_dir={model_dir}", f"--data={tmp_path / 'absent.jsonl'}")

@@ -353,7 +353,6 @@ def test_binary_end_to_end(tmp_path):
     )
 
 
-@pytest.mark.slow
 def test_binary_missing_input_is_one_error_line(tmp_path):
     missing = tmp_path / "missing.jsonl"
     result = _run_binary(f"--input={missing}", f"--output_dir={tmp_path / 'out'}")

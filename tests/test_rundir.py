@@ -199,6 +199,9 @@ def test_second_chief_on_one_model_dir_is_refused(tmp_path):
             f"pid {holder.pid}" in errors[0]
         )
         assert not (tmp_path / rundir.CHECKPOINT_SUBDIR).exists()
+        # The lock itself refuses too (the binary's checks before work answered first).
+        with pytest.raises(rundir.RunDirError, match=rf"pid {holder.pid}, since "):
+            rundir.acquire_lock(str(tmp_path))
     finally:
         holder.communicate("", timeout=60)
     assert not (tmp_path / rundir.LOCK_FILE).exists()  # released at exit

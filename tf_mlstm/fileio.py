@@ -78,32 +78,6 @@ def write_errors(where):
         ) from e
 
 
-def check_link_leads_somewhere(path, what):
-    """Refuses a local path that is a symbolic link to nothing (a loop, or a missing target).
-
-    TensorFlow's filesystem reads such a path as absent, creates nothing
-    there without a word, and fails at the first file written inside with
-    an `UnknownError` ("Too many levels of symbolic links").
-
-    Args:
-      path: an output path (a URL such as `gs://` is not checked).
-      what: how to name it in the message (a flag, `--export_dir=...`).
-
-    Raises:
-      errors.InvalidValueError: one line naming `what` and the link's target.
-    """
-    if "://" in path or not os.path.islink(path) or os.path.exists(path):
-        return
-    try:
-        target = os.readlink(path)
-    except OSError:
-        target = "?"
-    raise errors.InvalidValueError(
-        f"{what}: a symbolic link to {target}, which leads nowhere (a loop of links, or a "
-        "missing target); give a folder, or point the link at one"
-    )
-
-
 def is_temp_name(name):
     """Whether a folder entry is an output being written or replaced (`Staged`'s)."""
     return os.path.basename(name.rstrip("/")).startswith((TMP_PREFIX, OLD_PREFIX))

@@ -57,49 +57,25 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm import preflight
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.data import tfrecord
-from tf_mlstm.data.fields import split_keys
 
 # === Layout ===
 
-CONFIG_FILE = "config.json"
-FINETUNE_CONFIG_FILE = "finetune_config.json"
-RESULTS_FILE = "results.json"
+# The names that tell a folder's kind, and the settings a resume keeps, are
+# defined with the checks that run before TensorFlow starts (`preflight`).
+CONFIG_FILE = preflight.CONFIG_FILE
+FINETUNE_CONFIG_FILE = preflight.FINETUNE_CONFIG_FILE
+RESULTS_FILE = preflight.RESULTS_FILE
 OPENAI_IMPORT_FILE = "openai_import.json"
 LOCK_FILE = "run.lock"
-CHECKPOINT_SUBDIR = "checkpoints"
+CHECKPOINT_SUBDIR = preflight.CHECKPOINT_SUBDIR
 CARRIED_STATE_SUBDIR = "carried_state"
 INPUT_STATE_SUBDIR = "input_state"
 EXPORT_SUBDIR = "export"
 
-# Settings a checkpoint cannot be resumed under once they change, per config
-# file. A value is a function of the setting that must stay equal (None: the
-# setting itself).
-RESUME_FIXED = {
-    CONFIG_FILE: {
-        "hidden_size": None,
-        "embedding_size": None,
-        "weight_norm": None,
-        # The optimizer's variables differ (loss scale under mixed_float16),
-        # and the carried state is stored in the compute dtype.
-        "precision": None,
-    },
-    FINETUNE_CONFIG_FILE: {
-        # Lists compare by their names: a flag's list and a saved string agree.
-        "label_key": split_keys,  # the classifier's outputs
-        "label_map": None,  # the classes, so the outputs too
-        "head_hidden": None,  # the head's variables
-        "features": split_keys,  # the head's width
-        "precision": None,
-        # Whether the LM head is trained decides the optimizer's variables.
-        "lm_loss_weight": lambda weight: weight > 0,
-    },
-}
-
-
-class RunDirError(errors.InvalidValueError):
-    """A run folder that cannot be used as asked (in use, changed model, damaged)."""
+RESUME_FIXED = preflight.RESUME_FIXED
+RunDirError = preflight.RunDirError
 
 
 def checkpoint_dir(model_dir):
@@ -112,12 +88,7 @@ def export_dir(model_dir):
     return os.path.join(model_dir, EXPORT_SUBDIR)
 
 
-def is_finetune_run(model_dir):
-    """Whether `model_dir` holds a finished fine-tuning run (its config and results)."""
-    return all(
-        tf.io.gfile.exists(os.path.join(model_dir, name))
-        for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)
-    )
+is_finetune_run = preflight.is_finetune_run
 
 
 def carried_state_dir(model_dir):
@@ -130,102 +101,13 @@ def input_state_dir(model_dir, worker):
     return os.path.join(model_dir, INPUT_STATE_SUBDIR, f"worker-{worker}")
 
 
-# === What kind of folder a path is ===
+# === What kind of folder a path is (`preflight`, TensorFlow-free) ===
 
-# The kinds of folder the tools make, each told by the file only it writes
-# (checked in this order: a fine-tuning run also holds config.json).
-LANGUAGE_MODEL_RUN = "language-model run"
-FINETUNE_RUN = "fine-tuning run"
-MODEL_RUNS = (LANGUAGE_MODEL_RUN, FINETUNE_RUN)
-_KINDS = (
-    (FINETUNE_RUN, FINETUNE_CONFIG_FILE),
-    (LANGUAGE_MODEL_RUN, CONFIG_FILE),
-    ("tf-mlstm-transfer output folder", "classifier.json"),
-    ("tf-mlstm-make-tfrecords data folder", "stats.json"),
-    ("tf-mlstm-make-tfrecords data folder", tfrecord.INCOMPLETE_MARKER),
-    ("SavedModel", "saved_model.pb"),
-)
-
-
-def _use_of(kind, path):
-    # Which command fits a folder of this kind.
-    return {
-        FINETUNE_RUN: f"tf-mlstm-finetune --model_dir={path} continues it",
-        LANGUAGE_MODEL_RUN: (
-            f"tf-mlstm-train --model_dir={path} continues it; tf-mlstm-finetune takes it "
-            f"as --init_model_dir={path}"
-        ),
-        "tf-mlstm-transfer output folder": (
-            f"tf-mlstm-classify, -export, -generate and -visualize take its "
-            f"--classifier={os.path.join(path, 'classifier.json')} beside the --model_dir it "
-            "was fitted on"
-        ),
-        "tf-mlstm-make-tfrecords data folder": (
-            f"tf-mlstm-train takes it as --train_data={path}, tf-mlstm-eval as --data={path}"
-        ),
-        "SavedModel": "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it",
-    }[kind]
-
-
-def folder_kind(path):
-    """What `path` holds, told by the file only that kind of folder has.
-
-    Args:
-      path: a folder (or any path; local or a `tf.io.gfile` URL).
-
-    Returns:
-      (kind, the file that tells it): kind one of `MODEL_RUNS`, a transfer
-      output, a data folder or a SavedModel (an export's version folder, or
-      the export folder above versions); (None, None) when nothing tells
-      (missing, empty, or a run stopped before its config was written).
-    """
-    if not tf.io.gfile.isdir(path):
-        return None, None
-    for kind, name in _KINDS:
-        if tf.io.gfile.exists(os.path.join(path, name)):
-            return kind, name
-    for child in sorted(tf.io.gfile.listdir(path)):
-        child = child.rstrip("/")
-        if child.isdigit() and tf.io.gfile.exists(os.path.join(path, child, "saved_model.pb")):
-            return "SavedModel", os.path.join(child, "saved_model.pb")
-    return None, None
-
-
-def check_folder_kind(path, flag, command, accept):
-    """Refuses, before anything is read or written, a folder of a kind `command` cannot use.
-
-    Args:
-      path: the folder a flag names.
-      flag: the flag's name, for the message.
-      command: the binary (`tf-mlstm-train`), for the message.
-      accept: the kinds it takes (see `folder_kind`); None in it accepts a
-        folder nothing tells (a new one, for a tool that makes its run there).
-
-    Raises:
-      RunDirError: one line: what the folder is, the file that tells it, and
-        the command that fits it.
-    """
-    if None in accept:  # a folder the command makes
-        fileio.check_link_leads_somewhere(path, f"--{flag}={path}")
-    kind, evidence = folder_kind(path)
-    if kind in accept:
-        return
-    wanted = [_a(k) for k in accept if k]
-    if None in accept:
-        wanted.insert(0, "a new folder")
-    if kind is None:
-        raise FileNotFoundError(
-            f"{path}: no {CONFIG_FILE}, so no trained model; {command} takes "
-            f"{' or '.join(wanted)} as --{flag}"
-        )
-    raise RunDirError(
-        f"--{flag}={path} is {_a(kind)} (it holds {evidence}), and {command} takes "
-        f"{' or '.join(wanted)} there: {_use_of(kind, path)}."
-    )
-
-
-def _a(kind):
-    return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
+LANGUAGE_MODEL_RUN = preflight.LANGUAGE_MODEL_RUN
+FINETUNE_RUN = preflight.FINETUNE_RUN
+MODEL_RUNS = preflight.MODEL_RUNS
+folder_kind = preflight.folder_kind
+check_folder_kind = preflight.check_folder_kind
 
 
 # === Config files ===
@@ -248,13 +130,7 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
     """
     path = os.path.join(model_dir, name)
     if not tf.io.gfile.exists(path):
-        kind, evidence = folder_kind(model_dir) if name == CONFIG_FILE else (None, None)
-        if kind is not None:
-            raise FileNotFoundError(
-                f"{model_dir}: no {name}: it is {_a(kind)} (it holds {evidence}), not a "
-                f"trained model; {_use_of(kind, model_dir)}."
-            )
-        raise FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
+        raise preflight.missing_config_error(model_dir, name)
     with tf.io.gfile.GFile(path) as f:
         text = f.read()
     try:
@@ -315,18 +191,9 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE):
     new = json.loads(json.dumps(dataclasses.asdict(config)))
     # In name order, as the file lists them.
     changed = {k: (saved[k], v) for k, v in sorted(new.items()) if k in saved and saved[k] != v}
-    fixed = RESUME_FIXED.get(name, {})
-    refused = []
-    for field, (old, value) in changed.items():
-        if field in fixed:
-            key = fixed[field] or (lambda v: v)
-            if key(old) != key(value):
-                refused.append(f"--{field}={_flag_value(value)} (saved {_flag_value(old)})")
+    refused = preflight.refused_changes(saved, new, name)
     if refused:
-        raise RunDirError(
-            f"{model_dir} holds checkpoints of another model or precision ({name}): "
-            f"{', '.join(refused)}. Resume with the saved values, or use a new --model_dir."
-        )
+        raise preflight.resume_refused_error(model_dir, name, refused)
     if changed:
         logging.info(
             "Resuming %s with changed settings (%s): %s.",
@@ -389,45 +256,11 @@ def _lock_record():
     }
 
 
-def _process_start(pid):
-    """The process's start time in clock ticks since boot (Linux), else None.
-
-    With the pid it tells a live holder from a later process that reuses its pid.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # The command name (field 2) may hold spaces; it ends at the last ')'.
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _holder_gone(record):
-    """True when `record` names a process of this host that no longer runs."""
-    if record.get("host") != socket.gethostname():
-        return False  # another machine: no way to tell, so it counts as live
-    pid = record.get("pid")
-    if not isinstance(pid, int):
-        return True
-    if pid == os.getpid():
-        # Our pid but not our lock: an earlier incarnation (containers restart
-        # with the same pid).
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, another user's
-    start = record.get("process_start")
-    now = _process_start(pid)
-    return start is not None and now is not None and start != now
-
-
-def _describe_holder(record):
-    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}" + (
-        f", command {record['command']!r}" if record.get("command") else ""
-    )
+# Who holds a lock, and whether it is gone: TensorFlow-free, so the binaries ask it
+# before any work too (`preflight.check_not_in_use`).
+_process_start = preflight.process_start
+_holder_gone = preflight.holder_gone
+_describe_holder = preflight.describe_holder
 
 
 def _read_lock(path):
@@ -472,10 +305,7 @@ def acquire_lock(model_dir):
             if holder is None:  # released meanwhile
                 tf.io.gfile.rename(tmp, path, overwrite=False)
             elif holder and not _holder_gone(holder):
-                raise RunDirError(
-                    f"{model_dir} is in use by another run ({_describe_holder(holder)}): stop "
-                    f"it or use another --model_dir; if that run is gone, delete {path}."
-                ) from None
+                raise preflight.in_use_error(model_dir, holder) from None
             else:
                 logging.warning(
                     "Taking over the lock of %s from a run that is gone (%s).",
@@ -664,21 +494,4 @@ def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_mode
     logging.warning("%s; applied anyway (--allow_other_model).", message)
 
 
-def check_not_run_dir(path, flag):
-    """Refuses an output folder that is a training run's folder.
-
-    Args:
-      path: the output folder a tool is about to write.
-      flag: its flag name, for the message.
-
-    Raises:
-      RunDirError: `path` holds a run (its config or checkpoints), whose
-        results.json the tool would overwrite.
-    """
-    for name in (CONFIG_FILE, CHECKPOINT_SUBDIR):
-        if tf.io.gfile.exists(os.path.join(path, name)):
-            raise RunDirError(
-                f"--{flag}={path} is a model folder (it holds {name}); writing here would "
-                f"replace the run's {RESULTS_FILE}: give a folder of its own, e.g. "
-                f"{os.path.join(path, 'transfer')}."
-            )
+check_not_run_dir = preflight.check_not_run_dir

@@ -17,19 +17,27 @@ way for every binary:
    `validate()` answer before TensorFlow is imported, with one error line
    and exit status 1 (absl would print several lines, or the whole usage
    text with every flag);
-5. keeps TensorFlow's start-up messages (its C++ log: CUDA probing on a
+5. runs the binary's checks before work, when its module defines
+   `check_before_work(flag_values)` (`tf_mlstm.preflight`): its inputs
+   exist and are of the right kind, its outputs can be written, the run
+   folder is of the right kind and a resume keeps its model; after the
+   values (a dataclass config's `validate`), before a config function (which
+   may load a model and measure on it) and the body, before TensorFlow is
+   imported, so a mistake in a path is one line (as in the body) in well
+   under a second;
+6. keeps TensorFlow's start-up messages (its C++ log: CUDA probing on a
    machine without GPUs, CPU instruction notices) off the screen wherever
    TensorFlow starts (a config function that measures on a model starts it
    too, and a user error there is one line like the body's), unless
    `--verbosity` was given (its level then applies to TensorFlow's log too)
    or the user set `TF_CPP_MIN_LOG_LEVEL`, which is left as it is;
-6. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
+7. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
    value, a missing or unwritable file, a full disk, a port in use, a dead
    peer) is one error line and exit status 1, a training run stopped by
    SIGTERM or Ctrl-C exits with its own status (75 or 130, relaunch to
    resume), Ctrl-C anywhere else is one line and status 130, and anything
    else is a bug that keeps its traceback;
-7. prints the body's result, when it returns one, as the last line: one
+8. prints the body's result, when it returns one, as the last line: one
    JSON object.
 """
 
@@ -83,14 +91,19 @@ def run_binary(module_name, define_flags, body, config, required=()):
         arguments that builds the validated config from `FLAGS` (raising
         ValueError or app.UsageError for bad values).
       required: names of flags that must be given.
+
+    The binary's module may define `check_before_work(flag_values)`: run
+    once the flags and a dataclass config's values passed, before a config
+    function, the body and TensorFlow's import (step 5 of the module doc).
     """
     known = set(FLAGS)
     define_flags()
     flags.mark_flags_as_required(list(required))
     _describe_in_help(module_name, [FLAGS[name] for name in FLAGS if name not in known])
     name = binary_name(module_name)
+    check = getattr(sys.modules[module_name], "check_before_work", None)
     app.run(
-        lambda argv: _main(argv, body, config, name),
+        lambda argv: _main(argv, body, config, name, check),
         flags_parser=functools.partial(parse_flags, name=name),
     )
 
@@ -203,15 +216,19 @@ def usage_error(name, message):
     sys.exit(1)
 
 
-def _main(argv, body, config, name):
+def _main(argv, body, config, name, check_before_work=None):
     # Armed before the config is built: a config function may start TensorFlow.
     quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     try:
         if len(argv) > 1:
             raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        # The values first (a dataclass's `validate` reads no file), then the paths, then a
+        # config function, which may load a model and measure it.
         if dataclasses.is_dataclass(config):
             config = config_from_flags(config)
-        else:
+        if check_before_work is not None:
+            run_body(check_before_work, FLAGS)
+        if not dataclasses.is_dataclass(config):
             # A bad value is a usage error; another user error (a missing
             # model folder the config is measured on) is one line, as in the body.
             config = run_body(_usage_errors_of, config)

@@ -51,6 +51,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -87,7 +88,6 @@ class ClassifyConfig:
         if not self.text_keys:
             raise errors.InvalidValueError("--text_key must name at least one key")
         _flags.refuse_output_over_input("--output", self.output, "--input", self.input)
-        outputs.refuse_existing("--output", self.output, self.overwrite)
         return self
 
 
@@ -126,6 +126,24 @@ def define_classify_flags():
         "Texts read, classified and written at a time: memory stays bounded by this many "
         "texts whatever the input's size, and the output grows as the input is read.",
     )
+
+
+def check_before_work(flag_values):
+    """The model, the classifier, the input and the output, before TensorFlow starts.
+
+    (`preflight`.) A folder as `--output` would be met only when the
+    classified rows are renamed in, after all the work.
+    """
+    fv = flag_values
+    if fv.classifier:
+        preflight.check_input_file("classifier", fv.classifier, "classifier file")
+        preflight.check_trained_model(fv.model_dir)
+    else:
+        preflight.check_finetune_run(fv.model_dir)
+    preflight.check_input_files("input", fv.input)
+    preflight.check_output_file("output", fv.output)
+    # After the kind: a folder is no earlier output that --overwrite would replace.
+    outputs.refuse_existing("--output", fv.output, fv.overwrite)
 
 
 def load_predictor(config):

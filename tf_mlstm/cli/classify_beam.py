@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 
 from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
 from tf_mlstm.data import fields
@@ -142,6 +143,13 @@ def config_from_flags(
         num_output_shards=flag_values.num_output_shards,
         pipeline_args=tuple(pipeline_args),
     )
+
+
+def check_before_work(flag_values: flags.FlagValues) -> None:
+    """The SavedModel, the input and the output, before TensorFlow or Beam starts (`preflight`)."""
+    preflight.check_saved_model("saved_model", flag_values.saved_model)
+    preflight.check_input_files("input", flag_values.input)
+    preflight.check_output_prefix("output", flag_values.output)
 
 
 def _is_an_output(prefix: str, path: str) -> bool:

@@ -14,6 +14,7 @@ is one JSON object: {"bits_per_char": ..., "chars": ...}.
 from absl import flags
 from absl import logging
 
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config import EvalConfig
@@ -34,6 +35,12 @@ def define_eval_flags():
     flags.DEFINE_integer("batch_size", 32, "Document streams scored in parallel.", lower_bound=1)
     flags.DEFINE_integer("seq_length", 256, "Characters per model call.", lower_bound=1)
     flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).", lower_bound=0)
+
+
+def check_before_work(flag_values):
+    """The model and the data, before TensorFlow starts (`preflight`)."""
+    preflight.check_trained_model(flag_values.model_dir)
+    preflight.check_input_files("data", flag_values.data, folders=True)
 
 
 def main(config):

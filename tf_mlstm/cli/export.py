@@ -35,6 +35,7 @@ import dataclasses
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -98,6 +99,14 @@ def define_export_flags():
         "classifier.json), else float32. 'auto' decides by this machine, not the server's.",
     )
     _flags.define_allow_other_model()
+
+
+def check_before_work(flag_values):
+    """The model, the classifier and the export folder, before TensorFlow starts (`preflight`)."""
+    fv = flag_values
+    preflight.check_trained_model(fv.model_dir)
+    preflight.check_input_file("classifier", fv.classifier, "classifier file")
+    preflight.check_output_dir("export_dir", fv.export_dir)
 
 
 def export(config):

@@ -33,6 +33,7 @@ stopped by SIGTERM or 130 by Ctrl-C after a checkpoint: rerun to resume).
 
 from absl import flags
 
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
@@ -132,6 +133,27 @@ def define_finetune_flags():
     )
     _flags.define_runner_flags(_DEFAULTS, end_of_run="choose thresholds and evaluate")
     _flags.define_deprecated_alias("feature", "features")  # the spelling of earlier releases
+
+
+def check_before_work(flag_values):
+    """The run folders, the data and a resume's head, before TensorFlow starts (`preflight`)."""
+    fv = flag_values
+    preflight.check_output_dir("model_dir", fv.model_dir)
+    # A language-model run (the --init_model_dir too) as the output: its config.json is not ours.
+    preflight.check_folder_kind(
+        fv.model_dir, "model_dir", "tf-mlstm-finetune", (None, preflight.FINETUNE_RUN)
+    )
+    preflight.check_not_in_use(fv.model_dir)
+    for name in ("train_data", "validation_data", "test_data"):
+        preflight.check_input_files(name, fv[name].value)
+    preflight.check_trained_model(fv.init_model_dir, "init_model_dir")
+    fixed = preflight.RESUME_FIXED[preflight.FINETUNE_CONFIG_FILE]
+    preflight.check_resume(
+        fv.model_dir,
+        {name: fv[name].value for name in fixed},
+        preflight.FINETUNE_CONFIG_FILE,
+        upgrade=finetune_lib.FinetuneConfig.upgrade_saved,
+    )
 
 
 def main(config):

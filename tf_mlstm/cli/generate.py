@@ -28,6 +28,7 @@ import math
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm import preflight
 from tf_mlstm.cli import _main
 from tf_mlstm.transfer.neuron import SENTIMENTS
 
@@ -111,6 +112,12 @@ def define_generate_flags():
         defaults.stop_at_end,
         "End a sample at the end of the review (the next document-start byte).",
     )
+
+
+def check_before_work(flag_values):
+    """The model and the classifier, before TensorFlow starts (`preflight`)."""
+    preflight.check_trained_model(flag_values.model_dir)
+    preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
 
 
 def generate_texts(config, model=None, sampler=None):

@@ -19,6 +19,7 @@ import dataclasses
 from absl import flags
 
 from tf_mlstm import errors
+from tf_mlstm import preflight
 from tf_mlstm.cli import _main
 
 FLAGS = flags.FLAGS
@@ -44,6 +45,19 @@ def define_import_flags():
         "weights_dir", None, "The release's model/ folder, holding 0.npy .. 14.npy."
     )
     flags.DEFINE_string("model_dir", None, "The run folder to create (must not hold a run).")
+
+
+def check_before_work(flag_values):
+    """The release's folder and the new run folder, before TensorFlow starts (`preflight`)."""
+    fv = flag_values
+    if fv.weights_dir and not preflight.isdir(fv.weights_dir):
+        raise errors.MissingFileError(
+            f"{fv.weights_dir}: no such folder (want the release's model/)"
+        )
+    if fv.model_dir:
+        preflight.check_output_dir("model_dir", fv.model_dir)
+        # A finished import is refused with the folder's kind; a killed one is redone there.
+        preflight.check_folder_kind(fv.model_dir, "model_dir", "tf-mlstm-import-openai", (None,))
 
 
 def main(config):

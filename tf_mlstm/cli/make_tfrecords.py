@@ -39,6 +39,7 @@ from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
 from tf_mlstm.data import fields
@@ -217,6 +218,13 @@ def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from e
+
+
+def check_before_work(flag_values: flags.FlagValues) -> None:
+    """The inputs and the outputs, before TensorFlow starts (`preflight`)."""
+    preflight.check_input_files("input", flag_values.input)
+    preflight.check_output_dir("output_dir", flag_values.output_dir)
+    preflight.check_output_file("stats_file", flag_values.stats_file)
 
 
 def job_from_flags(

@@ -23,6 +23,7 @@ Ctrl-C stops at once, without that checkpoint (also 130).
 from absl import flags
 
 from tf_mlstm import config as config_lib
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -132,6 +133,29 @@ def define_train_flags():
     define_optimization_flags()
     define_budget_flags()
     _flags.define_runner_flags(_DEFAULTS)
+
+
+def check_before_work(flag_values):
+    """The run folder, the data and a resume's model, before TensorFlow starts (`preflight`).
+
+    A mistake here would otherwise be met after TensorFlow's start-up, the
+    autotune measurement or the model's construction.
+    """
+    fv = flag_values
+    preflight.check_output_dir("model_dir", fv.model_dir)
+    preflight.check_folder_kind(
+        fv.model_dir, "model_dir", "tf-mlstm-train", (None, preflight.LANGUAGE_MODEL_RUN)
+    )
+    preflight.check_not_in_use(fv.model_dir)
+    preflight.check_input_files("train_data", fv.train_data, folders=True)
+    preflight.check_input_files("validation_data", fv.validation_data, folders=True)
+    fixed = preflight.RESUME_FIXED[preflight.CONFIG_FILE]
+    preflight.check_resume(
+        fv.model_dir,
+        {name: fv[name].value for name in fixed},
+        preflight.CONFIG_FILE,
+        upgrade=config_lib.TrainConfig.upgrade_saved,
+    )
 
 
 def main(config):

@@ -42,6 +42,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -245,6 +246,22 @@ def neuron_note(results, split):
     if results["task"] != "binary":
         return ""
     return f" (sentiment neuron alone {results['neuron'][f'{split}_accuracy']:.4f})"
+
+
+def check_before_work(flag_values):
+    """The model, the data and the output folder, before TensorFlow starts (`preflight`).
+
+    `--precision=auto` loads the model and measures it while the config is
+    built, and the data is read after that: a missing file or a wrong folder
+    is answered before either.
+    """
+    fv = flag_values
+    preflight.check_trained_model(fv.model_dir)
+    for name in ("train_data", "validation_data", "test_data"):
+        preflight.check_input_files(name, fv[name].value)
+    preflight.check_output_dir("output_dir", fv.output_dir)
+    # The run's own folder: its results.json is not the transfer's to replace.
+    preflight.check_not_run_dir(fv.output_dir, "output_dir")
 
 
 def main(config):

@@ -31,6 +31,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -77,9 +78,6 @@ class VisualizeConfig:
         if not self.input:
             raise errors.InvalidValueError("--input must be text or files, got an empty string.")
         _flags.refuse_output_over_input("--output_dir", self._is_an_output, "--input", self.input)
-        outputs.refuse_existing(
-            "--output_dir", self.output_dir, self.overwrite, is_output=_OUTPUT_NAME.fullmatch
-        )
         return self
 
     def _is_an_output(self, path):
@@ -127,6 +125,23 @@ def define_visualize_flags():
     flags.DEFINE_integer("width", defaults.width, "Heat-map characters per row.")
     flags.DEFINE_float(
         "scale", defaults.scale, "Value drawn as full red/green (0 = largest absolute value)."
+    )
+
+
+def check_before_work(flag_values):
+    """The model, the classifier and the output folder, before TensorFlow starts (`preflight`).
+
+    `--input` is literal text or files, told apart by what exists: not checked here.
+    """
+    preflight.check_trained_model(flag_values.model_dir)
+    preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
+    preflight.check_output_dir("output_dir", flag_values.output_dir)
+    # After the kind: a file is no earlier output that --overwrite would replace.
+    outputs.refuse_existing(
+        "--output_dir",
+        flag_values.output_dir,
+        flag_values.overwrite,
+        is_output=_OUTPUT_NAME.fullmatch,
     )
 
 

@@ -12,6 +12,9 @@ TEXT_KEYS = ("reviewText", "text", "sentence")
 # How plain-text files are read: a document per line, or per file.
 TEXT_MODES = ("line", "file")
 
+INCOMPLETE_MARKER = "_CONVERSION_INCOMPLETE"
+"""File present in a data folder from the start to the end of a conversion (`tfrecord`)."""
+
 DEFAULT_MAX_DOCUMENT_BYTES = 1 << 20
 """Longest record read (1 MiB); reviews are a few KiB, the longest Amazon ones ~32 KiB."""
 

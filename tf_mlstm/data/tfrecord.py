@@ -42,6 +42,7 @@ from typing import Any
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm.data import fields
 from tf_mlstm.data.readers import Document
 
 TEXT_FEATURE = "text"
@@ -54,8 +55,9 @@ SPLITS = ("train", "validation", "test")
 TFRECORD_SUFFIX = ".tfrecord"
 GZIP_SUFFIX = ".gz"
 _COMPRESSIONS = (None, "GZIP")
-INCOMPLETE_MARKER = "_CONVERSION_INCOMPLETE"
-"""File present in an output folder from the start to the end of a conversion."""
+# File present in an output folder from the start to the end of a conversion
+# (named in `fields`, where the TensorFlow-free checks before work read it too).
+INCOMPLETE_MARKER = fields.INCOMPLETE_MARKER
 SPILL_SUBDIR = "_shard_parts"
 """Where `ShardedWriter` keeps buffered records when it cannot hold every shard open."""
 # Files ShardedWriter holds open at most, of the process's open-file limit:

@@ -58,6 +58,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm import preflight
 from tf_mlstm import rundir
 from tf_mlstm.data import words
 from tf_mlstm.data.text import DOC_START
@@ -379,7 +380,7 @@ def check_export_base(base_dir):
       ExportDirError: with one line naming the folder and the first entry
         that is not ours.
     """
-    fileio.check_link_leads_somewhere(base_dir, base_dir)
+    preflight.check_link_leads_somewhere(base_dir, base_dir)
     if not tf.io.gfile.exists(base_dir):
         return
     if not tf.io.gfile.isdir(base_dir):

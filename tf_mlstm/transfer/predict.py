@@ -21,6 +21,7 @@ import itertools
 import numpy as np
 
 from tf_mlstm import errors
+from tf_mlstm import preflight
 from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data import text_input
@@ -98,12 +99,7 @@ def load_predictor(
 
 def _finetuned_predictor(model_dir, batch_size):
     """`load_predictor` for the fine-tuned encoder and head of `model_dir`."""
-    if not rundir.is_finetune_run(model_dir):
-        raise errors.InvalidValueError(
-            f"--model_dir={model_dir} is not a finished tf-mlstm-finetune run (no "
-            f"{rundir.FINETUNE_CONFIG_FILE} and {rundir.RESULTS_FILE}); give "
-            "--classifier=classifier.json for a tf-mlstm-transfer classifier"
-        )
+    preflight.check_finetune_run(model_dir)
     tuned = finetune.load_finetuned_model(model_dir)
 
     def predict(texts):

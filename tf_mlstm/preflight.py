@@ -1,0 +1,639 @@
+"""Checks before work: what a binary's paths are, answered before TensorFlow starts.
+
+Every `tf-mlstm-*` binary checks what its flags name before it imports
+TensorFlow, loads a model, measures (`auto` precision) or reads data
+(`tf_mlstm/cli/_main.py` runs the binary's `preflight` first): its inputs
+exist and are of the right kind (a file, a folder, a trained model), its
+outputs can be written where they are asked for (a file where a file goes,
+a folder where a folder goes, inside a folder that exists or can be made),
+no output is one of the inputs, and a run folder resumed keeps the model
+its checkpoints were written for. A mistake costs the user one line naming
+their own path and well under a second, not the start-up of TensorFlow or
+the work before the mistake is met.
+
+This module is also what tells the kinds of folder apart (a language-model
+run, a fine-tuning run, a transfer output, a data folder, a SavedModel) and
+which settings a resumed run cannot change; `tf_mlstm.rundir` imports them
+from here. No TensorFlow here: local paths are read with `os`; a path with
+a scheme (`gs://...`) is read through TensorFlow's filesystem, imported only
+then.
+"""
+
+import glob
+import json
+import os
+import socket
+
+from tf_mlstm import errors
+from tf_mlstm.data.fields import INCOMPLETE_MARKER
+from tf_mlstm.data.fields import split_keys
+
+# === The run folder's layout (see tf_mlstm/rundir.py) ===
+
+CONFIG_FILE = "config.json"
+FINETUNE_CONFIG_FILE = "finetune_config.json"
+RESULTS_FILE = "results.json"
+CHECKPOINT_SUBDIR = "checkpoints"
+LOCK_FILE = "run.lock"
+
+# Settings a checkpoint cannot be resumed under once they change, per config
+# file. A value is a function of the setting that must stay equal (None: the
+# setting itself).
+RESUME_FIXED = {
+    CONFIG_FILE: {
+        "hidden_size": None,
+        "embedding_size": None,
+        "weight_norm": None,
+        # The optimizer's variables differ (loss scale under mixed_float16),
+        # and the carried state is stored in the compute dtype.
+        "precision": None,
+    },
+    FINETUNE_CONFIG_FILE: {
+        # Lists compare by their names: a flag's list and a saved string agree.
+        "label_key": split_keys,  # the classifier's outputs
+        "label_map": None,  # the classes, so the outputs too
+        "head_hidden": None,  # the head's variables
+        "features": split_keys,  # the head's width
+        "precision": None,
+        # Whether the LM head is trained decides the optimizer's variables.
+        "lm_loss_weight": lambda weight: weight > 0,
+    },
+}
+
+# A setting given as this is decided later (a resumed run keeps its recorded value).
+_AUTO = "auto"
+
+
+class RunDirError(errors.InvalidValueError):
+    """A run folder that cannot be used as asked (in use, changed model, damaged)."""
+
+
+# === The filesystem, without TensorFlow for local paths ===
+
+
+def _gfile():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.io.gfile
+
+
+def _remote(path):
+    return "://" in path
+
+
+def exists(path):
+    """Whether `path` exists (a link that leads nowhere does not)."""
+    return _gfile().exists(path) if _remote(path) else os.path.exists(path)
+
+
+def isdir(path):
+    """Whether `path` is a folder."""
+    return _gfile().isdir(path) if _remote(path) else os.path.isdir(path)
+
+
+def listdir(path):
+    """The names in the folder `path`."""
+    if _remote(path):
+        return [name.rstrip("/") for name in _gfile().listdir(path)]
+    return os.listdir(path)
+
+
+def check_link_leads_somewhere(path, what):
+    """Refuses a local path that is a symbolic link to nothing (a loop, or a missing target).
+
+    TensorFlow's filesystem reads such a path as absent, creates nothing
+    there without a word, and fails at the first file written inside with
+    an `UnknownError` ("Too many levels of symbolic links").
+
+    Args:
+      path: an output path (a URL such as `gs://` is not checked).
+      what: how to name it in the message (a flag, `--export_dir=...`).
+
+    Raises:
+      errors.InvalidValueError: one line naming `what` and the link's target.
+    """
+    if _remote(path) or not os.path.islink(path) or os.path.exists(path):
+        return
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    raise errors.InvalidValueError(
+        f"{what}: a symbolic link to {target}, which leads nowhere (a loop of links, or a "
+        "missing target); give a folder, or point the link at one"
+    )
+
+
+# === What kind of folder a path is ===
+
+# The kinds of folder the tools make, each told by the file only it writes
+# (checked in this order: a fine-tuning run also holds config.json).
+LANGUAGE_MODEL_RUN = "language-model run"
+FINETUNE_RUN = "fine-tuning run"
+MODEL_RUNS = (LANGUAGE_MODEL_RUN, FINETUNE_RUN)
+TRANSFER_OUTPUT = "tf-mlstm-transfer output folder"
+DATA_FOLDER = "tf-mlstm-make-tfrecords data folder"
+SAVED_MODEL = "SavedModel"
+_KINDS = (
+    (FINETUNE_RUN, FINETUNE_CONFIG_FILE),
+    (LANGUAGE_MODEL_RUN, CONFIG_FILE),
+    (TRANSFER_OUTPUT, "classifier.json"),
+    (DATA_FOLDER, "stats.json"),
+    (DATA_FOLDER, INCOMPLETE_MARKER),
+    (SAVED_MODEL, "saved_model.pb"),
+)
+
+
+def use_of(kind, path):
+    """Which command fits a folder of this kind (a sentence for an error line)."""
+    return {
+        FINETUNE_RUN: f"tf-mlstm-finetune --model_dir={path} continues it",
+        LANGUAGE_MODEL_RUN: (
+            f"tf-mlstm-train --model_dir={path} continues it; tf-mlstm-finetune takes it "
+            f"as --init_model_dir={path}"
+        ),
+        TRANSFER_OUTPUT: (
+            f"tf-mlstm-classify, -export, -generate and -visualize take its "
+            f"--classifier={os.path.join(path, 'classifier.json')} beside the --model_dir it "
+            "was fitted on"
+        ),
+        DATA_FOLDER: (
+            f"tf-mlstm-train takes it as --train_data={path}, tf-mlstm-eval as --data={path}"
+        ),
+        SAVED_MODEL: "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it",
+    }[kind]
+
+
+def a(kind):
+    """`kind` with its article ("a fine-tuning run", "an ...")."""
+    return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
+
+
+def folder_kind(path):
+    """What `path` holds, told by the file only that kind of folder has.
+
+    Args:
+      path: a folder (or any path; local or a `tf.io.gfile` URL).
+
+    Returns:
+      (kind, the file that tells it): kind one of `MODEL_RUNS`, a transfer
+      output, a data folder or a SavedModel (an export's version folder, or
+      the export folder above versions); (None, None) when nothing tells
+      (missing, empty, or a run stopped before its config was written).
+    """
+    if not isdir(path):
+        return None, None
+    for kind, name in _KINDS:
+        if exists(os.path.join(path, name)):
+            return kind, name
+    for child in sorted(listdir(path)):
+        if child.isdigit() and exists(os.path.join(path, child, "saved_model.pb")):
+            return SAVED_MODEL, os.path.join(child, "saved_model.pb")
+    return None, None
+
+
+def check_folder_kind(path, flag, command, accept):
+    """Refuses, before anything is read or written, a folder of a kind `command` cannot use.
+
+    Args:
+      path: the folder a flag names.
+      flag: the flag's name, for the message.
+      command: the binary (`tf-mlstm-train`), for the message.
+      accept: the kinds it takes (see `folder_kind`); None in it accepts a
+        folder nothing tells (a new one, for a tool that makes its run there).
+
+    Raises:
+      RunDirError: one line: what the folder is, the file that tells it, and
+        the command that fits it.
+    """
+    if None in accept:  # a folder the command makes
+        check_link_leads_somewhere(path, f"--{flag}={path}")
+    kind, evidence = folder_kind(path)
+    if kind in accept:
+        return
+    wanted = [a(k) for k in accept if k]
+    if None in accept:
+        wanted.insert(0, "a new folder")
+    if kind is None:
+        raise FileNotFoundError(
+            f"{path}: no {CONFIG_FILE}, so no trained model; {command} takes "
+            f"{' or '.join(wanted)} as --{flag}"
+        )
+    raise RunDirError(
+        f"--{flag}={path} is {a(kind)} (it holds {evidence}), and {command} takes "
+        f"{' or '.join(wanted)} there: {use_of(kind, path)}."
+    )
+
+
+def missing_config_error(model_dir, name=CONFIG_FILE):
+    """The error for a run folder without its config file `name`: what the folder is instead."""
+    kind, evidence = folder_kind(model_dir) if name == CONFIG_FILE else (None, None)
+    if kind is not None:
+        return FileNotFoundError(
+            f"{model_dir}: no {name}: it is {a(kind)} (it holds {evidence}), not a "
+            f"trained model; {use_of(kind, model_dir)}."
+        )
+    return FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
+
+
+def check_trained_model(model_dir, flag="model_dir"):
+    """Refuses a run folder to read a model from that holds none (its config.json).
+
+    Args:
+      model_dir: the folder.
+      flag: the flag that names it, for the message.
+
+    Raises:
+      FileNotFoundError: one line naming the flag and the folder, and what the
+        folder is instead (missing, a file, a data folder, a transfer output, ...).
+    """
+    if not exists(model_dir):
+        raise errors.MissingFileError(
+            f"--{flag}={model_dir} does not exist, so no trained model ({CONFIG_FILE}) is there; "
+            "give a tf-mlstm-train or tf-mlstm-finetune --model_dir"
+        )
+    if not isdir(model_dir):
+        raise errors.MissingFileError(f"--{flag}={model_dir} is a file, not a run folder")
+    if not exists(os.path.join(model_dir, CONFIG_FILE)):
+        raise missing_config_error(model_dir)
+
+
+def check_finetune_run(model_dir):
+    """Refuses a `--model_dir` without a finished fine-tuning run, where its head is wanted.
+
+    Raises:
+      errors.InvalidValueError: one line naming the folder and the alternative.
+    """
+    if not is_finetune_run(model_dir):
+        raise errors.InvalidValueError(
+            f"--model_dir={model_dir} is not a finished tf-mlstm-finetune run (no "
+            f"{FINETUNE_CONFIG_FILE} and {RESULTS_FILE}); give "
+            "--classifier=classifier.json for a tf-mlstm-transfer classifier"
+        )
+
+
+def check_not_run_dir(path, flag):
+    """Refuses an output folder that is a training run's folder.
+
+    Args:
+      path: the output folder a tool is about to write.
+      flag: its flag name, for the message.
+
+    Raises:
+      RunDirError: `path` holds a run (its config or checkpoints), whose
+        results.json the tool would overwrite.
+    """
+    for name in (CONFIG_FILE, CHECKPOINT_SUBDIR):
+        if exists(os.path.join(path, name)):
+            raise RunDirError(
+                f"--{flag}={path} is a model folder (it holds {name}); writing here would "
+                f"replace the run's {RESULTS_FILE}: give a folder of its own, e.g. "
+                f"{os.path.join(path, 'transfer')}."
+            )
+
+
+def is_finetune_run(model_dir):
+    """Whether `model_dir` holds a finished fine-tuning run (its config and results)."""
+    return all(
+        exists(os.path.join(model_dir, name)) for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)
+    )
+
+
+# === A resumed run keeps its model ===
+
+
+def has_checkpoints(model_dir):
+    """Whether the run folder holds a checkpoint (an index file or the state file)."""
+    folder = os.path.join(model_dir, CHECKPOINT_SUBDIR)
+    if not isdir(folder):
+        return False
+    return any(name.endswith(".index") or name == "checkpoint" for name in listdir(folder))
+
+
+def _flag_value(value):
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def refused_changes(saved, new, name):
+    """The settings of `new` a resume under the config file `name` cannot take from `saved`.
+
+    Args:
+      saved: the saved config's dict.
+      new: {field: value} of the new run (JSON values).
+      name: the config file (`CONFIG_FILE` or `FINETUNE_CONFIG_FILE`).
+
+    Returns:
+      ["--field=new (saved old)", ...] of the fixed settings that changed, in
+      name order.
+    """
+    fixed = RESUME_FIXED.get(name, {})
+    refused = []
+    for field in sorted(new):
+        if field in fixed and field in saved and saved[field] != new[field]:
+            key = fixed[field] or (lambda v: v)
+            if key(saved[field]) != key(new[field]):
+                refused.append(
+                    f"--{field}={_flag_value(new[field])} (saved {_flag_value(saved[field])})"
+                )
+    return refused
+
+
+def resume_refused_error(model_dir, name, refused):
+    """The error for a resume that changes the settings `refused` (see `refused_changes`)."""
+    return RunDirError(
+        f"{model_dir} holds checkpoints of another model or precision ({name}): "
+        f"{', '.join(refused)}. Resume with the saved values, or use a new --model_dir."
+    )
+
+
+def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None):
+    """Refuses, before the run starts, a resume that changes its model's shape or precision.
+
+    What `tf_mlstm.rundir.check_resumed_config` refuses once the run begins,
+    asked of the flags: a setting given as `auto` is decided later (a resumed
+    run keeps its recorded value), so it is not compared here.
+
+    Args:
+      model_dir: the run folder (nothing to check when it holds no checkpoint).
+      values: {field: the value given}.
+      name: the config file the values are saved as.
+      upgrade: turns a saved dict with earlier field names into today's.
+
+    Raises:
+      RunDirError: one line naming each flag with its saved and its new value.
+    """
+    path = os.path.join(model_dir, name)
+    if not has_checkpoints(model_dir) or not exists(path):
+        return
+    saved = _read_json(path)
+    if not isinstance(saved, dict):
+        return  # not ours to judge here: reading the config says what is wrong with it
+    if upgrade is not None:
+        saved = upgrade(saved)
+    new = {k: json.loads(json.dumps(v)) for k, v in values.items() if v != _AUTO}
+    refused = refused_changes(saved, new, name)
+    if refused:
+        raise resume_refused_error(model_dir, name, refused)
+
+
+def _read_json(path):
+    try:
+        if _remote(path):
+            with _gfile().GFile(path) as f:
+                return json.loads(f.read())
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+# === The run lock's holder ===
+
+
+def process_start(pid):
+    """The process's start time in clock ticks since boot (Linux), else None.
+
+    With the pid it tells a live holder from a later process that reuses its pid.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name (field 2) may hold spaces; it ends at the last ')'.
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def holder_gone(record):
+    """True when the lock `record` names a process of this host that no longer runs."""
+    if record.get("host") != socket.gethostname():
+        return False  # another machine: no way to tell, so it counts as live
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return True
+    if pid == os.getpid():
+        # Our pid but not our lock: an earlier incarnation (containers restart
+        # with the same pid).
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    start = record.get("process_start")
+    now = process_start(pid)
+    return start is not None and now is not None and start != now
+
+
+def describe_holder(record):
+    """The lock holder `record` in words (host, pid, start, command)."""
+    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}" + (
+        f", command {record['command']!r}" if record.get("command") else ""
+    )
+
+
+def in_use_error(model_dir, record):
+    """The error for a run folder whose lock the live run `record` holds."""
+    return RunDirError(
+        f"{model_dir} is in use by another run ({describe_holder(record)}): stop it or use "
+        f"another --model_dir; if that run is gone, delete {os.path.join(model_dir, LOCK_FILE)}."
+    )
+
+
+def check_not_in_use(model_dir):
+    """Refuses a run folder a live run holds, before any work (the run takes the lock later).
+
+    Raises:
+      RunDirError: one line naming the holder (host, pid, start, command).
+    """
+    path = os.path.join(model_dir, LOCK_FILE)
+    if not exists(path):
+        return
+    record = _read_json(path)
+    if isinstance(record, dict) and record and not holder_gone(record):
+        raise in_use_error(model_dir, record)
+
+
+# === Inputs ===
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _pieces(spec):
+    return [piece.strip() for piece in spec.split(",") if piece.strip()]
+
+
+def _check_readable(flag, path):
+    if not _remote(path) and not os.access(path, os.R_OK):
+        raise errors.InvalidValueError(f"--{flag}: cannot read {path} (permission denied)")
+
+
+def check_input_files(flag, spec, folders=False):
+    """Refuses input files that are not there, not files or not readable.
+
+    Args:
+      flag: the flag's name (`input`), for the message.
+      spec: its value: comma-separated files and globs; "" and "-" (stdin)
+        are not checked.
+      folders: a folder is an input too (a TFRecord data folder).
+
+    Raises:
+      errors.MissingFileError: a file that does not exist, or a glob that
+        matches none.
+      errors.InvalidValueError: a folder where a file is wanted, or a file
+        that cannot be read.
+    """
+    for piece in _pieces(spec or ""):
+        if piece == "-":
+            continue
+        if _GLOB_CHARS & set(piece):
+            if _remote(piece):
+                matches = _gfile().glob(piece)
+            else:
+                matches = [m for m in glob.glob(piece) if folders or not os.path.isdir(m)]
+            if not matches:
+                raise errors.MissingFileError(f"--{flag}: input pattern matches no files: {piece}")
+            continue
+        if not exists(piece):
+            what = "input file or folder" if folders else "input file"
+            raise errors.MissingFileError(f"--{flag}: {what} not found: {piece}")
+        if isdir(piece):
+            if not folders:
+                raise errors.InvalidValueError(
+                    f"--{flag}: input is a directory: {piece} (give a glob such as "
+                    f"{piece.rstrip('/')}/*.jsonl)"
+                )
+            continue
+        _check_readable(flag, piece)
+
+
+def check_input_file(flag, path, what="file"):
+    """Refuses one input file (`--classifier`) that is not there, a folder, or unreadable.
+
+    Args:
+      flag: the flag's name, for the message.
+      path: its value ("" is not checked).
+      what: what the file is ("classifier file"), for the message.
+
+    Raises:
+      errors.MissingFileError: no such file.
+      errors.InvalidValueError: a folder, or unreadable.
+    """
+    if not path:
+        return
+    if not exists(path):
+        raise errors.MissingFileError(f"--{flag}: {what} not found: {path}")
+    if isdir(path):
+        raise errors.InvalidValueError(f"--{flag}={path} is a folder, not a {what}")
+    _check_readable(flag, path)
+
+
+# === Outputs ===
+
+
+def _writable_place(flag, path, kind):
+    """Refuses an output `path` whose nearest existing folder above is no folder or read-only."""
+    if _remote(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise errors.InvalidValueError(
+            f"--{flag}={path}: {parent} is a file, so the {kind} cannot be made there"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise errors.InvalidValueError(
+            f"--{flag}={path}: cannot write in {parent} (permission denied)"
+        )
+
+
+def check_output_file(flag, path):
+    """Refuses an output file where one cannot be written: a folder, or an unwritable place.
+
+    The rerun rule (`tf_mlstm.outputs.refuse_existing`) and an output that is
+    an input (`tf_mlstm.cli._flags.refuse_output_over_input`) are checked
+    beside this.
+
+    Args:
+      flag: the flag's name, for the message.
+      path: the file to write; "" and "-" (stdout) are not checked.
+
+    Raises:
+      errors.InvalidValueError: one line naming the flag and the path.
+    """
+    if not path or path == "-" or _remote(path):
+        return
+    if os.path.isdir(path):
+        raise errors.InvalidValueError(
+            f"--{flag}={path} is a folder; give the path of the file to write, e.g. "
+            f"{os.path.join(path, 'scores.csv')}"
+        )
+    if os.path.lexists(path) and not os.access(path, os.W_OK):
+        raise errors.InvalidValueError(f"--{flag}={path}: cannot write it (permission denied)")
+    _writable_place(flag, path, "file")
+
+
+def check_output_prefix(flag, prefix):
+    """Refuses a prefix of output files (`<prefix>-00000-of-00004.jsonl`) that names a folder.
+
+    Args:
+      flag: the flag's name, for the message.
+      prefix: the files' path up to the shard numbers.
+
+    Raises:
+      errors.InvalidValueError: one line naming the flag and the path.
+    """
+    if not prefix or _remote(prefix):
+        return
+    if os.path.isdir(prefix):
+        raise errors.InvalidValueError(
+            f"--{flag}={prefix} is a folder; give a prefix of file names in it, e.g. "
+            f"{os.path.join(prefix, 'part')}"
+        )
+    _writable_place(flag, prefix, "files")
+
+
+def check_saved_model(flag, path):
+    """Refuses a `--saved_model` that holds no SavedModel (an export's version folder).
+
+    Raises:
+      errors.MissingFileError: one line; for the folder of versions above a
+        SavedModel, the version folder to give instead.
+    """
+    if any(exists(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")):
+        return
+    kind, evidence = folder_kind(path)
+    instead = (
+        os.path.join(path, os.path.dirname(evidence))
+        if kind == SAVED_MODEL
+        else "<export_dir>/<version>"
+    )
+    raise errors.MissingFileError(
+        f"--{flag}={path}: no SavedModel there (no saved_model.pb); give the version folder "
+        f"that tf-mlstm-export wrote ({instead})"
+    )
+
+
+def check_output_dir(flag, path):
+    """Refuses an output folder where one cannot be made: a file, or an unwritable place.
+
+    Args:
+      flag: the flag's name, for the message.
+      path: the folder to write into (made when missing).
+
+    Raises:
+      errors.InvalidValueError: one line naming the flag and the path.
+    """
+    if not path or _remote(path):
+        return
+    check_link_leads_somewhere(path, f"--{flag}={path}")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise errors.InvalidValueError(f"--{flag}={path} is a file, not a folder")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise errors.InvalidValueError(
+                f"--{flag}={path}: cannot write in it (permission denied)"
+            )
+        return
+    _writable_place(flag, path, "folder")
