@@ -592,3 +592,56 @@ def test_a_checkpoint_without_its_workers_state_resumes_from_the_newest_one_with
     )
     assert "restarts" not in caplog.text
     assert resumed["weights_sha256"] == whole["weights_sha256"]
+
+
+# === The progress line's ETA across evaluation pauses ===
+
+
+@pytest.mark.slow
+def test_the_eta_leaves_evaluation_pauses_out_of_the_rate_and_counts_those_ahead(
+    tmp_path, data_dir, monkeypatch, caplog
+):
+    """A periodic evaluation of 3 s at steps 3 and 6 of 8 (the steps themselves take
+    milliseconds): every progress line after the first evaluation predicts the time the
+    loop still takes, the second evaluation included. Before, the line after a pause
+    counted the pause as step time (an ETA of 4 x 3 s at step 4) and the next forgot
+    the evaluation ahead (0 s at step 5), as the ETA jumped from 2:49 to 0:07 in a run."""
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import runner as runner_lib  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+
+    pause_s = 3.0
+    monkeypatch.setattr(
+        LanguageModelTask, "periodic", lambda self: [(3, lambda step: time.sleep(pause_s))]
+    )
+    ended = []
+    run_steps = runner_lib.Runner._run_steps
+
+    def timed_run_steps(self, *args, **kwargs):
+        try:
+            return run_steps(self, *args, **kwargs)
+        finally:
+            ended.append(time.time())
+
+    monkeypatch.setattr(runner_lib.Runner, "_run_steps", timed_run_steps)
+    # No checkpoint inside the loop: the first save's set-up time would blur the check.
+    config = TrainConfig(
+        **dict(TINY, checkpoint_every_steps=100),
+        model_dir=str(tmp_path / "run"),
+        train_data=data_dir,
+        max_steps=8,
+    ).validate()
+    files = tfrecord.split_files(data_dir, "train")
+    with caplog.at_level(logging.INFO):
+        runner_lib.Runner(LanguageModelTask(config, files, []), config).train()
+    lines = {}
+    for record in caplog.records:
+        found = re.match(r"step (\d+)/8 .* ETA (\d+):(\d\d):(\d\d)$", record.getMessage())
+        if found:
+            step, hours, minutes, seconds = map(int, found.groups())
+            lines[step] = (3600 * hours + 60 * minutes + seconds, ended[0] - record.created)
+    assert sorted(lines) == list(range(1, 9))
+    for step in range(4, 9):
+        eta, left = lines[step]
+        # The ETA is shown in whole seconds, cut down.
+        assert left - 1.8 <= eta <= left + 0.8, f"step {step}: ETA {eta} s, {left:.2f} s left"

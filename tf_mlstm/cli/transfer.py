@@ -143,6 +143,16 @@ def define_transfer_flags():
         "classes).",
     )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
+    flags.DEFINE_bool(
+        "feature_cache",
+        True,
+        "Keep each split's model features in the user's cache folder "
+        "($XDG_CACHE_HOME/tf_mlstm/features, ~/.cache without it; at most "
+        "$TF_MLSTM_FEATURE_CACHE_MB megabytes, 4096 by default, least recently used "
+        "first out), keyed by the weights, the texts, the kinds, --precision and --window, "
+        "and read them back in any run that would compute the same; --nofeature_cache "
+        "computes everything and keeps nothing.",
+    )
     for old, new in _RENAMED:
         _flags.define_deprecated_alias(old, new)
 
@@ -201,6 +211,7 @@ def config_from_flags():
             "penalty": FLAGS.penalty,
             "solver": FLAGS.solver,
             "seed": FLAGS.seed,
+            "feature_cache": FLAGS.feature_cache,
         }
         if FLAGS.c_grid:
             values["c_grid"] = _floats(FLAGS.c_grid, "c_grid")

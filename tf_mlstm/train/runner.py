@@ -58,6 +58,7 @@ never the runner itself; what a checkpoint restores (the shared checkpoint,
 this worker's carried state and input position) is one `RunState`.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -767,6 +768,7 @@ class Runner:
         budget_s = config.max_minutes * 60 - self.autotune_seconds
         deadline = begin + budget_s if config.max_minutes else None
         window = _Window(begin)
+        pauses = _Pauses()
         step, last_saved = start_step, start_step if restored else -1
         nonfinite_run, save_due = 0, False
         planner = None
@@ -782,7 +784,7 @@ class Runner:
             nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
             window.add(stats)
             if step % config.log_every_steps == 0 or step == config.max_steps:
-                self._log_progress(step, window, norm, finite, deadline)
+                self._log_progress(step, window, norm, finite, deadline, pauses)
                 window = _Window(time.monotonic())
             # A checkpoint falling due inside a non-finite stretch waits for
             # the next finite step: saving then would rotate good checkpoints
@@ -790,11 +792,13 @@ class Runner:
             # all-reduced verdict, so they all save at the same step.
             save_due = save_due or step % config.checkpoint_every_steps == 0
             if save_due and finite:
-                self.save()
+                with pauses.timed(_CHECKPOINT, window):
+                    self.save()
                 last_saved, save_due = step, False
-            for every, callback in self.task.periodic():
+            for index, (every, callback) in enumerate(self.task.periodic()):
                 if every and step % every == 0:
-                    callback(step)
+                    with pauses.timed(index, window):
+                        callback(step)
             if stop == "time":
                 logging.info(
                     "Time budget of %.1f minutes reached at step %d.", config.max_minutes, step
@@ -839,11 +843,17 @@ class Runner:
             "--lr or --clip_norm (or check the input) before resuming."
         )
 
-    def _log_progress(self, step, window, norm, finite, deadline):
+    def _log_progress(self, step, window, norm, finite, deadline, pauses):
         now = time.monotonic()
-        seconds = now - window.start
+        # The rate is the steps' own: the checkpoints and evaluations inside
+        # the window are left out, and the ETA adds those still to come at the
+        # time each kind has taken so far.
+        seconds = max(now - window.start - window.paused, 1e-9)
         text, scalars = self.task.progress(step, window.total, window.steps, seconds)
         remaining = (self.config.max_steps - step) * seconds / max(window.steps, 1)
+        cadences = {_CHECKPOINT: self.config.checkpoint_every_steps}
+        cadences.update({i: every for i, (every, _) in enumerate(self.task.periodic())})
+        remaining += pauses.ahead(step, self.config.max_steps, cadences)
         if deadline is not None:
             remaining = min(remaining, max(deadline - now, 0.0))
         lr = self.learning_rate()
@@ -1141,10 +1151,54 @@ class _Window:
         self.start = start
         self.total = None
         self.steps = 0
+        self.paused = 0.0  # seconds of checkpoints and evaluations in the window
 
     def add(self, stats):
         self.total = stats.astype(np.float64) if self.total is None else self.total + stats
         self.steps += 1
+
+
+_CHECKPOINT = "checkpoint"
+
+
+class _Pauses:
+    """The time the step loop spends outside steps, by kind: checkpoints, each periodic task.
+
+    A progress line's rate leaves these pauses out and its ETA adds the ones
+    still due, each at the mean time its kind has taken in this launch, so the
+    ETA neither jumps up after an evaluation nor forgets the ones ahead.
+    """
+
+    def __init__(self):
+        self._seconds = {}  # kind -> (count, total seconds)
+
+    @contextlib.contextmanager
+    def timed(self, kind, window):
+        """Times the block as a pause of `kind`, and leaves it out of `window`'s time."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - start
+            window.paused += seconds
+            count, total = self._seconds.get(kind, (0, 0.0))
+            self._seconds[kind] = (count + 1, total + seconds)
+
+    def ahead(self, step, max_steps, cadences):
+        """Seconds of the pauses still due at `step` (after its line) to `max_steps`, at mean times.
+
+        Args:
+          step: the step just logged (its own pauses come after the line).
+          max_steps: the last step.
+          cadences: {kind: every so many steps (0: never)}.
+        """
+        seconds = 0.0
+        for kind, every in cadences.items():
+            count, total = self._seconds.get(kind, (0, 0.0))
+            if every and count:
+                due = max_steps // every - (step - 1) // every
+                seconds += max(due, 0) * total / count
+        return seconds
 
 
 def peer_failure(error, worker, step, collective_timeout_s, latest_checkpoint):

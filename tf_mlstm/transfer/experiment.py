@@ -29,6 +29,7 @@ from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.config import PRECISIONS
 from tf_mlstm.models import language_model
+from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
@@ -94,6 +95,7 @@ class TransferConfig(settings.LabeledDataFields):
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
     overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
+    feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
 
     def validate(self):
         """Raises ValueError naming the first bad setting."""
@@ -133,6 +135,8 @@ class TransferConfig(settings.LabeledDataFields):
                 "--label_threshold and --label_map cannot be combined: choose one"
             )
         labeled.parse_label_map(self.label_map)
+        if self.feature_cache:
+            feature_cache.cap_bytes()  # a bad TF_MLSTM_FEATURE_CACHE_MB, before the model loads
         if self.threshold_metric not in labeled.THRESHOLD_METRICS:
             raise errors.InvalidValueError(
                 f"--threshold_metric must be one of {labeled.THRESHOLD_METRICS}, got "
@@ -215,11 +219,15 @@ def _training_classes(config, splits):
     return classes
 
 
-def _featurize(config, model, data):
+def _featurize(config, model, data, fingerprint):
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
     The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
-    on the fit rows of train alone, never on validation or test text.
+    on the fit rows of train alone, never on validation or test text. The
+    model's features of a split come from the feature cache when a run
+    computed them before (`feature_cache`, unless `config.feature_cache` is
+    off), and go there as soon as they are computed, so an interrupted run
+    keeps the splits it finished.
     """
     computed, with_ngrams = features_lib.kinds_to_compute(
         features_lib.parse_feature_kinds(config.features)
@@ -227,6 +235,11 @@ def _featurize(config, model, data):
     featurizer = None
     if computed:
         featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
+    cache = None
+    if computed and config.feature_cache:
+        cache = feature_cache.FeatureCache.for_model(
+            model, fingerprint, config.precision, config.window
+        )
     features, timings, vocabulary = {}, {}, None
     if with_ngrams:
         start = time.monotonic()
@@ -252,8 +265,16 @@ def _featurize(config, model, data):
         if featurizer is None:
             continue
         start = time.monotonic()
-        features[name].update(featurizer(split.texts, progress=config.progress))
+        cached = cache.get(split.texts, computed, name) if cache else None
+        if cached is not None:
+            features[name].update(cached)
+            timings[name] = {"seconds": round(time.monotonic() - start, 3), "cached": True}
+            continue
+        computed_features = featurizer(split.texts, progress=config.progress)
+        features[name].update(computed_features)
         seconds = time.monotonic() - start
+        if cache:
+            cache.put(split.texts, computed_features, name)
         chars = int(features_lib.text_lengths(split.texts).sum())
         timings[name] = {
             "seconds": round(seconds, 3),
@@ -482,8 +503,10 @@ def run_transfer(config):
     rundir.check_not_run_dir(config.output_dir, "output_dir")
     started = time.monotonic()
     model, _ = language_model.load_trained_model(config.model_dir, precision=config.precision)
+    # The model features come from, for the feature cache, classify and export.
+    fingerprint = rundir.weights_checksum(model.weights)
     data = _read_data(config)
-    features, timings, vocabulary = _featurize(config, model, data)
+    features, timings, vocabulary = _featurize(config, model, data, fingerprint)
     kinds, selection = _choose_kinds(config, features, data, model.hidden_size, vocabulary)
     splits = {
         name: (features_lib.concat_features(features[name], kinds), split.labels)
@@ -499,8 +522,6 @@ def run_transfer(config):
     )
     fit_seconds = time.monotonic() - fit_started
     majority = logistic.majority_baseline(classifier, splits["train"][1], *splits["val"])
-    # The model it was fitted on, for classify and export to check and follow.
-    fingerprint = rundir.weights_checksum(model.weights)
     classifier = dataclasses.replace(
         classifier, weights_sha256=fingerprint, precision=config.precision
     )
