@@ -63,11 +63,11 @@ def _sklearn(x, y, c, penalty):
     return model.coef_, model.intercept_
 
 
-@pytest.mark.parametrize("penalty", ["l2", "l1"])
+@pytest.mark.parametrize("penalty,method", [("l2", "lbfgs"), ("l1", "fista"), ("l2", "fista")])
 @pytest.mark.parametrize("task", ["binary", "multinomial", "multilabel"])
-def test_the_solver_reaches_scikit_learns_optimum(task, penalty):
+def test_the_solver_reaches_scikit_learns_optimum(task, penalty, method):
     x, y = _data(task, rows=200, width=20)
-    fits = list(solver.fit_path(x, y, GRID, penalty, task, tol=1e-7))
+    fits = list(solver.fit_path(x, y, GRID, penalty, task, tol=1e-7, method=method))
     assert [fit.C for fit in fits] == list(GRID)
     for fit in fits:
         assert fit.converged.all() and (fit.residual <= 1e-7).all()

@@ -72,7 +72,7 @@ def define_flags():
         "solvers",
         ["auto"],
         f"Solvers, of {list(logistic.SOLVERS)}; batch:METHOD the batch solver with one of its "
-        "methods (batch:fista, batch:spg, batch:lbfgs).",
+        "methods (batch:fista, batch:lbfgs).",
     )
     flags.DEFINE_list("penalties", ["l2"], "Penalties, of l2 and l1.")
     flags.DEFINE_list("kinds", ["cell", "hidden"], "--mode=sweep: the feature kinds.")
