@@ -219,3 +219,29 @@ def test_feature_selection_names_each_group_it_fits(monkeypatch, caplog):
     assert len(finals) == len(trials) >= 3
     assert finals[0].startswith("Fitting feature group 1 of at most 6 (cell,hidden) at C=1: 9")
     assert finals[1].startswith("Fitting feature group 2 of at most 6 (mean,max,min,std) at C=1")
+
+
+def test_the_final_fit_of_the_chosen_kinds_reuses_the_selection_s_sweep(caplog):
+    rng = np.random.default_rng(5)
+    data = {kind: rng.normal(size=(200, 4)) for kind in features_lib.FEATURE_KINDS}
+    labels = np.array(["neg", "pos"], object)[(data["cell"][:, 0] > 0).astype(int)]
+    train = {kind: values[:150] for kind, values in data.items()}
+    val = {kind: values[150:] for kind, values in data.items()}
+    kinds, _ = logistic.select_feature_kinds(
+        train, labels[:150], val, labels[150:], 4, penalty="l2", progress=False
+    )
+    train_x, val_x = (features_lib.concat_features(split, kinds) for split in (train, val))
+    with caplog.at_level("INFO"):
+        again, sweep = logistic.fit_logistic(
+            train_x, labels[:150], val_x, labels[150:], kinds, 4, penalty="l2", progress=False
+        )
+    assert "is the one feature selection made" in caplog.text
+    assert again.neuron.index == 0 and len(sweep) == 9
+    # Anything else (here the labels) is a sweep of its own.
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        other, _ = logistic.fit_logistic(
+            train_x, labels[::-1][:150], val_x, labels[150:], kinds, 4, penalty="l2"
+        )
+    assert "is the one feature selection made" not in caplog.text
+    assert not np.array_equal(other.weights, again.weights)

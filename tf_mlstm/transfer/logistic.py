@@ -31,7 +31,9 @@ arrays, saved as JSON (never pickle) and turned into a
 `tf_mlstm.models.head_arrays.ClassifierHead` to run in a SavedModel.
 """
 
+import copy
 import dataclasses
+import hashlib
 import itertools
 import json
 import warnings
@@ -765,7 +767,7 @@ class _SweepProgress:
         )
 
     def __call__(self, index, c, iterations):
-        self.progress.what = f"Fitting {self.title} at C={c:g}"
+        self.progress.what = f"Fitting {self.title} at C={c:.3g}"
         self.progress.update(10 * index, iterations=int(iterations))
 
     def close(self):
@@ -856,23 +858,37 @@ def fit_logistic(
     mean, scale = block_standardizer(train_x, dense_width)
     train_z, val_z = (standardize(x, mean, scale, dense_width) for x in (train_x, val_x))
     fit = _fit_labels if np.ndim(train_y) == 2 else _fit_classes
-    report = _SweepProgress(title or ",".join(kinds), c_grid, progress)
-    try:
-        fitted, sweep = fit(
-            train_z,
-            np.asarray(train_y),
-            val_z,
-            np.asarray(val_y),
-            c_grid,
-            penalty,
-            solver,
-            seed,
-            classes,
-            threshold_metric,
-            report,
-        )
-    finally:
-        report.close()
+    settings = (
+        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric),
+        (sorted(MAX_ITER.items()), sorted(solver_lib.DEFAULT_METHODS.items())),
+    )
+    key = _fingerprint(train_x, train_y, val_x, val_y, settings)
+    if key in _SWEEPS:
+        # The same sweep as one feature selection just ran (the final fit of
+        # the kinds it chose): its result, not the work again.
+        fitted, sweep = copy.deepcopy(_SWEEPS[key])
+        logging.info("The sweep of %s is the one feature selection made", ",".join(kinds))
+    else:
+        report = _SweepProgress(title or ",".join(kinds), c_grid, progress)
+        try:
+            fitted, sweep = fit(
+                train_z,
+                np.asarray(train_y),
+                val_z,
+                np.asarray(val_y),
+                c_grid,
+                penalty,
+                solver,
+                seed,
+                classes,
+                threshold_metric,
+                report,
+            )
+        finally:
+            report.close()
+        _SWEEPS[key] = copy.deepcopy((fitted, sweep))
+        while len(_SWEEPS) > _SWEEPS_KEPT:
+            del _SWEEPS[next(iter(_SWEEPS))]
     unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
@@ -892,6 +908,28 @@ def fit_logistic(
         **fitted,
     )
     return classifier, sweep
+
+
+_SWEEPS = {}
+"""The last `_SWEEPS_KEPT` sweeps by `_fingerprint` of their inputs: the
+chosen weights and the sweep's rows (a few MB at most, on 4096 units)."""
+_SWEEPS_KEPT = 16
+"""More than the sweeps of one `auto,tfidf` selection (at most 10)."""
+
+
+def _fingerprint(train_x, train_y, val_x, val_y, settings):
+    """A digest of a sweep's inputs: the arrays' bytes, shapes and types, and its settings."""
+    digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
+    for array in (train_x, train_y, val_x, val_y):
+        parts = (array.data, array.indices, array.indptr) if sparse.issparse(array) else (array,)
+        for part in parts:
+            part = np.ascontiguousarray(part)
+            digest.update(f"{part.dtype}{part.shape}".encode())
+            if part.dtype == object:
+                digest.update(repr(part.tolist()).encode())
+            else:
+                digest.update(part.view(np.uint8).ravel())
+    return digest.hexdigest()
 
 
 def block_standardizer(x, dense_width):
