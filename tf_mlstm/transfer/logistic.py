@@ -1,15 +1,18 @@
 """L1- (or L2-) regularized logistic regression on language-model features.
 
 The transfer recipe of Radford et al. (2017): standardize the features (mean
-and scale from the training rows), fit scikit-learn's `LogisticRegression`
-with an L1 penalty (`l1_ratio=1`, the spelling of `penalty="l1"` that
-scikit-learn 1.8+ does not deprecate) for each C of a log grid, and keep the
-C with the best validation score (ties go to the smaller C: fewer units).
-The L1 penalty makes the weights sparse, so the units that carry sentiment
-stand out. The L2 penalty (`l1_ratio=0`, what `tf-mlstm-transfer` uses by
-default) keeps every weight, which classifies better from the weak pooled
-features of small models. The grid is swept upwards with warm starts and
-an iteration cap (`MAX_ITER`), each fit's convergence reported; features
+and scale from the training rows), fit an L1-regularized logistic
+regression (scikit-learn's `LogisticRegression` objective) for each C of a
+log grid, and keep the C with the best validation score (ties go to the
+smaller C: fewer units). The L1 penalty makes the weights sparse, so the
+units that carry sentiment stand out. The L2 penalty (what
+`tf-mlstm-transfer` uses by default) keeps every weight, which classifies
+better from the weak pooled features of small models. The fits are the
+project's own full-batch solver's (`tf_mlstm.transfer.solver`, solver
+"batch", the default) or scikit-learn's by name (`l1_ratio=1` spells
+`penalty="l1"` as scikit-learn 1.8+ does not deprecate). The grid is swept
+upwards with warm starts and an iteration cap (`MAX_ITER`), each fit's
+convergence reported and its progress logged (`FIT_LOG_INTERVAL_S`); features
 may include a sparse block of word n-gram TF-IDF (`ngrams`), standardized
 apart (`block_standardizer`), and `majority_baseline` tells a classifier
 that learned nothing from one that did.
