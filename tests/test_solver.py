@@ -22,6 +22,12 @@ from tf_mlstm.transfer import solver
 GRID = (1e-2, 1e-1, 1.0)
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_sweeps():
+    # fit_logistic reuses a sweep of the same inputs: each test fits its own.
+    logistic._SWEEPS.clear()
+
+
 def _data(task, rows=300, width=40, seed=0):
     """Standardized correlated features and labels for `task`."""
     rng = np.random.default_rng(seed)
