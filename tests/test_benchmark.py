@@ -146,16 +146,38 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
 
 
 @pytest.mark.slow
-def test_transfer_fit_benchmark_prints_a_line_per_trial_and_a_summary():
+def test_transfer_fit_benchmark_prints_a_line_per_sweep_and_a_summary_per_solver():
     command = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py")]
     command += ["--texts=150", "--classes=3", "--hidden=8", "--factors=4"]
+    command += ["--solvers=batch,lbfgs", "--num_labeled=10,60"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    *trials, summary = lines
-    assert summary["trials"] == len(trials) >= 3 and summary["penalty"] == "l2"
-    assert [t["width"] for t in trials[:3]] == [16, 32, 24]  # the three groups of 8 units
-    for trial in trials:
-        assert len(trial["iterations"]) == 9 and 0 <= trial["val_accuracy"] <= 1
-        assert trial["cpu_seconds"] >= 0 and isinstance(trial["not_converged"], list)
-    assert summary["chosen"] in [t["kinds"] for t in trials]
+    totals = [line for line in lines if line["what"] == "total"]
+    assert [t["solver"] for t in totals] == ["batch", "lbfgs"]
+    for total in totals:
+        sweeps = [x for x in lines if x["solver"] == total["solver"] and x["what"] != "total"]
+        # The selection's sweeps, the final one, then the curve's two sizes.
+        assert total["sweeps"] == len(sweeps) >= 6 and total["penalty"] == "l2"
+        assert [s["width"] for s in sweeps[:3]] == [16, 32, 24]  # the three groups of 8 units
+        assert sweeps[0]["what"] == "feature group 1 of at most 6 (cell,hidden)"
+        assert [s["what"] for s in sweeps[-3:]] == ["final", "10 labeled", "60 labeled"]
+        for sweep in sweeps:
+            assert len(sweep["iterations"]) == 9 and 0 <= sweep["val"] <= 1
+            assert sweep["cpu_seconds"] >= 0 and isinstance(sweep["not_converged"], list)
+        assert total["chosen"] in [s["kinds"] for s in sweeps]
+        assert 0 <= total["test_accuracy"] <= 1
+    # Both fit the same objective: the same choice and the same test accuracy.
+    assert totals[0]["chosen"] == totals[1]["chosen"]
+    assert abs(totals[0]["test_accuracy"] - totals[1]["test_accuracy"]) <= 0.01
+    sweep = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py"), "--mode=sweep"]
+    sweep += ["--shapes=semeval", "--texts=200", "--hidden=8", "--factors=4"]
+    sweep += ["--solvers=batch,liblinear", "--penalties=l1"]
+    done = subprocess.run(sweep, capture_output=True, text=True, timeout=500, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [(r["shape"], r["solver"], r["penalty"]) for r in rows] == [
+        ("semeval", "batch", "l1"),
+        ("semeval", "liblinear", "l1"),
+    ]
+    assert all(len(r["C"]) == 11 and "test_jaccard" in r for r in rows)

@@ -201,9 +201,9 @@ def test_l2_penalty_keeps_every_weight_and_finds_the_unit():
     assert all(row["nonzero_weights"] == 50 for row in sweep)
     assert dense.top_units(1)[0]["index"] == 17 and dense.neuron.index == 17
     assert dense.accuracy(test_x, test_labels) > 0.8  # 49 noise units share the weight
-    # The default solver for l2 is lbfgs; liblinear fits the same model.
-    assert logistic.resolve_solver("l2", "auto") == "lbfgs"
-    assert logistic.resolve_solver("l1", "auto") == "liblinear"
+    # The default solver is the project's own; liblinear fits the same model.
+    assert logistic.resolve_solver("l2", "auto") == "batch"
+    assert logistic.resolve_solver("l1", "auto") == "batch"
     other, _ = logistic.fit_logistic(
         x, labels, val_x, val_labels, ("cell",), 50, penalty="l2", solver="liblinear"
     )
@@ -984,7 +984,7 @@ def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, c
     )
     assert classifier.kind == "multiclass" and len(classifier.classes) == 6
     assert all(row["converged"] for row in sweep)
-    assert all(0 < row["iterations"] <= logistic.MAX_ITER["lbfgs"] for row in sweep)
+    assert all(0 < row["iterations"] <= logistic.MAX_ITER["batch"] for row in sweep)
     # Each fit starts from the last: a cold start at the largest C needs more iterations.
     _, cold = logistic.fit_logistic(
         x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", c_grid=(1.0,)
@@ -996,7 +996,7 @@ def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, c
     )
     assert scored.neurons == () and len(classifier.neurons) == 6
     np.testing.assert_array_equal(scored.weights, classifier.weights)
-    monkeypatch.setitem(logistic.MAX_ITER, "lbfgs", 2)
+    monkeypatch.setitem(logistic.MAX_ITER, "batch", 2)
     with caplog.at_level("WARNING"):
         _, capped = logistic.fit_logistic(
             x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2"

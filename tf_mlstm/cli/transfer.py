@@ -138,9 +138,9 @@ def define_transfer_flags():
     flags.DEFINE_enum(
         "solver",
         "auto",
-        ["auto", "liblinear", "saga", "lbfgs"],
-        "scikit-learn solver; auto: lbfgs for l2, liblinear for l1 (saga for more than two "
-        "classes).",
+        ["auto", "batch", "liblinear", "saga", "lbfgs"],
+        "auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2, "
+        "FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.",
     )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
     flags.DEFINE_bool(

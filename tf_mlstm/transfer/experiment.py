@@ -91,7 +91,7 @@ class TransferConfig(settings.LabeledDataFields):
     precision: str = "float32"  # the policy features are computed in
     c_grid: tuple = logistic.DEFAULT_C_GRID
     penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
-    solver: str = "auto"  # lbfgs for l2; liblinear for l1 (saga for K > 2 classes)
+    solver: str = "auto"  # batch (tf_mlstm.transfer.solver); or scikit-learn's, by name
     seed: int = 0
     progress: bool | None = None  # None: a progress bar on a terminal only
     overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
@@ -295,6 +295,7 @@ def _fit_kwargs(config, data, vocabulary=None):
         "seed": config.seed,
         "classes": data.classes,
         "threshold_metric": config.threshold_metric,
+        "progress": config.progress,
     }
 
 
@@ -346,6 +347,7 @@ def _labeled_curve(config, full, splits, data, hidden):
                 *splits["val"],
                 full.feature_kinds,
                 hidden,
+                title=f"{len(subset)} labeled examples ({','.join(full.feature_kinds)})",
                 **_fit_kwargs(config, data, full.ngrams),
             )
             rows = len(subset)

@@ -1,15 +1,18 @@
 """L1- (or L2-) regularized logistic regression on language-model features.
 
 The transfer recipe of Radford et al. (2017): standardize the features (mean
-and scale from the training rows), fit scikit-learn's `LogisticRegression`
-with an L1 penalty (`l1_ratio=1`, the spelling of `penalty="l1"` that
-scikit-learn 1.8+ does not deprecate) for each C of a log grid, and keep the
-C with the best validation score (ties go to the smaller C: fewer units).
-The L1 penalty makes the weights sparse, so the units that carry sentiment
-stand out. The L2 penalty (`l1_ratio=0`, what `tf-mlstm-transfer` uses by
-default) keeps every weight, which classifies better from the weak pooled
-features of small models. The grid is swept upwards with warm starts and
-an iteration cap (`MAX_ITER`), each fit's convergence reported; features
+and scale from the training rows), fit an L1-regularized logistic
+regression (scikit-learn's `LogisticRegression` objective) for each C of a
+log grid, and keep the C with the best validation score (ties go to the
+smaller C: fewer units). The L1 penalty makes the weights sparse, so the
+units that carry sentiment stand out. The L2 penalty (what
+`tf-mlstm-transfer` uses by default) keeps every weight, which classifies
+better from the weak pooled features of small models. The fits are the
+project's own full-batch solver's (`tf_mlstm.transfer.solver`, solver
+"batch", the default) or scikit-learn's by name (`l1_ratio=1` spells
+`penalty="l1"` as scikit-learn 1.8+ does not deprecate). The grid is swept
+upwards with warm starts and an iteration cap (`MAX_ITER`), each fit's
+convergence reported and its progress logged (`FIT_LOG_INTERVAL_S`); features
 may include a sparse block of word n-gram TF-IDF (`ngrams`), standardized
 apart (`block_standardizer`), and `majority_baseline` tells a classifier
 that learned nothing from one that did.
@@ -31,7 +34,9 @@ arrays, saved as JSON (never pickle) and turned into a
 `tf_mlstm.models.head_arrays.ClassifierHead` to run in a SavedModel.
 """
 
+import copy
 import dataclasses
+import hashlib
 import itertools
 import json
 import warnings
@@ -49,20 +54,22 @@ from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.kinds import CELL_KINDS
 from tf_mlstm.models.kinds import HIDDEN_KINDS
+from tf_mlstm.progress import Progress
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
+from tf_mlstm.transfer import solver as solver_lib
 
 PENALTIES = ("l1", "l2")
 """l1: Radford et al.'s sparse weights, which single out the units that carry
 sentiment; l2: dense weights, which classify better from the many weak,
 correlated pooled features of a small or briefly trained model
 (docs/transfer.md)."""
-SOLVERS = ("auto", "liblinear", "saga", "lbfgs")
-"""auto: for two classes (and each label of a multilabel task) liblinear for
-l1, lbfgs for l2 (on SST's pooled features lbfgs fitted l2 1.4-6x faster than
-liblinear); for more classes (multinomial) saga for l1, lbfgs for l2.
-lbfgs fits only l2; liblinear only two classes."""
+SOLVERS = ("auto", "batch", "liblinear", "saga", "lbfgs")
+"""auto: batch, this project's full-batch solver on float32 features
+(`tf_mlstm.transfer.solver`: L-BFGS for l2, FISTA for l1; every task, the
+labels of a multilabel task side by side, convergence by the KKT residual);
+the others are scikit-learn's: liblinear (two classes), saga, lbfgs (l2)."""
 DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))
 """Half-decade steps from 1e-4 (almost no unit kept) to 1 (Radford et al.'s
 largest C). Larger C keeps more units but makes liblinear slow on the
@@ -622,7 +629,7 @@ def encode_labels(labels, classes=None, what="labels"):
 
 
 def resolve_solver(penalty, solver, num_classes=2):
-    """The scikit-learn solver for `penalty` and `num_classes` ("auto" picks one).
+    """The solver for `penalty` and `num_classes` ("auto" picks one).
 
     Raises:
       ValueError: an unknown penalty or solver, lbfgs with l1, or liblinear
@@ -640,24 +647,82 @@ def resolve_solver(penalty, solver, num_classes=2):
             "needs saga (or lbfgs, l2 only)"
         )
     if solver == "auto":
-        if penalty == "l2":
-            return "lbfgs"
-        return "liblinear" if num_classes <= 2 else "saga"
+        return "batch"
     return solver
 
 
-MAX_ITER = {"lbfgs": 300, "saga": 300, "liblinear": 200}
-"""Iterations a fit may take. Along the C grid each lbfgs or saga fit starts
-from the previous C's solution (warm start), so after the first only a few
-are needed; a fit that stops at the cap is reported (`converged` false) rather
+MAX_ITER = {"batch": solver_lib.MAX_ITER, "lbfgs": 300, "saga": 300, "liblinear": 200}
+"""Iterations a fit may take (batch: gradient evaluations, line-search
+steps included). Along the C grid each fit but liblinear's starts from the
+previous C's solution (warm start), so after the first only a few are
+needed; a fit that stops at the cap is reported (`converged` false) rather
 than left to run for minutes on the separable features of a wide model."""
+FIT_LOG_INTERVAL_S = 10.0
+"""Seconds between progress log lines of a sweep when stderr is not a terminal."""
 
 
-def _sweep(z, y, c_grid, penalty, solver, seed):
+def _task(num_outputs, multilabel):
+    if multilabel:
+        return "multilabel"
+    return "binary" if num_outputs <= 2 else "multinomial"
+
+
+def _sweep(z, y, c_grid, penalty, solver, seed, num_classes=2, report=None):
     """Fits at each C of the (ascending) grid, each from the previous solution.
 
+    Args:
+      z: [N, D] standardized features (dense or CSR).
+      y: [N] class indices, or [N, L] 0/1 labels (multilabel: L binary fits).
+      c_grid: ascending C values.
+      penalty, solver, seed: see `fit_logistic` (solver resolved).
+      num_classes: K of the class indices.
+      report: called as report(c_index, C, iterations) as the fits go.
+
     Yields:
-      (C, weights [R, D], bias [R], converged, iterations) per C.
+      (C, weights [R, D], bias [R], converged [G], iterations [G]) per C,
+      with G = L problems for multilabel, else 1.
+    """
+    multilabel = np.ndim(y) == 2
+    task = _task(num_classes, multilabel)
+    if solver == "batch":
+        on_iteration = None
+        if report is not None:
+
+            def on_iteration(index, iterations):
+                report(index, c_grid[index], iterations)
+
+        for fit in solver_lib.fit_path(
+            z,
+            y,
+            c_grid,
+            penalty,
+            task,
+            num_classes=num_classes,
+            max_iter=MAX_ITER["batch"],
+            on_iteration=on_iteration,
+        ):
+            yield fit.C, fit.weights, fit.bias, fit.converged, fit.iterations
+        return
+    columns = [y[:, k] for k in range(y.shape[1])] if multilabel else [y]
+    sweeps = [_sklearn_sweep(z, column, c_grid, penalty, solver, seed) for column in columns]
+    for index, c in enumerate(c_grid):
+        if report is not None:
+            report(index, c, 0)
+        fits = [next(sweep) for sweep in sweeps]
+        yield (
+            c,
+            np.concatenate([fit[0] for fit in fits]),
+            np.concatenate([fit[1] for fit in fits]),
+            np.array([fit[2] for fit in fits]),
+            np.array([fit[3] for fit in fits]),
+        )
+
+
+def _sklearn_sweep(z, y, c_grid, penalty, solver, seed):
+    """scikit-learn's `LogisticRegression` along the grid.
+
+    Yields:
+      (weights [R, D], bias [R], converged, iterations) per C.
     """
     warm = solver != "liblinear"  # liblinear always starts from zero
     model = LogisticRegression(
@@ -679,7 +744,38 @@ def _sweep(z, y, c_grid, penalty, solver, seed):
         # C order, as a loaded classifier has: the same products to the last bit.
         weights = np.ascontiguousarray(model.coef_, np.float64)
         bias = model.intercept_.astype(np.float64)
-        yield c, weights, bias, converged, int(np.max(model.n_iter_))
+        yield weights, bias, converged, int(np.max(model.n_iter_))
+
+
+class _SweepProgress:
+    """Progress of one sweep over the C grid, through `tf_mlstm.progress.Progress`.
+
+    Lines read "Fitting <title> at C=0.001: 3.0/9.0 C (33%), 0.4 C/s, 0:15
+    left; 42 iterations" (the C being fitted, the C values done of the grid,
+    the rate, the time left, the fit's iterations so far): on a terminal a
+    bar, elsewhere a log line every `FIT_LOG_INTERVAL_S` seconds and one when
+    the sweep ends.
+    """
+
+    def __init__(self, title, c_grid, enabled):
+        self.title = title
+        # Tenths, so that a rate below one C per second reads 0.4, not 0.
+        self.progress = Progress(
+            f"Fitting {title}",
+            10 * len(c_grid),
+            "C",
+            scale=10,
+            log_interval_s=FIT_LOG_INTERVAL_S,
+            enabled=enabled is not False,
+        )
+
+    def __call__(self, index, c, iterations):
+        self.progress.what = f"Fitting {self.title} at C={c:.3g}"
+        self.progress.update(10 * index, iterations=int(iterations))
+
+    def close(self):
+        self.progress.update(self.progress.total)
+        self.progress.close()
 
 
 def _as_float32(z):
@@ -706,6 +802,8 @@ def fit_logistic(
     threshold_metric="accuracy",
     ngrams=None,
     neurons=True,
+    progress=None,
+    title=None,
 ):
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
@@ -731,11 +829,16 @@ def fit_logistic(
       neurons: False skips the search for the neurons (the classifier then
         has none: it predicts and scores, as feature selection needs, but
         has no `neuron`, report or serving head).
+      progress: False reports nothing; otherwise (None too) the sweep's
+        progress, C values done of the grid, the rate and the time left: a
+        bar on a terminal, else a log line every `FIT_LOG_INTERVAL_S` seconds
+        and one at the end (`tf_mlstm.progress.Progress`).
+      title: what the progress lines name (None: the kinds).
 
     The features are standardized (training mean and deviation; the n-gram
     block see `block_standardizer`) and the grid is swept from the smallest
-    C up, each fit starting from the previous solution (lbfgs, saga), at
-    most `MAX_ITER` iterations each.
+    C up, each fit starting from the previous solution (batch, lbfgs, saga),
+    at most `MAX_ITER` iterations each.
 
     Returns:
       (LogisticClassifier, sweep): sweep is a list of dicts in grid order,
@@ -758,18 +861,37 @@ def fit_logistic(
     mean, scale = block_standardizer(train_x, dense_width)
     train_z, val_z = (standardize(x, mean, scale, dense_width) for x in (train_x, val_x))
     fit = _fit_labels if np.ndim(train_y) == 2 else _fit_classes
-    fitted, sweep = fit(
-        train_z,
-        np.asarray(train_y),
-        val_z,
-        np.asarray(val_y),
-        c_grid,
-        penalty,
-        solver,
-        seed,
-        classes,
-        threshold_metric,
+    settings = (
+        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric),
+        (sorted(MAX_ITER.items()), sorted(solver_lib.DEFAULT_METHODS.items())),
     )
+    key = _fingerprint(train_x, train_y, val_x, val_y, settings)
+    if key in _SWEEPS:
+        # The same sweep as one feature selection just ran (the final fit of
+        # the kinds it chose): its result, not the work again.
+        fitted, sweep = copy.deepcopy(_SWEEPS[key])
+        logging.info("The sweep of %s is the one feature selection made", ",".join(kinds))
+    else:
+        report = _SweepProgress(title or ",".join(kinds), c_grid, progress)
+        try:
+            fitted, sweep = fit(
+                train_z,
+                np.asarray(train_y),
+                val_z,
+                np.asarray(val_y),
+                c_grid,
+                penalty,
+                solver,
+                seed,
+                classes,
+                threshold_metric,
+                report,
+            )
+        finally:
+            report.close()
+        _SWEEPS[key] = copy.deepcopy((fitted, sweep))
+        while len(_SWEEPS) > _SWEEPS_KEPT:
+            del _SWEEPS[next(iter(_SWEEPS))]
     unconverged = sorted({row["C"] for row in sweep if not row["converged"]})
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
@@ -789,6 +911,28 @@ def fit_logistic(
         **fitted,
     )
     return classifier, sweep
+
+
+_SWEEPS = {}
+"""The last `_SWEEPS_KEPT` sweeps by `_fingerprint` of their inputs: the
+chosen weights and the sweep's rows (a few MB at most, on 4096 units)."""
+_SWEEPS_KEPT = 16
+"""More than the sweeps of one `auto,tfidf` selection (at most 10)."""
+
+
+def _fingerprint(train_x, train_y, val_x, val_y, settings):
+    """A digest of a sweep's inputs: the arrays' bytes, shapes and types, and its settings."""
+    digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
+    for array in (train_x, train_y, val_x, val_y):
+        parts = (array.data, array.indices, array.indptr) if sparse.issparse(array) else (array,)
+        for part in parts:
+            part = np.ascontiguousarray(part)
+            digest.update(f"{part.dtype}{part.shape}".encode())
+            if part.dtype == object:
+                digest.update(repr(part.tolist()).encode())
+            else:
+                digest.update(part.view(np.uint8).ravel())
+    return digest.hexdigest()
 
 
 def block_standardizer(x, dense_width):
@@ -859,13 +1003,15 @@ def majority_baseline(classifier, train_y, val_x, val_y):
     }
 
 
-def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, classes, _):
+def _fit_classes(
+    train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, classes, _, report=None
+):
     """One (binary or multinomial) fit per C; the best on validation accuracy."""
     train_index, classes = encode_labels(train_y, classes, what="training labels")
     val_index, _ = encode_labels(val_y, classes, what="validation labels")
     solver = resolve_solver(penalty, solver, len(classes))
     sweep, best = [], None
-    fits = _sweep(train_z, train_index, c_grid, penalty, solver, seed)
+    fits = _sweep(train_z, train_index, c_grid, penalty, solver, seed, len(classes), report)
     for c, weights, bias, converged, iterations in fits:
         row = {
             "C": c,
@@ -874,8 +1020,8 @@ def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, 
             ),
             "val_accuracy": float(np.mean(_predicted_index(val_z, weights, bias) == val_index)),
             "nonzero_weights": int(np.count_nonzero(np.any(weights != 0, axis=0))),
-            "converged": converged,
-            "iterations": iterations,
+            "converged": bool(np.all(converged)),
+            "iterations": int(np.max(iterations)),
         }
         sweep.append(row)
         if best is None or row["val_accuracy"] > best[0]["val_accuracy"]:
@@ -893,7 +1039,9 @@ def _fit_classes(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, 
     return dict(fitted, neuron_targets=targets), sweep
 
 
-def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, names, metric):
+def _fit_labels(
+    train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, names, metric, report=None
+):
     """One binary fit per label and C; per label the C and threshold best on validation."""
     if metric not in labeled.THRESHOLD_METRICS:
         raise errors.InvalidValueError(
@@ -906,32 +1054,36 @@ def _fit_labels(train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, n
             f"{count} training labels, {np.shape(val_y)[1:]} validation, names {names}"
         )
     solver = resolve_solver(penalty, solver, 2)
-    sweep, chosen = [], []
     for k, name in enumerate(names):
         values = np.unique(train_y[:, k]).tolist()
         if values != [0, 1]:
             raise errors.InvalidValueError(
                 f"label {name!r} is {values} on every training row; each label needs both 0 and 1"
             )
-        best = None
-        fits = _sweep(train_z, train_y[:, k], c_grid, penalty, solver, seed)
-        for c, weights, bias, converged, iterations in fits:
-            probability = expit(val_z @ weights[0] + bias[0])
+    rows, chosen = [[] for _ in names], [None] * count
+    # Every label's fit at one C at a time (batch fits them side by side).
+    for c, weights, bias, converged, iterations in _sweep(
+        train_z, train_y, c_grid, penalty, solver, seed, 2, report
+    ):
+        probabilities = expit(val_z @ weights.T + bias)
+        for k, name in enumerate(names):
+            probability = probabilities[:, k]
             threshold = labeled.choose_threshold(probability, val_y[:, k], metric)
             value = _binary_metric(val_y[:, k], probability > threshold, metric)
-            row = {
-                "label": name,
-                "C": c,
-                "threshold": threshold,
-                f"val_{metric}": value,
-                "nonzero_weights": int(np.count_nonzero(weights)),
-                "converged": converged,
-                "iterations": iterations,
-            }
-            sweep.append(row)
-            if best is None or value > best[0]:
-                best = (value, c, threshold, weights[0], bias[0])
-        chosen.append(best)
+            rows[k].append(
+                {
+                    "label": name,
+                    "C": c,
+                    "threshold": threshold,
+                    f"val_{metric}": value,
+                    "nonzero_weights": int(np.count_nonzero(weights[k])),
+                    "converged": bool(converged[k]),
+                    "iterations": int(iterations[k]),
+                }
+            )
+            if chosen[k] is None or value > chosen[k][0]:
+                chosen[k] = (value, c, threshold, weights[k].copy(), bias[k])
+    sweep = [row for label_rows in rows for row in label_rows]
     _, cs, thresholds, weights, bias = (list(column) for column in zip(*chosen))
     fitted = {
         "weights": np.stack(weights),
@@ -1045,7 +1197,7 @@ def select_feature_kinds(
       hidden_size: the model's units.
       groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
       **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty,
-        classes, threshold_metric, ngrams).
+        classes, threshold_metric, ngrams, progress).
 
     Returns:
       (kinds, trials): the chosen tuple of kinds in `features.ALL_KINDS`
@@ -1055,6 +1207,8 @@ def select_feature_kinds(
     """
     trials = []
     cache = {}
+    # Greedy forward selection fits at most g + (g - 1) + ... + 1 combinations.
+    most = len(groups) * (len(groups) + 1) // 2
 
     def score(chosen_groups):
         kinds = tuple(
@@ -1070,6 +1224,7 @@ def select_feature_kinds(
                 kinds,
                 hidden_size,
                 neurons=False,
+                title=f"feature group {len(trials) + 1} of at most {most} ({','.join(kinds)})",
                 **fit_kwargs,
             )
             cache[kinds] = classifier.score(val_x, val_y)
