@@ -141,6 +141,13 @@ def define_transfer_flags():
         "scikit-learn solver; auto: lbfgs for l2, liblinear for l1 (saga for more than two "
         "classes).",
     )
+    flags.DEFINE_integer(
+        "cv_folds",
+        5,
+        "With a validation split under 2,000 rows, choose the features and C by this many "
+        "folds of stratified cross-validation over train and validation together (the "
+        "classifier is still fitted on train); 0: the validation split chooses.",
+    )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
     for old, new in _RENAMED:
         _flags.define_deprecated_alias(old, new)
@@ -199,6 +206,7 @@ def config_from_flags():
             "validation_fraction": FLAGS.validation_fraction,
             "penalty": FLAGS.penalty,
             "solver": FLAGS.solver,
+            "cv_folds": FLAGS.cv_folds,
             "seed": FLAGS.seed,
         }
         if FLAGS.c_grid:
