@@ -130,3 +130,34 @@ def test_a_large_validation_split_chooses_alone(monkeypatch):
 def test_cv_folds_must_be_0_or_2_or_more(folds):
     with pytest.raises(ValueError, match="--cv_folds must be 0"):
         dataclasses.replace(_config(), cv_folds=folds).validate()
+
+
+def test_the_words_alone_sweep_further_up_than_model_features():
+    config = _config()
+    assert experiment.c_grid_of(config, ("tfidf",)) == logistic.WORDS_C_GRID
+    assert max(logistic.WORDS_C_GRID) == 10 * max(logistic.DEFAULT_C_GRID)
+    assert logistic.WORDS_C_GRID[: len(logistic.DEFAULT_C_GRID)] == logistic.DEFAULT_C_GRID
+    assert experiment.c_grid_of(config, ("cell", "tfidf")) == logistic.DEFAULT_C_GRID
+    assert experiment.c_grid_of(config, ("cell",)) == logistic.DEFAULT_C_GRID
+    given = _config(c_grid=(0.5, 2.0))  # the user's grid is the user's
+    assert experiment.c_grid_of(given, ("tfidf",)) == (0.5, 2.0)
+
+
+@pytest.mark.slow
+def test_the_ngrams_are_scikit_learns_standard_tfidf_token_for_token(shared_data):
+    """`ngrams.fit_vocabulary` on SST-2's training sentences gives what
+    `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)` gives: every n-gram, same values."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from tf_mlstm.transfer import ngrams
+
+    train = labeled.read_labeled(str(shared_data / "sst" / "train.csv"), ("sentence",), "label")
+    test = labeled.read_labeled(str(shared_data / "sst" / "test.csv"), ("sentence",), "label")
+    vocabulary, fitted = ngrams.fit_vocabulary(train.texts)
+    standard = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(train.texts)
+    assert vocabulary.terms == tuple(standard.get_feature_names_out())
+    assert len(vocabulary) > 80_000  # every n-gram, those of one text too
+    np.testing.assert_allclose(vocabulary.idf, standard.idf_, rtol=1e-12)
+    for ours, texts in ((fitted, train.texts), (vocabulary.transform(test.texts), test.texts)):
+        difference = ours - standard.transform(texts)
+        assert abs(difference).max() < 1e-12
