@@ -448,7 +448,9 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     assert f"Features in {chosen} (auto: " in done.stderr
     assert [row["num_labeled"] for row in results["num_labeled"]] == [10, 48]
     assert results["data"]["train"]["examples"] == 48
-    assert len(results["c_sweep"]) == len(logistic.DEFAULT_C_GRID)
+    # 16 validation rows: C was chosen by cross-validation over train and validation.
+    assert len(results["c_choice"]["per_C"]) == len(logistic.DEFAULT_C_GRID)
+    assert [row["C"] for row in results["c_sweep"]] == [results["c_choice"]["C"]]
     for name in ("classifier.json", "neuron_histogram.png", "accuracy_vs_labeled.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "neuron_histogram.png").read_bytes()[:4] == b"\x89PNG"
@@ -1047,9 +1049,12 @@ def test_auto_with_ngrams_through_transfer_classify_and_the_results(tmp_path, re
     )
     model_dir = config.model_dir
     results = experiment.run_transfer(config)
-    trials = {tuple(t["kinds"]): t["val_accuracy"] for t in results["feature_selection"]["trials"]}
+    # A small validation split: each combination is scored by cross-validation.
+    assert results["feature_selection"]["by"] == "cross_validation"
+    trials = {tuple(t["kinds"]): t["cv_accuracy"] for t in results["feature_selection"]["trials"]}
     assert trials[("tfidf",)] == 1.0 and len(trials) >= 4
-    assert results["val_accuracy"] == max(trials.values())
+    assert trials[tuple(results["feature_kinds"])] == max(trials.values())
+    assert results["val_accuracy"] >= 15 / 16  # fitted on train alone at that C
     results = experiment.run_transfer(
         dataclasses.replace(config, features="tfidf,cell", output_dir=str(tmp_path / "out"))
     )
