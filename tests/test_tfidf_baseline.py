@@ -115,15 +115,23 @@ def test_the_binary_prints_one_json_line_and_refuses_bad_flags(tmp_path):
     assert "0:a" in done.stderr
 
 
-@pytest.mark.parametrize("grid", ["x", "0,1"])
-def test_a_bad_c_grid_is_a_usage_error(grid, tmp_path):
+@pytest.mark.parametrize(
+    "flag,named",
+    [
+        ("--c_grid=x", "--c_grid"),
+        ("--c_grid=0,1", "--c_grid"),
+        ("--test_fraction=1", "--test_fraction"),
+        ("--test_fraction=0.4 --test_data=TRAIN", "--test_fraction"),
+    ],
+)
+def test_a_bad_flag_is_a_usage_error(flag, named, tmp_path):
     train = _three_classes(tmp_path / "train.csv", 20, 0)
     done = subprocess.run(
         [
             sys.executable,
             str(REPO / "tools" / "tfidf_baseline.py"),
             f"--train_data={train}",
-            f"--c_grid={grid}",
+            *flag.replace("TRAIN", train).split(),
         ],
         capture_output=True,
         text=True,
@@ -131,7 +139,33 @@ def test_a_bad_c_grid_is_a_usage_error(grid, tmp_path):
         timeout=300,
     )
     assert done.returncode == 1
-    assert "--c_grid" in done.stderr
+    assert named in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_fits_the_reference_and_the_project_words_on_the_same_rows(tmp_path):
+    """--compare: scikit-learn's standard recipe and transfer's words-only fit, same splits."""
+    config = _config(
+        train_data=_three_classes(tmp_path / "train.csv", 400, 0),
+        test_fraction=0.25,
+        validation_fraction=0.2,
+    )
+    result = tfidf_baseline.run_compare(config)
+    assert result["examples"] == {"train": 240, "val": 60, "test": 100}
+    reference, project = result["reference"], result["project"]
+    assert reference["C"] in tfidf_baseline.REFERENCE_C_GRID
+    assert project["kinds"] == ["tfidf"] and project["task"] == "multiclass"
+    # 60 validation rows: transfer chose C by cross-validation over train + validation.
+    assert project["C_by"] == "5-fold cross-validation"
+    assert reference["test"]["accuracy"] == project["test"]["accuracy"] == 1.0
+    assert result["difference"] == {
+        "split": "test",
+        "metric": "accuracy",
+        "project_minus_reference": 0.0,
+    }
+    # The held-out test rows are the same for every seed-0 reader of these flags.
+    train, val, test = tfidf_baseline.read_splits(config)
+    assert (len(train), len(val), len(test)) == (240, 60, 100)
+    assert not set(test.places) & set(train.places + val.places)
 
 
 def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):

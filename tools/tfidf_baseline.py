@@ -17,14 +17,25 @@ pessimism,sadness,surprise,trust
 One label key: one multinomial regression over the classes (two or more).
 Several: one binary regression per label, each with its own C and a
 probability threshold chosen on validation (`--threshold_metric`). Without
-`--validation_data`, a stratified `--validation_fraction` of train is held out. The last line
-printed is one JSON object with the validation and test metrics.
+`--validation_data`, a stratified `--validation_fraction` of train is held out
+(and without `--test_data`, first a `--test_fraction`, when given). The last
+line printed is one JSON object with the validation and test metrics.
+
+`--compare` sets the project's words side against the standard recipe on the
+same rows: `reference` is scikit-learn's `TfidfVectorizer(ngram_range=(1, 2),
+sublinear_tf=True)` (its own defaults otherwise: every n-gram of the training
+texts, its tokenizer) and `LogisticRegression` with C chosen on validation over
+`REFERENCE_C_GRID`; `project` is what `tf-mlstm-transfer --features=tfidf`
+fits with its defaults (`tf_mlstm.transfer.experiment.fit_features`); the
+last line then holds both and `difference`, the project's test metric minus
+the reference's (accuracy; multi-label: Jaccard).
 """
 
 import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm.cli import _flags
@@ -35,6 +46,9 @@ from tf_mlstm.transfer import settings
 
 FLAGS = flags.FLAGS
 C_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)
+REFERENCE_C_GRID = tuple(float(c) for c in np.logspace(-1, 3, 9))
+"""`--compare`'s grid for the reference: 0.1 to 1000 in half decades, the raw-TF-IDF
+equivalent of transfer's default grid on its scaled n-grams."""
 
 
 def define_flags():
@@ -54,6 +68,17 @@ def define_flags():
     )
     flags.DEFINE_float(
         "validation_fraction", 0.1, "Share of train held out without --validation_data."
+    )
+    flags.DEFINE_float(
+        "test_fraction",
+        0.0,
+        "Without --test_data: a stratified share of train held out as test first (0 = none).",
+    )
+    flags.DEFINE_bool(
+        "compare",
+        False,
+        "Fit scikit-learn's standard TF-IDF recipe and transfer's words-only fit on the same "
+        "rows and print both.",
     )
     flags.DEFINE_integer(
         "max_train_examples",
@@ -97,11 +122,13 @@ def read_splits(config):
         )
 
     train = read(config["train_data"], config["max_train_examples"])
+    test = read(config["test_data"], config["max_eval_examples"]) if config["test_data"] else None
+    if test is None and config.get("test_fraction"):
+        train, test = labeled.split_off(train, config["test_fraction"], config["seed"])
     if config["validation_data"]:
         val = read(config["validation_data"], config["max_eval_examples"])
     else:
         train, val = labeled.split_off(train, config["validation_fraction"], config["seed"])
-    test = read(config["test_data"], config["max_eval_examples"]) if config["test_data"] else None
     return train, val, test
 
 
@@ -178,6 +205,77 @@ def run_baseline(config):
     return result
 
 
+def reference_vectorizer(train_texts):
+    """scikit-learn's standard TF-IDF: uni- and bigrams, sublinear tf, its other defaults."""
+    return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit(train_texts)
+
+
+def run_reference(train, val, test, config):
+    """scikit-learn's standard recipe on the splits: its vectorizer, C on validation."""
+    vectorizer = reference_vectorizer(train.texts)
+    fit = multi_label if train.multilabel else single_label
+    result = fit(train, val, test, vectorizer, dict(config, c_grid=REFERENCE_C_GRID))
+    result["features"] = len(vectorizer.vocabulary_)
+    return result
+
+
+def run_project_words(train, val, test, config):
+    """What `tf-mlstm-transfer --features=tfidf` fits on the splits, with its defaults."""
+    # pylint: disable=import-outside-toplevel
+    from tf_mlstm.transfer import experiment
+
+    transfer = experiment.TransferConfig(
+        model_dir="-",
+        output_dir="-",
+        train_data=config["train_data"],
+        label_key=tuple(config["label_keys"]),
+        features=ngrams.NGRAM_KIND,
+        threshold_metric=config["threshold_metric"],
+        seed=config["seed"],
+        **({"cv_folds": config["cv_folds"]} if "cv_folds" in config else {}),
+    )
+    splits = {"train": train, "val": val, **({"test": test} if test is not None else {})}
+    data = experiment.make_data(transfer, train, splits, held_out=not config["validation_data"])
+    features, _, vocabulary = experiment.featurize(transfer, None, data)
+    kinds, _, c_choice, xy, classifier, sweep, seconds = experiment.fit_features(
+        transfer, features, data, 0, vocabulary
+    )
+    result = {
+        "task": classifier.kind,
+        "kinds": list(kinds),
+        "C": classifier.C,
+        "features": len(vocabulary),
+        "C_by": "validation" if c_choice is None else f"{c_choice['folds']}-fold cross-validation",
+        "fit_seconds": round(seconds, 2),
+        "not_converged": sorted({row["C"] for row in sweep if not row["converged"]}),
+    }
+    for name in ("val", "test"):
+        if name in xy:
+            result[name] = classifier.metrics(*xy[name])
+    return result
+
+
+def run_compare(config):
+    """The reference and the project's words side on the same splits, and their difference."""
+    train, val, test = read_splits(config)
+    logging.info("train %d, val %d, test %d texts", len(train), len(val), len(test or ()))
+    result = {
+        "reference": _headline(run_reference(train, val, test, config)),
+        "project": _headline(run_project_words(train, val, test, config)),
+        "examples": {"train": len(train), "val": len(val), "test": len(test or ())},
+    }
+    split = "test" if test is not None else "val"
+    metric = "jaccard" if train.multilabel else "accuracy"
+    result["difference"] = {
+        "split": split,
+        "metric": metric,
+        "project_minus_reference": round(
+            result["project"][split][metric] - result["reference"][split][metric], 4
+        ),
+    }
+    return result
+
+
 _LABELED_FLAGS = (
     "train_data",
     "validation_data",
@@ -198,6 +296,10 @@ def _config():
         raise app.UsageError(f"--c_grid must be numbers, got {FLAGS.c_grid}") from None
     if not c_grid or min(c_grid) <= 0:
         raise app.UsageError("--c_grid must hold positive numbers")
+    if not 0 <= FLAGS.test_fraction < 1:
+        raise app.UsageError(f"--test_fraction must be in [0, 1), got {FLAGS.test_fraction}")
+    if FLAGS.test_fraction and FLAGS.test_data:
+        raise app.UsageError("--test_fraction holds test rows out of train: not with --test_data")
     # The labeled-data flags are checked as transfer and fine-tuning check them.
     settings.LabeledDataFields(
         **{name: FLAGS[name].value for name in _LABELED_FLAGS}
@@ -211,6 +313,8 @@ def _config():
         "label_map": FLAGS.label_map,
         "label_threshold": FLAGS.label_threshold,
         "validation_fraction": FLAGS.validation_fraction,
+        "test_fraction": FLAGS.test_fraction,
+        "compare": FLAGS.compare,
         "max_train_examples": FLAGS.max_train_examples,
         "max_eval_examples": FLAGS.max_eval_examples,
         "threshold_metric": FLAGS.threshold_metric,
@@ -222,11 +326,16 @@ def _config():
 def _headline(result):
     """The final line: test (else validation) metrics that name the task."""
     keys = ("accuracy", "macro_f1", "f1", "jaccard", "micro_f1")
-    line = {"task": result["task"], "C": result["C"], "examples": result["examples"]}
+    fields = ("task", "kinds", "C", "C_by", "features", "examples")
+    line = {field: result[field] for field in fields if field in result}
     for split in ("val", "test"):
         if split in result:
             line[split] = {k: result[split][k] for k in keys if k in result[split]}
     return line
+
+
+def _body(config):
+    return run_compare(config) if config["compare"] else _headline(run_baseline(config))
 
 
 def run():
@@ -234,7 +343,7 @@ def run():
     _main.run_binary(
         __name__,
         define_flags,
-        lambda config: _headline(run_baseline(config)),
+        _body,
         _config,
         required=["train_data"],
     )

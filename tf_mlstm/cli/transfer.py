@@ -142,6 +142,13 @@ def define_transfer_flags():
         "auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2, "
         "FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.",
     )
+    flags.DEFINE_integer(
+        "cv_folds",
+        5,
+        "With a validation split under 2,000 rows, choose the features and C by this many "
+        "folds of stratified cross-validation over train and validation together (the "
+        "classifier is still fitted on train); 0: the validation split chooses.",
+    )
     flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
     flags.DEFINE_bool(
         "feature_cache",
@@ -210,6 +217,7 @@ def config_from_flags():
             "validation_fraction": FLAGS.validation_fraction,
             "penalty": FLAGS.penalty,
             "solver": FLAGS.solver,
+            "cv_folds": FLAGS.cv_folds,
             "seed": FLAGS.seed,
             "feature_cache": FLAGS.feature_cache,
         }

@@ -93,6 +93,7 @@ class TransferConfig(settings.LabeledDataFields):
     penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
     solver: str = "auto"  # batch (tf_mlstm.transfer.solver); or scikit-learn's, by name
     seed: int = 0
+    cv_folds: int = logistic.CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
     progress: bool | None = None  # None: a progress bar on a terminal only
     overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
     feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
@@ -121,6 +122,11 @@ class TransferConfig(settings.LabeledDataFields):
         if self.solver == "lbfgs" and self.penalty != "l2":
             raise errors.InvalidValueError(
                 f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}"
+            )
+        if self.cv_folds < 0 or self.cv_folds == 1:
+            raise errors.InvalidValueError(
+                f"--cv_folds must be 0 (choose on the validation split) or 2 or more, got "
+                f"{self.cv_folds}"
             )
         if not self.c_grid or min(self.c_grid) <= 0:
             raise errors.InvalidValueError(
@@ -185,7 +191,14 @@ def _read_data(config):
             "No --validation_data: validating on %d rows held out of the training data",
             len(splits["val"]),
         )
-    splits = {"train": fit, **splits}
+    return make_data(config, train, {"train": fit, **splits}, held_out)
+
+
+def make_data(config, train, splits, held_out):
+    """The `_Data` of splits already read: dict "train" (the fit rows), "val", maybe "test".
+
+    Checks the classes (`_training_classes`) as a run does before featurizing.
+    """
     return _Data(train, splits, _training_classes(config, splits), held_out)
 
 
@@ -219,15 +232,16 @@ def _training_classes(config, splits):
     return classes
 
 
-def _featurize(config, model, data, fingerprint):
+def featurize(config, model, data, fingerprint=None):
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
     The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
     on the fit rows of train alone, never on validation or test text. The
     model's features of a split come from the feature cache when a run
     computed them before (`feature_cache`, unless `config.feature_cache` is
-    off), and go there as soon as they are computed, so an interrupted run
-    keeps the splits it finished.
+    off or no `fingerprint` of the model's weights is given), and go there as
+    soon as they are computed, so an interrupted run keeps the splits it
+    finished.
     """
     computed, with_ngrams = features_lib.kinds_to_compute(
         features_lib.parse_feature_kinds(config.features)
@@ -236,7 +250,7 @@ def _featurize(config, model, data, fingerprint):
     if computed:
         featurizer = features_lib.TextFeaturizer(model, config.batch_size, config.window, computed)
     cache = None
-    if computed and config.feature_cache:
+    if computed and config.feature_cache and fingerprint is not None:
         cache = feature_cache.FeatureCache.for_model(
             model, fingerprint, config.precision, config.window
         )
@@ -255,7 +269,7 @@ def _featurize(config, model, data, fingerprint):
             "terms": len(vocabulary),
         }
         logging.info(
-            "TF-IDF of %d word n-grams (seen in two or more of %d training texts) in %.1f s",
+            "TF-IDF of %d word n-grams (of %d training texts) in %.1f s",
             len(vocabulary),
             len(data.splits["train"]),
             timings[ngrams_lib.NGRAM_KIND]["seconds"],
@@ -286,10 +300,22 @@ def _featurize(config, model, data, fingerprint):
     return features, timings, vocabulary
 
 
-def _fit_kwargs(config, data, vocabulary=None):
+def c_grid_of(config, kinds):
+    """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
+
+    `logistic.WORDS_C_GRID` reaches 10x further up than the default grid:
+    every n-gram of a small training set, each seen once or twice, wants
+    little regularization.
+    """
+    if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == logistic.DEFAULT_C_GRID:
+        return logistic.WORDS_C_GRID
+    return config.c_grid
+
+
+def _fit_kwargs(config, data, vocabulary=None, kinds=()):
     return {
         "ngrams": vocabulary,
-        "c_grid": config.c_grid,
+        "c_grid": c_grid_of(config, kinds),
         "penalty": config.penalty,
         "solver": config.solver,
         "seed": config.seed,
@@ -299,8 +325,29 @@ def _fit_kwargs(config, data, vocabulary=None):
     }
 
 
-def _choose_kinds(config, features, data, hidden, vocabulary):
-    """The feature kinds: `--features`, or chosen on validation for `auto`."""
+def choice_folds(config, data):
+    """The cross-validation folds that choose features and C, or None: validation chooses.
+
+    With fewer than `logistic.CV_MAX_VALIDATION` validation rows (and
+    `cv_folds` not 0) the choice is made by `cv_folds`-fold stratified
+    cross-validation over the fit rows and the validation rows together
+    (folds over train's rows, then validation's); the final classifier is
+    still fitted on the fit rows alone.
+    """
+    rows = len(data.splits["val"])
+    if config.cv_folds < 2 or rows >= logistic.CV_MAX_VALIDATION:
+        return None
+    labels = np.concatenate(
+        [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
+    )
+    folds = logistic.cross_validation_folds(labels, config.cv_folds, config.seed)
+    if folds is None:
+        logging.info("Too few rows of some class for cross-validation: validation chooses")
+    return folds
+
+
+def _choose_kinds(config, features, data, hidden, vocabulary, folds=None):
+    """The feature kinds: `--features`, or chosen on validation (or `folds`) for `auto`."""
     spec = features_lib.parse_feature_kinds(config.features)
     if spec not in (features_lib.AUTO, features_lib.AUTO_NGRAMS):
         return spec, None
@@ -314,10 +361,108 @@ def _choose_kinds(config, features, data, hidden, vocabulary):
         data.splits["val"].labels,
         hidden,
         groups=groups,
+        folds=folds,
+        c_grid_of=lambda kinds: c_grid_of(config, kinds),
         **_fit_kwargs(config, data, vocabulary),
     )
-    logging.info("Chose features %s on validation", ",".join(kinds))
+    how = "on validation" if folds is None else f"by {len(folds)}-fold cross-validation"
+    logging.info("Chose features %s %s", ",".join(kinds), how)
     return kinds, {"chosen": list(kinds), "trials": trials}
+
+
+def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, folds):
+    """The C grid of the final fit: `--c_grid`, or the one C cross-validation chose.
+
+    Returns:
+      (c_grid, record): record is None without `folds` (and for fixed
+      kinds of a multi-label task, whose Cs validation chooses per label),
+      else {by, folds, rows, C, score, per_C, not_converged} (multi-label:
+      the chosen features' score, each label's C still chosen on
+      validation, C None).
+    """
+    if folds is None or (selection is None and data.splits["train"].multilabel):
+        return c_grid_of(config, kinds), None
+    trial = None
+    if selection is not None:
+        trial = next(t for t in selection["trials"] if tuple(t["kinds"]) == tuple(kinds))
+    if trial is not None:
+        checked = {
+            "score": trial.get("cv_accuracy", trial.get("cv_jaccard")),
+            "C": trial["C"],
+            "per_C": trial["per_C"],
+            "not_converged": [],  # the selection's trial warns already
+        }
+    else:
+        checked = logistic.cross_validate(
+            logistic.pool_rows(features["train"], features["val"]),
+            np.concatenate(
+                [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
+            ),
+            kinds,
+            hidden,
+            folds,
+            **_fit_kwargs(config, data, vocabulary, kinds),
+        )
+    record = {
+        "by": "cross_validation",
+        "folds": len(folds),
+        "rows": int(sum(len(held) for _, held in folds)),
+        **checked,
+    }
+    if checked["C"] is None:
+        return c_grid_of(config, kinds), record
+    logging.info(
+        "C=%g by %d-fold cross-validation (held-out score %.4f)",
+        checked["C"],
+        len(folds),
+        checked["score"],
+    )
+    return (checked["C"],), record
+
+
+def fit_features(config, features, data, hidden, vocabulary=None):
+    """Chooses the feature kinds (`--features`, or on validation) and fits the classifier.
+
+    What `run_transfer` does between featurizing and writing; `tools/tfidf_baseline.py
+    --compare` runs it on the n-grams alone (no model: `hidden` unused).
+
+    Args:
+      config: the `TransferConfig`.
+      features: dict split -> dict kind -> features (`featurize`).
+      data: the `_Data` of the splits.
+      hidden: the model's units.
+      vocabulary: the `ngrams.NgramVocabulary` of the `tfidf` kind, or None.
+
+    Features and C are chosen on the validation split, or on a small one by
+    cross-validation over train and validation (`choice_folds`).
+
+    Returns:
+      (kinds, selection, c_choice, splits, classifier, sweep, seconds): the
+      chosen kinds, the selection record (None unless chosen), the
+      cross-validation's C record (None without it), dict split -> (x,
+      labels) of those kinds, the fitted `LogisticClassifier`, its C sweep
+      and the seconds of that final sweep.
+    """
+    folds = choice_folds(config, data)
+    kinds, selection = _choose_kinds(config, features, data, hidden, vocabulary, folds)
+    c_grid, c_choice = _choose_c(
+        config, features, data, hidden, vocabulary, kinds, selection, folds
+    )
+    if selection is not None:
+        selection["by"] = "validation" if folds is None else "cross_validation"
+    splits = {
+        name: (features_lib.concat_features(features[name], kinds), split.labels)
+        for name, split in data.splits.items()
+    }
+    started = time.monotonic()
+    classifier, sweep = logistic.fit_logistic(
+        *splits["train"],
+        *splits["val"],
+        kinds,
+        hidden,
+        **dict(_fit_kwargs(config, data, vocabulary), c_grid=c_grid),
+    )
+    return kinds, selection, c_choice, splits, classifier, sweep, time.monotonic() - started
 
 
 def _labeled_curve(config, full, splits, data, hidden):
@@ -348,7 +493,7 @@ def _labeled_curve(config, full, splits, data, hidden):
                 full.feature_kinds,
                 hidden,
                 title=f"{len(subset)} labeled examples ({','.join(full.feature_kinds)})",
-                **_fit_kwargs(config, data, full.ngrams),
+                **_fit_kwargs(config, data, full.ngrams, full.feature_kinds),
             )
             rows = len(subset)
         if curve and curve[-1]["num_labeled"] == rows:
@@ -456,7 +601,7 @@ def _results(data, classifier, splits):
     return results
 
 
-def _warnings(sweep, selection, curve, majority):
+def _warnings(sweep, selection, curve, majority, c_choice=None):
     """What results.json must not let pass silently, each logged once as a warning."""
     found = []
     if not majority["better"]:
@@ -477,6 +622,8 @@ def _warnings(sweep, selection, curve, majority):
                 f"feature selection: {','.join(trial['kinds'])} did not converge for C in "
                 f"{trial['not_converged']}"
             )
+    if c_choice and c_choice["not_converged"]:
+        found.append(f"cross-validation: did not converge for C in {c_choice['not_converged']}")
     for row in curve:
         if row.get("not_converged"):
             found.append(
@@ -508,21 +655,10 @@ def run_transfer(config):
     # The model features come from, for the feature cache, classify and export.
     fingerprint = rundir.weights_checksum(model.weights)
     data = _read_data(config)
-    features, timings, vocabulary = _featurize(config, model, data, fingerprint)
-    kinds, selection = _choose_kinds(config, features, data, model.hidden_size, vocabulary)
-    splits = {
-        name: (features_lib.concat_features(features[name], kinds), split.labels)
-        for name, split in data.splits.items()
-    }
-    fit_started = time.monotonic()
-    classifier, sweep = logistic.fit_logistic(
-        *splits["train"],
-        *splits["val"],
-        kinds,
-        model.hidden_size,
-        **_fit_kwargs(config, data, vocabulary),
+    features, timings, vocabulary = featurize(config, model, data, fingerprint)
+    kinds, selection, c_choice, splits, classifier, sweep, fit_seconds = fit_features(
+        config, features, data, model.hidden_size, vocabulary
     )
-    fit_seconds = time.monotonic() - fit_started
     majority = logistic.majority_baseline(classifier, splits["train"][1], *splits["val"])
     classifier = dataclasses.replace(
         classifier, weights_sha256=fingerprint, precision=config.precision
@@ -541,6 +677,7 @@ def run_transfer(config):
             },
             "feature_kinds": list(kinds),
             "feature_selection": selection,
+            "c_choice": c_choice,
             "c_sweep": sweep,
             **_results(data, classifier, splits),
             "majority_baseline": majority,
@@ -549,7 +686,7 @@ def run_transfer(config):
             "fit_seconds": round(fit_seconds, 2),
             "seconds": round(time.monotonic() - started, 1),
             "files": files,
-            "warnings": _warnings(sweep, selection, curve, majority),
+            "warnings": _warnings(sweep, selection, curve, majority, c_choice),
         }
         fileio.write_json_atomic(
             staged.path(os.path.join(config.output_dir, RESULTS_FILE)), results
