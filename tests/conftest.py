@@ -19,6 +19,7 @@ import atexit
 import os
 import pathlib
 import shutil
+import signal
 import tempfile
 import time
 
@@ -45,6 +46,12 @@ import matplotlib.font_manager  # noqa: E402,F401 (builds the font cache when it
 # binaries they start, read and write a cache of their own, never the developer's.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tf_mlstm_test_cache_")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+
+# A run started with Ctrl-C ignored (`cmd &` in a shell without job control, nohup) would
+# pass the ignore on to every process a test starts, and the tests of Ctrl-C would see a
+# process that rightly keeps ignoring it: they test a terminal's Ctrl-C, so it is restored.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
@@ -188,18 +195,20 @@ def pytest_addoption(parser):
     )
 
 
-# `-n auto` (pytest-xdist): one worker more than the cores this process may
-# run on. The tests spend about a third of their time waiting (on the
-# subprocesses they start, a peer's heartbeat, a checkpoint to appear), which
-# two workers on two cores left idle: the whole suite took 13.8 minutes with
-# three workers (the CPU 97% busy) against 17.4 with two, the same hour on one
-# 2-core machine; the fine-tuning tests alone kept it 64% busy with two.
-# `--maxprocesses` still caps it, and PYTEST_XDIST_AUTO_NUM_WORKERS still
-# overrides it (xdist's own hook).
+# `-n auto` (pytest-xdist): two workers per core this process may run on.
+# The tests spend a good part of their time waiting (on the subprocesses they
+# start, a peer's heartbeat, a collective's time-out, a checkpoint to appear).
+# On a 2-core AMD EPYC with AVX2 only, the whole suite kept the CPU busy 1.72
+# cores on average with three workers and 1.97 with four (CPU-seconds of every
+# test and its subprocesses over the run's span): 2,172 CPU-s of tests took
+# 18.4 minutes with four, about 21 with three. Earlier, on an AVX-512 machine,
+# three workers took 13.8 minutes against 17.4 with two. `--maxprocesses`
+# still caps it, and PYTEST_XDIST_AUTO_NUM_WORKERS still overrides it (xdist's
+# own hook).
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return len(os.sched_getaffinity(0)) + 1
+    return 2 * len(os.sched_getaffinity(0))
 
 
 def pytest_sessionstart(session):

@@ -356,8 +356,10 @@ def test_a_transfer_whose_cache_folder_cannot_be_made_warns_and_finishes(
     caplog.set_level(logging.INFO)
     results = transfer()
     assert results["test_accuracy"] is not None and calls == [24, 10, 10]
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 3 and all(line.startswith("Feature cache ") for line in warnings)
+    # Only the cache's own warnings (TensorFlow may warn of retracing in the same run).
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = [line for line in warned if line.startswith("Feature cache ")]
+    assert len(warnings) == 3, warned
     assert all(f"{cache_home} not written" in line for line in warnings)
     assert cache_home.is_file()
 

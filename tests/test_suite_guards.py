@@ -57,10 +57,10 @@ class _Config:
         return self.minutes
 
 
-def test_auto_starts_one_worker_more_than_the_cores(monkeypatch, pytestconfig):
+def test_auto_starts_two_workers_per_core(monkeypatch, pytestconfig):
     monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
     monkeypatch.setattr(conftest.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert conftest.pytest_xdist_auto_num_workers(pytestconfig) == 3
+    assert conftest.pytest_xdist_auto_num_workers(pytestconfig) == 4
     # The user's own count wins: xdist's hook reads it when this one answers None.
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "2")
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None

@@ -19,6 +19,7 @@ a scheme (`gs://...`) is read through TensorFlow's filesystem, imported only
 then.
 """
 
+import errno
 import glob
 import json
 import os
@@ -376,6 +377,13 @@ def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None):
         raise resume_refused_error(model_dir, name, refused)
 
 
+def check_resume_flags(flag_values, name=CONFIG_FILE, upgrade=None):
+    """`check_resume` of `flag_values.model_dir` with the flags `RESUME_FIXED[name]` names."""
+    fixed = RESUME_FIXED[name]
+    values = {field: flag_values[field].value for field in fixed}
+    check_resume(flag_values.model_dir, values, name, upgrade=upgrade)
+
+
 def _read_json(path):
     try:
         if _remote(path):
@@ -531,6 +539,16 @@ def check_input_file(flag, path, what="file"):
 # === Outputs ===
 
 
+def _why_unwritable(path):
+    """Why `path` refuses writes, in the words the OS would use for a write there."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return os.strerror(errno.EROFS)  # "Read-only file system"
+    except OSError:
+        pass
+    return "permission denied"
+
+
 def _writable_place(flag, path, kind):
     """Refuses an output `path` whose nearest existing folder above is no folder or read-only."""
     if _remote(path):
@@ -544,7 +562,7 @@ def _writable_place(flag, path, kind):
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise errors.InvalidValueError(
-            f"--{flag}={path}: cannot write in {parent} (permission denied)"
+            f"--{flag}={path}: cannot write in {parent} ({_why_unwritable(parent)})"
         )
 
 
@@ -570,7 +588,9 @@ def check_output_file(flag, path):
             f"{os.path.join(path, 'scores.csv')}"
         )
     if os.path.lexists(path) and not os.access(path, os.W_OK):
-        raise errors.InvalidValueError(f"--{flag}={path}: cannot write it (permission denied)")
+        raise errors.InvalidValueError(
+            f"--{flag}={path}: cannot write it ({_why_unwritable(path)})"
+        )
     _writable_place(flag, path, "file")
 
 
@@ -633,7 +653,7 @@ def check_output_dir(flag, path):
     if os.path.isdir(path):
         if not os.access(path, os.W_OK | os.X_OK):
             raise errors.InvalidValueError(
-                f"--{flag}={path}: cannot write in it (permission denied)"
+                f"--{flag}={path}: cannot write in it ({_why_unwritable(path)})"
             )
         return
     _writable_place(flag, path, "folder")

@@ -147,12 +147,8 @@ def check_before_work(flag_values):
     for name in ("train_data", "validation_data", "test_data"):
         preflight.check_input_files(name, fv[name].value)
     preflight.check_trained_model(fv.init_model_dir, "init_model_dir")
-    fixed = preflight.RESUME_FIXED[preflight.FINETUNE_CONFIG_FILE]
-    preflight.check_resume(
-        fv.model_dir,
-        {name: fv[name].value for name in fixed},
-        preflight.FINETUNE_CONFIG_FILE,
-        upgrade=finetune_lib.FinetuneConfig.upgrade_saved,
+    preflight.check_resume_flags(
+        fv, preflight.FINETUNE_CONFIG_FILE, upgrade=finetune_lib.FinetuneConfig.upgrade_saved
     )
 
 

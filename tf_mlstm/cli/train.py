@@ -149,12 +149,8 @@ def check_before_work(flag_values):
     preflight.check_not_in_use(fv.model_dir)
     preflight.check_input_files("train_data", fv.train_data, folders=True)
     preflight.check_input_files("validation_data", fv.validation_data, folders=True)
-    fixed = preflight.RESUME_FIXED[preflight.CONFIG_FILE]
-    preflight.check_resume(
-        fv.model_dir,
-        {name: fv[name].value for name in fixed},
-        preflight.CONFIG_FILE,
-        upgrade=config_lib.TrainConfig.upgrade_saved,
+    preflight.check_resume_flags(
+        fv, preflight.CONFIG_FILE, upgrade=config_lib.TrainConfig.upgrade_saved
     )
 
 
