@@ -62,42 +62,37 @@ RUNNER = textwrap.dedent(
         if results:  # absl's app.run makes INFO the default once per process: again here
             FLAGS.verbosity = 0
         module = None if item["tool"] else importlib.import_module(item["module"])
-        known, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
-        stdin, argv, start = sys.stdin, sys.argv, time.monotonic()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = [os.dup(1), os.dup(2)]
-        out = os.open(item["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        err = os.open(item["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        sys.argv = [expanded(arg) for arg in item["argv"]]
-        if item["stdin"] is not None:
-            sys.stdin = io.TextIOWrapper(io.BytesIO(item["stdin"].encode("utf-8")))
-        status = 0
-        try:
-            if item["tool"]:
-                runpy.run_path(item["module"], run_name="__main__")
-            else:
-                module.run()
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (1 if e.code else 0)
-        except BaseException:
-            traceback.print_exc()
-            status = "exception"
-        finally:
-            sys.stdin, sys.argv = stdin, argv
+        with _flags.one_commands_flags():
+            stdin, argv, start = sys.stdin, sys.argv, time.monotonic()
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in (out, err, *saved):
-                os.close(fd)
-            FLAGS.unparse_flags()
-            for name in set(FLAGS) - known:
-                delattr(FLAGS, name)
-            _flags.DEPRECATED_ALIASES.clear()
-            _flags.DEPRECATED_ALIASES.update(aliases)
+            saved = [os.dup(1), os.dup(2)]
+            out = os.open(item["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            err = os.open(item["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            sys.argv = [expanded(arg) for arg in item["argv"]]
+            if item["stdin"] is not None:
+                sys.stdin = io.TextIOWrapper(io.BytesIO(item["stdin"].encode("utf-8")))
+            status = 0
+            try:
+                if item["tool"]:
+                    runpy.run_path(item["module"], run_name="__main__")
+                else:
+                    module.run()
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (1 if e.code else 0)
+            except BaseException:
+                traceback.print_exc()
+                status = "exception"
+            finally:
+                sys.stdin, sys.argv = stdin, argv
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                for fd in (out, err, *saved):
+                    os.close(fd)
         seconds = round(time.monotonic() - start, 1)
         results.append({"status": status, "seconds": seconds})
         json.dump(results, open(results_path, "w"))

@@ -49,24 +49,19 @@ _PARSE = textwrap.dedent(
             seen["define"] = module.define_flags
         if hasattr(module, "split_pipeline_args"):  # --runner: Beam's flags go to Beam
             args = module.split_pipeline_args([module_name, *args])[0][1:]
-        before, aliases = set(FLAGS), dict(_flags.DEPRECATED_ALIASES)
-        seen["define"]()
         error = None
-        try:
-            FLAGS([module_name, *args])
-            missing = [name for name in seen["required"] if FLAGS[name].value is None]
-            if missing:
-                raise ValueError("missing required flags: " + ", ".join(missing))
-            if dataclasses.is_dataclass(seen["config"]):
-                config_from_flags(seen["config"])
-        except (Exception, SystemExit) as e:
-            error = f"{type(e).__name__}: {e}"
+        with _flags.one_commands_flags():
+            seen["define"]()
+            try:
+                FLAGS([module_name, *args])
+                missing = [name for name in seen["required"] if FLAGS[name].value is None]
+                if missing:
+                    raise ValueError("missing required flags: " + ", ".join(missing))
+                if dataclasses.is_dataclass(seen["config"]):
+                    config_from_flags(seen["config"])
+            except (Exception, SystemExit) as e:
+                error = f"{type(e).__name__}: {e}"
         out.append(error)
-        FLAGS.unparse_flags()
-        for name in set(FLAGS) - before:
-            delattr(FLAGS, name)
-        _flags.DEPRECATED_ALIASES.clear()
-        _flags.DEPRECATED_ALIASES.update(aliases)
     print(json.dumps(out))
     """
 )

@@ -4,6 +4,7 @@ One definition means one name, one help text and one default everywhere: a
 record reads the same in every binary.
 """
 
+import contextlib
 import glob
 import os
 
@@ -23,6 +24,25 @@ from tf_mlstm.data.fields import split_keys
 
 DEPRECATED_ALIASES = {}
 """Deprecated flag name -> the flag it sets, for every alias defined so far."""
+
+
+@contextlib.contextmanager
+def one_commands_flags():
+    """Undoes what one binary run in this process did to the flags, when it ends.
+
+    For running several binaries one after another in one process (the
+    tests' walk-throughs): the flags the binary defined are removed, the
+    others unparsed, and the deprecated aliases put back as they were.
+    """
+    known, aliases = set(flags.FLAGS), dict(DEPRECATED_ALIASES)
+    try:
+        yield
+    finally:
+        flags.FLAGS.unparse_flags()
+        for name in set(flags.FLAGS) - known:
+            delattr(flags.FLAGS, name)
+        DEPRECATED_ALIASES.clear()
+        DEPRECATED_ALIASES.update(aliases)
 
 
 def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
