@@ -6,7 +6,7 @@ absl FLAGS. `validate()` turns bad combinations into one clear message.
 Layering: plain dataclasses and the names of the choices, importing only
 `errors` and `data`'s field names, so that the run folder (`rundir`), which
 reads and writes config.json, sits below training without importing it.
-Fine-tuning's config composes the same field groups (`transfer.finetune`).
+Fine-tuning's config composes the same field groups (`transfer.settings`).
 """
 
 import dataclasses

@@ -18,7 +18,8 @@ initial function equals the un-normalized one.
 import keras
 from keras import ops
 
-# The four kernels, their (rows, columns) in units of (input_dim|units, units).
+# The four kernels, by weight name: kernel_x (input_dim, 4H), kernel_mx (input_dim, H),
+# kernel_mh (H, H), kernel_h (H, 4H); `build` gives the shapes, `kernels` this order.
 _KERNELS = ("kernel_x", "kernel_mx", "kernel_mh", "kernel_h")
 
 

@@ -1,44 +1,14 @@
 """What this machine computes on, and the table of precision and XLA settings (the prior).
 
-Machines differ from day to day, and the fastest settings differ with them: on
-a CPU with bfloat16 matrix units `mixed_bfloat16` trains 1.5-1.7x faster than
-float32, on one without them bfloat16 is emulated and the same recipe ran 5.7x
-slower, and of two CPUs with only the AVX512-BF16 dot product bfloat16 ran
-1.42x faster on one and 0.55x as fast on the other. So a training run's
+The fastest precision and XLA setting differ from machine to machine (bfloat16
+is fast on CPUs with matrix units, emulated and slow on others, and either on
+CPUs with only the AVX512-BF16 dot product), so a training run's
 `--precision=auto` and `--jit_compile=auto` are measured on the machine that
-runs (`autotune.py`: every native candidate's step timed at the run's shape,
-the result cached). This module detects the hardware (`/proc/cpuinfo`, the
-GPUs TensorFlow sees) and keeps the rules and measurements written down below
-as the prior: what auto picks where measuring is impossible or not worth it
-(featurizing one text, serving, a run too short to pay for it).
-
-Kinds of machine measured by this project, the training step at the CPU
-recipe's shape (768 units, 64 rows x 64 bytes) in chars/s unless noted:
-
-* Intel Xeon with AMX (`amx_bf16`): mixed_bfloat16 1.5-1.7x faster than
-  float32 (H = 512-1024); a 2048^3 product 679 vs 174 GFLOP/s.
-* AMD EPYC with AVX2 only: mixed_bfloat16 emulated, the CPU recipe 5.7x
-  slower (3.2k vs 18.2k). `autotune` on a 2-core one (shared, busy) at the
-  recipe's shape, float32 only: XLA off 3,195, on 2,784 (busier: 1,316 vs
-  1,285); earlier benchmarks there had XLA 1.13-1.15x faster, so the
-  table's XLA-on is kept as the prior and the run measures.
-* AMD EPYC with AVX-512 and `avx512_bf16`, no AMX (2 cores): float32 XLA off
-  6,912, XLA on 7,464; mixed_bfloat16 XLA off 10,630, XLA on 5,105. At
-  1,024 units x 64 x 256: mixed_bfloat16 6,715 vs float32 4,204 (1.60x).
-  Another one, measured by the CPU recipe's own `auto` (26 s before its
-  30-minute run): mixed_bfloat16 XLA off 9,738, float32 XLA on 6,965,
-  float32 XLA off 6,247, mixed_bfloat16 XLA on 4,632; it chose
-  mixed_bfloat16 without XLA (1.40x the table's float32 with XLA). Its
-  featurization of that model measured 24,543 (bfloat16) against 18,505
-  chars/s (float32).
-* Intel Xeon (family 6 model 207) with AVX-512, `avx512_bf16` and
-  `avx512_fp16` but no AMX exposed (2 cores): the opposite. `auto` at the
-  recipe's shape measured float32 XLA on 8,999, XLA off 8,512,
-  mixed_bfloat16 XLA on 6,039, XLA off 4,914 (22 s), and chose float32 with
-  XLA; `tools/benchmark.py` (the runner's step, same run) agreed: 8,931 /
-  8,708 / 6,009 / 4,965, and at 1,024 units x 64 x 256 float32 6,142
-  against mixed_bfloat16 3,620 (0.59x). Its bfloat16 products run at the
-  float32 rate (312 vs 288-312 GFLOP/s), so the casts are pure cost.
+runs (`autotune.py`). This module detects the hardware (`/proc/cpuinfo`, the
+GPUs TensorFlow sees) and keeps the rules below as the prior: what auto picks
+where measuring is impossible or not worth it (featurizing one text, serving,
+a run too short to pay for it). The measurements behind each rule, machine by
+machine, are in docs/performance.md ("Precision and XLA by measurement").
 
 `resolve_run_config` turns a config's `auto` values into concrete ones before
 a run starts, so the run folder's config.json, a resume and every later tool
@@ -88,15 +58,14 @@ REPORTED_EXTENSIONS = (
 # training run measures, see `autotune.py`).
 #
 # amx_bf16 (Intel AMX, Sapphire Rapids and later): oneDNN runs bfloat16
-# products on the tile units. Measured here: a 2048^3 product 679 vs 174
-# GFLOP/s in float32, the training step 1.5-1.7x faster (H = 512-1024), at a
-# cost of +0.005 bits/char over the first 1,200 steps of the CPU recipe.
+# products on the tile units; the training step measured 1.5-1.7x faster than
+# float32 (docs/performance.md).
 #
 # avx512_bf16 alone (Cooper Lake Xeons, AMD Zen 4/5, Xeons whose AMX is
-# not exposed) is left out of the prior: the two such CPUs measured (module
-# docstring) disagree. On an AMD EPYC mixed_bfloat16 without XLA was the
-# fastest setting, 1.42x float32 with XLA at 768 units and 1.60x at 1,024;
-# on an Intel Xeon without AMX it was 0.55x at 768 units and 0.59x at 1,024.
+# not exposed) is left out of the prior: the three such CPUs measured
+# (docs/performance.md) disagree. On two AMD EPYC mixed_bfloat16 was 1.40-1.42x
+# as fast as float32; on an Intel Xeon without AMX 0.67x (each precision at its
+# faster XLA setting, 768 units).
 # The flag says the instructions exist, not that they are fast, and the
 # downside of a wrong bfloat16 choice is large (emulated bfloat16 ran the
 # CPU recipe 5.7x slower on an AVX2-only EPYC). Where it
