@@ -50,7 +50,7 @@ _TF_ENVIRONMENT_ERRORS = (
 )
 
 
-def is_user_error(error):
+def is_user_error(error) -> bool:
     """Whether `error` is one a user can fix (reported in one line) or a bug.
 
     Args:
@@ -75,7 +75,7 @@ _OP_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 _OP_SUFFIX = re.compile(r"\s*\[Op:\w+\](\s*name:.*)?$")
 
 
-def one_line(error):
+def one_line(error) -> str:
     """`error`'s message on one line, without TensorFlow's op context."""
     text = " ".join(str(error).split())
     message = getattr(error, "message", None)
@@ -90,7 +90,7 @@ def one_line(error):
 INT32_MAX = 2**31 - 1
 
 
-def check_int32(name, value):
+def check_int32(name, value) -> None:
     """Raises one line when the integer `value` of flag or argument `name` is past int32.
 
     Args:

@@ -25,6 +25,8 @@ import json
 import os
 import socket
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -52,7 +54,7 @@ _WRITE_ERRORS = (
 
 
 @contextlib.contextmanager
-def write_errors(where):
+def write_errors(where) -> Iterator[None]:
     """Turns the filesystem refusing a write under `where` into one `errors.WriteError`.
 
     A full disk, a quota, a file-size limit (`RLIMIT_FSIZE`: TensorFlow says
@@ -78,7 +80,7 @@ def write_errors(where):
         ) from e
 
 
-def is_temp_name(name):
+def is_temp_name(name) -> bool:
     """Whether a folder entry is an output being written or replaced (`Staged`'s)."""
     return os.path.basename(name.rstrip("/")).startswith((TMP_PREFIX, OLD_PREFIX))
 
@@ -98,7 +100,7 @@ def _sibling(path, prefix):
     return os.path.join(folder, f"{prefix}{name}-{writer}")
 
 
-def staging_name(final):
+def staging_name(final) -> str:
     """The hidden sibling of `final` a writer that renames its outputs itself stages in.
 
     Named as `Staged` names its outputs (the writer's host and pid), so
@@ -140,7 +142,7 @@ def _leftover_of(entry, name, folder):
     return None
 
 
-def clean_leftovers(final):
+def clean_leftovers(final) -> None:
     """Removes what an ended writer of `final` left beside it; restores a moved-aside `final`.
 
     A write that failed in a way its own clean-up could not handle (a full
@@ -177,7 +179,7 @@ def clean_leftovers(final):
             _remove(path)
 
 
-def clean_checkpoint_temps(checkpoint_dir):
+def clean_checkpoint_temps(checkpoint_dir) -> None:
     """Removes the `<prefix>_temp` folders TensorFlow's checkpoint writer left in a folder.
 
     `tf.train.Checkpoint.save` writes its shards into `<prefix>_temp/` and
@@ -235,7 +237,7 @@ class Staged:
     def __init__(self):
         self._pending = []  # (temporary, final)
 
-    def path(self, final):
+    def path(self, final) -> str:
         """A temporary sibling of `final` to write (its folder is created).
 
         What an ended writer of `final` left beside it goes first
@@ -260,7 +262,7 @@ class Staged:
             self.discard()
         return False
 
-    def commit(self):
+    def commit(self) -> None:
         """Renames every staged output over its final name (each written by now)."""
         try:
             # A staged name the writer did not use (an optional output) is no output.
@@ -276,7 +278,7 @@ class Staged:
             self.discard()
             raise
 
-    def discard(self):
+    def discard(self) -> None:
         """Removes what was staged and not yet renamed in."""
         for tmp, _ in self._pending:
             _remove(tmp)
@@ -323,13 +325,13 @@ def _rename_over(tmp, final):
 
 
 @contextlib.contextmanager
-def replacing(path):
+def replacing(path) -> Iterator[str]:
     """`Staged` for one output: yields the temporary name to write for `path`."""
     with Staged() as staged:
         yield staged.path(path)
 
 
-def write_text_atomic(path, text):
+def write_text_atomic(path, text) -> None:
     """Writes `text` to `path` so readers see the old or the new file, never a part.
 
     Args:
@@ -345,12 +347,12 @@ def write_text_atomic(path, text):
             f.write(text)
 
 
-def write_json_atomic(path, value):
+def write_json_atomic(path, value) -> None:
     """Writes `value` as sorted, indented JSON with `write_text_atomic`."""
     write_text_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path):
+def read_json(path) -> Any:
     """Reads a JSON file through `tf.io.gfile`.
 
     Raises:

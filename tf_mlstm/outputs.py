@@ -17,7 +17,7 @@ import os
 from tf_mlstm import errors
 
 
-def refuse_existing(name, path, overwrite, is_output=None, given=None):
+def refuse_existing(name, path, overwrite, is_output=None, given=None) -> None:
     """Refuses to replace an existing output unless `overwrite`.
 
     Args:

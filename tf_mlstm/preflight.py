@@ -82,24 +82,24 @@ def _remote(path):
     return "://" in path
 
 
-def exists(path):
+def exists(path) -> bool:
     """Whether `path` exists (a link that leads nowhere does not)."""
     return _gfile().exists(path) if _remote(path) else os.path.exists(path)
 
 
-def isdir(path):
+def isdir(path) -> bool:
     """Whether `path` is a folder."""
     return _gfile().isdir(path) if _remote(path) else os.path.isdir(path)
 
 
-def listdir(path):
+def listdir(path) -> list[str]:
     """The names in the folder `path`."""
     if _remote(path):
         return [name.rstrip("/") for name in _gfile().listdir(path)]
     return os.listdir(path)
 
 
-def check_link_leads_somewhere(path, what):
+def check_link_leads_somewhere(path, what) -> None:
     """Refuses a local path that is a symbolic link to nothing (a loop, or a missing target).
 
     TensorFlow's filesystem reads such a path as absent, creates nothing
@@ -145,7 +145,7 @@ _KINDS = (
 )
 
 
-def use_of(kind, path):
+def use_of(kind, path) -> str:
     """Which command fits a folder of this kind (a sentence for an error line)."""
     return {
         FINETUNE_RUN: f"tf-mlstm-finetune --model_dir={path} continues it",
@@ -165,12 +165,12 @@ def use_of(kind, path):
     }[kind]
 
 
-def a(kind):
+def a(kind) -> str:
     """`kind` with its article ("a fine-tuning run", "an ...")."""
     return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
 
 
-def folder_kind(path):
+def folder_kind(path) -> tuple[str | None, str | None]:
     """What `path` holds, told by the file only that kind of folder has.
 
     Args:
@@ -193,7 +193,7 @@ def folder_kind(path):
     return None, None
 
 
-def check_folder_kind(path, flag, command, accept):
+def check_folder_kind(path, flag, command, accept) -> None:
     """Refuses, before anything is read or written, a folder of a kind `command` cannot use.
 
     Args:
@@ -226,7 +226,7 @@ def check_folder_kind(path, flag, command, accept):
     )
 
 
-def missing_config_error(model_dir, name=CONFIG_FILE):
+def missing_config_error(model_dir, name=CONFIG_FILE) -> FileNotFoundError:
     """The error for a run folder without its config file `name`: what the folder is instead."""
     kind, evidence = folder_kind(model_dir) if name == CONFIG_FILE else (None, None)
     if kind is not None:
@@ -237,7 +237,7 @@ def missing_config_error(model_dir, name=CONFIG_FILE):
     return FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
 
 
-def check_trained_model(model_dir, flag="model_dir"):
+def check_trained_model(model_dir, flag="model_dir") -> None:
     """Refuses a run folder to read a model from that holds none (its config.json).
 
     Args:
@@ -259,7 +259,7 @@ def check_trained_model(model_dir, flag="model_dir"):
         raise missing_config_error(model_dir)
 
 
-def check_finetune_run(model_dir):
+def check_finetune_run(model_dir) -> None:
     """Refuses a `--model_dir` without a finished fine-tuning run, where its head is wanted.
 
     Raises:
@@ -273,7 +273,7 @@ def check_finetune_run(model_dir):
         )
 
 
-def check_not_run_dir(path, flag):
+def check_not_run_dir(path, flag) -> None:
     """Refuses an output folder that is a training run's folder.
 
     Args:
@@ -293,7 +293,7 @@ def check_not_run_dir(path, flag):
             )
 
 
-def is_finetune_run(model_dir):
+def is_finetune_run(model_dir) -> bool:
     """Whether `model_dir` holds a finished fine-tuning run (its config and results)."""
     return all(
         exists(os.path.join(model_dir, name)) for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)
@@ -303,7 +303,7 @@ def is_finetune_run(model_dir):
 # === A resumed run keeps its model ===
 
 
-def has_checkpoints(model_dir):
+def has_checkpoints(model_dir) -> bool:
     """Whether the run folder holds a checkpoint (an index file or the state file)."""
     folder = os.path.join(model_dir, CHECKPOINT_SUBDIR)
     if not isdir(folder):
@@ -315,7 +315,7 @@ def _flag_value(value):
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-def refused_changes(saved, new, name):
+def refused_changes(saved, new, name) -> list[str]:
     """The settings of `new` a resume under the config file `name` cannot take from `saved`.
 
     Args:
@@ -339,7 +339,7 @@ def refused_changes(saved, new, name):
     return refused
 
 
-def resume_refused_error(model_dir, name, refused):
+def resume_refused_error(model_dir, name, refused) -> RunDirError:
     """The error for a resume that changes the settings `refused` (see `refused_changes`)."""
     return RunDirError(
         f"{model_dir} holds checkpoints of another model or precision ({name}): "
@@ -347,7 +347,7 @@ def resume_refused_error(model_dir, name, refused):
     )
 
 
-def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None):
+def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None) -> None:
     """Refuses, before the run starts, a resume that changes its model's shape or precision.
 
     What `tf_mlstm.rundir.check_resumed_config` refuses once the run begins,
@@ -377,7 +377,7 @@ def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None):
         raise resume_refused_error(model_dir, name, refused)
 
 
-def check_resume_flags(flag_values, name=CONFIG_FILE, upgrade=None):
+def check_resume_flags(flag_values, name=CONFIG_FILE, upgrade=None) -> None:
     """`check_resume` of `flag_values.model_dir` with the flags `RESUME_FIXED[name]` names."""
     fixed = RESUME_FIXED[name]
     values = {field: flag_values[field].value for field in fixed}
@@ -398,7 +398,7 @@ def _read_json(path):
 # === The run lock's holder ===
 
 
-def process_start(pid):
+def process_start(pid) -> int | None:
     """The process's start time in clock ticks since boot (Linux), else None.
 
     With the pid it tells a live holder from a later process that reuses its pid.
@@ -411,7 +411,7 @@ def process_start(pid):
         return None
 
 
-def holder_gone(record):
+def holder_gone(record) -> bool:
     """True when the lock `record` names a process of this host that no longer runs."""
     if record.get("host") != socket.gethostname():
         return False  # another machine: no way to tell, so it counts as live
@@ -433,14 +433,14 @@ def holder_gone(record):
     return start is not None and now is not None and start != now
 
 
-def describe_holder(record):
+def describe_holder(record) -> str:
     """The lock holder `record` in words (host, pid, start, command)."""
     return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('started')}" + (
         f", command {record['command']!r}" if record.get("command") else ""
     )
 
 
-def in_use_error(model_dir, record):
+def in_use_error(model_dir, record) -> RunDirError:
     """The error for a run folder whose lock the live run `record` holds."""
     return RunDirError(
         f"{model_dir} is in use by another run ({describe_holder(record)}): stop it or use "
@@ -448,7 +448,7 @@ def in_use_error(model_dir, record):
     )
 
 
-def check_not_in_use(model_dir):
+def check_not_in_use(model_dir) -> None:
     """Refuses a run folder a live run holds, before any work (the run takes the lock later).
 
     Raises:
@@ -476,7 +476,7 @@ def _check_readable(flag, path):
         raise errors.InvalidValueError(f"--{flag}: cannot read {path} (permission denied)")
 
 
-def check_input_files(flag, spec, folders=False):
+def check_input_files(flag, spec, folders=False) -> None:
     """Refuses input files that are not there, not files or not readable.
 
     Args:
@@ -515,7 +515,7 @@ def check_input_files(flag, spec, folders=False):
         _check_readable(flag, piece)
 
 
-def check_input_file(flag, path, what="file"):
+def check_input_file(flag, path, what="file") -> None:
     """Refuses one input file (`--classifier`) that is not there, a folder, or unreadable.
 
     Args:
@@ -566,7 +566,7 @@ def _writable_place(flag, path, kind):
         )
 
 
-def check_output_file(flag, path):
+def check_output_file(flag, path) -> None:
     """Refuses an output file where one cannot be written: a folder, or an unwritable place.
 
     The rerun rule (`tf_mlstm.outputs.refuse_existing`) and an output that is
@@ -594,7 +594,7 @@ def check_output_file(flag, path):
     _writable_place(flag, path, "file")
 
 
-def check_output_prefix(flag, prefix):
+def check_output_prefix(flag, prefix) -> None:
     """Refuses a prefix of output files (`<prefix>-00000-of-00004.jsonl`) that names a folder.
 
     Args:
@@ -614,7 +614,7 @@ def check_output_prefix(flag, prefix):
     _writable_place(flag, prefix, "files")
 
 
-def check_saved_model(flag, path):
+def check_saved_model(flag, path) -> None:
     """Refuses a `--saved_model` that holds no SavedModel (an export's version folder).
 
     Raises:
@@ -635,7 +635,7 @@ def check_saved_model(flag, path):
     )
 
 
-def check_output_dir(flag, path):
+def check_output_dir(flag, path) -> None:
     """Refuses an output folder where one cannot be made: a file, or an unwritable place.
 
     Args:

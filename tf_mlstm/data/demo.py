@@ -16,7 +16,7 @@ DEMO_SPLIT = (16, 1, 1)
 DEMO_SHARDS = 4
 
 
-def build_demo_tfrecords(output_dir):
+def build_demo_tfrecords(output_dir) -> str:
     """Converts the demo corpus into `output_dir` unless already there.
 
     Args:

@@ -19,7 +19,7 @@ DEFAULT_MAX_DOCUMENT_BYTES = 1 << 20
 """Longest record read (1 MiB); reviews are a few KiB, the longest Amazon ones ~32 KiB."""
 
 
-def split_keys(value):
+def split_keys(value) -> tuple[str, ...]:
     """Field names from a flag: a list, or one comma-separated string; blanks left out.
 
     Args:

@@ -70,7 +70,7 @@ def _check(padding, max_length, pad_to_multiple, pad_id):
 # === NumPy ===
 
 
-def frame_bytes(text):
+def frame_bytes(text) -> bytes:
     """The framed bytes of one normalized text.
 
     Args:
@@ -84,7 +84,7 @@ def frame_bytes(text):
 
 def frame_ids(
     texts, padding="right", max_length=None, pad_to_multiple=1, pad_id=PAD_ID, dtype=np.int32
-):
+) -> FramedIds:
     """Frames normalized texts into one padded array of byte ids.
 
     Args:
@@ -122,7 +122,7 @@ def frame_ids(
 # === TensorFlow ===
 
 
-def frame_bytes_tf(texts):
+def frame_bytes_tf(texts) -> tf.Tensor:
     """The framed bytes of normalized texts, in the graph (`frame_bytes`'s twin).
 
     Args:
@@ -134,7 +134,7 @@ def frame_bytes_tf(texts):
     return tf.strings.join([DOC_START_BYTE, texts])
 
 
-def valid_mask_tf(lengths, width, padding="right", dtype=tf.float32):
+def valid_mask_tf(lengths, width, padding="right", dtype=tf.float32) -> tf.Tensor:
     """[N, width] mask of the framed bytes of rows of `lengths` bytes.
 
     Args:
@@ -156,7 +156,7 @@ def valid_mask_tf(lengths, width, padding="right", dtype=tf.float32):
 
 def frame_ids_tf(
     texts, padding="right", max_length=None, pad_to_multiple=1, pad_id=PAD_ID, dtype=tf.int32
-):
+) -> FramedIds:
     """Frames a batch of normalized texts in the graph (`frame_ids`'s twin).
 
     Args:

@@ -46,7 +46,7 @@ def _source_regex(pattern):
     return "(?s)" + "".join(parts.get(char) or re.escape(char) for char in pattern)
 
 
-def source_copies(sources, rules):
+def source_copies(sources, rules) -> tf.Tensor:
     """Copies of each document under `rules`: the first matching rule's count, else 1.
 
     Args:
@@ -63,7 +63,7 @@ def source_copies(sources, rules):
     return copies
 
 
-def source_census(files, rules, records=1000):
+def source_census(files, rules, records=1000) -> tuple[int, list, list]:
     """How many of the first `records` records of `files[0]` each rule matches.
 
     For the log at the start of training, so a pattern that matches nothing
@@ -97,7 +97,7 @@ def document_dataset(
     repeat=False,
     cycle_length=4,
     source_repeats=(),
-):
+) -> tf.data.Dataset:
     """Normalized document texts (tf.string scalars) from TFRecord shards.
 
     Args:
@@ -172,7 +172,7 @@ def corpus_documents(
     max_document_bytes=readers.DEFAULT_MAX_DOCUMENT_BYTES,
     errors=None,
     read_stats=None,
-):
+) -> tf.data.Dataset:
     """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
 
     Reads with `tf_mlstm.data.readers`, so bad records are counted and
@@ -228,7 +228,7 @@ def corpus_documents(
     return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec((), tf.string))
 
 
-def window_dataset(documents, rows, seq_length, finite=False):
+def window_dataset(documents, rows, seq_length, finite=False) -> tf.data.Dataset:
     """Turns document texts into [rows, seq_length + 1] byte windows.
 
     Args:
@@ -298,7 +298,7 @@ def lm_dataset(
     seed=0,
     shuffle_buffer=1024,
     source_repeats=(),
-):
+) -> tf.data.Dataset:
     """Training or evaluation batches for one input pipeline.
 
     Args:

@@ -7,7 +7,7 @@ value does not import TensorFlow.
 from tf_mlstm import errors
 
 
-def parse_source_repeats(spec):
+def parse_source_repeats(spec) -> tuple[tuple[str, int], ...]:
     """Parses `PATTERN=COUNT,...` into `((pattern, count), ...)`.
 
     Args:

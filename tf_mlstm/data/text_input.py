@@ -9,6 +9,7 @@ UTF-8 skipped and counted the same way.
 """
 
 import sys
+from collections.abc import Iterator
 
 from tf_mlstm import errors
 from tf_mlstm.data import readers
@@ -17,7 +18,7 @@ from tf_mlstm.data.text import normalize_text
 STDIN = "-"
 
 
-def iter_texts(spec, text_keys, stdin=None, read_stats=None):
+def iter_texts(spec, text_keys, stdin=None, read_stats=None) -> Iterator[tuple[int, str]]:
     """Streams the texts to classify, with the line each starts at, in reading order.
 
     Records that cannot be used are skipped and counted in a `readers.SkipLog`
@@ -59,7 +60,7 @@ def iter_texts(spec, text_keys, stdin=None, read_stats=None):
         raise errors.InvalidValueError(f"{'stdin' if spec == STDIN else spec}: no text to classify")
 
 
-def read_texts(spec, text_keys, stdin=None):
+def read_texts(spec, text_keys, stdin=None) -> tuple[list[str], list[int]]:
     """All of `iter_texts` as lists: (texts, lines)."""
     pairs = list(iter_texts(spec, text_keys, stdin))
     return [text for _, text in pairs], [line for line, _ in pairs]

@@ -29,7 +29,7 @@ _SEPARATORS_RE2 = r"[^\p{L}\p{M}\p{N}_]+"
 _TOKEN_CHUNK = 8192
 
 
-def tokenize(texts):
+def tokenize(texts) -> tf.RaggedTensor:
     """The kept words of each text: [N] tf.string -> ragged [N, (words)] tf.string."""
     lowered = tf.strings.lower(tf.convert_to_tensor(texts, tf.string), encoding="utf-8")
     words = tf.strings.split(tf.strings.regex_replace(lowered, _SEPARATORS_RE2, " "))
@@ -37,13 +37,13 @@ def tokenize(texts):
     return tf.ragged.boolean_mask(words, keep)
 
 
-def ngrams(texts, max_n=MAX_N):
+def ngrams(texts, max_n=MAX_N) -> tf.RaggedTensor:
     """Each text's words and n-grams of up to `max_n` words: ragged [N, (terms)]."""
     words = tokenize(texts)
     return tf.strings.ngrams(words, list(range(1, max_n + 1)), separator=" ")
 
 
-def word_strings(texts):
+def word_strings(texts) -> list[str]:
     """Each text's kept words, joined by single spaces, as Python strings.
 
     What a scikit-learn vectorizer reads with `tokenizer=str.split`: the words
@@ -64,7 +64,7 @@ def word_strings(texts):
     return out
 
 
-def vocabulary_table(terms):
+def vocabulary_table(terms) -> tf.lookup.StaticHashTable:
     """A lookup table term -> column (its position in `terms`); -1 for other terms."""
     terms = tf.constant([term.encode("utf-8") for term in terms], tf.string)
     return tf.lookup.StaticHashTable(
@@ -73,7 +73,7 @@ def vocabulary_table(terms):
     )
 
 
-def tfidf(texts, table, idf, max_n=MAX_N):
+def tfidf(texts, table, idf, max_n=MAX_N) -> tf.Tensor:
     """TF-IDF of the n-grams of `texts` over a fixed vocabulary: [N, V] float32.
 
     Args:

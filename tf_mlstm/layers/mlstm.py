@@ -9,6 +9,8 @@ This layer is TensorFlow-specific (custom gradient, while loops); the cell
 itself is backend-agnostic and runs in `keras.layers.RNN`.
 """
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -59,10 +61,10 @@ class MLSTM(keras.layers.Layer):
         )
 
     # === Layers ===
-    def build(self, input_shape):
+    def build(self, input_shape) -> None:
         self.cell.build(input_shape)
 
-    def project_inputs(self, inputs, kernels=None):
+    def project_inputs(self, inputs, kernels=None) -> tuple:
         """Input side of the gates for any batch of vectors.
 
         Applied to an embedding table it gives per-byte tables, so a byte model
@@ -88,7 +90,7 @@ class MLSTM(keras.layers.Layer):
         training=None,
         kernels=None,
         return_sequences=None,
-    ):
+    ) -> Any:
         """Runs the recurrence on already projected inputs.
 
         Args:
@@ -120,7 +122,7 @@ class MLSTM(keras.layers.Layer):
         kernels=None,
         return_sequences=None,
         pool=False,
-    ):
+    ) -> Any:
         """Runs the recurrence on inputs that are rows of projected tables.
 
         `run_projected(tf.gather(xz_table, ids), tf.gather(xm_table, ids), ...)`
@@ -206,12 +208,14 @@ class MLSTM(keras.layers.Layer):
             outputs = None
         return outputs, [h, c]
 
-    def call(self, inputs, initial_state=None, keep=None, valid=None, training=None):
+    def call(self, inputs, initial_state=None, keep=None, valid=None, training=None) -> Any:
         kernels = self.cell.kernels()
         xz, xm = self.project_inputs(inputs, kernels)
         return self.run_projected(xz, xm, initial_state, keep, valid, training, kernels)
 
-    def compute_output_spec(self, inputs, initial_state=None, keep=None, valid=None, training=None):
+    def compute_output_spec(
+        self, inputs, initial_state=None, keep=None, valid=None, training=None
+    ) -> tuple:
         batch, steps = inputs.shape[0], inputs.shape[1]
         state = keras.KerasTensor((batch, self.units), dtype=self.compute_dtype)
         outputs = None
@@ -220,7 +224,7 @@ class MLSTM(keras.layers.Layer):
         return outputs, [state, state]
 
     # === Config ===
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         cell = self.cell.get_config()
         config.update(

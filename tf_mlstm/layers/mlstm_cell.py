@@ -62,7 +62,7 @@ class MLSTMCell(keras.layers.Layer):
         self.output_size = self.units
 
     # === Layers ===
-    def build(self, input_shape):
+    def build(self, input_shape) -> None:
         input_dim = input_shape[-1]
         h = self.units
         shapes = {
@@ -86,7 +86,7 @@ class MLSTMCell(keras.layers.Layer):
                     self.add_weight(name=gain_name, shape=(kernel.shape[1],), initializer=init),
                 )
 
-    def kernels(self):
+    def kernels(self) -> tuple:
         """Returns (Wx, Wmx, Wmh, Wh, b), weight-normalized, in compute dtype."""
         out = []
         # Normalize in the variable dtype (float32 under mixed policies): the
@@ -101,7 +101,7 @@ class MLSTMCell(keras.layers.Layer):
         out.append(ops.cast(self.bias, self.compute_dtype))
         return tuple(out)
 
-    def call(self, inputs, states, training=None):
+    def call(self, inputs, states, training=None) -> tuple:
         h, c = states
         w_x, w_mx, w_mh, w_h, b = self.kernels()
         m = ops.matmul(inputs, w_mx) * ops.matmul(h, w_mh)
@@ -111,11 +111,11 @@ class MLSTMCell(keras.layers.Layer):
         h = ops.sigmoid(zo) * ops.tanh(c)
         return h, [h, c]
 
-    def get_initial_state(self, batch_size=None):
+    def get_initial_state(self, batch_size=None) -> list:
         return [ops.zeros((batch_size, self.units), dtype=self.compute_dtype) for _ in range(2)]
 
     # === Config ===
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             {

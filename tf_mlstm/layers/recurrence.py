@@ -161,7 +161,7 @@ POOLED = ("h_sum", "h_square_sum", "h_max", "h_min", "c_sum", "c_max", "c_min")
 """The statistics `mlstm_forward(..., pool=True)` accumulates over the steps."""
 
 
-def pooled_initial(like):
+def pooled_initial(like) -> dict[str, tf.Tensor]:
     """Statistics of no steps, for states shaped and typed like `like`.
 
     The sums are float32 (256 float16 steps would round them to 1/4); the
@@ -182,7 +182,7 @@ def pooled_initial(like):
     }
 
 
-def combine_pooled(a, b):
+def combine_pooled(a, b) -> dict[str, tf.Tensor]:
     """The statistics of the steps of `a` and of `b` together."""
     return {
         key: (
@@ -221,7 +221,7 @@ def mlstm_forward(
     fused=False,
     ids=None,
     pool=False,
-):
+) -> tuple:
     """Runs the recurrence without keeping anything for a backward pass.
 
     Args:
@@ -300,7 +300,7 @@ def mlstm_forward(
     return tf.cond(tf.reduce_all(valid_f > 0), lambda: run(None), lambda: run(valid_f))
 
 
-def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None):
+def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None) -> tuple:
     """The recurrence for training: outputs and final state, custom gradient.
 
     Args and shapes as in `mlstm_forward` (no `valid`: training streams have

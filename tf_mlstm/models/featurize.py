@@ -37,7 +37,7 @@ def _windows(model, ids, valid, window, body, initial, pool=False):
     return h, c, acc
 
 
-def featurize_ids(model, ids, valid, window=256):
+def featurize_ids(model, ids, valid, window=256) -> dict[str, tf.Tensor]:
     """Features of each row: final states and pooled statistics of the states.
 
     Args:
@@ -61,7 +61,7 @@ def featurize_ids(model, ids, valid, window=256):
     return pooling.pooled_features(acc, (h, c), tf.reduce_sum(valid, axis=1), FEATURE_KINDS)
 
 
-def score_ids(model, ids, valid, window=256):
+def score_ids(model, ids, valid, window=256) -> tuple[tf.Tensor, tf.Tensor]:
     """Bits per character of each row under the model.
 
     The first byte (the framing `DOC_START`) is given; every later byte is

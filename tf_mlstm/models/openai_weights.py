@@ -95,7 +95,7 @@ def _layout(hidden, embed):
     return rows
 
 
-def array_path(weights_dir, index):
+def array_path(weights_dir, index) -> str:
     """The file of released array `index` in `weights_dir`."""
     return os.path.join(weights_dir, f"{index}.npy")
 
@@ -109,7 +109,7 @@ def _load_npy(path):
         raise errors.InvalidValueError(f"{path}: not a NumPy .npy array file ({e})") from None
 
 
-def load_openai_arrays(weights_dir):
+def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
     """Reads and checks the 15 released arrays.
 
     The sizes are read from the files (H from the Wmh file, E from the
@@ -192,7 +192,7 @@ def _exact_weight_norm_kernel(kernel, name):
     return (kernel * scale).astype(np.float32)
 
 
-def tf_mlstm_weights(arrays):
+def tf_mlstm_weights(arrays) -> dict[str, np.ndarray]:
     """The tf_mlstm weights of released arrays.
 
     Args:
@@ -248,7 +248,7 @@ def _unfilled_model(hidden, embed, name):
     return model
 
 
-def build_model(arrays, name="mlstm_lm"):
+def build_model(arrays, name="mlstm_lm") -> MLSTMLanguageModel:
     """A float32 `MLSTMLanguageModel` holding the released weights.
 
     Args:
@@ -276,7 +276,7 @@ def build_model(arrays, name="mlstm_lm"):
     return model
 
 
-def check_round_trip(checkpoint_path, model):
+def check_round_trip(checkpoint_path, model) -> None:
     """Raises InvalidValueError unless `checkpoint_path` restores `model`'s weights.
 
     Restores into a fresh model of `model`'s sizes (the checkpoint's keys

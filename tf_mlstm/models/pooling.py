@@ -29,7 +29,7 @@ _NEEDS = {
 }
 
 
-def sequence_statistics(hidden, valid, kinds):
+def sequence_statistics(hidden, valid, kinds) -> dict[str, tf.Tensor]:
     """The hidden-state statistics `kinds` need, over each row's valid positions.
 
     Args:
@@ -57,7 +57,7 @@ def sequence_statistics(hidden, valid, kinds):
     return {key: reducers[key]() for key in sorted(keys)}
 
 
-def pooled_features(statistics, final, count, kinds=FEATURE_KINDS):
+def pooled_features(statistics, final, count, kinds=FEATURE_KINDS) -> dict[str, tf.Tensor]:
     """The features `kinds` of each row: {kind: [B, H] float32}.
 
     Args:

@@ -24,6 +24,9 @@ than spelling the options out:
 (`normalize_text` is idempotent) at some cost.
 """
 
+from typing import Any
+from typing import Self
+
 import keras
 import numpy as np
 
@@ -68,22 +71,22 @@ class BytePreprocessor(keras.layers.Layer):
 
     # === Constructors ===
     @classmethod
-    def for_windows(cls, window, normalize=False, **kwargs):
+    def for_windows(cls, window, normalize=False, **kwargs) -> Self:
         """Rows for windowed featurization and scoring (right padding, whole windows)."""
         return cls("right", pad_to_multiple=window, normalize=normalize, **kwargs)
 
     @classmethod
-    def for_classifier(cls, max_length, normalize=False, **kwargs):
+    def for_classifier(cls, max_length, normalize=False, **kwargs) -> Self:
         """Rows for the classifier (left padding, cut to `max_length` bytes)."""
         return cls("left", max_length=max_length, normalize=normalize, **kwargs)
 
     @classmethod
-    def for_prompts(cls, normalize=False, **kwargs):
+    def for_prompts(cls, normalize=False, **kwargs) -> Self:
         """Rows of prompts to continue (left padding with `DOC_START`)."""
         return cls("left", pad_id=DOC_START, normalize=normalize, **kwargs)
 
     # === The two forms ===
-    def frame(self, texts, dtype=np.int32):
+    def frame(self, texts, dtype=np.int32) -> framing.FramedIds:
         """The NumPy form: a sequence of `str` -> `FramedIds` of arrays (ids of `dtype`)."""
         if self.normalize:
             texts = [normalize_text(text) for text in texts]
@@ -91,7 +94,7 @@ class BytePreprocessor(keras.layers.Layer):
             texts, self.padding, self.max_length, self.pad_to_multiple, self.pad_id, dtype
         )
 
-    def call(self, texts):
+    def call(self, texts) -> framing.FramedIds:
         """The graph form: [N] `tf.string` -> `FramedIds` of tensors (int32 ids)."""
         if self.normalize:
             texts = normalize_text_tf(texts)
@@ -99,11 +102,11 @@ class BytePreprocessor(keras.layers.Layer):
             texts, self.padding, self.max_length, self.pad_to_multiple, self.pad_id
         )
 
-    def valid_mask(self, lengths, width):
+    def valid_mask(self, lengths, width) -> Any:
         """[N, width] float32 mask, 1 on the framed bytes of rows `lengths` long, in the graph."""
         return framing.valid_mask_tf(lengths, width, self.padding)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             {

@@ -14,6 +14,7 @@ held unit. `sample_ids` and `sample_text` build one when not given one.
 """
 
 import math
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -52,7 +53,9 @@ def _unit_values(c, unit):
     return tf.where(unit >= 0, values, tf.zeros_like(values))
 
 
-def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None, hidden_state=False):
+def feed_bytes(
+    model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None, hidden_state=False
+) -> tuple[tf.Tensor, list, tf.Tensor]:
     """Runs the model over `ids` one byte at a time, as sampling does.
 
     Graph-friendly. With `unit` set it returns the cell value of that unit
@@ -92,7 +95,7 @@ def feed_bytes(model, ids, unit=-1, neuron=-1, neuron_value=0.0, state=None, hid
     return last, [h, c], tf.reshape(tf.transpose(trace.stack()), [batch, steps])
 
 
-def make_sampler(model, hidden_state=False):
+def make_sampler(model, hidden_state=False) -> Callable:
     """A compiled sampling function for `model`, traced once and reused.
 
     Args:
@@ -190,7 +193,7 @@ def sample_ids(
     trace_unit=None,
     sampler=None,
     hidden_state=False,
-):
+) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
     """Continues each prompt row by up to `length` sampled bytes.
 
     Args:
@@ -250,7 +253,7 @@ def sample_ids(
     return ids if trace_unit is None else (ids, trace)
 
 
-def ids_to_text(ids, strip_doc_end=False):
+def ids_to_text(ids, strip_doc_end=False) -> str:
     """Decodes one row of sampled bytes, up to the first `PAD_ID`.
 
     Args:
@@ -278,7 +281,7 @@ def sample_text(
     neuron_value=0.0,
     stop_at_doc_end=False,
     sampler=None,
-):
+) -> str:
     """Samples a continuation of a (normalized) prompt; returns a str.
 
     Args and errors as in `sample_ids`; with `stop_at_doc_end` the text ends
@@ -311,7 +314,7 @@ def generate_texts(
     stop_at_end=True,
     sampler=None,
     hidden_state=False,
-):
+) -> list[str]:
     """Samples `num_samples` continuations of a raw prompt (`tf-mlstm-generate`'s samples).
 
     The prompt is normalized as training text is and framed after the

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import time
+from typing import Self
 
 from absl import logging
 
@@ -68,12 +69,12 @@ class Candidate:
     jit: bool
 
     @property
-    def name(self):
+    def name(self) -> str:
         """E.g. "mixed_bfloat16/xla_off": the key of its rate in logs, cache and config.json."""
         return f"{self.precision}/xla_{'on' if self.jit else 'off'}"
 
     @classmethod
-    def from_name(cls, name):
+    def from_name(cls, name) -> Self:
         precision, _, xla = name.partition("/")
         return cls(precision, xla == "xla_on")
 
@@ -103,7 +104,7 @@ class Choice:
     seconds: float = 0.0
     note: str = ""
 
-    def reason(self):
+    def reason(self) -> str:
         """A phrase for the log line: the rates that decided, or why none did."""
         if not self.rates:
             return f"{self.how}{': ' + self.note if self.note else ''}"
@@ -113,7 +114,7 @@ class Choice:
         )
         return f"{self.how} ({rates} {self.unit})"
 
-    def record(self):
+    def record(self) -> dict:
         """JSON-ready summary for config.json (`autotune` key)."""
         return {
             "precision": self.candidate.precision,
@@ -147,7 +148,7 @@ class Probe:
 # === Candidates ===
 
 
-def native_precisions(machine, use_gpus=True):
+def native_precisions(machine, use_gpus=True) -> list[str]:
     """The precision policies `machine` computes natively, float32 first.
 
     Args:
@@ -171,7 +172,9 @@ def native_precisions(machine, use_gpus=True):
     return ["float32"]
 
 
-def candidates(machine, use_gpus=True, precision=hardware.AUTO, jit=hardware.AUTO):
+def candidates(
+    machine, use_gpus=True, precision=hardware.AUTO, jit=hardware.AUTO
+) -> list[Candidate]:
     """The settings `auto` times, the table's choice (the prior) first.
 
     Args:
@@ -199,13 +202,13 @@ def candidates(machine, use_gpus=True, precision=hardware.AUTO, jit=hardware.AUT
 # === Cache ===
 
 
-def cache_path():
+def cache_path() -> str:
     """`$XDG_CACHE_HOME/tf_mlstm/autotune.json`, or under `~/.cache` without it."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "tf_mlstm", CACHE_FILE)
 
 
-def machine_kind(machine, use_gpus=True):
+def machine_kind(machine, use_gpus=True) -> str:
     """What a cached rate is valid for: the GPUs, or the CPU model, flags and cores."""
     if use_gpus and machine.gpus:
         return "gpu: " + ", ".join(
@@ -219,7 +222,7 @@ def machine_kind(machine, use_gpus=True):
     return f"cpu: {machine.cpu_model} (flags {flags}, {cores} cores)"
 
 
-def cache_key(machine, use_gpus, shape):
+def cache_key(machine, use_gpus, shape) -> str:
     """The cache key of `shape` (a dict) on `machine` with this TensorFlow."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -250,12 +253,12 @@ class Cache:
             return {}
         return entries if isinstance(entries, dict) else {}
 
-    def get(self, key):
+    def get(self, key) -> dict | None:
         """The entry of `key` ({"rates": ..., "failed": ...}), or None."""
         entry = self._read().get(key)
         return entry if isinstance(entry, dict) else None
 
-    def put(self, key, rates, failed, unit):
+    def put(self, key, rates, failed, unit) -> None:
         """Merges measured `rates` and `failed` candidates into `key`'s entry."""
         entries = self._read()
         entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
@@ -280,14 +283,14 @@ class Cache:
 # === Measuring and choosing ===
 
 
-def time_cap_s(max_minutes):
+def time_cap_s(max_minutes) -> float:
     """Seconds measuring may take: `BUDGET_FRACTION` of a budget, at most `MAX_MEASURE_S`."""
     if max_minutes > 0:
         return min(MAX_MEASURE_S, BUDGET_FRACTION * max_minutes * 60)
     return MAX_MEASURE_S
 
 
-def worth_measuring(max_minutes, max_steps, count):
+def worth_measuring(max_minutes, max_steps, count) -> tuple[bool, str]:
     """Whether a run may spend time timing `count` candidates; else (False, why).
 
     Args:
@@ -311,7 +314,7 @@ def worth_measuring(max_minutes, max_steps, count):
 
 def measure(
     candidates_, build, units_per_step, clock=time.perf_counter, max_seconds=60.0, unit="chars/s"
-):
+) -> tuple[dict[str, float], dict[str, str], float]:
     """Times each candidate's step; skips those that fail, and those past the time cap.
 
     Args:
@@ -370,7 +373,7 @@ def choose(
     allowed=True,
     not_allowed_why="",
     unit="chars/s",
-):
+) -> Choice:
     """The fastest of `candidates_`, from the cache or measured now.
 
     Args:
@@ -431,12 +434,12 @@ def choose(
 # === Workers agree ===
 
 
-def encode(candidate):
+def encode(candidate) -> list[float]:
     """A candidate as two floats (precision index + 1, XLA), for a collective."""
     return [float(hardware.PRECISIONS.index(candidate.precision) + 1), float(candidate.jit)]
 
 
-def decode(values):
+def decode(values) -> Candidate:
     """`encode`'s inverse.
 
     Raises:
@@ -448,7 +451,7 @@ def decode(values):
     return Candidate(hardware.PRECISIONS[index], bool(round(values[1])))
 
 
-def agree(strategy, choice, chief, local_replicas):
+def agree(strategy, choice, chief, local_replicas) -> Choice:
     """Every worker's copy of the chief's `choice`, by one SUM all-reduce.
 
     The chief's first replica contributes the encoded choice, every other

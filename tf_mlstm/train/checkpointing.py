@@ -53,7 +53,7 @@ def _step_of(path):
     return int(match.group(1)) if match else -1
 
 
-def save_carried_state(model_dir, worker, step, local_states, keep=3):
+def save_carried_state(model_dir, worker, step, local_states, keep=3) -> None:
     """Writes this worker's per-replica [h, c] atomically, in their own dtype.
 
     Args:
@@ -92,7 +92,7 @@ def _read_state(path):
     return tf.io.parse_tensor(data, dtype).numpy()
 
 
-def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
+def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None) -> list | None:
     """Returns the saved per-replica (h, c) list, or None if it doesn't fit.
 
     Args:
@@ -138,7 +138,7 @@ def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None):
     return [(stacked[i, 0], stacked[i, 1]) for i in range(replicas)]
 
 
-def restore_latest(checkpoint, checkpoint_dir, newest_step=None):
+def restore_latest(checkpoint, checkpoint_dir, newest_step=None) -> str | None:
     """Restores the newest intact checkpoint in `checkpoint_dir`, if any.
 
     Args:
@@ -155,7 +155,7 @@ def restore_latest(checkpoint, checkpoint_dir, newest_step=None):
     return rundir.restore_checkpoint(checkpoint, checkpoint_dir, newest_step=newest_step)
 
 
-def has_state(model_dir, worker, step, layout, carried):
+def has_state(model_dir, worker, step, layout, carried) -> bool:
     """Whether this worker's own state of `step` is there and fits this run.
 
     Args:
@@ -185,7 +185,7 @@ def _input_prefix(model_dir, worker, step):
     return os.path.join(rundir.input_state_dir(model_dir, worker), f"step-{step}")
 
 
-def save_input_state(model_dir, worker, step, iterator, layout, keep=3):
+def save_input_state(model_dir, worker, step, iterator, layout, keep=3) -> None:
     """Writes this worker's input-iterator position and its layout.
 
     Args:
@@ -212,7 +212,7 @@ def save_input_state(model_dir, worker, step, iterator, layout, keep=3):
             tf.io.gfile.remove(path)
 
 
-def restore_input_state(model_dir, worker, step, iterator, layout):
+def restore_input_state(model_dir, worker, step, iterator, layout) -> bool:
     """Restores this worker's input position at `step` if its layout matches.
 
     Returns:

@@ -15,13 +15,14 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
 from tf_mlstm.data import fields
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 
 
-def resolve_data(config):
+def resolve_data(config) -> tuple[list[str], list[str]]:
     """The training and validation shard lists for `config`, checked before training.
 
     An empty `train_data` means the embedded demo corpus, converted once into
@@ -91,7 +92,7 @@ def resolve_data(config):
     return train_files, validation_files
 
 
-def check_converted(flag, spec):
+def check_converted(flag, spec) -> None:
     """Raises, with the conversion command, when `--flag=spec` names raw corpus files.
 
     Training reads TFRecord shards (shuffled, split, counted in stats.json);
@@ -146,7 +147,7 @@ def _with_records(files, source, split):
     return kept
 
 
-def steps_for_epochs(config, train_files):
+def steps_for_epochs(config, train_files) -> TrainConfig:
     """`config` with `max_steps` for its `--epochs` (unchanged when epochs is 0).
 
     One epoch is the training shards' characters (from the conversion's

@@ -7,6 +7,7 @@ the progress is reported through `tf_mlstm.progress`, in characters scored.
 """
 
 import time
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -20,7 +21,7 @@ from tf_mlstm.progress import Progress
 from tf_mlstm.progress import byte_unit
 
 
-def make_eval_step(model, jit_compile=False):
+def make_eval_step(model, jit_compile=False) -> Callable:
     """A compiled step: (batch, state) -> (bits, chars, state)."""
 
     @tf.function(jit_compile=jit_compile, reduce_retracing=True, autograph=False)
@@ -32,7 +33,7 @@ def make_eval_step(model, jit_compile=False):
     return step
 
 
-def expected_chars(files, split):
+def expected_chars(files, split) -> int | None:
     """About how many characters an evaluation of TFRecord `files` scores.
 
     Every byte of text and every document's start marker is a target, except
@@ -52,7 +53,9 @@ def expected_chars(files, split):
     return counts["bytes"] + counts["records"]
 
 
-def evaluate(model, dataset, max_batches=0, step_fn=None, expected=None, progress=False, read=None):
+def evaluate(
+    model, dataset, max_batches=0, step_fn=None, expected=None, progress=False, read=None
+) -> dict:
     """Scores every target of a finite dataset.
 
     Args:
@@ -129,7 +132,7 @@ def evaluate_data(
     batch_size=32,
     seq_length=256,
     max_batches=0,
-):
+) -> dict:
     """Scores `data` under the model of `model_dir` (`tf-mlstm-eval`).
 
     `data` is a TFRecord folder (its `split` shards), a TFRecord glob, or
@@ -178,7 +181,7 @@ def evaluate_data(
     return result
 
 
-def evaluate_config(config):
+def evaluate_config(config) -> dict:
     """`evaluate_data` of a `config.EvalConfig` (what `tf-mlstm-eval` runs)."""
     return evaluate_data(
         config.model_dir,

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import platform
+from typing import Any
 
 from absl import logging
 
@@ -124,14 +125,14 @@ class GpuInfo:
     compute_capability: tuple | None = None
 
     @property
-    def has_tensor_cores(self):
+    def has_tensor_cores(self) -> bool:
         """Whether the GPU has float16 matrix units (compute capability >= 7.0)."""
         return (
             self.compute_capability is not None
             and tuple(self.compute_capability) >= TENSOR_CORE_CAPABILITY
         )
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """JSON-ready fields: name and "major.minor" capability (or None)."""
         capability = self.compute_capability
         return {
@@ -156,16 +157,16 @@ class Hardware:
     gpus: tuple = ()
 
     @property
-    def cpu_extensions(self):
+    def cpu_extensions(self) -> tuple[str, ...]:
         """The reported vector/matrix extensions this CPU has, in a fixed order."""
         return tuple(name for name in REPORTED_EXTENSIONS if name in self.cpu_flags)
 
     @property
-    def bfloat16_matrix_units(self):
+    def bfloat16_matrix_units(self) -> bool:
         """Whether the CPU multiplies bfloat16 matrices fast enough to pick it (AMX)."""
         return bool(self.cpu_flags & BFLOAT16_MATRIX_FLAGS)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         """JSON-ready summary: cpu_model, cpu_extensions, gpus."""
         return {
             "cpu_model": self.cpu_model,
@@ -173,7 +174,7 @@ class Hardware:
             "gpus": [gpu.to_dict() for gpu in self.gpus],
         }
 
-    def describe(self):
+    def describe(self) -> str:
         """One log line: the CPU, its extensions and the GPUs."""
         extensions = " ".join(self.cpu_extensions) or "none reported"
         text = f"CPU {self.cpu_model} ({extensions})"
@@ -186,7 +187,7 @@ class Hardware:
         return f"{text}; no GPU"
 
 
-def parse_cpuinfo(text):
+def parse_cpuinfo(text) -> tuple[str, frozenset]:
     """The model name and feature flags of the first processor in a cpuinfo text.
 
     Args:
@@ -210,7 +211,7 @@ def parse_cpuinfo(text):
     return model or "unknown", features or frozenset()
 
 
-def read_cpuinfo(path=CPUINFO):
+def read_cpuinfo(path=CPUINFO) -> tuple[str, frozenset]:
     """`parse_cpuinfo` of `path`; a missing file (not Linux) gives no flags.
 
     Args:
@@ -228,7 +229,7 @@ def read_cpuinfo(path=CPUINFO):
         return platform.processor() or "unknown", frozenset()
 
 
-def list_gpus():
+def list_gpus() -> tuple[GpuInfo, ...]:
     """The GPUs TensorFlow sees, with their compute capability.
 
     Reads physical devices only, so it may run before a strategy restricts the
@@ -255,7 +256,7 @@ def list_gpus():
     return tuple(gpus)
 
 
-def detect(cpuinfo_path=CPUINFO, gpus=None):
+def detect(cpuinfo_path=CPUINFO, gpus=None) -> Hardware:
     """This machine's `Hardware`.
 
     Args:
@@ -272,7 +273,7 @@ def detect(cpuinfo_path=CPUINFO, gpus=None):
 # === Resolution ===
 
 
-def resolve_precision(choice, hardware, use_gpus=True):
+def resolve_precision(choice, hardware, use_gpus=True) -> tuple[str, str]:
     """The precision policy `choice` stands for on `hardware`.
 
     `auto`: mixed_float16 when the run computes on GPUs that all have tensor
@@ -302,7 +303,7 @@ def resolve_precision(choice, hardware, use_gpus=True):
     return "float32", "CPU without bfloat16 matrix units (no amx_bf16)"
 
 
-def resolve_jit(choice, precision, hardware, use_gpus=True):
+def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
     """Whether the per-replica step is XLA-compiled, from `JIT_TABLE` for `auto`.
 
     Args:
@@ -331,7 +332,7 @@ def resolve_jit(choice, precision, hardware, use_gpus=True):
     return JIT_TABLE[(kind, precision)]
 
 
-def recorded_precision(path):
+def recorded_precision(path) -> str | None:
     """The precision an existing run recorded in its config file, or None.
 
     Args:
@@ -364,7 +365,7 @@ def recorded_precision(path):
     return precision if precision in PRECISIONS else None
 
 
-def resolve_run_config(config, recorded_config_path, hardware=None, decide=None):
+def resolve_run_config(config, recorded_config_path, hardware=None, decide=None) -> Any:
     """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
 
     An existing run's recorded precision wins over `auto`, so a resume on

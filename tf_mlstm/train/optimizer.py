@@ -17,11 +17,13 @@ a step itself: weights, moments and `iterations` stay as they were. The
 check runs on the all-reduced gradients, so every replica decides alike.
 """
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
 
-def all_finite(grads):
+def all_finite(grads) -> tf.Tensor:
     """A scalar bool tensor: every gradient entry is finite."""
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
 
@@ -44,7 +46,7 @@ class PreReducedAdam(keras.optimizers.Adam):
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return list(grads_and_vars)
 
-    def apply(self, grads, trainable_variables=None):
+    def apply(self, grads, trainable_variables=None) -> Any:
         if not self.skip_non_finite or not self.built:
             return super().apply(grads, trainable_variables)
         apply = super().apply
@@ -71,7 +73,7 @@ class PreReducedAdam(keras.optimizers.Adam):
             cross_replica, args=(grads, trainable_variables)
         )
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config["skip_non_finite"] = self.skip_non_finite
         return config
@@ -81,7 +83,9 @@ def _no_op():
     return None
 
 
-def build_optimizer(learning_rate, clip_norm=1.0, precision="float32"):
+def build_optimizer(
+    learning_rate, clip_norm=1.0, precision="float32"
+) -> keras.optimizers.Optimizer:
     """Adam with global-norm clipping that skips non-finite steps, loss-scaled under float16.
 
     Args:
@@ -102,7 +106,7 @@ def build_optimizer(learning_rate, clip_norm=1.0, precision="float32"):
     return optimizer
 
 
-def loss_scale(optimizer):
+def loss_scale(optimizer) -> tf.Variable | None:
     """The current dynamic loss scale, or None without loss scaling."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return optimizer.dynamic_scale

@@ -55,7 +55,7 @@ from tf_mlstm.config import SCALINGS
 NO_PREDICTION = 0
 
 
-def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=None):
+def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=None) -> float:
     """The rate after batch scaling and the cap.
 
     Args:
@@ -144,7 +144,7 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
             return peak * factor
         return tf.where(step < self.warmup_steps, warmup, peak * factor)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {
             "peak_lr": self.peak_lr,
             "total_steps": self.total_steps,
@@ -190,7 +190,7 @@ class SchedulePlan:
         self.progress = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="decay_progress")
         self.advanced = tf.Variable(0, dtype=tf.int64, trainable=False, name="decay_advanced")
 
-    def variables(self):
+    def variables(self) -> dict[str, tf.Variable]:
         """The variables to checkpoint, by name."""
         return {
             "planned_steps": self.planned_steps,
@@ -198,7 +198,7 @@ class SchedulePlan:
             "decay_advanced": self.advanced,
         }
 
-    def advance(self, iterations, planned_steps=None):
+    def advance(self, iterations, planned_steps=None) -> tf.Variable:
         """Moves the decay on by the updates applied since the last call.
 
         Call once per training step, after the update, in cross-replica
@@ -268,7 +268,7 @@ class BudgetPlanner:
         self._first_step = None
         self._mark = None  # (step, time) where measuring started
 
-    def plan(self, step, now=None):
+    def plan(self, step, now=None) -> int:
         """The predicted final step after `step` (done), or `NO_PREDICTION` while still settling.
 
         Args:

@@ -31,6 +31,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 # Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
 # EX_TEMPFAIL: a temporary condition, relaunching resumes).
@@ -63,12 +64,12 @@ class StopSignals:
         self.received = None
 
     @property
-    def requested(self):
+    def requested(self) -> bool:
         """Whether a stop signal came that no step has acted on yet."""
         return self.received is not None
 
     @contextlib.contextmanager
-    def caught(self):
+    def caught(self) -> Iterator[None]:
         """While inside, a stop signal sets `received` instead of ending the process.
 
         Signals reach only the main thread: elsewhere this does nothing. A
@@ -99,7 +100,7 @@ class StopSignals:
         if self.received is None:
             self.received = signum
 
-    def acted_on(self):
+    def acted_on(self) -> tuple[str, int]:
         """Every worker stopped for the signal: returns (its name, the exit status), clears it.
 
         A worker that got no signal itself (a peer did) exits with status 75.
@@ -110,7 +111,7 @@ class StopSignals:
         status, name = STOP_SIGNALS[signum]
         return name, status
 
-    def deliver_late(self):
+    def deliver_late(self) -> None:
         """A stop signal no step acted on (it came after the last one) is passed on now.
 
         Training is over and checkpointed, so what follows (the final

@@ -166,7 +166,7 @@ def get_distribution_strategy(
     return mirrored_strategy(devices, _mirrored_cross_device_ops(all_reduce, gpus))
 
 
-def check_no_unused_cluster(strategy, environ):
+def check_no_unused_cluster(strategy, environ) -> None:
     """Refuses a cluster description that a one-machine `strategy` would ignore.
 
     A cluster launcher (a Kubernetes operator, `srun -n 4`) starts every task
@@ -204,7 +204,7 @@ def check_no_unused_cluster(strategy, environ):
         )
 
 
-def mirrored_strategy(devices, cross_device_ops=None):
+def mirrored_strategy(devices, cross_device_ops=None) -> tf.distribute.MirroredStrategy:
     """A `MirroredStrategy` over `devices` whose collectives are its own.
 
     Every `MirroredStrategy` numbers its collective all-reduces from the same
@@ -354,7 +354,7 @@ def remove_temp_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> None:
             break
 
 
-def sum_over_replicas(strategy, value_of):
+def sum_over_replicas(strategy, value_of) -> tf.Tensor:
     """One all-reduce outside the training step: the sum of a value over every replica.
 
     The runner's step is the one place that trains; this is for the small

@@ -52,6 +52,7 @@ import hashlib
 import json
 import os
 import time
+from typing import Self
 
 import numpy as np
 import tensorflow as tf
@@ -73,12 +74,12 @@ _MAX_HEADER = 1 << 16
 _KINDS_SEPARATOR = "+"
 
 
-def cache_dir():
+def cache_dir() -> str:
     """`$XDG_CACHE_HOME/tf_mlstm/features`, or `~/.cache/tf_mlstm/features` without it."""
     return os.path.join(os.path.dirname(autotune.cache_path()), "features")
 
 
-def cap_bytes():
+def cap_bytes() -> int:
     """The cache's size cap in bytes: `TF_MLSTM_FEATURE_CACHE_MB`, else `DEFAULT_CAP_MB`.
 
     Raises:
@@ -99,7 +100,7 @@ def cap_bytes():
     return int(megabytes * 10**6)
 
 
-def texts_digest(texts):
+def texts_digest(texts) -> str:
     """SHA-256 (hex) of `texts` in order: each text's UTF-8 bytes, after its length."""
     digest = hashlib.sha256()
     for text in texts:
@@ -135,7 +136,7 @@ class FeatureCache:
         }
 
     @classmethod
-    def for_model(cls, model, weights_sha256, precision, window, **kwargs):
+    def for_model(cls, model, weights_sha256, precision, window, **kwargs) -> Self:
         """The cache of `model`'s features (its architecture read from it)."""
         backbone = getattr(model, "backbone", None)
         architecture = (
@@ -143,18 +144,18 @@ class FeatureCache:
         )
         return cls(weights_sha256, architecture, precision, window, **kwargs)
 
-    def key(self, texts):
+    def key(self, texts) -> str:
         """The hex key of `texts`' features under this model and setting."""
         identity = dict(self._identity, texts=texts_digest(texts), count=len(texts))
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:40]
 
-    def path(self, key, kinds):
+    def path(self, key, kinds) -> str:
         """The entry file of `key` holding `kinds` (in the order they are stored)."""
         return os.path.join(self.folder, f"{key}.{_KINDS_SEPARATOR.join(kinds)}{SUFFIX}")
 
     # === Reading ===
 
-    def get(self, texts, kinds, what="texts"):
+    def get(self, texts, kinds, what="texts") -> dict[str, np.ndarray] | None:
         """The cached features of `texts` for `kinds`, or None (a miss).
 
         An entry holding every kind asked for serves (it may hold more). A
@@ -215,7 +216,7 @@ class FeatureCache:
 
     # === Writing ===
 
-    def put(self, texts, features, what="texts"):
+    def put(self, texts, features, what="texts") -> str | None:
         """Stores `features` of `texts`; returns the entry's path, or None when not stored.
 
         The folder refusing the write is one warning line, never an error.
@@ -278,7 +279,7 @@ class FeatureCache:
         self.evict(keep=path)
         return path
 
-    def evict(self, keep=None):
+    def evict(self, keep=None) -> None:
         """Removes the least recently used entries until the folder is within the cap.
 
         What ended writers left half written goes first (`fileio.clean_leftovers`),

@@ -60,7 +60,9 @@ DEFAULT_WINDOW = 256
 DEFAULT_BATCH_SIZE = 64
 
 
-def resolve_precision(choice, model_dir=None, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW):
+def resolve_precision(
+    choice, model_dir=None, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW
+) -> str:
     """The policy features are computed in: `choice`, or for `auto` this machine's choice.
 
     Args:
@@ -87,7 +89,7 @@ def resolve_precision(choice, model_dir=None, batch_size=DEFAULT_BATCH_SIZE, win
     return precision
 
 
-def parse_feature_kinds(spec):
+def parse_feature_kinds(spec) -> tuple[str, ...] | str:
     """Parses a `--features` value.
 
     Args:
@@ -118,14 +120,14 @@ def parse_feature_kinds(spec):
     return tuple(kind for kind in ALL_KINDS if kind in names)
 
 
-def kinds_to_compute(spec):
+def kinds_to_compute(spec) -> tuple[tuple[str, ...], bool]:
     """(model kinds, whether the n-grams are needed) for a parsed spec."""
     if spec in (AUTO, AUTO_NGRAMS):
         return FEATURE_KINDS, spec == AUTO_NGRAMS
     return tuple(k for k in spec if k != NGRAM_KIND), NGRAM_KIND in spec
 
 
-def concat_features(features, kinds):
+def concat_features(features, kinds) -> np.ndarray | sparse.csr_matrix:
     """Concatenates the chosen kinds, in order, into one [N, H * len(kinds)] array.
 
     Args:
@@ -152,7 +154,7 @@ def concat_features(features, kinds):
     return sparse.hstack([sparse.csr_matrix(np.concatenate(dense, axis=1)), ngrams], format="csr")
 
 
-def describe_feature(index, kinds, hidden_size):
+def describe_feature(index, kinds, hidden_size) -> tuple[str, int]:
     """Which kind and unit column `index` of `concat_features(..., kinds)` is.
 
     Args:
@@ -169,7 +171,7 @@ def describe_feature(index, kinds, hidden_size):
     return kinds[index // hidden_size], index % hidden_size
 
 
-def text_lengths(texts):
+def text_lengths(texts) -> np.ndarray:
     """UTF-8 byte lengths of `texts` (what the model runs over)."""
     return np.array([len(text.encode("utf-8")) for text in texts], np.int64)
 
@@ -265,7 +267,7 @@ def measured_precision(
     machine=None,
     cache=None,
     clock=None,
-):
+) -> tuple[str, autotune.Choice]:
     """The policy `model_dir`'s model featurizes fastest in here: `--precision=auto`.
 
     Every policy the hardware computes natively (`autotune.native_precisions`)

@@ -61,7 +61,7 @@ class LabelMap:
     entries: tuple
     classes: tuple
 
-    def lookup(self, value):
+    def lookup(self, value) -> str | None:
         """The class of raw `value`, or None when the map does not name it.
 
         Numbers match numerically (JSON 5.0, CSV "5" and the spec's "5" are
@@ -73,7 +73,7 @@ class LabelMap:
                 return label
         return None
 
-    def values(self):
+    def values(self) -> list[str]:
         """The raw values the map names, as written, for error messages."""
         return [raw for raw, _ in self.entries]
 
@@ -91,7 +91,7 @@ def _map_key(value):
     return ("number", number) if math.isfinite(number) else ("text", text.lower())
 
 
-def parse_label_map(spec):
+def parse_label_map(spec) -> LabelMap | None:
     """Parses a label map such as "1:negative,2:negative,3:neutral,4:positive,5:positive".
 
     Syntax: comma-separated `VALUE:CLASS` entries; the class is what follows
@@ -162,14 +162,14 @@ class LabeledData:
     class_order: tuple | None = None
 
     @property
-    def multilabel(self):
+    def multilabel(self) -> bool:
         """Whether each text has several 0/1 labels (several label keys)."""
         return len(self.label_keys) > 1
 
     def __len__(self):
         return len(self.texts)
 
-    def subset(self, rows):
+    def subset(self, rows) -> "LabeledData":
         """The rows `rows` (indices), in that order, as a new `LabeledData`."""
         rows = np.asarray(rows, np.int64)
         return dataclasses.replace(
@@ -179,14 +179,14 @@ class LabeledData:
             places=[self.places[i] for i in rows],
         )
 
-    def classes(self):
+    def classes(self) -> tuple:
         """The classes present, in the label map's order, else sorted (one label key)."""
         present = set(np.unique(self.labels).tolist())
         if self.class_order is not None:
             return tuple(c for c in self.class_order if c in present)
         return tuple(sorted(present))
 
-    def indicator(self):
+    def indicator(self) -> np.ndarray:
         """[N, L] float32 0/1 targets (several keys, or one key of 0/1 labels).
 
         Raises:
@@ -199,7 +199,7 @@ class LabeledData:
             raise errors.InvalidValueError(f"{self.source}: labels {extra[:10]} are not 0/1")
         return self.labels.reshape(-1, 1).astype(np.float32)
 
-    def summary(self):
+    def summary(self) -> dict:
         """Counts for results.json: examples, per class (or per label) counts, skips."""
         if self.multilabel:
             counts = {key: int(n) for key, n in zip(self.label_keys, self.labels.sum(axis=0))}
@@ -216,7 +216,7 @@ class LabeledData:
 
 def read_labeled(
     spec, text_keys, label_keys, threshold=None, label_map=None, binary=False, limit=0, seed=0
-):
+) -> LabeledData:
     """Reads texts and their labels from CSV / JSON lines files.
 
     Args:
@@ -337,7 +337,7 @@ class _LabelParser:
         return label
 
 
-def encode_classes(data, classes):
+def encode_classes(data, classes) -> np.ndarray:
     """The class indices [N] of `data`'s labels in `classes`.
 
     Args:
@@ -365,7 +365,7 @@ def encode_classes(data, classes):
 # === Splits and subsamples ===
 
 
-def strata(labels):
+def strata(labels) -> np.ndarray:
     """One stratum id per row: the class, or the label combination ([N, L] labels).
 
     Strata with a single row are pooled into one (joined to the largest
@@ -388,7 +388,7 @@ def strata(labels):
     return ids
 
 
-def stratified_split(labels, fraction, seed):
+def stratified_split(labels, fraction, seed) -> tuple[np.ndarray, np.ndarray]:
     """Splits row indices into (kept, held out) with the class proportions kept.
 
     scikit-learn's `train_test_split(stratify=...)` on `strata(labels)`. The
@@ -424,13 +424,13 @@ def stratified_split(labels, fraction, seed):
     return np.sort(kept), np.sort(out)
 
 
-def split_off(data, fraction, seed):
+def split_off(data, fraction, seed) -> tuple[LabeledData, LabeledData]:
     """(kept, held-out) `LabeledData` from `stratified_split` of `data`'s labels."""
     kept, held = stratified_split(data.labels, fraction, seed)
     return data.subset(kept), data.subset(held)
 
 
-def balanced_subsample(labels, count, seed):
+def balanced_subsample(labels, count, seed) -> np.ndarray:
     """A seeded subsample of `count` rows, as even across classes as possible.
 
     Args:
@@ -456,7 +456,7 @@ def balanced_subsample(labels, count, seed):
     return np.sort(np.asarray(chosen, np.int64))
 
 
-def random_subsample(count, limit, seed):
+def random_subsample(count, limit, seed) -> np.ndarray:
     """Seeded sorted indices of `limit` of `count` rows (all when limit <= 0)."""
     if limit <= 0 or limit >= count:
         return np.arange(count)
@@ -466,7 +466,7 @@ def random_subsample(count, limit, seed):
 # === Metrics ===
 
 
-def class_metrics(true, predicted, classes):
+def class_metrics(true, predicted, classes) -> dict:
     """Single-label metrics (scikit-learn's) of predicted class indices.
 
     Args:
@@ -502,7 +502,7 @@ def class_metrics(true, predicted, classes):
     return result
 
 
-def label_metrics(true, predicted, names, thresholds=None):
+def label_metrics(true, predicted, names, thresholds=None) -> dict:
     """Metrics (scikit-learn's) of 0/1 labels: one binary label or several.
 
     Args:
@@ -559,7 +559,7 @@ def label_metrics(true, predicted, names, thresholds=None):
 # === Thresholds ===
 
 
-def choose_threshold(scores, labels, metric="accuracy"):
+def choose_threshold(scores, labels, metric="accuracy") -> float:
     """The threshold on `scores` that maximizes `metric` for 0/1 `labels`.
 
     The candidates are the cuts between neighboring distinct scores (and
@@ -613,7 +613,7 @@ def choose_threshold(scores, labels, metric="accuracy"):
     return float(place[best[np.argmin(np.abs(place[best] - 0.5))]])
 
 
-def choose_thresholds(probabilities, labels, metric="accuracy"):
+def choose_thresholds(probabilities, labels, metric="accuracy") -> np.ndarray:
     """One `choose_threshold` per label (column).
 
     Args:

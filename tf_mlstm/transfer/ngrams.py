@@ -15,8 +15,10 @@ it.
 """
 
 import dataclasses
+from typing import Self
 
 import numpy as np
+from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from tf_mlstm import errors
@@ -54,18 +56,18 @@ class NgramVocabulary:
     def __len__(self):
         return len(self.terms)
 
-    def transform(self, texts):
+    def transform(self, texts) -> sparse.csr_matrix:
         """TF-IDF features of normalized `texts`: scipy CSR float64 [N, V]."""
         vectorizer = _vectorizer(vocabulary=list(self.terms))
         vectorizer.idf_ = np.asarray(self.idf, np.float64)
         return vectorizer.transform(words.word_strings(texts))
 
-    def to_record(self):
+    def to_record(self) -> dict:
         """The JSON fields: {terms, idf, max_n}."""
         return {"terms": list(self.terms), "idf": self.idf.tolist(), "max_n": words.MAX_N}
 
     @classmethod
-    def from_record(cls, record):
+    def from_record(cls, record) -> Self:
         """Rebuilds a vocabulary from `to_record` output.
 
         Raises:
@@ -84,7 +86,7 @@ class NgramVocabulary:
         return cls(terms, idf)
 
 
-def fit_vocabulary(texts):
+def fit_vocabulary(texts) -> tuple[NgramVocabulary, sparse.csr_matrix]:
     """Fits the vocabulary and IDF on (training) `texts`.
 
     Returns:

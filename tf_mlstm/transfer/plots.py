@@ -30,7 +30,7 @@ def _save(figure, path):
     return path
 
 
-def neuron_histogram(path, values, labels, classes, threshold, title=""):
+def neuron_histogram(path, values, labels, classes, threshold, title="") -> None:
     """Draws one histogram of `values` per class.
 
     Args:
@@ -67,7 +67,7 @@ def _bins(values, threshold):
     return np.linspace(low, high, 41)
 
 
-def one_against_rest(path, panels, split):
+def one_against_rest(path, panels, split) -> None:
     """Draws one histogram panel per class or label: its neuron, it against the rest.
 
     Args:
@@ -93,7 +93,7 @@ def one_against_rest(path, panels, split):
     return _save(figure, path)
 
 
-def accuracy_curve(path, counts, accuracies, ylabel="test accuracy"):
+def accuracy_curve(path, counts, accuracies, ylabel="test accuracy") -> None:
     """Draws accuracy (or another score) against the number of labeled training examples.
 
     Args:

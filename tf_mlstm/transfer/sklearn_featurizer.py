@@ -23,6 +23,8 @@ later calls reuse it) and `transform` runs it. A pickled featurizer holds
 its parameters only and loads the model again when next used.
 """
 
+from typing import Self
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.base import TransformerMixin
@@ -92,7 +94,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
             self._loaded = (key, featurizer)
         return self._loaded[1]
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None) -> Self:
         """Loads the model; nothing is learned from `X` or `y`.
 
         Returns:
@@ -108,7 +110,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
         self.n_features_out_ = featurizer.hidden_size * len(featurizer.kinds)
         return self
 
-    def transform(self, X):
+    def transform(self, X) -> np.ndarray:
         """The features of the texts `X` (a sequence of str): float32 [N, D].
 
         Raises:
@@ -124,7 +126,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
         featurizer = self._featurizer()
         return features_lib.concat_features(featurizer(texts, progress=False), featurizer.kinds)
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
         """Names of the output columns: "<kind>_<unit>"."""
         del input_features
         featurizer = self._featurizer()

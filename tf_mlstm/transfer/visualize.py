@@ -41,7 +41,7 @@ JSON_FILE = "neuron_{neuron}.json"
 _MAX_LABELED_CELLS = 6000
 
 
-def unit_activations(model, texts, neuron, hidden_state=False):
+def unit_activations(model, texts, neuron, hidden_state=False) -> list[np.ndarray]:
     """The cell (or hidden) value of one unit after each character of each text.
 
     Args:
@@ -78,7 +78,7 @@ def unit_activations(model, texts, neuron, hidden_state=False):
     return activations
 
 
-def color_scale(activations, scale=None):
+def color_scale(activations, scale=None) -> float:
     """The absolute value drawn as full red / full green.
 
     Args:
@@ -117,7 +117,7 @@ def _state_name(hidden_state):
     return "Hidden" if hidden_state else "Cell"
 
 
-def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=False):
+def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=False) -> str:
     """An HTML page with every character colored by its activation.
 
     Args:
@@ -175,7 +175,7 @@ def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=Fal
 
 def render_heatmap(
     texts, activations, neuron, path, width=64, scale=None, sign=1, hidden_state=False
-):
+) -> str:
     """Writes a PNG heat map: texts wrapped at `width` characters, one cell each.
 
     Args:
@@ -238,7 +238,7 @@ def render_heatmap(
 
 def write_visualization(
     model, texts, neuron, output_dir, width=64, scale=None, sign=1, source=None, hidden_state=False
-):
+) -> dict:
     """Normalizes texts, computes the unit's activations, writes HTML, PNG, JSON.
 
     Args:
