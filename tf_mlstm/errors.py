@@ -20,19 +20,52 @@ import re
 
 
 class UserError(Exception):
-    """A problem the user can fix; its message is the whole report (one line)."""
+    """A problem the user can fix; its message is the whole report (one line).
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> error = errors.UserError("--input=a.json: no such file")
+    >>> errors.is_user_error(error), errors.one_line(error)
+    (True, '--input=a.json: no such file')
+    """
 
 
 class InvalidValueError(UserError, ValueError):
-    """A flag, argument, file or record holds a value that cannot be used."""
+    """A flag, argument, file or record holds a value that cannot be used.
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> try:
+    ...     errors.check_int32("--length", 2**31)
+    ... except ValueError as error:  # also an InvalidValueError
+    ...     print(error)
+    --length=2147483648 is out of range: sizes, counts and steps are at most 2147483647.
+    """
 
 
 class MissingFileError(UserError, FileNotFoundError):
-    """A file or folder the user named does not exist (also a `FileNotFoundError`)."""
+    """A file or folder the user named does not exist (also a `FileNotFoundError`).
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> error = errors.MissingFileError("--model_dir=runs/x: no such folder")
+    >>> isinstance(error, FileNotFoundError), errors.is_user_error(error)
+    (True, True)
+    """
 
 
 class WriteError(UserError):
-    """The filesystem refused a write (full, over a size limit or quota, read-only)."""
+    """The filesystem refused a write (full, over a size limit or quota, read-only).
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> errors.is_user_error(errors.WriteError("out/: the disk is full"))
+    True
+    """
 
 
 # TensorFlow's error codes for trouble outside the program: files that are

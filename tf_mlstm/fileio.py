@@ -229,9 +229,15 @@ class Staged:
     output is left byte for byte as it was. A binary checks its inputs before
     it stages anything.
 
-      with fileio.Staged() as staged:
-          write_csv(staged.path("scores.csv"))
-          draw(staged.path("plot.png"))
+    Example:
+
+    >>> import os
+    >>> from tf_mlstm import fileio
+    >>> with fileio.Staged() as staged:
+    ...     with open(staged.path("scores.csv"), "w") as f:
+    ...         _ = f.write("text,score")
+    >>> os.listdir(".")
+    ['scores.csv']
     """
 
     def __init__(self):

@@ -66,7 +66,15 @@ _AUTO = "auto"
 
 
 class RunDirError(errors.InvalidValueError):
-    """A run folder that cannot be used as asked (in use, changed model, damaged)."""
+    """A run folder that cannot be used as asked (in use, changed model, damaged).
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> from tf_mlstm.preflight import RunDirError
+    >>> errors.is_user_error(RunDirError("runs/a is in use by another run"))
+    True
+    """
 
 
 # === The filesystem, without TensorFlow for local paths ===

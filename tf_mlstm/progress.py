@@ -64,6 +64,16 @@ class Progress:
     Raises:
         ValueError: If `total` is negative or `log_interval_s` or `scale` is
             not positive.
+
+    Example:
+
+    >>> import itertools
+    >>> from tf_mlstm.progress import Progress
+    >>> clock = itertools.count(0.0, 2.0).__next__  # two seconds a reading
+    >>> with Progress("Converting", 4e6, "MB", scale=1e6, terminal=False, clock=clock) as report:
+    ...     report.update(2e6, records=12)
+    ...     print(report.fraction(), report.status(now=4.0))
+    0.5 Converting: 2.0/4.0 MB (50%), 0.5 MB/s, 0:04 left; 12 records
     """
 
     def __init__(

@@ -76,6 +76,16 @@ class SavedModelHandler(inference_base.ModelHandler):
         export_dir: The SavedModel folder (`<export base>/<version>`).
         signature: "classify" or "featurize".
         batch_size: Most texts per call (Beam batches up to this many).
+
+    Example:
+
+    The handler is what `apache_beam.ml.inference.RunInference` takes; it loads
+    the SavedModel once per worker:
+
+    >>> from tf_mlstm.beam.inference import SavedModelHandler
+    >>> handler = SavedModelHandler("exports/model/1", signature="classify", batch_size=32)
+    >>> handler.batch_elements_kwargs()
+    {'min_batch_size': 32, 'max_batch_size': 32}
     """
 
     def __init__(self, export_dir: str, signature: str = "classify", batch_size: int = 64):

@@ -45,7 +45,15 @@ _MB = 1e6
 
 
 class NoDocumentsError(readers.InputError):
-    """The inputs held no usable document."""
+    """The inputs held no usable document.
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> from tf_mlstm.data.convert import NoDocumentsError
+    >>> errors.is_user_error(NoDocumentsError("reviews.json: no usable document"))
+    True
+    """
 
 
 def _marker(output_dir: str) -> str:

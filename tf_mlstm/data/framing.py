@@ -47,7 +47,17 @@ PADDINGS = ("right", "left")
 
 
 class FramedIds(NamedTuple):
-    """A batch of framed, padded texts (NumPy arrays or tensors; see the module doc)."""
+    """A batch of framed, padded texts (NumPy arrays or tensors; see the module doc).
+
+    Example:
+
+    >>> from tf_mlstm.data import framing
+    >>> framed = framing.frame_ids(["hi", "hello"], padding="left")
+    >>> framed.ids.tolist()
+    [[0, 0, 0, 10, 104, 105], [10, 104, 101, 108, 108, 111]]
+    >>> framed.lengths.tolist(), framed.truncated.tolist()
+    ([3, 6], [False, False])
+    """
 
     ids: Any
     valid: Any

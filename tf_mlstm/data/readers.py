@@ -82,7 +82,15 @@ _LABEL_NAMES = {"pos": 1, "positive": 1, "neg": 0, "negative": 0, "true": 1, "fa
 
 
 class InputError(errors.InvalidValueError):
-    """An input file as a whole cannot be read (corrupt gzip, no text column)."""
+    """An input file as a whole cannot be read (corrupt gzip, no text column).
+
+    Example:
+
+    >>> from tf_mlstm.data import readers
+    >>> error = readers.InputError("reviews.csv: no column 'text'")
+    >>> isinstance(error, ValueError)
+    True
+    """
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +105,13 @@ class Document:
         line: 1-based line where the record starts in that file.
         kept: The raw values of the `keep_keys` asked of `read_documents`, in
             their order; None where a key is absent (or, in CSV, empty).
+
+    Example:
+
+    >>> from tf_mlstm.data.readers import Document
+    >>> doc = Document("Great phone.", label=1, source="reviews.json", line=3)
+    >>> f"{doc.source}:{doc.line}", doc.label
+    ('reviews.json:3', 1)
     """
 
     text: str
@@ -124,6 +139,14 @@ class ReadStats:
             so far; against the sum of the file sizes, the share of the input
             read.
         files_read: Files opened so far.
+
+    Example:
+
+    >>> from tf_mlstm.data.readers import ReadStats
+    >>> stats = ReadStats()
+    >>> stats.files_read += 1
+    >>> stats
+    ReadStats(input_bytes=0, stored_bytes=0, files_read=1)
     """
 
     input_bytes: int = 0
@@ -137,6 +160,17 @@ class SkipLog:
     Args:
         max_examples: How many "path:line: message" examples to keep per
             reason.
+
+    Example:
+
+    >>> from tf_mlstm.data.readers import SkipLog
+    >>> skipped = SkipLog(max_examples=1)
+    >>> skipped.add("malformed_json", "a.json", 3, "Expecting value")
+    >>> skipped.add("malformed_json", "a.json", 9, "Expecting value")
+    >>> skipped.total, skipped.counts
+    (2, {'malformed_json': 2})
+    >>> skipped.examples
+    {'malformed_json': ['a.json:3: Expecting value']}
     """
 
     def __init__(self, max_examples: int = 5):

@@ -251,7 +251,15 @@ def starts_with_tfrecord_header(head: bytes) -> bool:
 
 
 class IncompleteDataError(errors.InvalidValueError):
-    """A TFRecord folder whose conversion did not finish."""
+    """A TFRecord folder whose conversion did not finish.
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> from tf_mlstm.data.tfrecord import IncompleteDataError
+    >>> errors.is_user_error(IncompleteDataError("data/: the conversion did not finish"))
+    True
+    """
 
 
 def split_bytes(files: Sequence[str], split: str) -> int:
@@ -449,6 +457,16 @@ class ShardAssignment:
     Args:
         num_train_shards: Number of train shards, >= 1.
         split_weights: Positive weights (train, validation, test).
+
+    Example:
+
+    >>> from tf_mlstm.data.tfrecord import ShardAssignment
+    >>> assignment = ShardAssignment(num_train_shards=4, split_weights=(8, 1, 1))
+    >>> place = assignment.assign("reviews.json", line=1)
+    >>> place == assignment.assign("reviews.json", line=1)  # the same whatever else comes
+    True
+    >>> assignment.shard_counts
+    {'train': 4, 'validation': 1, 'test': 1}
     """
 
     def __init__(self, num_train_shards: int, split_weights: Sequence[int]):
@@ -506,13 +524,6 @@ class ShardedWriter:
     from its parts. Either way the shards hold the same records in the same
     order.
 
-    Use as a context manager (or call `open` and `close`):
-
-        with ShardedWriter(out_dir, num_train_shards=100) as writer:
-            for doc in docs:
-                writer.write(doc)
-        print(writer.split_stats())
-
     Leaving the `with` block by an exception discards the buffered records
     rather than assembling shards.
 
@@ -528,6 +539,20 @@ class ShardedWriter:
 
     Raises:
         ValueError: If an argument is out of range.
+
+    Example:
+
+    Use as a context manager (or call `open` and `close`):
+
+    >>> from tf_mlstm.data.readers import Document
+    >>> from tf_mlstm.data.tfrecord import ShardedWriter
+    >>> with ShardedWriter("shards", num_train_shards=2) as writer:
+    ...     for line, text in enumerate(["One review.", "Another."], start=1):
+    ...         _ = writer.write(Document(text, source="reviews.txt", line=line))
+    >>> sum(split["records"] for split in writer.split_stats().values())
+    2
+    >>> writer.split_stats()["train"]["shards"]
+    2
     """
 
     def __init__(

@@ -35,6 +35,15 @@ class MLSTM(keras.layers.Layer):
       weight_norm: weight-normalized kernels (default True).
       return_sequences: return the hidden state of every step.
       **kwargs: `MLSTMCell` initializer arguments and base layer arguments.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.layers.mlstm import MLSTM
+    >>> inputs = np.random.random((2, 5, 3)).astype("float32")
+    >>> outputs, (h, c) = MLSTM(4)(inputs)
+    >>> tuple(outputs.shape), tuple(h.shape), tuple(c.shape)
+    ((2, 5, 4), (2, 4), (2, 4))
     """
 
     def __init__(

@@ -39,6 +39,17 @@ class MLSTMCell(keras.layers.Layer):
       recurrent_initializer: initializer of the recurrent kernels Wmh and Wh.
       bias_initializer: initializer of the gate bias b.
       **kwargs: base layer arguments (name, dtype, ...).
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> from tf_mlstm.layers.mlstm_cell import MLSTMCell
+    >>> inputs = np.random.random((2, 5, 3)).astype("float32")
+    >>> rnn = keras.layers.RNN(MLSTMCell(4), return_sequences=True, return_state=True)
+    >>> outputs, h, c = rnn(inputs)
+    >>> tuple(outputs.shape), tuple(h.shape), tuple(c.shape)
+    ((2, 5, 4), (2, 4), (2, 4))
     """
 
     def __init__(

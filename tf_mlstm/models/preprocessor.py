@@ -48,6 +48,16 @@ class BytePreprocessor(keras.layers.Layer):
       pad_id: the byte value of the padding.
       normalize: normalize the texts first (False: they already are).
       **kwargs: base layer arguments (name, ...).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from tf_mlstm.models.preprocessor import BytePreprocessor
+    >>> preprocessor = BytePreprocessor.for_classifier(max_length=4)
+    >>> preprocessor.frame(["hello"]).ids.tolist()  # DOC_START, then the first bytes
+    [[10, 104, 101, 108]]
+    >>> preprocessor(tf.constant(["hello"])).ids.numpy().tolist()
+    [[10, 104, 101, 108]]
     """
 
     def __init__(

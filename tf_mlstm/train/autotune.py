@@ -63,7 +63,16 @@ BFLOAT16_GPU_CAPABILITY = (8, 0)
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One setting to time: a precision policy and whether the step is XLA-compiled."""
+    """One setting to time: a precision policy and whether the step is XLA-compiled.
+
+    Example:
+
+    >>> from tf_mlstm.train.autotune import Candidate
+    >>> Candidate("mixed_bfloat16", jit=False).name
+    'mixed_bfloat16/xla_off'
+    >>> Candidate.from_name("float32/xla_on")
+    Candidate(precision='float32', jit=True)
+    """
 
     precision: str
     jit: bool
@@ -94,6 +103,14 @@ class Choice:
       unit: what `rates` count ("chars/s").
       seconds: time spent measuring now (0 when cached).
       note: why the table decided, when it did.
+
+    Example:
+
+    >>> from tf_mlstm.train.autotune import Candidate, Choice
+    >>> rates = {"float32/xla_on": 8999.0, "float32/xla_off": 8512.0}
+    >>> choice = Choice(Candidate("float32", True), "measured", rates, seconds=22.0)
+    >>> choice.record()["precision"], choice.record()["jit_compile"]
+    ('float32', True)
     """
 
     candidate: Candidate
@@ -138,6 +155,14 @@ class Probe:
       shape: what the step's speed depends on besides the machine (model
         size, rows per replica, sequence length), for the cache key.
       units_per_step: characters one replica's step processes.
+
+    Example:
+
+    >>> from tf_mlstm.train.autotune import Probe
+    >>> shape = {"units": 768, "rows": 64, "seq": 64}
+    >>> probe = Probe(make_task=None, shape=shape, units_per_step=64 * 64)
+    >>> probe.units_per_step
+    4096
     """
 
     make_task: object
@@ -237,6 +262,14 @@ class Cache:
 
     Args:
       path: the JSON file (created on the first `put`); None: `cache_path()`.
+
+    Example:
+
+    >>> from tf_mlstm.train.autotune import Cache
+    >>> cache = Cache("autotune.json")
+    >>> cache.put("key", {"float32/xla_on": 7280.0}, {}, "chars/s")
+    >>> Cache("autotune.json").get("key")["rates"]
+    {'float32/xla_on': 7280.0}
     """
 
     def __init__(self, path=None):
@@ -274,7 +307,7 @@ class Cache:
         # refusals are its own error types, not OSError.
         try:
             with fileio.write_errors(self.path):
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
                 fileio.write_json_atomic(self.path, entries)
         except errors.WriteError as e:
             logging.warning("Autotune cache %s not written (%s).", self.path, e.__cause__ or e)

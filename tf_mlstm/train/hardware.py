@@ -119,6 +119,13 @@ class GpuInfo:
       name: the device name, e.g. "NVIDIA H100 80GB HBM3".
       compute_capability: (major, minor), or None where TensorFlow gives none
         (non-CUDA GPUs).
+
+    Example:
+
+    >>> from tf_mlstm.train.hardware import GpuInfo
+    >>> gpu = GpuInfo("NVIDIA H100 80GB HBM3", (9, 0))
+    >>> gpu.has_tensor_cores, gpu.to_dict()
+    (True, {'name': 'NVIDIA H100 80GB HBM3', 'compute_capability': '9.0'})
     """
 
     name: str
@@ -150,6 +157,13 @@ class Hardware:
       cpu_flags: every feature flag of the CPU (the `flags` line on x86, the
         `Features` line on AArch64).
       gpus: the GPUs TensorFlow sees, in device order.
+
+    Example:
+
+    >>> from tf_mlstm.train.hardware import Hardware
+    >>> machine = Hardware("Intel Xeon", frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
+    >>> machine.cpu_extensions, machine.bfloat16_matrix_units
+    (('avx2', 'avx512_bf16', 'amx_bf16'), True)
     """
 
     cpu_model: str

@@ -37,6 +37,21 @@ class PreReducedAdam(keras.optimizers.Adam):
         when any gradient is NaN or infinite (off under a
         `LossScaleOptimizer`, which makes that decision itself).
       **kwargs: `keras.optimizers.Adam` arguments.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras
+    >>> from tf_mlstm.train.optimizer import PreReducedAdam
+    >>> weight = keras.Variable([1.0, 2.0])
+    >>> optimizer = PreReducedAdam(learning_rate=0.1)
+    >>> optimizer.build([weight])
+    >>> optimizer.apply([np.array([1.0, np.nan], "float32")], [weight])  # skipped: not finite
+    >>> weight.numpy().tolist(), int(optimizer.iterations.numpy())
+    ([1.0, 2.0], 0)
+    >>> optimizer.apply([np.array([1.0, -1.0], "float32")], [weight])
+    >>> [round(float(value), 3) for value in weight.numpy()]
+    [0.9, 2.1]
     """
 
     def __init__(self, skip_non_finite=True, **kwargs):

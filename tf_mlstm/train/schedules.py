@@ -98,6 +98,13 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
       plan: an optional `SchedulePlan`: the decay then follows its progress
         variable (its planned length may change during the run) instead of
         the fixed `total_steps`.
+
+    Example:
+
+    >>> from tf_mlstm.train.schedules import LargeBatchSchedule
+    >>> schedule = LargeBatchSchedule(peak_lr=1e-3, total_steps=100, warmup_steps=10)
+    >>> [round(float(schedule(step)), 6) for step in (0, 5, 10, 55, 100)]
+    [0.0001, 0.0006, 0.001, 0.0005, 0.0]
     """
 
     def __init__(
@@ -169,6 +176,17 @@ class SchedulePlan:
       cooldown_fraction: the share of the predicted budget (after warmup)
         over which the rate cools down to the budget's end; 1 decays over
         the whole budget from the start.
+
+    Example:
+
+    >>> from tf_mlstm.train.schedules import SchedulePlan
+    >>> plan = SchedulePlan(total_steps=100)
+    >>> sorted(plan.variables())
+    ['decay_advanced', 'decay_progress', 'planned_steps']
+    >>> for iterations in range(1, 51):  # once per training step
+    ...     progress = plan.advance(iterations)
+    >>> round(float(progress), 6)  # half the way to step 100
+    0.5
     """
 
     def __init__(self, total_steps, warmup_steps=0, cooldown_fraction=0.2):
@@ -252,6 +270,15 @@ class BudgetPlanner:
       settle_steps: steps of this launch not measured.
       margin: share of the remaining time not planned for.
       clock: the time source (seconds).
+
+    Example:
+
+    >>> from tf_mlstm.train.schedules import BudgetPlanner, NO_PREDICTION
+    >>> planner = BudgetPlanner(max_steps=10_000, deadline=100.0, settle_steps=2, margin=0.0)
+    >>> [planner.plan(step, now=t) for step, t in [(0, 0.0), (2, 10.0)]] == [NO_PREDICTION] * 2
+    True
+    >>> planner.plan(12, now=20.0)  # 10 steps in 10 s, 80 s left
+    92
     """
 
     def __init__(self, max_steps, deadline, settle_steps=20, margin=0.02, clock=time.monotonic):

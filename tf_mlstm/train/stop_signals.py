@@ -58,6 +58,18 @@ class StopSignals:
     Attributes:
       received: the number of the first stop signal caught and not yet acted
         on, or None.
+
+    Example:
+
+    >>> import signal
+    >>> from tf_mlstm.train.stop_signals import StopSignals
+    >>> signals = StopSignals()
+    >>> with signals.caught():
+    ...     signal.raise_signal(signal.SIGTERM)  # the process goes on
+    ...     signals.requested
+    True
+    >>> signals.acted_on()  # the name, and the exit status after the checkpoint
+    ('SIGTERM', 75)
     """
 
     def __init__(self):

@@ -73,7 +73,15 @@ _COLLECTIVE_KEY_RANGE = 100_000
 
 
 class PeerWorkerError(errors.UserError, RuntimeError):
-    """Another worker of the cluster stopped (crashed, killed, preempted) mid-run."""
+    """Another worker of the cluster stopped (crashed, killed, preempted) mid-run.
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> from tf_mlstm.train.strategy import PeerWorkerError
+    >>> errors.is_user_error(PeerWorkerError("worker 0 stops at step 6: a peer worker stopped"))
+    True
+    """
 
 
 def get_distribution_strategy(

@@ -120,6 +120,18 @@ class FeatureCache:
       window: bytes per model call.
       folder: where entries live; None: `cache_dir()`.
       cap: the size cap in bytes; None: `cap_bytes()`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.transfer.feature_cache import FeatureCache
+    >>> cache = FeatureCache("0" * 64, {"hidden_size": 2}, "float32", window=256, folder="features")
+    >>> texts = ["good", "bad"]
+    >>> cache.get(texts, ["mean"]) is None  # a miss
+    True
+    >>> _ = cache.put(texts, {"mean": np.ones((2, 2), "float32")})
+    >>> cache.get(texts, ["mean"])["mean"].tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
     """
 
     def __init__(self, weights_sha256, architecture, precision, window, folder=None, cap=None):

@@ -55,6 +55,13 @@ class LabelMap:
       classes: the distinct classes in the order the spec first names them;
         integers when every class is written as a non-negative integer
         (so `1:0,2:0,4:1,5:1` gives the classes 0 and 1), else strings.
+
+    Example:
+
+    >>> from tf_mlstm.transfer.labeled import parse_label_map
+    >>> label_map = parse_label_map("1:negative,2:negative,5:positive")
+    >>> label_map.classes, label_map.lookup("5"), label_map.lookup("3")
+    (('negative', 'positive'), 'positive', None)
     """
 
     spec: str
@@ -151,6 +158,18 @@ class LabeledData:
       places: (file, line) of each row, for error messages.
       skipped: the skip counts (`readers.SkipLog.to_dict`).
       class_order: the label map's classes in its order (None: no map).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.transfer.labeled import LabeledData
+    >>> data = LabeledData(
+    ...     source="reviews.csv", texts=["good", "bad", "fine"], labels=np.array([1, 0, 1]),
+    ...     label_keys=("label",), places=[("reviews.csv", line) for line in (2, 3, 4)],
+    ...     skipped={},
+    ... )
+    >>> data.classes(), len(data.subset([0, 2]))
+    ((0, 1), 2)
     """
 
     source: str

@@ -48,6 +48,15 @@ class NgramVocabulary:
     Attributes:
       terms: the V n-grams (words joined by one space), in column order.
       idf: [V] inverse document frequencies, in the same order.
+
+    Example:
+
+    >>> from tf_mlstm.transfer.ngrams import fit_vocabulary
+    >>> vocabulary, features = fit_vocabulary(["a good phone", "a bad phone"])
+    >>> vocabulary.terms
+    ('bad', 'bad phone', 'good', 'good phone', 'phone')
+    >>> vocabulary.transform(["good good"]).shape
+    (1, 5)
     """
 
     terms: tuple

@@ -51,6 +51,16 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
 
     `transform` returns float32 [N, H * kinds]; column `k * H + u` is unit u
     of the k-th kind (`get_feature_names_out` names them "cell_17", ...).
+
+    Example:
+
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from tf_mlstm.transfer.sklearn_featurizer import MLSTMFeaturizer
+    >>> pipeline = make_pipeline(MLSTMFeaturizer(model_dir), LogisticRegression())  # a run folder
+    >>> _ = pipeline.fit(["Great phone.", "Broke in a day.", "Love it.", "Awful."], [1, 0, 1, 0])
+    >>> pipeline.predict_proba(["Works well."]).shape
+    (1, 2)
     """
 
     def __init__(
