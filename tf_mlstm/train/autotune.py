@@ -1,7 +1,9 @@
 """`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest.
 
-A table of CPU flags was right on two kinds of machine and wrong on a third
-(`hardware.py` keeps it as the prior), so where a run can afford it, `auto`
+A table of CPU flags cannot tell the machines apart: with the same
+`avx512_bf16` flag, mixed_bfloat16 trained 1.42x as fast as float32 on an AMD
+EPYC and 0.67x as fast on an Intel Xeon without AMX (docs/performance.md;
+`hardware.py` keeps the table as the prior). So where a run can afford it, `auto`
 times a few steps of every setting the hardware runs natively, at the run's
 own shape, and takes the fastest:
 
