@@ -27,7 +27,6 @@ from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
 from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.classifier import frame_left_padded
@@ -41,6 +40,7 @@ from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import read_config
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner

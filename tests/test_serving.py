@@ -20,12 +20,12 @@ from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import language_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic

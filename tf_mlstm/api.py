@@ -37,12 +37,12 @@ from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
 from tf_mlstm.models import language_model
 from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
 from tf_mlstm.models.preprocessor import BytePreprocessor
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import strategy as strategy_lib

@@ -50,7 +50,7 @@ class ExportConfig:
     export_dir: str
     classifier: str = ""
     window: int = 256
-    # The same as tf_mlstm.export.saved_model.DEFAULT_MAX_* (not imported here:
+    # The same as tf_mlstm.serving.saved_model.DEFAULT_MAX_* (not imported here:
     # TensorFlow loads only after the flags parsed).
     max_text_bytes: int = 65536
     max_generate_length: int = 4096
@@ -125,8 +125,8 @@ def export(config):
         classifier does not fit the model.
     """
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models.head_arrays import ClassifierHead  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.serving import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
 
