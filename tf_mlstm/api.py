@@ -11,17 +11,19 @@ binary given the same settings compute the same numbers:
 | `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
 | `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
 | `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
+| `tf-mlstm-export` | `export` | `serving.settings.ExportConfig` |
 | `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
 
 `load(model_dir)` gives a `TrainedModel` with the inference of
 `tf-mlstm-generate`, `tf-mlstm-classify` and the SavedModel's `featurize`
 and `score` signatures.
 
-Layering: this module sits above `transfer` and below `cli` (it is where
+Layering: this module sits above `serving` and below `cli` (it is where
 training and export meet, as they import neither each other); the binaries
 call it, it never imports them.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -165,6 +167,34 @@ def probe(config):
     return experiment.run_transfer(config)
 
 
+def export(config):
+    """Writes a servable, versioned SavedModel of a run folder (`tf-mlstm-export`).
+
+    The SavedModel goes to `config.export_dir/<step>/` (the global step of the
+    checkpoint exported), with the signatures `featurize` (the default),
+    `score` and `generate`, and `classify` with `config.classifier` (a
+    classifier.json of `probe`) or of a fine-tuned run (docs/serving.md).
+    Load it with `tf.saved_model.load` (after `import tensorflow_text`).
+
+    Args:
+      config: a `tf_mlstm.ExportConfig` (validated here).
+
+    Returns:
+      dict with `export_dir` (the version folder written), `version` and
+      `signatures` (the exported signature names, sorted).
+
+    Raises:
+      FileNotFoundError: no trained model in `model_dir`, or no `classifier`.
+      InvalidValueError: `export_dir` holds something an export did not
+        write, or the classifier does not fit the model.
+    """
+    from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
+
+    config = _validated(config)
+    with _argument_names():
+        return export_lib.export(config)
+
+
 # A config's checks name its fields as the binaries' flags (`--lr`); a field
 # is the argument of the same name here.
 _FLAG = re.compile(r"(?<![\w-])--(\w+)")
@@ -177,6 +207,15 @@ def _validated(config):
     except errors.InvalidValueError as e:
         message = _FLAG.sub(r"\1", str(e))
         raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
+
+
+@contextlib.contextmanager
+def _argument_names():
+    """A library error naming a flag (`--export_dir=X`) names the argument (`export_dir=X`)."""
+    try:
+        yield
+    except errors.InvalidValueError as e:
+        raise type(e)(_FLAG.sub(r"\1", str(e))) from None
 
 
 def import_openai_weights(weights_dir, model_dir):
