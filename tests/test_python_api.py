@@ -25,7 +25,7 @@ from tf_mlstm.cli import export as export_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
-from tf_mlstm.models.language_model import load_trained_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 
@@ -105,7 +105,7 @@ def loaded(model_dir):
 
 def test_featurize_equals_transfer_features_and_each_text_alone(loaded, model_dir):
     got = loaded.featurize(TEXTS)
-    model, _ = load_trained_model(str(model_dir))
+    model = MLSTMLanguageModel.from_run(str(model_dir))
     normalized = [normalize_text(text) for text in TEXTS]
     want = features.TextFeaturizer(model, 64, 256)(normalized, progress=False)
     assert set(got) == set(featurize.FEATURE_KINDS)
@@ -199,7 +199,7 @@ def test_a_config_s_checks_name_its_fields_not_the_flags(tmp_path):
 
 
 def _fitted_classifier(model_dir, path):
-    model, _ = load_trained_model(str(model_dir))
+    model = MLSTMLanguageModel.from_run(str(model_dir))
     normalized = [normalize_text(text) for text in TEXTS] * 3
     x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
     labels = np.array([1, 0, 1, 0] * 3)

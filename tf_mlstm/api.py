@@ -223,7 +223,7 @@ def import_openai_weights(weights_dir, model_dir):
 
     The folder gets config.json (a `TrainConfig` with the model's sizes and
     weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
-    model, as `load_trained_model` and every tool read it) and
+    model, as `MLSTMLanguageModel.from_run` and every tool read it) and
     `openai_import.json` (the source). The checkpoint is read back and
     compared with the arrays before returning. The conversion itself (and
     why it is exact) is `tf_mlstm.models.openai_weights`.
@@ -285,8 +285,7 @@ def import_openai_weights(weights_dir, model_dir):
                 "embedding_size": embed,
             }
             f.write(json.dumps(source, indent=2, sort_keys=True) + "\n")
-        with tf.io.gfile.GFile(staged.path(os.path.join(model_dir, rundir.CONFIG_FILE)), "w") as f:
-            f.write(config.to_json())
+        rundir.write_config(model_dir, config, staged=staged)
     checkpoint = os.path.join(checkpoints, os.path.basename(saved))
     logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
     return {
@@ -356,15 +355,20 @@ def load(
     fitted = _checked_classifier(classifier) if classifier else None
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
     try:
-        model, config, checkpoint = language_model.load_trained_checkpoint(
-            model_dir, precision=precision
-        )
+        model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
     except FileNotFoundError as e:  # no intact checkpoint
         raise errors.MissingFileError(f"model_dir={model_dir!r}: {errors.one_line(e)}") from e
     if fitted is not None:
         _check_classifier_fits(fitted, classifier, model, model_dir)
     return TrainedModel(
-        model_dir, model, config, checkpoint, classifier, precision, batch_size, window
+        model_dir,
+        model,
+        model.run_config,
+        model.run_checkpoint,
+        classifier,
+        precision,
+        batch_size,
+        window,
     )
 
 
