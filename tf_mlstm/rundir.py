@@ -35,7 +35,7 @@ What it guarantees:
 
 Layering: this module sits below `models` (whose classes load themselves
 from a run folder: `MLSTMLanguageModel.from_run`, `MLSTMClassifier.from_run`),
-`train`, `export`, `transfer` and `cli`, and above `tf_mlstm.config` (the
+`train`, `serving`, `transfer` and `cli`, and above `tf_mlstm.config` (the
 plain dataclasses of `config.json` and `finetune_config.json`); it builds no
 model itself.
 """

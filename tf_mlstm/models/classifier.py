@@ -260,12 +260,13 @@ class MLSTMClassifier(keras.Model):
     ):
         """A classifier on the model of a run folder, as a Keras model of raw texts.
 
-        Of a finished `tf-mlstm-finetune` run: the fine-tuned encoder and head
-        with their decision thresholds, as `tf-mlstm-classify` and the
-        exported `classify` signature use them (the head options must then
-        be left out; `num_classes` / `num_labels`, if given, must agree).
-        Of a trained language model: its encoder (float32) under a new head,
-        ready to `compile` and `fit`.
+        Of a finished `tf-mlstm-finetune` run: `from_finetune_run`, the
+        fine-tuned encoder and head with their decision thresholds, as
+        `tf-mlstm-classify` and the exported `classify` signature use them
+        (the head options must then be left out; `num_classes` /
+        `num_labels`, if given, must agree). Of a trained language model:
+        `MLSTMLanguageModel.from_run` (float32) under a new head, ready to
+        `compile` and `fit`.
 
         Args:
           model_dir: a run folder of `tf-mlstm-train` or `tf-mlstm-finetune`.
