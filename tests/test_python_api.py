@@ -53,7 +53,8 @@ def test_import_is_cheap_and_the_configs_come_without_tensorflow():
             import sys
             import tf_mlstm
             assert "tensorflow" not in sys.modules, "import tf_mlstm imported tensorflow"
-            for name in ("TrainConfig", "EvalConfig", "FinetuneConfig", "UserError"):
+            names = ("TrainConfig", "EvalConfig", "FinetuneConfig", "ExportConfig", "UserError")
+            for name in names:
                 getattr(tf_mlstm, name)
             assert "tensorflow" not in sys.modules, "a config imported tensorflow"
             assert set(tf_mlstm.__all__) <= set(dir(tf_mlstm))
