@@ -59,12 +59,12 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom tf_mlstm.train import runner\n")  # a lower layer reaching up
     with open(package / "models" / "sampling.py", "a", encoding="utf-8") as f:
         f.write("\nfrom absl import flags\n")  # the library reading flags
-    with open(package / "export" / "__init__.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom tf_mlstm.train import strategy\n")  # export using training code
+    with open(package / "serving" / "__init__.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.train import strategy\n")  # serving using training code
     with open(package / "transfer" / "neuron.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.data import framing\n")  # text to ids past the preprocessor
     with open(package / "transfer" / "plots.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom tf_mlstm.export import saved_model\n")  # transfer using export
+        f.write("\nfrom tf_mlstm.serving import saved_model\n")  # transfer using serving
     with open(package / "rundir.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.models import backbone\n")  # the run folder building models
     (package / "undeclared.py").write_text('"""A module no layer names."""\n')
@@ -75,9 +75,9 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     out = done.stdout
     assert "tf_mlstm.data is not allowed to import tf_mlstm.train" in out
     assert "tf_mlstm.models.sampling -> absl.flags" in out
-    assert "tf_mlstm.export -> tf_mlstm.train.strategy" in out
+    assert "tf_mlstm.serving -> tf_mlstm.train.strategy" in out
     assert "tf_mlstm.transfer.neuron -> tf_mlstm.data.framing" in out
-    assert "tf_mlstm.transfer.plots -> tf_mlstm.export.saved_model" in out
+    assert "tf_mlstm.transfer.plots -> tf_mlstm.serving.saved_model" in out
     assert "tf_mlstm.rundir is not allowed to import tf_mlstm.models" in out
     assert "- tf_mlstm.undeclared" in out  # the layers contract is exhaustive
 

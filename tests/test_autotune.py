@@ -363,10 +363,10 @@ def test_featurization_measures_its_precision_and_classify_auto_uses_it(tmp_path
     loaded = []
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
 
-    load = language_model.load_trained_model
+    load = language_model.MLSTMLanguageModel.from_run
     monkeypatch.setattr(
-        language_model,
-        "load_trained_model",
+        language_model.MLSTMLanguageModel,
+        "from_run",
         lambda model_dir, precision=None: (
             loaded.append(precision) or load(model_dir, precision=precision)
         ),

@@ -492,7 +492,7 @@ def test_library_error_types_are_user_errors():
     from tf_mlstm import rundir
     from tf_mlstm.data import readers
     from tf_mlstm.data import tfrecord
-    from tf_mlstm.export import saved_model
+    from tf_mlstm.serving import saved_model
     from tf_mlstm.train import strategy
 
     for kind in (

@@ -265,7 +265,7 @@ def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):
         asked.append(precision)
         raise Loaded  # what it computes in is all this test asks
 
-    monkeypatch.setattr(language_model, "load_trained_model", recording)
+    monkeypatch.setattr(language_model.MLSTMLanguageModel, "from_run", recording)
     for precision in (None, "float32"):
         with pytest.raises(Loaded):
             classify_cli.main(_config(tmp_path, model_dir, precision=precision))

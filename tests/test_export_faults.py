@@ -20,7 +20,7 @@ from _models import train_command
 from _models import write_untrained_model_dir
 from tf_mlstm import fileio
 from tf_mlstm.cli import export as export_cli
-from tf_mlstm.export import saved_model
+from tf_mlstm.serving import saved_model
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

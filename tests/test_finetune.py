@@ -27,7 +27,6 @@ from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
 from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.classifier import frame_left_padded
@@ -37,10 +36,10 @@ from tf_mlstm.models.classifier import predict_probabilities
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import read_config
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import local_cluster
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
@@ -178,8 +177,8 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
         results["validation"]["accuracy"]
     )
     # ...and its encoder, changed by fine-tuning, loads like any trained model.
-    tuned, _ = load_trained_model(str(model_dir))
-    base, _ = load_trained_model(task["init"])
+    tuned = MLSTMLanguageModel.from_run(str(model_dir))
+    base = MLSTMLanguageModel.from_run(task["init"])
     assert not np.allclose(tuned.mlstm.cell.weights[0], base.mlstm.cell.weights[0])
     # A rerun with a larger budget resumes from the last checkpoint.
     config = _config(task, model_dir, max_steps=34)
@@ -360,7 +359,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
         config = dataclasses.replace(config, head_init="probe", precision="float32")
     job = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
     job.prepare(types.SimpleNamespace(num_workers=1))
-    encoder, _ = load_trained_model(task["init"])
+    encoder = MLSTMLanguageModel.from_run(task["init"])
     outputs = len(job.names)
     if job.kind == "binary":
         outputs = 1

@@ -4,11 +4,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _models import write_untrained_model_dir
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.layers import MLSTMCell
 from tf_mlstm.models import featurize
 from tf_mlstm.models import sampling
+from tf_mlstm.models.backbone import MLSTMBackbone
+from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 
@@ -217,3 +220,27 @@ def test_the_language_model_is_a_head_on_its_backbone():
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert model.embedding is model.backbone.embedding and model.mlstm is model.backbone.mlstm
     assert model.backbone.trainable_weights == model.trainable_weights[:-2]
+
+
+def test_two_tasks_on_one_backbone_share_it():
+    backbone = MLSTMBackbone(hidden_size=8, embedding_size=4, dtype="mixed_bfloat16")
+    model = MLSTMLanguageModel(backbone)
+    model.build()
+    classifier = MLSTMClassifier(model, 1, "mean")
+    # The backbone given, not one rebuilt from its sizes: its variables, its policy.
+    assert model.backbone is backbone and classifier.encoder.backbone is backbone
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    assert {id(w) for w in backbone.weights} <= {id(w) for w in classifier.weights}
+    # The config keeps the sizes, so a saved model rebuilds the same network.
+    config = model.get_config()
+    assert (config["hidden_size"], config["embedding_size"], config["weight_norm"]) == (8, 4, True)
+
+
+def test_from_run_loads_the_run_s_model_config_and_checkpoint(tmp_path):
+    model_dir, written = write_untrained_model_dir(tmp_path / "m", hidden_size=8, embedding_size=4)
+    loaded = MLSTMLanguageModel.from_run(str(model_dir), precision="mixed_bfloat16")
+    assert loaded.dtype_policy.name == "mixed_bfloat16" and loaded.backbone.hidden_size == 8
+    assert loaded.run_config.hidden_size == 8
+    assert loaded.run_checkpoint == str(model_dir / "checkpoints" / "ckpt-1")
+    for got, want in zip(loaded.weights, written.weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

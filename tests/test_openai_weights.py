@@ -88,7 +88,8 @@ def imported(tmp_path_factory):
 def test_imported_model_computes_the_released_equations(imported):
     arrays, model_dir, summary = imported
     assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
-    model, config = language_model.load_trained_model(str(model_dir))
+    model = language_model.MLSTMLanguageModel.from_run(str(model_dir))
+    config = model.run_config
     assert (config.hidden_size, config.embedding_size, config.weight_norm) == (HIDDEN, EMBED, True)
     for text in TEXTS:
         ids = _framed(text)
@@ -169,7 +170,7 @@ def test_import_binary(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])
     assert (summary["hidden_size"], summary["embedding_size"]) == (HIDDEN, EMBED)
-    model, _ = language_model.load_trained_model(summary["model_dir"])
+    model = language_model.MLSTMLanguageModel.from_run(summary["model_dir"])
     ids = _framed(TEXTS[0])
     logits, _ = model(tf.constant([ids], tf.int32))
     np.testing.assert_allclose(logits[0].numpy(), _reference(arrays, ids)[2], rtol=1e-5, atol=1e-5)
@@ -220,7 +221,7 @@ def test_an_import_that_fails_on_a_full_disk_leaves_nothing_and_the_same_command
         assert again.returncode == 0, again.stderr[-3000:]
         assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "openai_import.json"]
         assert not [name for name in os.listdir(model_dir / "checkpoints") if "temp" in name]
-        language_model.load_trained_model(str(model_dir))
+        language_model.MLSTMLanguageModel.from_run(str(model_dir))
 
 
 def test_the_rerun_of_a_killed_import_replaces_what_it_left(tmp_path):
@@ -234,6 +235,6 @@ def test_the_rerun_of_a_killed_import_replaces_what_it_left(tmp_path):
     summary = api.import_openai_weights(str(weights_dir), str(run))
     assert summary["checkpoint"] == str(run / "checkpoints" / "ckpt-1")
     assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "openai_import.json"]
-    language_model.load_trained_model(str(run))
+    language_model.MLSTMLanguageModel.from_run(str(run))
     with pytest.raises(ValueError, match="run: already holds config.json; import into a new"):
         api.import_openai_weights(str(weights_dir), str(run))

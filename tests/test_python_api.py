@@ -4,6 +4,8 @@ The examples of docs/python.md run too, in order, in a temporary folder.
 """
 
 import dataclasses
+import importlib
+import json
 import os
 import pathlib
 import re
@@ -13,15 +15,17 @@ import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tf_mlstm
 from _models import write_untrained_model_dir
 from tf_mlstm import rundir
 from tf_mlstm.cli import classify as classify_cli
+from tf_mlstm.cli import export as export_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
-from tf_mlstm.models.language_model import load_trained_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
 
@@ -49,7 +53,8 @@ def test_import_is_cheap_and_the_configs_come_without_tensorflow():
             import sys
             import tf_mlstm
             assert "tensorflow" not in sys.modules, "import tf_mlstm imported tensorflow"
-            for name in ("TrainConfig", "EvalConfig", "FinetuneConfig", "UserError"):
+            names = ("TrainConfig", "EvalConfig", "FinetuneConfig", "ExportConfig", "UserError")
+            for name in names:
                 getattr(tf_mlstm, name)
             assert "tensorflow" not in sys.modules, "a config imported tensorflow"
             assert set(tf_mlstm.__all__) <= set(dir(tf_mlstm))
@@ -78,8 +83,11 @@ def test_the_version_has_one_home_that_setup_py_reads():
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="module 'tf_mlstm' has no attribute 'fit'"):
         tf_mlstm.fit  # noqa: B018
-    # The entry points are functions, never shadowed by the subpackages.
+    # The entry points are functions, never shadowed by the subpackages: importing
+    # a subpackage sets the package's attribute of its name.
+    importlib.import_module("tf_mlstm.serving.saved_model")
     assert callable(tf_mlstm.pretrain) and callable(tf_mlstm.probe)
+    assert callable(tf_mlstm.export) and tf_mlstm.export is tf_mlstm.api.export
 
 
 # === A loaded model gives the binaries' numbers ===
@@ -98,7 +106,7 @@ def loaded(model_dir):
 
 def test_featurize_equals_transfer_features_and_each_text_alone(loaded, model_dir):
     got = loaded.featurize(TEXTS)
-    model, _ = load_trained_model(str(model_dir))
+    model = MLSTMLanguageModel.from_run(str(model_dir))
     normalized = [normalize_text(text) for text in TEXTS]
     want = features.TextFeaturizer(model, 64, 256)(normalized, progress=False)
     assert set(got) == set(featurize.FEATURE_KINDS)
@@ -192,7 +200,7 @@ def test_a_config_s_checks_name_its_fields_not_the_flags(tmp_path):
 
 
 def _fitted_classifier(model_dir, path):
-    model, _ = load_trained_model(str(model_dir))
+    model = MLSTMLanguageModel.from_run(str(model_dir))
     normalized = [normalize_text(text) for text in TEXTS] * 3
     x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
     labels = np.array([1, 0, 1, 0] * 3)
@@ -215,6 +223,33 @@ def test_load_checks_the_classifier_at_load(model_dir, tmp_path):
     wider, _ = write_untrained_model_dir(tmp_path / "wider", hidden_size=24)
     with pytest.raises(tf_mlstm.UserError, match=r"fitted on a 16-unit model, but model_dir="):
         tf_mlstm.load(str(wider), classifier=path)
+
+
+@pytest.mark.slow  # two exports (each traces the signatures)
+def test_export_writes_the_saved_model_tf_mlstm_export_writes(model_dir, tmp_path):
+    path = _fitted_classifier(model_dir, tmp_path / "classifier.json")
+    common = dict(model_dir=str(model_dir), classifier=path, window=8, max_text_bytes=512)
+    done = tf_mlstm.export(tf_mlstm.ExportConfig(export_dir=str(tmp_path / "api"), **common))
+    want = export_cli.export(export_cli.ExportConfig(export_dir=str(tmp_path / "cli"), **common))
+    assert done["signatures"] == want["signatures"]
+    assert "classify" in done["signatures"] and done["version"] == want["version"]
+    meta = [
+        json.loads((pathlib.Path(d["export_dir"]) / "assets.extra" / "meta.json").read_text())
+        for d in (done, want)
+    ]
+    assert meta[0] == meta[1] and meta[0]["classifier"]["source"] == path
+    served, expected = (tf.saved_model.load(d["export_dir"]) for d in (done, want))
+    texts = tf.constant(TEXTS)
+    for name in ("featurize", "score", "classify"):
+        got = served.signatures[name](text=texts)
+        assert sorted(got) == sorted(expected.signatures[name](text=texts))
+        for key, value in expected.signatures[name](text=texts).items():
+            np.testing.assert_array_equal(got[key].numpy(), value.numpy(), err_msg=name + key)
+    # Its errors name the arguments, not the binary's flags.
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^export_dir=.*: holds 'checkpoints'"):
+        tf_mlstm.export(tf_mlstm.ExportConfig(str(model_dir), str(model_dir)))
+    with pytest.raises(tf_mlstm.InvalidValueError, match=r"^ExportConfig: window must be pos"):
+        tf_mlstm.export(tf_mlstm.ExportConfig(str(model_dir), str(tmp_path / "e"), window=0))
 
 
 def test_score_of_an_empty_text_is_a_user_error_naming_its_index(loaded):

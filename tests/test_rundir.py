@@ -244,7 +244,7 @@ def test_restore_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, da
         rundir.restore_checkpoint(tf.train.Checkpoint(v=value), directory)
 
 
-def test_load_trained_model_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
+def test_from_run_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
     model_dir, model = write_untrained_model_dir(tmp_path / "m", hidden_size=8, embedding_size=4)
     intact = [w.copy() for w in model.get_weights()]
     model.set_weights([w + 1.0 for w in intact])
@@ -252,12 +252,12 @@ def test_load_trained_model_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
     prefix = tf.train.Checkpoint(model=model).write(str(model_dir / "checkpoints" / "ckpt-2"))
     with open(prefix + ".data-00000-of-00001", "r+b") as f:
         f.truncate(100)
-    loaded, _ = language_model.load_trained_model(str(model_dir))
+    loaded = language_model.MLSTMLanguageModel.from_run(str(model_dir))
     for got, want in zip(loaded.get_weights(), intact):
         np.testing.assert_array_equal(got, want)
     assert any(os.path.basename(prefix) in m for m in _warnings(caplog))
     with pytest.raises(rundir.RunDirError, match="ckpt-2 is missing or damaged"):
-        language_model.load_trained_model(str(model_dir), checkpoint=prefix)
+        language_model.MLSTMLanguageModel.from_run(str(model_dir), checkpoint=prefix)
 
 
 # === Carried state and input position ===

@@ -20,12 +20,12 @@ from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import language_model
 from tf_mlstm.models import sampling
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import logistic
@@ -184,7 +184,7 @@ _SERVE = textwrap.dedent("""
 @pytest.mark.slow
 def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     model_dir = tiny_trained_model_dir(tmp_path_factory)
-    model, _ = language_model.load_trained_model(str(model_dir))
+    model = language_model.MLSTMLanguageModel.from_run(str(model_dir))
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(model, texts, np.array([1, 0, 0, 1, 0, 1]))
     classifier.save(str(tmp_path / "classifier.json"))
@@ -517,7 +517,7 @@ _SERVE_CLASSIFY = textwrap.dedent("""
 @pytest.mark.slow
 def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
     model_dir, _ = _model_dir_at_step(tmp_path / "run", 3)
-    model, _ = language_model.load_trained_model(str(model_dir))
+    model = language_model.MLSTMLanguageModel.from_run(str(model_dir))
     classifier = _ngram_classifier(model, ("max", "tfidf"), np.array([1, 0, 1, 0, 0] * 2))
     classifier.save(str(tmp_path / "classifier.json"))
     done = export_cli.export(

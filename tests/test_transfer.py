@@ -29,7 +29,7 @@ from tf_mlstm.data import framing
 from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
-from tf_mlstm.models.language_model import load_trained_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.train import autotune
 from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment
@@ -104,8 +104,8 @@ def test_features_do_not_depend_on_batch_or_order(small_model):
 
 def test_mixed_precision_features_track_float32(tmp_path):
     model_dir, _ = write_untrained_model_dir(tmp_path / "m")
-    exact, _ = load_trained_model(str(model_dir))
-    fast, _ = load_trained_model(str(model_dir), precision="mixed_bfloat16")
+    exact = MLSTMLanguageModel.from_run(str(model_dir))
+    fast = MLSTMLanguageModel.from_run(str(model_dir), precision="mixed_bfloat16")
     assert fast.compute_dtype == "bfloat16" and fast.mlstm.variable_dtype == "float32"
     want = features.TextFeaturizer(exact, batch_size=4)(TEXTS, progress=False)
     got = features.TextFeaturizer(fast, batch_size=4)(TEXTS, progress=False)
@@ -465,7 +465,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
     # In the precision the fit recorded (auto's choice on this machine), as classify does.
     assert classifier.precision == chosen
-    model, _ = load_trained_model(str(model_dir), precision=chosen)
+    model = MLSTMLanguageModel.from_run(str(model_dir), precision=chosen)
     x = features.concat_features(
         features.TextFeaturizer(model)(["A wonderful film.", "Boring."]), classifier.feature_kinds
     )

@@ -24,10 +24,11 @@ from tf_mlstm._version import __version__
 if not _quiet.user_chose_tensorflow_log_level():
     _quiet.quiet_start()
 
-# Public name -> (module, attribute). The entry points are verbs that do not
-# shadow the subpackages (`tf_mlstm.train`, `tf_mlstm.transfer` and
-# `tf_mlstm.export` are packages): `pretrain` trains the language model,
-# `probe` fits the linear probe of `tf-mlstm-transfer`.
+# Public name -> (module, attribute). The entry points are verbs that no
+# subpackage shadows (importing `tf_mlstm.train` sets this module's `train`
+# to the package): `pretrain` trains the language model, `probe` fits the
+# linear probe of `tf-mlstm-transfer`, `export` writes the SavedModel (whose
+# package is `tf_mlstm.serving`).
 _LAZY = {
     "load": ("tf_mlstm.api", "load"),
     "TrainedModel": ("tf_mlstm.api", "TrainedModel"),
@@ -36,12 +37,14 @@ _LAZY = {
     "evaluate": ("tf_mlstm.api", "evaluate"),
     "finetune": ("tf_mlstm.api", "finetune"),
     "probe": ("tf_mlstm.api", "probe"),
+    "export": ("tf_mlstm.api", "export"),
     "import_openai_weights": ("tf_mlstm.api", "import_openai_weights"),
     "ConvertConfig": ("tf_mlstm.data.convert_config", "ConvertConfig"),
     "TrainConfig": ("tf_mlstm.config", "TrainConfig"),
     "EvalConfig": ("tf_mlstm.config", "EvalConfig"),
     "FinetuneConfig": ("tf_mlstm.transfer.settings", "FinetuneConfig"),
     "TransferConfig": ("tf_mlstm.transfer.experiment", "TransferConfig"),
+    "ExportConfig": ("tf_mlstm.serving.settings", "ExportConfig"),
     "MLSTMBackbone": ("tf_mlstm.models.backbone", "MLSTMBackbone"),
     "MLSTMLanguageModel": ("tf_mlstm.models.language_model", "MLSTMLanguageModel"),
     "MLSTMClassifier": ("tf_mlstm.models.classifier", "MLSTMClassifier"),

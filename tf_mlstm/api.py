@@ -11,17 +11,19 @@ binary given the same settings compute the same numbers:
 | `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
 | `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
 | `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
+| `tf-mlstm-export` | `export` | `serving.settings.ExportConfig` |
 | `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
 
 `load(model_dir)` gives a `TrainedModel` with the inference of
 `tf-mlstm-generate`, `tf-mlstm-classify` and the SavedModel's `featurize`
 and `score` signatures.
 
-Layering: this module sits above `transfer` and below `cli` (it is where
+Layering: this module sits above `serving` and below `cli` (it is where
 training and export meet, as they import neither each other); the binaries
 call it, it never imports them.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,12 +39,12 @@ from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import normalize_text
-from tf_mlstm.export import saved_model
 from tf_mlstm.models import featurize
 from tf_mlstm.models import language_model
 from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
 from tf_mlstm.models.preprocessor import BytePreprocessor
+from tf_mlstm.serving import saved_model
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import strategy as strategy_lib
@@ -165,6 +167,34 @@ def probe(config):
     return experiment.run_transfer(config)
 
 
+def export(config):
+    """Writes a servable, versioned SavedModel of a run folder (`tf-mlstm-export`).
+
+    The SavedModel goes to `config.export_dir/<step>/` (the global step of the
+    checkpoint exported), with the signatures `featurize` (the default),
+    `score` and `generate`, and `classify` with `config.classifier` (a
+    classifier.json of `probe`) or of a fine-tuned run (docs/serving.md).
+    Load it with `tf.saved_model.load` (after `import tensorflow_text`).
+
+    Args:
+      config: a `tf_mlstm.ExportConfig` (validated here).
+
+    Returns:
+      dict with `export_dir` (the version folder written), `version` and
+      `signatures` (the exported signature names, sorted).
+
+    Raises:
+      FileNotFoundError: no trained model in `model_dir`, or no `classifier`.
+      InvalidValueError: `export_dir` holds something an export did not
+        write, or the classifier does not fit the model.
+    """
+    from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
+
+    config = _validated(config)
+    with _argument_names():
+        return export_lib.export(config)
+
+
 # A config's checks name its fields as the binaries' flags (`--lr`); a field
 # is the argument of the same name here.
 _FLAG = re.compile(r"(?<![\w-])--(\w+)")
@@ -179,12 +209,21 @@ def _validated(config):
         raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
 
 
+@contextlib.contextmanager
+def _argument_names():
+    """A library error naming a flag (`--export_dir=X`) names the argument (`export_dir=X`)."""
+    try:
+        yield
+    except errors.InvalidValueError as e:
+        raise type(e)(_FLAG.sub(r"\1", str(e))) from None
+
+
 def import_openai_weights(weights_dir, model_dir):
     """Writes a run folder holding OpenAI's released byte mLSTM (`tf-mlstm-import-openai`).
 
     The folder gets config.json (a `TrainConfig` with the model's sizes and
     weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
-    model, as `load_trained_model` and every tool read it) and
+    model, as `MLSTMLanguageModel.from_run` and every tool read it) and
     `openai_import.json` (the source). The checkpoint is read back and
     compared with the arrays before returning. The conversion itself (and
     why it is exact) is `tf_mlstm.models.openai_weights`.
@@ -246,8 +285,7 @@ def import_openai_weights(weights_dir, model_dir):
                 "embedding_size": embed,
             }
             f.write(json.dumps(source, indent=2, sort_keys=True) + "\n")
-        with tf.io.gfile.GFile(staged.path(os.path.join(model_dir, rundir.CONFIG_FILE)), "w") as f:
-            f.write(config.to_json())
+        rundir.write_config(model_dir, config, staged=staged)
     checkpoint = os.path.join(checkpoints, os.path.basename(saved))
     logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
     return {
@@ -317,15 +355,20 @@ def load(
     fitted = _checked_classifier(classifier) if classifier else None
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
     try:
-        model, config, checkpoint = language_model.load_trained_checkpoint(
-            model_dir, precision=precision
-        )
+        model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
     except FileNotFoundError as e:  # no intact checkpoint
         raise errors.MissingFileError(f"model_dir={model_dir!r}: {errors.one_line(e)}") from e
     if fitted is not None:
         _check_classifier_fits(fitted, classifier, model, model_dir)
     return TrainedModel(
-        model_dir, model, config, checkpoint, classifier, precision, batch_size, window
+        model_dir,
+        model,
+        model.run_config,
+        model.run_checkpoint,
+        classifier,
+        precision,
+        batch_size,
+        window,
     )
 
 

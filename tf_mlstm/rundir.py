@@ -21,9 +21,9 @@ What it guarantees:
 
 * A resumed run starts from the newest *intact* checkpoint: one whose files
   are missing or truncated (a full disk, a copy cut short) is skipped with a
-  warning naming it (`restore_checkpoint`), for training and for
-  `models.language_model.load_trained_model` alike, instead of a silent restart from step 0 that
-  would rotate the intact ones away.
+  warning naming it (`restore_checkpoint`), for training and for every
+  `from_run` (`restore_model`) alike, instead of a silent restart from step 0
+  that would rotate the intact ones away.
 * A resumed run may change its budget and bookkeeping (logged), never the
   model's shape or precision (`begin_run` refuses with one line naming the
   flags and both values).
@@ -35,7 +35,7 @@ What it guarantees:
 
 Layering: this module sits below `models` (whose classes load themselves
 from a run folder: `MLSTMLanguageModel.from_run`, `MLSTMClassifier.from_run`),
-`train`, `export`, `transfer` and `cli`, and above `tf_mlstm.config` (the
+`train`, `serving`, `transfer` and `cli`, and above `tf_mlstm.config` (the
 plain dataclasses of `config.json` and `finetune_config.json`); it builds no
 model itself.
 """
@@ -141,7 +141,7 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
         ) from None
 
 
-def write_config(model_dir, config, name=CONFIG_FILE, extra=None):
+def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None):
     """Writes `config.to_json()` to `model_dir/name` atomically.
 
     Args:
@@ -150,11 +150,39 @@ def write_config(model_dir, config, name=CONFIG_FILE, extra=None):
       name: the file name.
       extra: optional {key: JSON value} written beside the config's fields
         (e.g. how `auto` chose the precision); `from_json` ignores them.
+      staged: a `fileio.Staged` the file is written through (it appears when
+        that commits), or None: in place now.
     """
     text = config.to_json()
     if extra:
         text = json.dumps({**json.loads(text), **extra}, indent=2, sort_keys=True)
-    fileio.write_text_atomic(os.path.join(model_dir, name), text + "\n")
+    _write_text(os.path.join(model_dir, name), text + "\n", staged)
+
+
+def _write_text(path, text, staged):
+    if staged is None:
+        fileio.write_text_atomic(path, text)
+        return
+    with tf.io.gfile.GFile(staged.path(path), "w") as f:
+        f.write(text)
+
+
+def read_finetune_run(model_dir):
+    """The config and results of a finished fine-tuning run, as read from its files.
+
+    Returns:
+      (finetune_config.json, results.json), each a dict.
+
+    Raises:
+      InvalidValueError: `model_dir` holds no finished fine-tuning run (one
+        line, `preflight.check_finetune_run`'s).
+      ValueError: a file that is not valid JSON.
+    """
+    preflight.check_finetune_run(model_dir)
+    return tuple(
+        fileio.read_json(os.path.join(model_dir, name))
+        for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)
+    )
 
 
 def write_results(model_dir, results):
@@ -444,6 +472,41 @@ def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None):
             "the warnings); move them away to start the run afresh."
         )
     return None
+
+
+def restore_model(checkpoint, model_dir, prefix=None):
+    """Restores a trained model (`checkpoint`'s objects) from a run folder.
+
+    What every `from_run` loads through: the newest intact checkpoint of
+    `model_dir` (`restore_checkpoint`, partially: the optimizer and the step
+    stay behind), or the checkpoint `prefix`.
+
+    Args:
+      checkpoint: a `tf.train.Checkpoint` of the model's parts, under the
+        names the run saved them (`model`, and a fine-tuned run's head).
+      model_dir: the run folder.
+      prefix: a specific checkpoint prefix (default: the newest intact).
+
+    Returns:
+      The prefix restored.
+
+    Raises:
+      FileNotFoundError: no checkpoint in `model_dir`.
+      RunDirError: no intact checkpoint, or `prefix` is missing or damaged.
+    """
+    if prefix:
+        try:
+            checkpoint.restore(prefix).expect_partial()
+        except (tf.errors.OpError, IndexError) as error:
+            raise RunDirError(
+                f"checkpoint {prefix} is missing or damaged ({first_line(error)})."
+            ) from None
+        logging.info("Restored %s", prefix)
+        return prefix
+    restored = restore_checkpoint(checkpoint, checkpoint_dir(model_dir), partial=True)
+    if not restored:
+        raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
+    return restored
 
 
 def weights_checksum(variables):

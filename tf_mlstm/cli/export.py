@@ -30,40 +30,14 @@ JSON object:
 {"export_dir": <the version folder>, "version": ..., "signatures": [...]}.
 """
 
-import dataclasses
-
 from absl import flags
 
-from tf_mlstm import errors
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.serving.settings import ExportConfig
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """What to export. Field names match the flags."""
-
-    model_dir: str
-    export_dir: str
-    classifier: str = ""
-    window: int = 256
-    # The same as tf_mlstm.export.saved_model.DEFAULT_MAX_* (not imported here:
-    # TensorFlow loads only after the flags parsed).
-    max_text_bytes: int = 65536
-    max_generate_length: int = 4096
-    precision: str | None = None  # None: the classifier's (float32 without one)
-    allow_other_model: bool = False
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        for name in ("window", "max_text_bytes", "max_generate_length"):
-            value = getattr(self, name)
-            if value <= 0:
-                raise errors.InvalidValueError(f"--{name} must be positive, got {value}")
-        return self
 
 
 def define_export_flags():
@@ -110,82 +84,10 @@ def check_before_work(flag_values):
 
 
 def export(config):
-    """Exports the model (and classifier) of `config` as a new version.
+    """Exports the model (and classifier) of `config`: `tf_mlstm.serving.export.export`."""
+    from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
 
-    Args:
-      config: a validated `ExportConfig`.
-
-    Returns:
-      dict with `export_dir` (the version folder written), `version` and
-      `signatures` (the exported signature names, sorted).
-
-    Raises:
-      FileNotFoundError: a missing model or classifier.
-      ValueError: `--export_dir` holds something this tool did not write, or a
-        classifier does not fit the model.
-    """
-    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.models.head_arrays import ClassifierHead  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
-
-    try:
-        # Before anything is loaded: a wrong folder is answered at once.
-        saved_model.check_export_base(config.export_dir)
-        head = None
-        metadata = {}
-        precision = config.precision or "float32"
-        if not config.classifier and rundir.is_finetune_run(config.model_dir):
-            tuned = finetune.load_finetuned_model(config.model_dir)
-            head = ClassifierHead(**tuned.serving_head_arrays())
-            metadata["classifier"] = {
-                "source": config.model_dir,
-                "task": tuned.kind,
-                "fine_tuned": True,
-                "feature_kinds": list(tuned.model.feature_kinds),
-                "classes": list(tuned.classes),
-                "head_hidden": tuned.config.head_hidden,
-                "max_length": tuned.config.max_length,
-            }
-            if tuned.thresholds is not None:
-                metadata["classifier"]["thresholds"] = tuned.thresholds.tolist()
-        elif config.classifier:
-            classifier = logistic.LogisticClassifier.load(config.classifier)
-            head = classifier.serving_head()
-            # Served as it was fitted, unless asked otherwise.
-            precision = config.precision or classifier.precision or "float32"
-            metadata["classifier"] = {
-                "source": config.classifier,
-                "task": classifier.kind,
-                "feature_kinds": list(classifier.feature_kinds),
-                "classes": list(classifier.classes),
-                "C": classifier.C,
-                "nonzero_weights": classifier.nonzero_weights,
-            }
-            if classifier.kind == "binary":
-                kind, unit = classifier.describe(classifier.neuron.index)
-                neuron = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
-                metadata["classifier"]["neuron"] = neuron
-            if classifier.multilabel:
-                metadata["classifier"]["thresholds"] = list(classifier.thresholds)
-        return saved_model.export_trained_model(
-            config.model_dir,
-            config.export_dir,
-            classifier=head,
-            window=config.window,
-            max_text_bytes=config.max_text_bytes,
-            max_generate_length=config.max_generate_length,
-            metadata=metadata,
-            precision=_flags.resolve_feature_precision(precision),
-            allow_other_model=config.allow_other_model,
-        )
-    except saved_model.ExportDirError as e:
-        raise errors.InvalidValueError(f"--export_dir={e}") from None
-    except ValueError as e:
-        if config.classifier and str(e).startswith("classifier "):
-            raise errors.InvalidValueError(f"{config.classifier}: {e}") from e
-        raise
+    return export_lib.export(config)
 
 
 def run():

@@ -144,7 +144,7 @@ def generate_texts(config, model=None, sampler=None):
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     if model is None:
-        model, _ = language_model.load_trained_model(config.model_dir)
+        model = language_model.MLSTMLanguageModel.from_run(config.model_dir)
     unit, value, hidden_state = neuron_lib.held_unit(
         config.classifier,
         model.hidden_size,

@@ -191,7 +191,7 @@ def main(config):
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
 
     texts = read_texts(config)
-    model, _ = language_model.load_trained_model(config.model_dir)
+    model = language_model.MLSTMLanguageModel.from_run(config.model_dir)
     unit, sign, neuron = neuron_lib.drawn_unit(
         config.classifier, model.hidden_size, config.neuron, tool="tf-mlstm-visualize"
     )

@@ -25,8 +25,6 @@ The prediction helpers at the end run it over lists of texts.
 """
 
 import dataclasses
-import json
-import os
 
 import keras
 import numpy as np
@@ -41,7 +39,7 @@ from tf_mlstm.models.head import MULTICLASS
 from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
-from tf_mlstm.models.language_model import load_trained_model
+from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import Progress
 
@@ -262,12 +260,13 @@ class MLSTMClassifier(keras.Model):
     ):
         """A classifier on the model of a run folder, as a Keras model of raw texts.
 
-        Of a finished `tf-mlstm-finetune` run: the fine-tuned encoder and head
-        with their decision thresholds, as `tf-mlstm-classify` and the
-        exported `classify` signature use them (the head options must then
-        be left out; `num_classes` / `num_labels`, if given, must agree).
-        Of a trained language model: its encoder (float32) under a new head,
-        ready to `compile` and `fit`.
+        Of a finished `tf-mlstm-finetune` run: `from_finetune_run`, the
+        fine-tuned encoder and head with their decision thresholds, as
+        `tf-mlstm-classify` and the exported `classify` signature use them
+        (the head options must then be left out; `num_classes` /
+        `num_labels`, if given, must agree). Of a trained language model:
+        `MLSTMLanguageModel.from_run` (float32) under a new head, ready to
+        `compile` and `fit`.
 
         Args:
           model_dir: a run folder of `tf-mlstm-train` or `tf-mlstm-finetune`.
@@ -287,7 +286,7 @@ class MLSTMClassifier(keras.Model):
             language model, or a count a fine-tuned run does not have.
         """
         if rundir.is_finetune_run(model_dir):
-            return _finetuned_from_run(model_dir, num_classes, num_labels)
+            return cls.from_finetune_run(model_dir, num_classes, num_labels)
         if (num_classes is None) == (num_labels is None):
             raise errors.InvalidValueError(
                 f"{model_dir} is a language model: give num_classes=K (one label of K "
@@ -299,7 +298,7 @@ class MLSTMClassifier(keras.Model):
             raise errors.InvalidValueError(
                 f"num_classes must be >= 2 and num_labels >= 1, got {num_classes}, {num_labels}"
             )
-        encoder, _ = load_trained_model(model_dir)
+        encoder = MLSTMLanguageModel.from_run(model_dir)
         multilabel = num_labels is not None
         count = num_labels if multilabel else num_classes
         names = tuple(range(count)) if classes is None else tuple(classes)
@@ -319,6 +318,57 @@ class MLSTMClassifier(keras.Model):
         )
         # Keras's fit trains what call() uses: not the next-byte head.
         model.encoder.head.trainable = False
+        return model
+
+    @classmethod
+    def from_finetune_run(cls, model_dir, num_classes=None, num_labels=None):
+        """The classifier a finished `tf-mlstm-finetune` run trained, in float32.
+
+        Its encoder, head and decision thresholds as `tf-mlstm-classify` and
+        the exported `classify` signature use them, restored together from
+        the run's newest intact checkpoint.
+
+        Args:
+          model_dir: a finished `tf-mlstm-finetune` run folder.
+          num_classes, num_labels: if given, what the run must have.
+
+        Returns:
+          A built `MLSTMClassifier`; its encoder's `run_config` and
+          `run_checkpoint` are those of the run.
+
+        Raises:
+          InvalidValueError: `model_dir` holds no finished fine-tuning run,
+            or not that many classes or labels.
+          FileNotFoundError: no checkpoint.
+        """
+        config, results = rundir.read_finetune_run(model_dir)
+        spec = finetuned_head_spec(config, results)
+        asked = {"num_classes": num_classes, "num_labels": num_labels}
+        has = {"num_labels" if spec.kind == MULTILABEL else "num_classes": len(spec.classes)}
+        for name, value in asked.items():
+            if value is not None and has.get(name) != value:
+                raise errors.InvalidValueError(
+                    f"{model_dir} is a fine-tuned {spec.kind} classifier of "
+                    f"{len(spec.classes)} {'labels' if spec.kind == MULTILABEL else 'classes'}, "
+                    f"not {name}={value}"
+                )
+        train_config = rundir.read_config(model_dir)
+        encoder = MLSTMLanguageModel.from_train_config(train_config, precision="float32")
+        model = cls(
+            encoder,
+            spec.outputs,
+            config.get("features", config.get("feature", "cell")),
+            softmax=spec.kind == MULTICLASS,
+            head_hidden=config.get("head_hidden", 0),
+            head_dropout=config.get("head_dropout", 0.0),
+            max_length=config["max_length"],
+            head_spec=spec,
+        )
+        # The encoder and the head from one checkpoint, under the names the run saved them.
+        restorer = tf.train.Checkpoint(**model.checkpoint_objects())
+        encoder.run_config = train_config
+        encoder.run_checkpoint = rundir.restore_model(restorer, model_dir)
+        model.encoder.head.trainable = False  # as in `from_run` of a language model
         return model
 
     def get_config(self):
@@ -383,41 +433,6 @@ def finetuned_head_spec(config, results):
         return HeadSpec(MULTICLASS, tuple(results["classes"]))
     thresholds = tuple(results["thresholds"][name] for name in label_keys)
     return HeadSpec(kind, (0, 1) if kind == BINARY else label_keys, thresholds)
-
-
-def _read_json(model_dir, name):
-    with tf.io.gfile.GFile(os.path.join(model_dir, name)) as f:
-        return json.loads(f.read())
-
-
-def _finetuned_from_run(model_dir, num_classes, num_labels):
-    """`MLSTMClassifier.from_run` of a finished fine-tuning run."""
-    config = _read_json(model_dir, rundir.FINETUNE_CONFIG_FILE)
-    spec = finetuned_head_spec(config, _read_json(model_dir, rundir.RESULTS_FILE))
-    asked = {"num_classes": num_classes, "num_labels": num_labels}
-    has = {"num_labels" if spec.kind == MULTILABEL else "num_classes": len(spec.classes)}
-    for name, value in asked.items():
-        if value is not None and has.get(name) != value:
-            raise errors.InvalidValueError(
-                f"{model_dir} is a fine-tuned {spec.kind} classifier of "
-                f"{len(spec.classes)} {'labels' if spec.kind == MULTILABEL else 'classes'}, "
-                f"not {name}={value}"
-            )
-    encoder, _ = load_trained_model(model_dir)
-    model = MLSTMClassifier(
-        encoder,
-        spec.outputs,
-        config.get("features", config.get("feature", "cell")),
-        softmax=spec.kind == MULTICLASS,
-        head_hidden=config.get("head_hidden", 0),
-        head_dropout=config.get("head_dropout", 0.0),
-        max_length=config["max_length"],
-        head_spec=spec,
-    )
-    restorer = tf.train.Checkpoint(**model.head_layers())
-    rundir.restore_checkpoint(restorer, rundir.checkpoint_dir(model_dir), partial=True)
-    model.encoder.head.trainable = False  # as in `from_run` of a language model
-    return model
 
 
 def lm_loss_per_text(model, hidden, ids, lengths):

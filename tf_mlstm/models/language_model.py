@@ -13,7 +13,6 @@ trained before the backbone existed load and resume unchanged.
 
 import keras
 import tensorflow as tf
-from absl import logging
 
 from tf_mlstm import rundir
 from tf_mlstm.models.backbone import VOCAB_SIZE
@@ -29,17 +28,42 @@ class MLSTMLanguageModel(keras.Model):
     Call: `model(ids, initial_state=None, training=None)` ->
     `(logits [B, T, 256] float32, [h, c])`.
 
-    Args: the backbone's sizes (`MLSTMBackbone`: `hidden_size`,
-    `embedding_size`, `weight_norm`), then the base model's arguments (name,
-    dtype policy, ...), which the backbone shares.
+    Args:
+      backbone: the `MLSTMBackbone` to put the next-byte head on (its dtype
+        policy is the model's unless `dtype` is given); None builds one of
+        the sizes below.
+      hidden_size, embedding_size, weight_norm: the sizes of the backbone
+        built when none is given (`MLSTMBackbone`'s arguments).
+      **kwargs: the base model's arguments (name, dtype policy, ...), which
+        a backbone built here shares.
+
+    A model loaded by `from_run` also has `run_config` (the run's
+    `TrainConfig`) and `run_checkpoint` (the checkpoint prefix restored).
+
+    Example:
+
+    >>> backbone = MLSTMBackbone(hidden_size=8, embedding_size=4)
+    >>> model = MLSTMLanguageModel(backbone)
+    >>> model.build()
+    >>> logits, (h, c) = model(tf.constant([[0, 65, 66]]))
+    >>> logits.shape, h.shape
+    (TensorShape([1, 3, 256]), TensorShape([1, 8]))
     """
 
-    def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
+    def __init__(
+        self, backbone=None, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs
+    ):
+        if backbone is not None:
+            kwargs.setdefault("dtype", backbone.dtype_policy)
         super().__init__(**kwargs)
-        self.backbone = MLSTMBackbone(
-            hidden_size, embedding_size, weight_norm, dtype=self.dtype_policy, name="backbone"
-        )
+        if backbone is None:
+            backbone = MLSTMBackbone(
+                hidden_size, embedding_size, weight_norm, dtype=self.dtype_policy, name="backbone"
+            )
+        self.backbone = backbone
         self.head = keras.layers.Dense(VOCAB_SIZE, dtype=self.dtype_policy, name="head")
+        self.run_config = None
+        self.run_checkpoint = None
 
     # === The backbone's ===
     @property
@@ -100,26 +124,53 @@ class MLSTMLanguageModel(keras.Model):
           precision: overrides `config.precision` (e.g. float32 for serving).
 
         Returns:
-          A built `MLSTMLanguageModel`.
+          A built `MLSTMLanguageModel`, its weights not yet trained.
         """
-        model = cls(
-            hidden_size=config.hidden_size,
-            embedding_size=config.embedding_size,
-            weight_norm=config.weight_norm,
-            dtype=precision or config.precision,
-            name="mlstm_lm",
+        policy = precision or config.precision
+        backbone = MLSTMBackbone(
+            config.hidden_size,
+            config.embedding_size,
+            config.weight_norm,
+            dtype=policy,
+            name="backbone",
         )
+        model = cls(backbone, dtype=policy, name="mlstm_lm")
         model.build()
         return model
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, precision="float32"):
-        """The model of a run folder, from its newest intact checkpoint.
+        """The trained model of a run folder: how the library loads one.
 
-        Args and errors as `load_trained_checkpoint`; the run's configuration
-        is `rundir.read_config(model_dir)`.
+        The run's `TrainConfig` (`rundir.read_config`) gives the backbone's
+        sizes; the weights come from the newest intact checkpoint (one with
+        missing or truncated files is skipped with a warning), or `checkpoint`.
+        A fine-tuning run's checkpoints hold its encoder under the same name,
+        so this loads a fine-tuned encoder like any trained one.
+
+        Args:
+          model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
+          checkpoint: a specific checkpoint prefix (default: the newest intact).
+          precision: the dtype policy to compute in. float32 (the default) is
+            what serving exports; a mixed policy keeps the float32 weights and
+            runs the products in 16 bits, which is what makes featurizing
+            large corpora fast on GPUs and on CPUs with bfloat16 units.
+
+        Returns:
+          A built `MLSTMLanguageModel` with `run_config` (the run's
+          `TrainConfig`) and `run_checkpoint` (the checkpoint prefix loaded).
+
+        Raises:
+          FileNotFoundError: no config or no checkpoint in `model_dir`.
+          RunDirError: no intact checkpoint, or the given one is damaged.
         """
-        return load_trained_checkpoint(model_dir, checkpoint, precision)[0]
+        config = rundir.read_config(model_dir)
+        model = cls.from_train_config(config, precision=precision)
+        model.run_config = config
+        model.run_checkpoint = rundir.restore_model(
+            tf.train.Checkpoint(model=model), model_dir, checkpoint
+        )
+        return model
 
     # === Config ===
     def get_config(self):
@@ -144,53 +195,3 @@ def bits_per_char_from_logits(logits, targets, weights=None):
         weights = tf.ones_like(ce)
     weights = tf.cast(weights, tf.float32)
     return (tf.reduce_sum(ce * weights) / tf.math.log(2.0), tf.reduce_sum(weights))
-
-
-# === From a run folder ===
-
-
-def load_trained_model(model_dir, checkpoint=None, precision="float32"):
-    """Rebuilds a run's model and loads its newest intact checkpoint.
-
-    Returns (model, config); see `load_trained_checkpoint`.
-    """
-    model, config, _ = load_trained_checkpoint(model_dir, checkpoint, precision)
-    return model, config
-
-
-def load_trained_checkpoint(model_dir, checkpoint=None, precision="float32"):
-    """Rebuilds a run's model and loads its newest intact checkpoint, naming it.
-
-    Args:
-      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-      checkpoint: a specific checkpoint prefix (default: the newest intact).
-      precision: the dtype policy to compute in. float32 (the default) is
-        what serving exports; a mixed policy keeps the float32 weights and
-        runs the products in 16 bits, which is what makes featurizing large
-        corpora fast on GPUs and on CPUs with bfloat16 units.
-
-    Returns:
-      (model, config, the checkpoint prefix loaded).
-
-    Raises:
-      FileNotFoundError: no config or no checkpoint in `model_dir`.
-      RunDirError: no intact checkpoint, or the given one is damaged.
-    """
-    config = rundir.read_config(model_dir)
-    model = MLSTMLanguageModel.from_train_config(config, precision=precision)
-    restorer = tf.train.Checkpoint(model=model)
-    if checkpoint:
-        try:
-            restorer.restore(checkpoint).expect_partial()
-        except (tf.errors.OpError, IndexError) as error:
-            raise rundir.RunDirError(
-                f"checkpoint {checkpoint} is missing or damaged ({rundir.first_line(error)})."
-            ) from None
-        logging.info("Restored %s", checkpoint)
-    else:
-        checkpoint = rundir.restore_checkpoint(
-            restorer, rundir.checkpoint_dir(model_dir), partial=True
-        )
-        if not checkpoint:
-            raise FileNotFoundError(f"{model_dir}: no checkpoint to load.")
-    return model, config, checkpoint

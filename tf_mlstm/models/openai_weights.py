@@ -280,7 +280,7 @@ def check_round_trip(checkpoint_path, model) -> None:
     """Raises InvalidValueError unless `checkpoint_path` restores `model`'s weights.
 
     Restores into a fresh model of `model`'s sizes (the checkpoint's keys
-    are the model's attribute names, as for `load_trained_model`'s model),
+    are the model's attribute names, as for `MLSTMLanguageModel.from_run`'s model),
     and requires every saved value to be used and every weight equal.
 
     Args:

@@ -149,7 +149,7 @@ def evaluate_data(
             (`readers.InputError`, naming the file).
     """
 
-    model, _ = language_model.load_trained_model(model_dir)
+    model = language_model.MLSTMLanguageModel.from_run(model_dir)
     read_errors = []  # A raw corpus file that could not be read ends its stream here.
     expected = None  # A raw corpus's size in characters is known only once read,
     read = None  # so its progress counts the bytes read against the files' size.

@@ -651,7 +651,7 @@ def run_transfer(config):
     config.validate()
     rundir.check_not_run_dir(config.output_dir, "output_dir")
     started = time.monotonic()
-    model, _ = language_model.load_trained_model(config.model_dir, precision=config.precision)
+    model = language_model.MLSTMLanguageModel.from_run(config.model_dir, precision=config.precision)
     # The model features come from, for the feature cache, classify and export.
     fingerprint = rundir.weights_checksum(model.weights)
     data = _read_data(config)

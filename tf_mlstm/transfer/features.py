@@ -180,7 +180,7 @@ class TextFeaturizer:
     """Computes the features of lists of texts with one model.
 
     Args:
-      model: an `MLSTMLanguageModel` (float32 from `load_trained_model`).
+      model: an `MLSTMLanguageModel` (float32 from `MLSTMLanguageModel.from_run`).
       batch_size: texts per model call (memory grows with batch x window x H).
       window: bytes per model call; the state carries across windows.
       kinds: which features to keep (all are computed together; keeping fewer
@@ -316,7 +316,7 @@ def measured_precision(
     texts = ["a" * (window - 1)] * batch_size
 
     def build(candidate):
-        model, _ = language_model.load_trained_model(model_dir, precision=candidate.precision)
+        model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=candidate.precision)
         featurizer = TextFeaturizer(model, batch_size, window, kinds=("cell",))
         return lambda: featurizer(texts, progress=False)
 

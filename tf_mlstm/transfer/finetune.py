@@ -44,7 +44,7 @@ the all-reduced step (loss scaling under `mixed_float16`, optional float16
 all-reduce), the time budget, a peer worker's failure, TensorBoard summaries
 (`train/`, `validation/`), skipped steps and an exact resume (the input
 position is saved per worker). The output folder holds `checkpoints/` (the
-encoder as `model`, so `load_trained_model` and the other tools read a
+encoder as `model`, so `MLSTMLanguageModel.from_run` and the other tools read a
 fine-tuned encoder too, plus the head's `classifier` and `head_hidden`,
 optimizer and step; head dropout draws from a stateless generator seeded by the
 step and replica, so a resumed run drops what an uninterrupted one would),
@@ -54,7 +54,6 @@ step and replica, so a resumed run drops what an uninterrupted one would),
 
 import dataclasses
 import functools
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -77,7 +76,6 @@ from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
-from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train import autotune
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
@@ -159,9 +157,8 @@ class FinetuneTask(Task):
     def prepare(self, context):
         self.context = context
         self._load_data()
-        self.base_model, self.base_config = language_model.load_trained_model(
-            self.config.init_model_dir
-        )
+        self.base_model = language_model.MLSTMLanguageModel.from_run(self.config.init_model_dir)
+        self.base_config = self.base_model.run_config
         if len(self.train_ids) < context.num_workers:
             raise errors.InvalidValueError(
                 f"{self.config.train_data}: {len(self.train_ids)} training texts cannot feed "
@@ -683,18 +680,11 @@ def load_finetuned_model(model_dir):
       A `FinetunedClassifier`.
 
     Raises:
-      FileNotFoundError: the folder holds no finished fine-tuning run.
+      InvalidValueError: the folder holds no finished fine-tuning run.
+      FileNotFoundError: it holds no checkpoint.
     """
-    paths = {name: os.path.join(model_dir, name) for name in (FINETUNE_CONFIG_FILE, RESULTS_FILE)}
-    for path in paths.values():
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(
-                f"{model_dir}: no {os.path.basename(path)}; is it a "
-                "finished tf-mlstm-finetune --model_dir?"
-            )
-    with tf.io.gfile.GFile(paths[FINETUNE_CONFIG_FILE]) as f:
-        config = FinetuneConfig.from_json(f.read())
-    model = MLSTMClassifier.from_run(model_dir)
+    model = MLSTMClassifier.from_finetune_run(model_dir)
+    config = rundir.read_config(model_dir, FinetuneConfig, FINETUNE_CONFIG_FILE)
     spec = model.head_spec
     thresholds = np.array(spec.thresholds, np.float32) if spec.kind != MULTICLASS else None
     return FinetunedClassifier(model, config, spec.kind, spec.classes, thresholds)

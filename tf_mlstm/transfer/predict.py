@@ -21,7 +21,6 @@ import itertools
 import numpy as np
 
 from tf_mlstm import errors
-from tf_mlstm import preflight
 from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data import text_input
@@ -72,7 +71,7 @@ def load_predictor(
         return _finetuned_predictor(model_dir, batch_size)
     fitted = logistic.LogisticClassifier.load(classifier)
     if model is None:
-        model, _ = language_model.load_trained_model(model_dir, precision=precision)
+        model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
     if model.hidden_size != fitted.hidden_size:
         raise errors.InvalidValueError(
             f"{classifier}: fitted on a {fitted.hidden_size}-unit model, but "
@@ -99,7 +98,6 @@ def load_predictor(
 
 def _finetuned_predictor(model_dir, batch_size):
     """`load_predictor` for the fine-tuned encoder and head of `model_dir`."""
-    preflight.check_finetune_run(model_dir)
     tuned = finetune.load_finetuned_model(model_dir)
 
     def predict(texts):

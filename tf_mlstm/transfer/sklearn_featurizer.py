@@ -97,7 +97,9 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
         """The `TextFeaturizer` for the current parameters, loaded once."""
         key = (self.model_dir, self._kinds(), self.batch_size, self.window, self.precision)
         if getattr(self, "_loaded", (None,))[0] != key:
-            model, _ = language_model.load_trained_model(self.model_dir, precision=self.precision)
+            model = language_model.MLSTMLanguageModel.from_run(
+                self.model_dir, precision=self.precision
+            )
             featurizer = features_lib.TextFeaturizer(
                 model, self.batch_size, self.window, self._kinds()
             )

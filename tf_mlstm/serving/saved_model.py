@@ -478,9 +478,8 @@ def export_trained_model(
         other weights: `rundir.OtherModelError`), or a bad limit.
     """
     check_export_base(base_dir)
-    model, train_config, checkpoint = language_model.load_trained_checkpoint(
-        model_dir, precision=precision
-    )
+    model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
+    train_config, checkpoint = model.run_config, model.run_checkpoint
     if classifier is not None:
         classifier.check(model.hidden_size)
         rundir.check_fitted_model(

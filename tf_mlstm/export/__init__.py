@@ -1,1 +1,0 @@
-"""SavedModel export with string-in serving signatures."""

@@ -1,0 +1,1 @@
+"""Serving: the SavedModel a trained run is exported as, with string-in signatures."""
