@@ -34,7 +34,7 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/config.py",
         "tf_mlstm/rundir.py",
         "tf_mlstm/cli/",
-        "tf_mlstm/export/",
+        "tf_mlstm/serving/",
         "tf_mlstm/data/convert_config.py",
         "tf_mlstm/models/backbone.py",
         "tf_mlstm/models/classifier.py",

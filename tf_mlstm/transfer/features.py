@@ -193,9 +193,9 @@ class TextFeaturizer:
 
     Example:
 
-    >>> from tf_mlstm.models.language_model import load_trained_model
+    >>> from tf_mlstm.models.language_model import MLSTMLanguageModel
     >>> from tf_mlstm.transfer.features import TextFeaturizer
-    >>> model, _ = load_trained_model(model_dir)  # a tf-mlstm-train run folder
+    >>> model = MLSTMLanguageModel.from_run(model_dir)  # a tf-mlstm-train run folder
     >>> features = TextFeaturizer(model, kinds=("mean", "cell"))(["Great phone.", "Broke."])
     >>> {kind: values.shape for kind, values in features.items()}
     {'mean': (2, 16), 'cell': (2, 16)}
