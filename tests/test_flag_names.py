@@ -18,9 +18,9 @@ import textwrap
 import pytest
 from absl import flags
 
+from tf_mlstm import config as settings
 from tf_mlstm import config as train_config
 from tf_mlstm.cli import _flags
-from tf_mlstm.transfer import settings
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

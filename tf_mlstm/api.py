@@ -6,11 +6,11 @@ binary given the same settings compute the same numbers:
 
 | binary | function | config |
 | --- | --- | --- |
-| `tf-mlstm-make-tfrecords` | `convert` | `data.convert_config.ConvertConfig` |
+| `tf-mlstm-make-tfrecords` | `convert` | `config.ConvertConfig` |
 | `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `config.TrainConfig` |
 | `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
-| `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
-| `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
+| `tf-mlstm-finetune` | `finetune` | `config.FinetuneConfig` |
+| `tf-mlstm-transfer` | `probe` | `config.TransferConfig` |
 | `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
 
 `load(model_dir)` gives a `TrainedModel` with the inference of

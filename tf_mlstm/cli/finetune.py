@@ -33,11 +33,11 @@ stopped by SIGTERM or 130 by Ctrl-C after a checkpoint: rerun to resume).
 
 from absl import flags
 
+from tf_mlstm import config as finetune_lib
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
-from tf_mlstm.transfer import settings as finetune_lib
 
 FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()

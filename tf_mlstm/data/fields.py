@@ -9,6 +9,9 @@ flag definitions can name the default without loading TensorFlow.
 # binary, so one record reads the same everywhere.
 TEXT_KEYS = ("reviewText", "text", "sentence")
 
+NGRAM_KIND = "tfidf"
+"""The feature kind of word n-gram TF-IDF features (`tf_mlstm.data.words`)."""
+
 # How plain-text files are read: a document per line, or per file.
 TEXT_MODES = ("line", "file")
 
