@@ -25,7 +25,6 @@ call it, it never imports them.
 import dataclasses
 import json
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -165,18 +164,16 @@ def probe(config):
     return experiment.run_transfer(config)
 
 
-# A config's checks name its fields as the binaries' flags (`--lr`); a field
-# is the argument of the same name here.
-_FLAG = re.compile(r"(?<![\w-])--(\w+)")
-
-
 def _validated(config):
-    """`config.validate()`, its errors naming the config's fields (`lr`), not flags (`--lr`)."""
+    """`config.validate()`, its errors prefixed with the config's name.
+
+    They name the config's fields (`lr`, `errors.setting_name`), the
+    arguments of the same name here.
+    """
     try:
         return config.validate()
     except errors.InvalidValueError as e:
-        message = _FLAG.sub(r"\1", str(e))
-        raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
+        raise errors.InvalidValueError(f"{type(config).__name__}: {e}") from None
 
 
 def import_openai_weights(weights_dir, model_dir):

@@ -12,6 +12,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config import choices
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 
@@ -111,7 +112,7 @@ def define_feature_precision(default="auto", note=""):
     flags.DEFINE_enum(
         "precision",
         default,
-        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
+        list(choices.PRECISION_CHOICES),
         "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
         "weights and features stay float32. auto: the fastest on this machine, timed on a few "
         "batches of the model at --batch_size x --window among the policies the hardware "
@@ -166,10 +167,6 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
         `FinetuneConfig`); each flag's default is the field of its name.
       end_of_run: what the binary does after the last step, for the help.
     """
-    # pylint: disable=g-import-not-at-top
-    from tf_mlstm import config as config_lib
-
-    # pylint: enable=g-import-not-at-top
 
     def default(name):
         return getattr(defaults, name)
@@ -179,7 +176,7 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
     flags.DEFINE_enum(
         "lr_decay",
         default("lr_decay"),
-        list(config_lib.DECAYS),
+        list(choices.DECAYS),
         "Decay after warmup, reaching its end at the end of the schedule.",
     )
     flags.DEFINE_float(
@@ -195,7 +192,7 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
     flags.DEFINE_enum(
         "schedule_length",
         default("schedule_length"),
-        list(config_lib.SCHEDULE_LENGTHS),
+        list(choices.SCHEDULE_LENGTHS),
         "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
         "end over the last fifth of the budget, so the decay ends when the budget does "
         "(predicted from the measured step rate, re-planned as the run goes); steps: the "
@@ -228,7 +225,7 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
     flags.DEFINE_enum(
         "precision",
         default("precision"),
-        list(config_lib.PRECISION_CHOICES),
+        list(choices.PRECISION_CHOICES),
         "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest measured "
         "here among the policies the hardware computes natively (a few steps each at the run's "
         "shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py "
@@ -237,13 +234,13 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
     flags.DEFINE_enum(
         "allreduce_dtype",
         default("allreduce_dtype"),
-        list(config_lib.ALLREDUCE_DTYPES),
+        list(choices.ALLREDUCE_DTYPES),
         "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
     )
     flags.DEFINE_enum(
         "jit_compile",
         default("jit_compile"),
-        list(config_lib.JIT_CHOICES),
+        list(choices.JIT_CHOICES),
         "XLA-compile the per-replica step; auto: measured with --precision (on and off timed), "
         "else the table in tf_mlstm/train/hardware.py.",
     )
@@ -253,28 +250,23 @@ def define_runner_flags(defaults, end_of_run="evaluate and export"):
 
 def define_distribution_flags(defaults):
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
-    # pylint: disable=g-import-not-at-top
-    from tf_mlstm import config as config_lib
-
-    # pylint: enable=g-import-not-at-top
-
     flags.DEFINE_enum(
         "distribution_strategy",
         defaults.distribution_strategy,
-        list(config_lib.STRATEGIES),
+        list(choices.STRATEGIES),
         "default | one_device | mirrored (one machine, all "
         "GPUs) | multi_worker (cluster from TF_CONFIG or Slurm).",
     )
     flags.DEFINE_enum(
         "all_reduce",
         defaults.all_reduce,
-        list(config_lib.ALL_REDUCE),
+        list(choices.ALL_REDUCE),
         "Collective implementation for gradient all-reduce.",
     )
     flags.DEFINE_enum(
         "cluster_resolver",
         defaults.cluster_resolver,
-        ["tf_config", "slurm"],
+        list(choices.CLUSTER_RESOLVERS),
         "Where multi_worker reads the cluster from.",
     )
     flags.DEFINE_integer("num_gpus", defaults.num_gpus, "GPUs per worker (-1 = all visible).")

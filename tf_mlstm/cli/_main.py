@@ -217,6 +217,12 @@ def usage_error(name, message):
 
 
 def _main(argv, body, config, name, check_before_work=None):
+    # The user wrote a command line: every message names a setting as its flag.
+    with errors.naming_flags():
+        _run(argv, body, config, name, check_before_work)
+
+
+def _run(argv, body, config, name, check_before_work):
     # Armed before the config is built: a config function may start TensorFlow.
     quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     try:

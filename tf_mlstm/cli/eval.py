@@ -18,6 +18,7 @@ from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config import EvalConfig
+from tf_mlstm.data import fields
 
 
 def define_eval_flags():
@@ -27,11 +28,12 @@ def define_eval_flags():
     )
     _flags.define_text_key("Raw corpora: text keys/columns tried in order.")
     flags.DEFINE_enum(
-        "text_mode", "line", ["line", "file"], "Raw plain text: document per line or per file."
+        "text_mode",
+        "line",
+        list(fields.TEXT_MODES),
+        "Raw plain text: document per line or per file.",
     )
-    flags.DEFINE_enum(
-        "split", "test", ["train", "validation", "test"], "Split read from a TFRecord folder."
-    )
+    flags.DEFINE_enum("split", "test", list(fields.SPLITS), "Split read from a TFRecord folder.")
     flags.DEFINE_integer("batch_size", 32, "Document streams scored in parallel.", lower_bound=1)
     flags.DEFINE_integer("seq_length", 256, "Characters per model call.", lower_bound=1)
     flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).", lower_bound=0)

@@ -30,7 +30,7 @@ from absl import flags
 from tf_mlstm import errors
 from tf_mlstm import preflight
 from tf_mlstm.cli import _main
-from tf_mlstm.transfer.neuron import SENTIMENTS
+from tf_mlstm.config.choices import SENTIMENTS
 
 FLAGS = flags.FLAGS
 

@@ -45,6 +45,7 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import choices
 
 FLAGS = flags.FLAGS
 
@@ -84,7 +85,7 @@ def define_transfer_flags():
     flags.DEFINE_enum(
         "threshold_metric",
         "accuracy",
-        ["accuracy", "f1"],
+        list(choices.THRESHOLD_METRICS),
         "Multi-label: what each label's probability threshold (and its C) maximizes on "
         "validation; f1 suits rare labels.",
     )
@@ -131,14 +132,14 @@ def define_transfer_flags():
     flags.DEFINE_enum(
         "penalty",
         "l2",
-        ["l1", "l2"],
+        list(choices.PENALTIES),
         "l2: dense weights, more accurate from the pooled features of small models; l1: sparse "
         "weights (Radford et al.), the units that carry sentiment stand out.",
     )
     flags.DEFINE_enum(
         "solver",
         "auto",
-        ["auto", "batch", "liblinear", "saga", "lbfgs"],
+        list(choices.SOLVERS),
         "auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2, "
         "FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.",
     )

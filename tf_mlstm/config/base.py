@@ -11,6 +11,7 @@ import math
 import numbers
 
 from tf_mlstm import errors
+from tf_mlstm.errors import setting_name as _name
 
 # The scalar field types a config checks when it is constructed, and their names.
 _SCALAR_TYPES = {bool: "True or False", int: "an int", float: "a number", str: "a str"}
@@ -79,14 +80,14 @@ class JsonConfig(CheckedFields):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise errors.InvalidValueError(
-                    f"--{field.name} must be a finite number, got {value}."
+                    f"{_name(field.name)} must be a finite number, got {value}."
                 )
             if isinstance(value, int) and not isinstance(value, bool):
-                errors.check_int32(f"--{field.name}", value)
+                errors.check_int32(_name(field.name), value)
                 lowest = self.NEGATIVE_INTS.get(field.name, 0)
                 if value < lowest:
                     raise errors.InvalidValueError(
-                        f"--{field.name} must be >= {lowest}, got {value}."
+                        f"{_name(field.name)} must be >= {lowest}, got {value}."
                     )
 
     def check_positive(self, names):
@@ -94,7 +95,7 @@ class JsonConfig(CheckedFields):
         for name in names:
             if not getattr(self, name) > 0:
                 raise errors.InvalidValueError(
-                    f"--{name} must be positive, got {getattr(self, name)}."
+                    f"{_name(name)} must be positive, got {getattr(self, name)}."
                 )
 
     def check_choices(self, choices):
@@ -106,7 +107,8 @@ class JsonConfig(CheckedFields):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise errors.InvalidValueError(
-                    f"--{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}."
+                    f"{_name(name)} must be one of {', '.join(allowed)}; "
+                    f"got {getattr(self, name)!r}."
                 )
 
     # Field names a config file written before a rename holds: old -> new.

@@ -78,6 +78,9 @@ model's, then the word n-grams."""
 AUTO_NGRAMS = "auto,tfidf"
 """`auto` over the model's feature groups and the word n-grams."""
 
+SENTIMENTS = ("positive", "negative")
+"""The sides of the sentiment neuron that generation may hold it on."""
+
 # === Heads and their fit ===
 
 HEAD_INITS = ("random", "probe")

@@ -24,6 +24,7 @@ from tf_mlstm.config.choices import JIT_CHOICES
 from tf_mlstm.config.choices import PRECISION_CHOICES
 from tf_mlstm.config.choices import SCHEDULE_LENGTHS
 from tf_mlstm.config.choices import STRATEGIES
+from tf_mlstm.errors import setting_name as _name
 
 
 def profile_bounds(spec):
@@ -44,7 +45,8 @@ def profile_bounds(spec):
         start, end = -1, -1
     if len(parts) != 2 or not 0 <= start < end:
         raise errors.InvalidValueError(
-            f"--profile_steps must be START,END with 0 <= START < END (e.g. 20,25), got {spec!r}."
+            f"{_name('profile_steps')} must be START,END with 0 <= START < END (e.g. 20,25), "
+            f"got {spec!r}."
         )
     return start, end
 
@@ -82,15 +84,15 @@ class RuntimeFields(JsonConfig):
         )
         if not 0 <= self.collective_timeout_s < float("inf"):
             raise errors.InvalidValueError(
-                f"--collective_timeout_s must be a finite number >= 0 (0 = no timeout), got "
-                f"{self.collective_timeout_s}."
+                f"{_name('collective_timeout_s')} must be a finite number >= 0 (0 = no timeout), "
+                f"got {self.collective_timeout_s}."
             )
         # With auto the check waits for the resolved config (hardware.resolve_run_config
         # validates it again once the precision is concrete).
         if self.allreduce_dtype == "float16" and self.precision not in ("mixed_float16", AUTO):
             raise errors.InvalidValueError(
-                "--allreduce_dtype=float16 needs "
-                "--precision=mixed_float16 (its loss scaling keeps "
+                f"{_name('allreduce_dtype')}=float16 needs "
+                f"{_name('precision')}=mixed_float16 (its loss scaling keeps "
                 "float16 gradient sums finite)."
             )
 
@@ -119,10 +121,12 @@ class OptimizationFields(JsonConfig):
         self.check_positive(("batch_size", "lr"))
         self.check_choices({"lr_decay": DECAYS})
         if self.clip_norm < 0:
-            raise errors.InvalidValueError(f"--clip_norm must be >= 0, got {self.clip_norm}.")
+            raise errors.InvalidValueError(
+                f"{_name('clip_norm')} must be >= 0, got {self.clip_norm}."
+            )
         if not 0 <= self.warmup_steps <= schedule_steps:
             raise errors.InvalidValueError(
-                f"--warmup_steps must be in [0, {schedule_steps}] "
+                f"{_name('warmup_steps')} must be in [0, {schedule_steps}] "
                 f"(the schedule length), got {self.warmup_steps}."
             )
 
@@ -164,7 +168,9 @@ class BudgetFields(JsonConfig):
         )
         self.check_choices({"schedule_length": SCHEDULE_LENGTHS})
         if self.max_minutes < 0:
-            raise errors.InvalidValueError(f"--max_minutes must be >= 0, got {self.max_minutes}.")
+            raise errors.InvalidValueError(
+                f"{_name('max_minutes')} must be >= 0, got {self.max_minutes}."
+            )
         profile_bounds(self.profile_steps)
 
 

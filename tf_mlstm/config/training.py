@@ -12,6 +12,7 @@ from tf_mlstm.config.runner import validate_runner_settings
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.data.repeats import parse_source_repeats
+from tf_mlstm.errors import setting_name as _name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +53,15 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         self.check_choices({"lr_scaling": SCALINGS})
         for name in ("max_lr", "epochs"):
             if getattr(self, name) < 0:
-                raise errors.InvalidValueError(f"--{name} must be >= 0, got {getattr(self, name)}.")
+                raise errors.InvalidValueError(
+                    f"{_name(name)} must be >= 0, got {getattr(self, name)}."
+                )
         try:
             parse_source_repeats(self.source_repeats)
         except ValueError as error:
-            raise errors.InvalidValueError(f"--{error}") from None
+            # The parser's message starts with the setting's name.
+            message = str(error).removeprefix("source_repeats")
+            raise errors.InvalidValueError(f"{_name('source_repeats')}{message}") from None
         return self
 
     @property
@@ -85,5 +90,5 @@ class EvalConfig(CheckedFields):
     def validate(self):
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key")
+            raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key")
         return self

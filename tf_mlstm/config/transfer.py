@@ -32,6 +32,7 @@ from tf_mlstm.config.runner import validate_runner_settings
 from tf_mlstm.data.fields import NGRAM_KIND
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
+from tf_mlstm.errors import setting_name as _name
 
 FEATURE_WINDOW = 256
 """Bytes per model call when features are computed (`--window`)."""
@@ -172,13 +173,14 @@ def parse_label_map(spec):
         raw, colon, label = (part.strip() for part in piece.rpartition(":"))
         if not colon or not raw or not label:
             raise errors.InvalidValueError(
-                f"--label_map entry {number} ({piece.strip()!r}) is not VALUE:CLASS "
-                f"(e.g. --label_map={LABEL_MAP_EXAMPLE})"
+                f"{_name('label_map')} entry {number} ({piece.strip()!r}) is not VALUE:CLASS "
+                f"(e.g. {_name('label_map')}={LABEL_MAP_EXAMPLE})"
             )
         key = _map_key(raw)
         if key in seen:
             raise errors.InvalidValueError(
-                f"--label_map names the value {raw!r} twice (entries {seen[key]} and {number})"
+                f"{_name('label_map')} names the value {raw!r} twice "
+                f"(entries {seen[key]} and {number})"
             )
         seen[key] = number
         entries.append((raw, label))
@@ -188,7 +190,7 @@ def parse_label_map(spec):
         classes = tuple(int(label) for label in classes)
     if len(classes) < 2:
         raise errors.InvalidValueError(
-            f"--label_map={spec} names one class; a classifier needs two or more"
+            f"{_name('label_map')}={spec} names one class; a classifier needs two or more"
         )
     return LabelMap(spec, tuple(entries), classes)
 
@@ -235,26 +237,26 @@ class LabeledDataFields(CheckedFields):
     def validate_labeled_data(self):
         """Raises ValueError naming the first bad labeled-data setting."""
         if not self.train_data:
-            raise errors.InvalidValueError("--train_data is required.")
+            raise errors.InvalidValueError(f"{_name('train_data')} is required.")
         if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key.")
+            raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key.")
         if not self.label_keys or len(set(self.label_keys)) != len(self.label_keys):
             raise errors.InvalidValueError(
-                f"--label_key must name distinct keys, got {self.label_key!r}."
+                f"{_name('label_key')} must name distinct keys, got {self.label_key!r}."
             )
         if self.label_map and len(self.label_keys) > 1:
             raise errors.InvalidValueError(
-                "--label_map needs one --label_key (several keys are 0/1 labels each), got "
-                f"{self.label_key!r}."
+                f"{_name('label_map')} needs one {_name('label_key')} "
+                f"(several keys are 0/1 labels each), got {self.label_key!r}."
             )
         if not 0 < self.validation_fraction < 1:
             raise errors.InvalidValueError(
-                f"--validation_fraction must be in (0, 1), got {self.validation_fraction}."
+                f"{_name('validation_fraction')} must be in (0, 1), got {self.validation_fraction}."
             )
         for name in ("max_train_examples", "max_eval_examples"):
             if getattr(self, name) < 0:
                 raise errors.InvalidValueError(
-                    f"--{name} must be >= 0 (0 = all), got {getattr(self, name)}."
+                    f"{_name(name)} must be >= 0 (0 = all), got {getattr(self, name)}."
                 )
 
 
@@ -301,37 +303,37 @@ class FinetuneConfig(
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
         for name in ("init_model_dir", "model_dir"):
             if not getattr(self, name):
-                raise errors.InvalidValueError(f"--{name} is required.")
+                raise errors.InvalidValueError(f"{_name(name)} is required.")
         self.validate_labeled_data()
         validate_runner_settings(self)
         kinds = self.feature_kinds
         unknown = [kind for kind in kinds if kind not in SEQUENCE_KINDS]
         if not kinds or unknown or len(set(kinds)) != len(kinds):
             raise errors.InvalidValueError(
-                f"--features must name distinct kinds of {','.join(SEQUENCE_KINDS)}, got "
+                f"{_name('features')} must name distinct kinds of {','.join(SEQUENCE_KINDS)}, got "
                 f"{self.features!r}."
             )
         if self.head_init == "probe" and self.head_hidden:
             raise errors.InvalidValueError(
-                "--head_init=probe starts a linear head; it cannot start --head_hidden="
-                f"{self.head_hidden}."
+                f"{_name('head_init')}=probe starts a linear head; it cannot start "
+                f"{_name('head_hidden')}={self.head_hidden}."
             )
         if self.head_hidden < 0:
             raise errors.InvalidValueError(
-                f"--head_hidden must be >= 0 (0 = a linear head), got {self.head_hidden}."
+                f"{_name('head_hidden')} must be >= 0 (0 = a linear head), got {self.head_hidden}."
             )
         if not 0 <= self.head_dropout < 1:
             raise errors.InvalidValueError(
-                f"--head_dropout must be in [0, 1), got {self.head_dropout}."
+                f"{_name('head_dropout')} must be in [0, 1), got {self.head_dropout}."
             )
         if self.max_length < 2:
             raise errors.InvalidValueError(
-                f"--max_length must be >= 2 bytes, got {self.max_length}."
+                f"{_name('max_length')} must be >= 2 bytes, got {self.max_length}."
             )
         self.check_choices({"head_init": HEAD_INITS, "threshold_metric": THRESHOLD_METRICS})
         if self.lm_loss_weight < 0:
             raise errors.InvalidValueError(
-                f"--lm_loss_weight must be >= 0, got {self.lm_loss_weight}."
+                f"{_name('lm_loss_weight')} must be >= 0, got {self.lm_loss_weight}."
             )
         return self
 
@@ -366,49 +368,52 @@ class TransferConfig(LabeledDataFields):
         """Raises ValueError naming the first bad setting."""
         for name in ("model_dir", "output_dir"):
             if not getattr(self, name):
-                raise errors.InvalidValueError(f"--{name} is required.")
+                raise errors.InvalidValueError(f"{_name(name)} is required.")
         self.validate_labeled_data()
         parse_feature_kinds(self.features)
         if self.batch_size <= 0 or self.window <= 0:
-            raise errors.InvalidValueError("--batch_size and --window must be positive")
+            raise errors.InvalidValueError(
+                f"{_name('batch_size')} and {_name('window')} must be positive"
+            )
         if self.precision not in PRECISIONS:
             raise errors.InvalidValueError(
-                f"--precision must be one of {PRECISIONS}, got {self.precision!r}"
+                f"{_name('precision')} must be one of {PRECISIONS}, got {self.precision!r}"
             )
         if self.penalty not in PENALTIES:
             raise errors.InvalidValueError(
-                f"--penalty must be one of {PENALTIES}, got {self.penalty!r}"
+                f"{_name('penalty')} must be one of {PENALTIES}, got {self.penalty!r}"
             )
         if self.solver not in SOLVERS:
             raise errors.InvalidValueError(
-                f"--solver must be one of {SOLVERS}, got {self.solver!r}"
+                f"{_name('solver')} must be one of {SOLVERS}, got {self.solver!r}"
             )
         if self.solver == "lbfgs" and self.penalty != "l2":
             raise errors.InvalidValueError(
-                f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}"
+                f"{_name('solver')}=lbfgs fits only {_name('penalty')}=l2, not {self.penalty}"
             )
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise errors.InvalidValueError(
-                f"--cv_folds must be 0 (choose on the validation split) or 2 or more, got "
+                f"{_name('cv_folds')} must be 0 (choose on the validation split) or 2 or more, got "
                 f"{self.cv_folds}"
             )
         if not self.c_grid or min(self.c_grid) <= 0:
             raise errors.InvalidValueError(
-                f"--c_grid must hold positive values, got {list(self.c_grid)}"
+                f"{_name('c_grid')} must hold positive values, got {list(self.c_grid)}"
             )
         if self.label_threshold is not None and not math.isfinite(self.label_threshold):
             raise errors.InvalidValueError(
-                f"--label_threshold must be a finite number, got {self.label_threshold}"
+                f"{_name('label_threshold')} must be a finite number, got {self.label_threshold}"
             )
         if self.label_threshold is not None and self.label_map:
             raise errors.InvalidValueError(
-                "--label_threshold and --label_map cannot be combined: choose one"
+                f"{_name('label_threshold')} and {_name('label_map')} cannot be combined: "
+                "choose one"
             )
         parse_label_map(self.label_map)
         if self.feature_cache:
             feature_cache_cap_bytes()  # a bad TF_MLSTM_FEATURE_CACHE_MB, before the model loads
         if self.threshold_metric not in THRESHOLD_METRICS:
             raise errors.InvalidValueError(
-                f"--threshold_metric must be one of {THRESHOLD_METRICS}, got "
+                f"{_name('threshold_metric')} must be one of {THRESHOLD_METRICS}, got "
                 f"{self.threshold_metric!r}"
             )
