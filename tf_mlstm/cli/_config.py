@@ -5,8 +5,6 @@ import dataclasses
 from absl import app
 from absl import flags
 
-from tf_mlstm import errors
-
 
 def config_from_flags(config_class, flag_values=flags.FLAGS):
     """Builds `config_class` from the flags named like its fields, then validates it.
@@ -25,7 +23,6 @@ def config_from_flags(config_class, flag_values=flags.FLAGS):
     """
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(config_class)}
     try:
-        with errors.naming_flags():  # its messages name the flags (`--hidden_size`)
-            return config_class(**values).validate()
+        return config_class(**values).validate()
     except ValueError as e:
         raise app.UsageError(str(e)) from None

@@ -5,14 +5,12 @@ record reads the same in every binary.
 """
 
 import contextlib
-import glob
-import os
 
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm.config import choices
+from tf_mlstm.config.binaries import refuse_output_over_input  # noqa: F401
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 
@@ -277,58 +275,3 @@ def define_distribution_flags(defaults):
         "with one clear line (a peer that is alive but stuck; 0 = wait forever). Must "
         "exceed the longest pause of the slowest worker (the first step's compilation).",
     )
-
-
-# === Outputs apart from inputs ===
-
-
-def _same_file(a, b):
-    if "://" in a or "://" in b:
-        return a.rstrip("/") == b.rstrip("/")
-    try:
-        return os.path.samefile(a, b)  # also two names of one file (a link)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _input_files(spec):
-    """The local files a comma-separated input spec names (globs expanded, no TensorFlow)."""
-    files = []
-    for piece in (piece.strip() for piece in spec.split(",")):
-        if not piece or piece == "-":
-            continue
-        if "://" in piece:
-            files.append(piece)
-        elif set("*?[") & set(piece):
-            files += sorted(glob.glob(piece))
-        else:
-            files.append(piece)
-    return files
-
-
-def refuse_output_over_input(output_flag, output, input_flag, input_spec):
-    """Refuses an output file that is one of the input files, before any work is done.
-
-    Writing the output would replace the user's input (a CSV of texts
-    replaced by their scores). Symbolic and hard links to an input count as
-    the input.
-
-    Args:
-      output_flag: the output's flag, for the message (`--output`).
-      output: the output file's path, or a callable that tells whether a path
-        is among the outputs (a folder of named outputs); "-" is stdout.
-      input_flag: the input's flag (`--input`).
-      input_spec: comma-separated files or globs.
-
-    Raises:
-      errors.InvalidValueError: an input file is the output.
-    """
-    if output == "-" or not output:
-        return
-    for path in _input_files(input_spec):
-        clash = output(path) if callable(output) else _same_file(path, output)
-        if clash:
-            raise errors.InvalidValueError(
-                f"{output_flag} would overwrite the {input_flag} file {path}; "
-                "write the output to another file"
-            )

@@ -41,7 +41,6 @@ the classifier was fitted in (as tf-mlstm-export serves it).
 """
 
 import contextlib
-import dataclasses
 import itertools
 import sys
 
@@ -49,46 +48,13 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import ClassifyConfig
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassifyConfig:
-    """What to classify. Field names match the flags."""
-
-    model_dir: str
-    classifier: str  # "" = the fine-tuned head of model_dir
-    input: str
-    output: str
-    text_key: tuple = _flags.TEXT_KEYS
-    batch_size: int = 64
-    window: int = 256
-    precision: str | None = None  # None: as the classifier's features were fitted
-    chunk_texts: int = 4096
-    allow_other_model: bool = False
-    overwrite: bool = False
-
-    @property
-    def text_keys(self):
-        """The `text_key` list as a tuple, blanks left out."""
-        return _flags.text_keys(self.text_key)
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if min(self.batch_size, self.window, self.chunk_texts) <= 0:
-            raise errors.InvalidValueError(
-                "--batch_size, --window and --chunk_texts must be positive"
-            )
-        if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key")
-        _flags.refuse_output_over_input("--output", self.output, "--input", self.input)
-        return self
 
 
 def define_classify_flags():

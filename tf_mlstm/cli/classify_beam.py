@@ -27,7 +27,6 @@ those of `tf-mlstm-classify` with the same model and classifier (float32).
 See `tf_mlstm/beam/inference.py`.
 """
 
-import dataclasses
 import functools
 import os
 import re
@@ -39,25 +38,11 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
+from tf_mlstm.config.binaries import ClassifyBeamConfig
 from tf_mlstm.data import fields
 
 _REQUIRED_FLAGS = ("saved_model", "input", "output", "runner")
 _SIGNATURES = ("classify", "featurize")
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassifyBeamConfig:
-    """One batch-inference pipeline. Field names match the flags."""
-
-    saved_model: str
-    input: str
-    output: str
-    runner: str
-    signature: str = "classify"
-    text_key: tuple = fields.TEXT_KEYS
-    batch_size: int = 64
-    num_output_shards: int = 0
-    pipeline_args: tuple = ()
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -30,40 +30,15 @@ JSON object:
 {"export_dir": <the version folder>, "version": ..., "signatures": [...]}.
 """
 
-import dataclasses
-
 from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import ExportConfig
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """What to export. Field names match the flags."""
-
-    model_dir: str
-    export_dir: str
-    classifier: str = ""
-    window: int = 256
-    # The same as tf_mlstm.export.saved_model.DEFAULT_MAX_* (not imported here:
-    # TensorFlow loads only after the flags parsed).
-    max_text_bytes: int = 65536
-    max_generate_length: int = 4096
-    precision: str | None = None  # None: the classifier's (float32 without one)
-    allow_other_model: bool = False
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        for name in ("window", "max_text_bytes", "max_generate_length"):
-            value = getattr(self, name)
-            if value <= 0:
-                raise errors.InvalidValueError(f"--{name} must be positive, got {value}")
-        return self
 
 
 def define_export_flags():

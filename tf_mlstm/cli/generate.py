@@ -22,55 +22,14 @@ printed as the prompt followed by its continuation; with several samples a
 `=== sample K ===` line precedes each.
 """
 
-import dataclasses
-import math
-
 from absl import flags
 
-from tf_mlstm import errors
 from tf_mlstm import preflight
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import GenerateConfig
 from tf_mlstm.config.choices import SENTIMENTS
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerateConfig:
-    """What to sample. Field names match the flags."""
-
-    model_dir: str
-    prompt: str = ""
-    length: int = 200
-    temperature: float = 1.0
-    seed: int = 0
-    neuron: int | None = None  # None: the classifier's, else none (-1)
-    neuron_value: float | None = None  # None: the classifier's, else 0.0
-    num_samples: int = 1
-    stop_at_end: bool = True
-    classifier: str = ""
-    sentiment: str | None = None  # None: positive (with a classifier)
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise errors.InvalidValueError(
-                f"--temperature must be a positive number, got {self.temperature}."
-            )
-        if self.length <= 0 or self.num_samples <= 0:
-            raise errors.InvalidValueError(
-                f"--length and --num_samples must be positive, got {self.length} and "
-                f"{self.num_samples}."
-            )
-        if self.neuron is not None and self.neuron < -1:
-            raise errors.InvalidValueError(
-                f"--neuron must be a unit index or -1 (none), got {self.neuron}."
-            )
-        if self.sentiment is not None and not self.classifier:
-            raise errors.InvalidValueError(
-                "--sentiment needs --classifier (the neuron whose side it names)."
-            )
-        return self
 
 
 def define_generate_flags():

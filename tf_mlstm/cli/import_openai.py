@@ -14,29 +14,14 @@ visualize, transfer, classify, export, finetune). Prints one JSON line with
 the folder and the model's sizes.
 """
 
-import dataclasses
-
 from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm import preflight
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import ImportConfig
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class ImportConfig:
-    """What to import where. Field names match the flags."""
-
-    weights_dir: str
-    model_dir: str
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if not self.weights_dir or not self.model_dir:
-            raise errors.InvalidValueError("--weights_dir and --model_dir must not be empty.")
-        return self
 
 
 def define_import_flags():

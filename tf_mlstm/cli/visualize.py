@@ -21,73 +21,19 @@ cell-state feature) and its sign: with sign
 wins (a disagreement is logged); one of the two is needed.
 """
 
-import dataclasses
 import itertools
-import os
-import re
 
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import VISUALIZE_OUTPUT_NAME
+from tf_mlstm.config.binaries import VisualizeConfig
 
 FLAGS = flags.FLAGS
-
-
-# The files it writes into --output_dir (others there are left alone).
-_OUTPUT_NAME = re.compile(r"neuron_\d+\.(html|png|json)")
-
-
-@dataclasses.dataclass(frozen=True)
-class VisualizeConfig:
-    """What to draw. Field names match the flags."""
-
-    model_dir: str
-    neuron: int | None
-    input: str
-    output_dir: str
-    classifier: str = ""
-    text_key: tuple = _flags.TEXT_KEYS
-    text_mode: str = "line"
-    max_texts: int = 10
-    max_chars: int = 2000
-    width: int = 64
-    scale: float = 0.0
-    overwrite: bool = False
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if self.neuron is None and not self.classifier:
-            raise errors.InvalidValueError(
-                "give --neuron (a cell unit) or --classifier (its sentiment neuron)."
-            )
-        if self.neuron is not None and self.neuron < 0:
-            raise errors.InvalidValueError(
-                f"--neuron must be a unit index >= 0, got {self.neuron}."
-            )
-        if min(self.max_texts, self.max_chars, self.width) <= 0:
-            raise errors.InvalidValueError("--max_texts, --max_chars and --width must be positive.")
-        if self.scale < 0:
-            raise errors.InvalidValueError(
-                f"--scale must be >= 0 (0 = automatic), got {self.scale}."
-            )
-        if not self.input:
-            raise errors.InvalidValueError("--input must be text or files, got an empty string.")
-        _flags.refuse_output_over_input("--output_dir", self._is_an_output, "--input", self.input)
-        return self
-
-    def _is_an_output(self, path):
-        """Whether `path` is (or may be, the unit not known yet) a file this run writes."""
-        folder, name = os.path.split(os.path.realpath(path))
-        return (
-            os.path.isfile(path)
-            and folder == os.path.realpath(self.output_dir)
-            and _OUTPUT_NAME.fullmatch(name) is not None
-        )
 
 
 def define_visualize_flags():
@@ -141,7 +87,7 @@ def check_before_work(flag_values):
         "--output_dir",
         flag_values.output_dir,
         flag_values.overwrite,
-        is_output=_OUTPUT_NAME.fullmatch,
+        is_output=VISUALIZE_OUTPUT_NAME.fullmatch,
     )
 
 

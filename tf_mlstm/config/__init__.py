@@ -19,7 +19,10 @@ One module per concern:
   shares (runtime, optimization, budget);
 - `training`: the language model's `TrainConfig` and `EvalConfig`;
 - `transfer`: labeled data, `FinetuneConfig`, `TransferConfig`;
-- `convert`: `ConvertConfig`, one conversion to TFRecords.
+- `convert`: `ConvertConfig`, one conversion to TFRecords;
+- `binaries`: the configs of the binaries that apply a trained model or
+  bring one in (classify, classify-beam, export, generate, visualize,
+  import-openai).
 
 Layering: this room imports only `errors`, `progress` and `data`'s field
 names (no TensorFlow; tests/test_config_room.py proves it for every module
@@ -29,6 +32,12 @@ sits below training without importing it.
 
 from tf_mlstm.config.base import CheckedFields
 from tf_mlstm.config.base import JsonConfig
+from tf_mlstm.config.binaries import ClassifyBeamConfig
+from tf_mlstm.config.binaries import ClassifyConfig
+from tf_mlstm.config.binaries import ExportConfig
+from tf_mlstm.config.binaries import GenerateConfig
+from tf_mlstm.config.binaries import ImportConfig
+from tf_mlstm.config.binaries import VisualizeConfig
 from tf_mlstm.config.choices import ALL_REDUCE
 from tf_mlstm.config.choices import ALLREDUCE_DTYPES
 from tf_mlstm.config.choices import AUTO
@@ -63,6 +72,12 @@ __all__ = [
     "BudgetFields",
     "CLUSTER_RESOLVERS",
     "CheckedFields",
+    "ClassifyBeamConfig",
+    "ClassifyConfig",
+    "ExportConfig",
+    "GenerateConfig",
+    "ImportConfig",
+    "VisualizeConfig",
     "ConvertConfig",
     "DECAYS",
     "EvalConfig",
