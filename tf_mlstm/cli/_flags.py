@@ -10,6 +10,7 @@ from absl import flags
 from absl import logging
 
 from tf_mlstm.config import choices
+from tf_mlstm.config.base import field_help
 from tf_mlstm.config.binaries import refuse_output_over_input  # noqa: F401
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
@@ -105,40 +106,53 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
 text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
-def define_feature_precision(default="auto", note=""):
-    """`--precision` of the binaries that compute features (transfer, classify)."""
+def define_feature_precision(default="auto", note="", help_text=None):
+    """`--precision` of the binaries that compute features (transfer, classify).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     flags.DEFINE_enum(
         "precision",
         default,
         list(choices.PRECISION_CHOICES),
-        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
+        help_text
+        or "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
         "weights and features stay float32. auto: the fastest on this machine, timed on a few "
         "batches of the model at --batch_size x --window among the policies the hardware "
         "computes natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or "
         "AMX; mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute "
-        "capability 8.0), cached in the user's cache folder." + note,
+        "capability 8.0), cached in the user's cache folder."
+        + note,
     )
 
 
-def define_overwrite(output_flag, fv=None):
-    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`)."""
+def define_overwrite(output_flag, fv=None, help_text=None):
+    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     kwargs = {} if fv is None else {"flag_values": fv}
     flags.DEFINE_bool(
         "overwrite",
         False,
-        f"Replace what {output_flag} already holds (once the new output is all written; a "
+        help_text
+        or f"Replace what {output_flag} already holds (once the new output is all written; a "
         "failed run leaves it as it was); without it an existing output is refused before "
         "any work.",
         **kwargs,
     )
 
 
-def define_allow_other_model():
-    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export)."""
+def define_allow_other_model(help_text=None):
+    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     flags.DEFINE_bool(
         "allow_other_model",
         False,
-        "Apply a classifier to other model weights than those it was fitted on (classifier.json "
+        help_text
+        or "Apply a classifier to other model weights than those it was fitted on (classifier.json "
         "records their fingerprint), with a warning; "
         "without it that is an error.",
     )
@@ -152,97 +166,93 @@ def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=No
     return features.resolve_precision(choice, model_dir, **shape)
 
 
-def define_runner_flags(defaults, end_of_run="evaluate and export"):
+def define_runner_flags(defaults):
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 
     Optimization (rate, warmup, decay, clipping), the step and time budget,
     the cadence (log, evaluate, checkpoint, profile), divergence handling,
-    precision, XLA, seed and distribution. Help texts describe what the
-    runner does, so both binaries say the same.
+    precision, XLA, seed and distribution. Each help text is the field's
+    documentation in the runner's field groups (`tf_mlstm.config.runner`),
+    so both binaries say the same.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig` or a
         `FinetuneConfig`); each flag's default is the field of its name.
-      end_of_run: what the binary does after the last step, for the help.
     """
 
     def default(name):
         return getattr(defaults, name)
 
-    flags.DEFINE_float("lr", default("lr"), "Peak Adam learning rate.")
-    flags.DEFINE_integer("warmup_steps", default("warmup_steps"), "Linear warmup steps.")
+    flags.DEFINE_float("lr", default("lr"), field_help(type(defaults), "lr"))
+    flags.DEFINE_integer(
+        "warmup_steps", default("warmup_steps"), field_help(type(defaults), "warmup_steps")
+    )
     flags.DEFINE_enum(
         "lr_decay",
         default("lr_decay"),
         list(choices.DECAYS),
-        "Decay after warmup, reaching its end at the end of the schedule.",
+        field_help(type(defaults), "lr_decay"),
     )
-    flags.DEFINE_float(
-        "clip_norm", default("clip_norm"), "Global gradient-norm clipping (0 = off)."
-    )
-    flags.DEFINE_integer("max_steps", default("max_steps"), "Stop after this many steps.")
+    flags.DEFINE_float("clip_norm", default("clip_norm"), field_help(type(defaults), "clip_norm"))
+    flags.DEFINE_integer("max_steps", default("max_steps"), field_help(type(defaults), "max_steps"))
     flags.DEFINE_float(
         "max_minutes",
         default("max_minutes"),
-        f"Stop cleanly after this wall-clock budget (0 = none), then {end_of_run} as at a "
-        "normal end.",
+        field_help(type(defaults), "max_minutes"),
     )
     flags.DEFINE_enum(
         "schedule_length",
         default("schedule_length"),
         list(choices.SCHEDULE_LENGTHS),
-        "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
-        "end over the last fifth of the budget, so the decay ends when the budget does "
-        "(predicted from the measured step rate, re-planned as the run goes); steps: the "
-        "decay ends at the schedule's last step, and a budget stop cuts it short.",
+        field_help(type(defaults), "schedule_length"),
     )
     flags.DEFINE_integer(
-        "checkpoint_every_steps", default("checkpoint_every_steps"), "Checkpoint interval."
+        "checkpoint_every_steps",
+        default("checkpoint_every_steps"),
+        field_help(type(defaults), "checkpoint_every_steps"),
     )
-    flags.DEFINE_integer("keep_checkpoints", default("keep_checkpoints"), "Checkpoints kept.")
+    flags.DEFINE_integer(
+        "keep_checkpoints",
+        default("keep_checkpoints"),
+        field_help(type(defaults), "keep_checkpoints"),
+    )
     flags.DEFINE_integer(
         "max_nonfinite_steps",
         default("max_nonfinite_steps"),
-        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
-        "checkpoint is the last finite one.",
+        field_help(type(defaults), "max_nonfinite_steps"),
     )
     flags.DEFINE_integer(
-        "log_every_steps", default("log_every_steps"), "Progress line and TensorBoard interval."
+        "log_every_steps", default("log_every_steps"), field_help(type(defaults), "log_every_steps")
     )
     flags.DEFINE_string(
         "profile_steps",
         default("profile_steps"),
-        "START,END: capture a TensorBoard profile of the steps after START up to END into "
-        "MODEL_DIR/train (view it with the [profile] extra: tensorboard-plugin-profile).",
+        field_help(type(defaults), "profile_steps"),
     )
     flags.DEFINE_integer(
         "eval_every_steps",
         default("eval_every_steps"),
-        "Validation interval (0 = only at the end).",
+        field_help(type(defaults), "eval_every_steps"),
     )
     flags.DEFINE_enum(
         "precision",
         default("precision"),
         list(choices.PRECISION_CHOICES),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest measured "
-        "here among the policies the hardware computes natively (a few steps each at the run's "
-        "shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py "
-        "for runs too short to measure); a resumed run keeps the precision its config records.",
+        field_help(type(defaults), "precision"),
     )
     flags.DEFINE_enum(
         "allreduce_dtype",
         default("allreduce_dtype"),
         list(choices.ALLREDUCE_DTYPES),
-        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
+        field_help(type(defaults), "allreduce_dtype"),
     )
     flags.DEFINE_enum(
         "jit_compile",
         default("jit_compile"),
         list(choices.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto: measured with --precision (on and off timed), "
-        "else the table in tf_mlstm/train/hardware.py.",
+        field_help(type(defaults), "jit_compile"),
     )
-    flags.DEFINE_integer("seed", default("seed"), "Random seed.")
+    flags.DEFINE_integer("seed", default("seed"), field_help(type(defaults), "seed"))
     define_distribution_flags(defaults)
 
 
@@ -252,26 +262,23 @@ def define_distribution_flags(defaults):
         "distribution_strategy",
         defaults.distribution_strategy,
         list(choices.STRATEGIES),
-        "default | one_device | mirrored (one machine, all "
-        "GPUs) | multi_worker (cluster from TF_CONFIG or Slurm).",
+        field_help(type(defaults), "distribution_strategy"),
     )
     flags.DEFINE_enum(
         "all_reduce",
         defaults.all_reduce,
         list(choices.ALL_REDUCE),
-        "Collective implementation for gradient all-reduce.",
+        field_help(type(defaults), "all_reduce"),
     )
     flags.DEFINE_enum(
         "cluster_resolver",
         defaults.cluster_resolver,
         list(choices.CLUSTER_RESOLVERS),
-        "Where multi_worker reads the cluster from.",
+        field_help(type(defaults), "cluster_resolver"),
     )
-    flags.DEFINE_integer("num_gpus", defaults.num_gpus, "GPUs per worker (-1 = all visible).")
+    flags.DEFINE_integer("num_gpus", defaults.num_gpus, field_help(type(defaults), "num_gpus"))
     flags.DEFINE_float(
         "collective_timeout_s",
         defaults.collective_timeout_s,
-        "multi_worker: a gradient all-reduce that waits longer than this for a peer fails "
-        "with one clear line (a peer that is alive but stuck; 0 = wait forever). Must "
-        "exceed the longest pause of the slowest worker (the first step's compilation).",
+        field_help(type(defaults), "collective_timeout_s"),
     )

@@ -62,35 +62,35 @@ def define_classify_flags():
     flags.DEFINE_string(
         "model_dir",
         None,
-        "The --model_dir the classifier's features come from; without --classifier, a "
-        "tf-mlstm-finetune --model_dir.",
+        _flags.field_help(ClassifyConfig, "model_dir"),
     )
     flags.DEFINE_string(
         "classifier",
         "",
-        "A classifier.json written by tf-mlstm-transfer; empty = the fine-tuned head of "
-        "--model_dir.",
+        _flags.field_help(ClassifyConfig, "classifier"),
     )
-    flags.DEFINE_string(
-        "input", None, "Files/globs to classify (CSV, JSONL, text), or - for stdin."
-    )
-    flags.DEFINE_string("output", None, "The CSV to write, or - for stdout.")
+    flags.DEFINE_string("input", None, _flags.field_help(ClassifyConfig, "input"))
+    flags.DEFINE_string("output", None, _flags.field_help(ClassifyConfig, "output"))
     defaults = ClassifyConfig("", "", "", "")
-    _flags.define_text_key()
-    flags.DEFINE_integer("batch_size", defaults.batch_size, "Texts per model call.")
-    flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
+    _flags.define_text_key(_flags.field_help(ClassifyConfig, "text_key"))
+    flags.DEFINE_integer(
+        "batch_size", defaults.batch_size, _flags.field_help(ClassifyConfig, "batch_size")
+    )
+    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ClassifyConfig, "window"))
     _flags.define_feature_precision(
         defaults.precision,
         " Unset: the precision the classifier's features were fitted in (recorded in "
         "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
+        help_text=_flags.field_help(ClassifyConfig, "precision"),
     )
-    _flags.define_allow_other_model()
-    _flags.define_overwrite("--output")
+    _flags.define_allow_other_model(
+        help_text=_flags.field_help(ClassifyConfig, "allow_other_model")
+    )
+    _flags.define_overwrite("--output", help_text=_flags.field_help(ClassifyConfig, "overwrite"))
     flags.DEFINE_integer(
         "chunk_texts",
         defaults.chunk_texts,
-        "Texts read, classified and written at a time: memory stays bounded by this many "
-        "texts whatever the input's size, and the output grows as the input is read.",
+        _flags.field_help(ClassifyConfig, "chunk_texts"),
     )
 
 

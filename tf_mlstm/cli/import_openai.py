@@ -18,6 +18,7 @@ from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm import preflight
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config.binaries import ImportConfig
 
@@ -26,10 +27,8 @@ FLAGS = flags.FLAGS
 
 def define_import_flags():
     """Defines every tf-mlstm-import-openai flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string(
-        "weights_dir", None, "The release's model/ folder, holding 0.npy .. 14.npy."
-    )
-    flags.DEFINE_string("model_dir", None, "The run folder to create (must not hold a run).")
+    flags.DEFINE_string("weights_dir", None, _flags.field_help(ImportConfig, "weights_dir"))
+    flags.DEFINE_string("model_dir", None, _flags.field_help(ImportConfig, "model_dir"))
 
 
 def check_before_work(flag_values):

@@ -39,39 +39,37 @@ FLAGS = flags.FLAGS
 def define_visualize_flags():
     """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
     defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_string("model_dir", None, _flags.field_help(VisualizeConfig, "model_dir"))
     flags.DEFINE_integer(
         "neuron",
         None,
-        "The unit to draw (overrides --classifier's neuron): of the cell state, or of the "
-        "--classifier's neuron's state.",
+        _flags.field_help(VisualizeConfig, "neuron"),
     )
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a unit of the "
-        "model), green meaning positive.",
+        _flags.field_help(VisualizeConfig, "classifier"),
     )
-    flags.DEFINE_string(
-        "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
+    flags.DEFINE_string("input", None, _flags.field_help(VisualizeConfig, "input"))
+    flags.DEFINE_string("output_dir", None, _flags.field_help(VisualizeConfig, "output_dir"))
+    _flags.define_overwrite(
+        "--output_dir's neuron_N files", help_text=_flags.field_help(VisualizeConfig, "overwrite")
     )
-    flags.DEFINE_string("output_dir", None, "Where the HTML, PNG and JSON files go.")
-    _flags.define_overwrite("--output_dir's neuron_N files")
-    _flags.define_text_key("Corpus files: text keys/columns, first present wins.")
+    _flags.define_text_key(_flags.field_help(VisualizeConfig, "text_key"))
     flags.DEFINE_enum(
         "text_mode",
         defaults.text_mode,
         ["line", "file"],
-        "Plain-text files: a text per line or per file.",
+        _flags.field_help(VisualizeConfig, "text_mode"),
     )
-    flags.DEFINE_integer("max_texts", defaults.max_texts, "Corpus files: texts drawn, at most.")
     flags.DEFINE_integer(
-        "max_chars", defaults.max_chars, "Characters drawn per text; longer texts are cut."
+        "max_texts", defaults.max_texts, _flags.field_help(VisualizeConfig, "max_texts")
     )
-    flags.DEFINE_integer("width", defaults.width, "Heat-map characters per row.")
-    flags.DEFINE_float(
-        "scale", defaults.scale, "Value drawn as full red/green (0 = largest absolute value)."
+    flags.DEFINE_integer(
+        "max_chars", defaults.max_chars, _flags.field_help(VisualizeConfig, "max_chars")
     )
+    flags.DEFINE_integer("width", defaults.width, _flags.field_help(VisualizeConfig, "width"))
+    flags.DEFINE_float("scale", defaults.scale, _flags.field_help(VisualizeConfig, "scale"))
 
 
 def check_before_work(flag_values):

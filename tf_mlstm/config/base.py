@@ -1,4 +1,9 @@
-"""What every config dataclass shares: type checks, range checks, JSON.
+"""What every config dataclass shares: field docs, type checks, range checks, JSON.
+
+A config documents each field once, in its class docstring's `Attributes:`
+(as tensorflow/models' `official/core` configs do); `field_doc` reads it for
+Python's readers and `field_help` words it for a binary's `--help`, so a
+flag's help text is its field's documentation.
 
 `CheckedFields` refuses a scalar field of the wrong type when a config is
 constructed; `JsonConfig` adds the range and choice checks that `validate`
@@ -6,12 +11,77 @@ methods call, and the JSON round trip of the run folder's config files.
 """
 
 import dataclasses
+import inspect
 import json
 import math
 import numbers
+import re
 
 from tf_mlstm import errors
 from tf_mlstm.errors import setting_name as _name
+
+_SETTING = re.compile(r"`(\w+)`")
+
+
+def field_docs(config_class):
+    """{field: its documentation, on one line} from the `Attributes:` of `config_class`.
+
+    A field documented nowhere in the class itself keeps the documentation of
+    the nearest base class (a field group) that has it.
+    """
+    docs = {}
+    for klass in reversed(config_class.__mro__):
+        docs.update(_attributes(klass.__dict__.get("__doc__") or ""))
+    return docs
+
+
+def _attributes(doc):
+    """The `Attributes:` section of a Google-style docstring, {name: text on one line}."""
+    lines = inspect.cleandoc(doc).split("\n")
+    if "Attributes:" not in (line.strip() for line in lines):
+        return {}
+    start = [line.strip() for line in lines].index("Attributes:") + 1
+    entries, name, indent = {}, None, None
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:
+            break  # the next section
+        if depth == indent:
+            name, _, text = line.strip().partition(":")
+            entries[name] = text.strip()
+        else:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def field_doc(config_class, name):
+    """The documentation of `config_class`'s field `name`, on one line.
+
+    Raises:
+      KeyError: the field is not documented.
+    """
+    docs = field_docs(config_class)
+    if name not in docs:
+        raise KeyError(f"{config_class.__name__}.{name} has no entry in its Attributes")
+    return docs[name]
+
+
+def field_help(config_class, name):
+    """The `--help` text of the flag `--name`: the field's documentation.
+
+    A field of the same config named in backquotes (`lr`) reads as its flag
+    (--lr), as the binary's user writes it.
+    """
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return _SETTING.sub(
+        lambda m: f"--{m.group(1)}" if m.group(1) in fields else m.group(0),
+        field_doc(config_class, name),
+    )
+
 
 # The scalar field types a config checks when it is constructed, and their names.
 _SCALAR_TYPES = {bool: "True or False", int: "an int", float: "a number", str: "a str"}

@@ -81,7 +81,12 @@ def refuse_output_over_input(output_flag, output, input_flag, input_spec):
 
 @dataclasses.dataclass(frozen=True)
 class ImportConfig:
-    """What to import where. Field names match the flags."""
+    """What to import where. Field names match the flags.
+
+    Attributes:
+      weights_dir: The release's model/ folder, holding 0.npy .. 14.npy.
+      model_dir: The run folder to create (must not hold a run).
+    """
 
     weights_dir: str
     model_dir: str
@@ -100,7 +105,23 @@ class ImportConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GenerateConfig:
-    """What to sample. Field names match the flags."""
+    """What to sample. Field names match the flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
+      prompt: Text the samples continue (may be empty).
+      length: Bytes to generate per sample (at most).
+      temperature: Softmax temperature (> 0; small is near argmax).
+      seed: Random seed; the same seed gives the same text.
+      neuron: Unit held at `neuron_value` (-1 = none): of the cell state, or of the
+        `classifier`'s neuron's state. Unset: the `classifier`'s sentiment neuron, or none.
+      neuron_value: The value `neuron` is held at. Unset: from `classifier`, or 0.
+      num_samples: Samples drawn (in one batch).
+      stop_at_end: End a sample at the end of the review (the next document-start byte).
+      classifier: A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a unit of the
+        model) on the `sentiment` side of its threshold.
+      sentiment: With `classifier`: the side the neuron is held on (default positive).
+    """
 
     model_dir: str
     prompt: str = ""
@@ -143,7 +164,31 @@ class GenerateConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ExportConfig:
-    """What to export. Field names match the flags."""
+    """What to export. Field names match the flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
+      export_dir: The folder of SavedModel versions, e.g. serving/NAME: the export goes to
+        EXPORT_DIR/<checkpoint step>. Must be new, empty or hold only earlier exports.
+      classifier: A tf-mlstm-transfer classifier.json; adds the classify signature (a
+        tf-mlstm-finetune `model_dir` has its own without this flag).
+      window: Bytes per model call inside the signatures.
+      max_text_bytes: Longest text or prompt (UTF-8 bytes) a request may hold; longer ones are
+        refused.
+      max_generate_length: Largest length the generate signature accepts; larger requests are
+        refused.
+      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
+        the weights and features stay float32. auto: the fastest on this machine, timed on a few
+        batches of the model at --batch_size x `window` among the policies the hardware computes
+        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
+        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
+        cached in the user's cache folder. Unset: with `classifier`, the precision its features
+        were fitted in (recorded in classifier.json), else float32. 'auto' decides by this
+        machine, not the server's.
+      allow_other_model: Apply a classifier to other model weights than those it was fitted on
+        (classifier.json records their fingerprint), with a warning; without it that is an
+        error.
+    """
 
     model_dir: str
     export_dir: str
@@ -170,7 +215,35 @@ class ExportConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ClassifyConfig:
-    """What to classify. Field names match the flags."""
+    """What to classify. Field names match the flags.
+
+    Attributes:
+      model_dir: The `model_dir` the classifier's features come from; without `classifier`, a
+        tf-mlstm-finetune `model_dir`.
+      classifier: A classifier.json written by tf-mlstm-transfer; empty = the fine-tuned head of
+        `model_dir`.
+      input: Files/globs to classify (CSV, JSONL, text), or - for stdin.
+      output: The CSV to write, or - for stdout.
+      text_key: Keys/columns holding the text, tried in order.
+      batch_size: Texts per model call.
+      window: Bytes per model call.
+      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
+        the weights and features stay float32. auto: the fastest on this machine, timed on a few
+        batches of the model at `batch_size` x `window` among the policies the hardware computes
+        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
+        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
+        cached in the user's cache folder. Unset: the precision the classifier's features were
+        fitted in (recorded in classifier.json; float32 for files without it), as
+        tf-mlstm-export serves it.
+      chunk_texts: Texts read, classified and written at a time: memory stays bounded by this
+        many texts whatever the input's size, and the output grows as the input is read.
+      allow_other_model: Apply a classifier to other model weights than those it was fitted on
+        (classifier.json records their fingerprint), with a warning; without it that is an
+        error.
+      overwrite: Replace what `output` already holds (once the new output is all written; a
+        failed run leaves it as it was); without it an existing output is refused before any
+        work.
+    """
 
     model_dir: str
     classifier: str  # "" = the fine-tuned head of model_dir
@@ -207,7 +280,26 @@ class ClassifyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class VisualizeConfig:
-    """What to draw. Field names match the flags."""
+    """What to draw. Field names match the flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
+      neuron: The unit to draw (overrides `classifier`'s neuron): of the cell state, or of the
+        `classifier`'s neuron's state.
+      input: Literal text, or comma-separated corpus files/globs (see the module doc).
+      output_dir: Where the HTML, PNG and JSON files go.
+      classifier: A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a unit of the
+        model), green meaning positive.
+      text_key: Corpus files: text keys/columns, first present wins.
+      text_mode: Plain-text files: a text per line or per file.
+      max_texts: Corpus files: texts drawn, at most.
+      max_chars: Characters drawn per text; longer texts are cut.
+      width: Heat-map characters per row.
+      scale: Value drawn as full red/green (0 = largest absolute value).
+      overwrite: Replace what `output_dir`'s neuron_N files already holds (once the new output
+        is all written; a failed run leaves it as it was); without it an existing output is
+        refused before any work.
+    """
 
     model_dir: str
     neuron: int | None
@@ -265,7 +357,20 @@ class VisualizeConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ClassifyBeamConfig:
-    """One batch-inference pipeline. Field names match the flags."""
+    """One batch-inference pipeline. Field names match the flags.
+
+    Attributes:
+      saved_model: The SavedModel folder (<export_dir>/<version>).
+      input: Files/globs to read (CSV, JSONL, text).
+      output: Prefix of the output files: <output>-SSSSS-of-NNNNN.jsonl.
+      runner: The Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...);
+        every flag this binary does not define is passed to Beam as a pipeline option.
+      signature: The signature to apply.
+      text_key: Keys/columns holding the text, tried in order.
+      batch_size: Most texts per model call.
+      num_output_shards: Output files; 0 lets the runner choose.
+      pipeline_args: The flags this binary does not define, passed to Beam as pipeline options.
+    """
 
     saved_model: str
     input: str

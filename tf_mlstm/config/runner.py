@@ -53,7 +53,26 @@ def profile_bounds(spec):
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeFields(JsonConfig):
-    """Where and how the steps run: precision, XLA, seed, distribution."""
+    """Where and how the steps run: precision, XLA, seed, distribution.
+
+    Attributes:
+      precision: Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest
+        measured here among the policies the hardware computes natively (a few steps each at the
+        run's shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py
+        for runs too short to measure); a resumed run keeps the precision its config records.
+      allreduce_dtype: Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).
+      jit_compile: XLA-compile the per-replica step; auto: measured with `precision` (on and off
+        timed), else the table in tf_mlstm/train/hardware.py.
+      seed: Random seed.
+      distribution_strategy: default | one_device | mirrored (one machine, all GPUs) |
+        multi_worker (cluster from TF_CONFIG or Slurm).
+      all_reduce: Collective implementation for gradient all-reduce.
+      cluster_resolver: Where multi_worker reads the cluster from.
+      num_gpus: GPUs per worker (-1 = all visible).
+      collective_timeout_s: multi_worker: a gradient all-reduce that waits longer than this for
+        a peer fails with one clear line (a peer that is alive but stuck; 0 = wait forever).
+        Must exceed the longest pause of the slowest worker (the first step's compilation).
+    """
 
     precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
     allreduce_dtype: str = "float32"
@@ -99,7 +118,15 @@ class RuntimeFields(JsonConfig):
 
 @dataclasses.dataclass(frozen=True)
 class OptimizationFields(JsonConfig):
-    """The optimizer's settings: global batch, peak rate, warmup, decay, clipping."""
+    """The optimizer's settings: global batch, peak rate, warmup, decay, clipping.
+
+    Attributes:
+      batch_size: Global batch (rows); split evenly over replicas.
+      lr: Peak Adam learning rate.
+      warmup_steps: Linear warmup steps.
+      lr_decay: Decay after warmup, reaching its end at the end of the schedule.
+      clip_norm: Global gradient-norm clipping (0 = off).
+    """
 
     batch_size: int = 32  # global
     lr: float = 5e-3
@@ -133,7 +160,26 @@ class OptimizationFields(JsonConfig):
 
 @dataclasses.dataclass(frozen=True)
 class BudgetFields(JsonConfig):
-    """How long a run goes and its bookkeeping: steps, time, cadence, divergence."""
+    """How long a run goes and its bookkeeping: steps, time, cadence, divergence.
+
+    Attributes:
+      max_steps: Stop after this many steps.
+      max_minutes: Stop cleanly after this wall-clock budget (0 = none), then finish as at a
+        normal end (training evaluates and exports; fine-tuning chooses thresholds and
+        evaluates).
+      schedule_length: budget: with `max_minutes`, the rate follows the schedule, then cools
+        down to its end over the last fifth of the budget, so the decay ends when the budget
+        does (predicted from the measured step rate, re-planned as the run goes); steps: the
+        decay ends at the schedule's last step, and a budget stop cuts it short.
+      max_nonfinite_steps: Stop with an error after this many non-finite (skipped) steps in a
+        row; the last checkpoint is the last finite one.
+      log_every_steps: Progress line and TensorBoard interval.
+      profile_steps: START,END: capture a TensorBoard profile of the steps after START up to END
+        into MODEL_DIR/train (view it with the [profile] extra: tensorboard-plugin-profile).
+      eval_every_steps: Validation interval (0 = only at the end).
+      checkpoint_every_steps: Checkpoint interval.
+      keep_checkpoints: Checkpoints kept.
+    """
 
     max_steps: int = 600
     max_minutes: float = 0.0  # 0 = no time budget

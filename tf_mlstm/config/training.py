@@ -21,6 +21,37 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
 
     Runtime, optimization and budget settings are the shared groups' (above);
     the fields here are the language model's own.
+
+    Attributes:
+      train_data: TFRecord folder (its train-* shards are read) or a glob of shards, from
+        tf-mlstm-make-tfrecords. Empty: the embedded demo corpus.
+      validation_data: Validation shards (folder or glob). Empty: the validation-* shards beside
+        `train_data`.
+      model_dir: Checkpoints, TensorBoard events, config, results and the SavedModel go here; a
+        rerun resumes from it.
+      shuffle_buffer: Documents in the training shuffle buffer (0 = off).
+      source_repeats: Oversample documents by the input file they were converted from:
+        comma-separated PATTERN=COUNT rules, a glob over the record's source path (e.g.
+        '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle buffer). Training
+        only; validation keeps the corpus as it is.
+      hidden_size: mLSTM units (the paper: 4096).
+      embedding_size: Byte embedding width (the paper: 64).
+      weight_norm: Weight-normalized mLSTM kernels.
+      seq_length: Truncated BPTT length in bytes (the paper: 256).
+      lr_scaling: Scale `lr` by global batch / `lr_base_batch`.
+      lr_base_batch: The batch at which `lr` was tuned.
+      max_lr: Cap on the scaled rate (0 = none).
+      total_steps: Schedule length in steps (0 = `max_steps`).
+      epochs: Instead of `max_steps`: passes over the training shards, turned into steps from
+        the byte counts that tf-mlstm-make-tfrecords recorded in stats.json (global batch x
+        `seq_length` characters a step; `source_repeats` copies are not counted).
+      eval_batches: Batches per periodic validation (the final one scores the whole validation
+        split).
+      sample_every_steps: Generated-text sample interval (0 = off).
+      sample_length: Bytes per generated sample.
+      export: Export the final step's SavedModel into MODEL_DIR/export when training ends.
+        --noexport skips it (seconds on a small model); tf-mlstm-export makes it later from the
+        run folder.
     """
 
     # Data.
@@ -71,7 +102,18 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig(CheckedFields):
-    """What `tf-mlstm-eval` scores. Field names match its flags."""
+    """What `tf-mlstm-eval` scores. Field names match its flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train `model_dir`.
+      data: TFRecord folder or glob, or comma-separated raw corpus files/globs.
+      text_key: Raw corpora: text keys/columns tried in order.
+      text_mode: Raw plain text: document per line or per file.
+      split: Split read from a TFRecord folder.
+      batch_size: Document streams scored in parallel.
+      seq_length: Characters per model call.
+      max_batches: Stop after this many batches (0 = all).
+    """
 
     model_dir: str
     data: str  # a TFRecord folder (its `split` shards) or glob, or raw corpus files/globs

@@ -205,6 +205,22 @@ class LabeledDataFields(CheckedFields):
     `tf-mlstm-transfer`, `tf-mlstm-finetune` and `tools/tfidf_baseline.py`
     read the same fields under the same flag names, checked by
     `validate_labeled_data` once.
+
+    Attributes:
+      train_data: Labeled training files (comma-separated files/globs).
+      validation_data: Labeled validation files; empty: hold out `validation_fraction` of train.
+      test_data: Labeled test files; empty: no test metrics.
+      text_key: Text keys/columns, tried in order: the first present one wins.
+      label_key: Key/column of the class label (two classes or more); several, comma-separated:
+        one 0/1 label each (multi-label).
+      label_map: Raw label values -> classes, as comma-separated VALUE:CLASS entries (e.g.
+        1:negative,2:negative,3:neutral,4:positive,5:positive for Amazon stars); numbers match
+        numerically (5.0 is 5), text case-insensitively; the classes keep the map's order. A
+        value the map does not name is an error naming file and line.
+      validation_fraction: Share of train held out for validation without `validation_data`.
+      max_train_examples: Use a seeded random subset of this many training texts (0 = all);
+        tf-mlstm-transfer, tf-mlstm-finetune and tools/tfidf_baseline.py keep the same rows.
+      max_eval_examples: The same for `validation_data` and `test_data` each (0 = all).
     """
 
     train_data: str = ""
@@ -272,6 +288,21 @@ class FinetuneConfig(
     Composed of the labeled-data group (above) and the runner's runtime,
     optimization and budget groups (`tf_mlstm.config.runner`); the fields here are
     fine-tuning's own, and the shared ones whose default differs.
+
+    Attributes:
+      init_model_dir: The tf-mlstm-train `model_dir` to start from.
+      model_dir: Output: checkpoints, configs and results.json.
+      max_length: Bytes per text (document start included); longer texts are cut.
+      features: The head's features, one or several (concatenated) of
+        cell,hidden,mean,max,min,std: the final cell or hidden state, or the mean, max, min or
+        std of the hidden state over the text.
+      head_init: random, or probe: start a linear head as the logistic regression on the
+        starting model's features (C chosen on validation), then fine-tune.
+      head_hidden: 0 = a linear head; N = one hidden layer of N ReLU units before the output
+        layer.
+      head_dropout: Dropout rate before the output layer (training only; 0 = none).
+      lm_loss_weight: Weight of the auxiliary language-model loss (0 = off).
+      threshold_metric: What each label's threshold maximizes on the validation data.
     """
 
     # Files config.json predates the plural flag name with.
@@ -344,6 +375,51 @@ class TransferConfig(LabeledDataFields):
 
     The labeled data (splits, keys, labels, subsampling) is the group that
     fine-tuning reads too (`LabeledDataFields`).
+
+    Attributes:
+      model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
+      output_dir: Where results, classifier and plots are written; not a model folder (its
+        results.json belongs to the run).
+      label_threshold: Read `label_key` as a score (stars, a 1-10 rating) and label it positive
+        when >= this value, negative below (e.g. `label_key`=overall `label_threshold`=4 for
+        Amazon stars). Unset: the label is already a class.
+      threshold_metric: Multi-label: what each label's probability threshold (and its C)
+        maximizes on validation; f1 suits rare labels.
+      features: Comma-separated of cell, hidden (final states), mean, max, min, std (of the
+        hidden state), cell_mean, cell_max, cell_min (of the cell state), tfidf (TF-IDF of word
+        uni- and bigrams, fitted on the training texts), concatenated; or auto (choose among
+        final / hidden statistics / cell statistics on validation); auto,tfidf: the n-grams are
+        one more group to choose.
+      num_labeled: Training-set sizes for the accuracy curve (balanced seeded subsamples);
+        empty: none.
+      batch_size: Texts per model call.
+      window: Bytes per model call (the state carries across).
+      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
+        the weights and features stay float32. auto: the fastest on this machine, timed on a few
+        batches of the model at `batch_size` x `window` among the policies the hardware computes
+        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
+        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
+        cached in the user's cache folder.
+      c_grid: Comma-separated inverse regularization strengths; empty: 1e-4 .. 1.
+      penalty: l2: dense weights, more accurate from the pooled features of small models; l1:
+        sparse weights (Radford et al.), the units that carry sentiment stand out.
+      solver: auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2,
+        FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.
+      seed: Seed of subsamples, the held-out split and the solver.
+      cv_folds: With a validation split under 2,000 rows, choose the features and C by this many
+        folds of stratified cross-validation over train and validation together (the classifier
+        is still fitted on train); 0: the validation split chooses.
+      progress: A progress bar on stderr while features are computed and fitted; None: on a
+        terminal only.
+      overwrite: Replace what `output_dir` already holds (once the new output is all written; a
+        failed run leaves it as it was); without it an existing output is refused before any
+        work.
+      feature_cache: Keep each split's model features in the user's cache folder
+        ($XDG_CACHE_HOME/tf_mlstm/features, ~/.cache without it; at most
+        $TF_MLSTM_FEATURE_CACHE_MB megabytes, 4096 by default, least recently used first out),
+        keyed by the weights, the texts, the kinds, `precision` and `window`, and read them back
+        in any run that would compute the same; --nofeature_cache computes everything and keeps
+        nothing.
     """
 
     model_dir: str = ""
