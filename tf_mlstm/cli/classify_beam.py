@@ -38,11 +38,11 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
+from tf_mlstm.config import choices
 from tf_mlstm.config.binaries import ClassifyBeamConfig
 from tf_mlstm.data import fields
 
 _REQUIRED_FLAGS = ("saved_model", "input", "output", "runner")
-_SIGNATURES = ("classify", "featurize")
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -66,7 +66,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum(
         "signature",
         "classify",
-        list(_SIGNATURES),
+        list(choices.BATCH_SIGNATURES),
         _flags.field_help(ClassifyBeamConfig, "signature"),
         flag_values=fv,
     )

@@ -81,6 +81,9 @@ AUTO_NGRAMS = "auto,tfidf"
 SENTIMENTS = ("positive", "negative")
 """The sides of the sentiment neuron that generation may hold it on."""
 
+BATCH_SIGNATURES = ("classify", "featurize")
+"""The SavedModel signatures a batch-inference pipeline applies (`tf-mlstm-classify-beam`)."""
+
 # === Heads and their fit ===
 
 HEAD_INITS = ("random", "probe")

@@ -19,8 +19,9 @@ from tf_mlstm.errors import setting_name as _name
 class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     """Training settings. Field names match the `tf-mlstm-train` flags.
 
-    Runtime, optimization and budget settings are the shared groups' (above);
-    the fields here are the language model's own.
+    Runtime, optimization and budget settings are the shared groups'
+    (`tf_mlstm.config.runner`, documented there); the fields here are the
+    language model's own.
 
     Attributes:
       train_data: TFRecord folder (its train-* shards are read) or a glob of shards, from
