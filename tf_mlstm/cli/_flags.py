@@ -5,6 +5,7 @@ record reads the same in every binary.
 """
 
 import contextlib
+import dataclasses
 
 from absl import flags
 from absl import logging
@@ -98,6 +99,36 @@ def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
     DEPRECATED_ALIASES[old_name] = name
 
 
+_DEFINE_BY_TYPE = {
+    bool: flags.DEFINE_bool,
+    int: flags.DEFINE_integer,
+    float: flags.DEFINE_float,
+    str: flags.DEFINE_string,
+}
+
+
+def define_fields(defaults, names, choices=None):
+    """Defines a flag for each field `names` of the config `defaults`, derived from the field.
+
+    The flag's name is the field's, its default the field's value in
+    `defaults`, its type the field's (bool, int, float, str), and its help the
+    field's documentation (`field_help`); a field with `choices` is an enum.
+
+    Args:
+      defaults: the binary's config with its defaults (a `TrainConfig`, ...).
+      names: the fields, in the order `--help` lists them.
+      choices: field name -> the values it may take (`tf_mlstm.config.choices`).
+    """
+    config_class = type(defaults)
+    types = {field.name: field.type for field in dataclasses.fields(config_class)}
+    for name in names:
+        default, help_text = getattr(defaults, name), field_help(config_class, name)
+        if choices and name in choices:
+            flags.DEFINE_enum(name, default, list(choices[name]), help_text)
+        else:
+            _DEFINE_BY_TYPE[types[name]](name, default, help_text)
+
+
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):
     """`--text_key`: a comma-separated list, `TEXT_KEYS` by default."""
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
@@ -180,105 +211,50 @@ def define_runner_flags(defaults):
         `FinetuneConfig`); each flag's default is the field of its name.
     """
 
-    def default(name):
-        return getattr(defaults, name)
-
-    flags.DEFINE_float("lr", default("lr"), field_help(type(defaults), "lr"))
-    flags.DEFINE_integer(
-        "warmup_steps", default("warmup_steps"), field_help(type(defaults), "warmup_steps")
+    define_fields(
+        defaults,
+        ("lr", "warmup_steps", "lr_decay", "clip_norm", "max_steps", "max_minutes"),
+        choices={"lr_decay": choices.DECAYS},
     )
-    flags.DEFINE_enum(
-        "lr_decay",
-        default("lr_decay"),
-        list(choices.DECAYS),
-        field_help(type(defaults), "lr_decay"),
+    define_fields(
+        defaults,
+        (
+            "schedule_length",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+            "max_nonfinite_steps",
+            "log_every_steps",
+            "profile_steps",
+            "eval_every_steps",
+        ),
+        choices={"schedule_length": choices.SCHEDULE_LENGTHS},
     )
-    flags.DEFINE_float("clip_norm", default("clip_norm"), field_help(type(defaults), "clip_norm"))
-    flags.DEFINE_integer("max_steps", default("max_steps"), field_help(type(defaults), "max_steps"))
-    flags.DEFINE_float(
-        "max_minutes",
-        default("max_minutes"),
-        field_help(type(defaults), "max_minutes"),
+    define_fields(
+        defaults,
+        ("precision", "allreduce_dtype", "jit_compile", "seed"),
+        choices={
+            "precision": choices.PRECISION_CHOICES,
+            "allreduce_dtype": choices.ALLREDUCE_DTYPES,
+            "jit_compile": choices.JIT_CHOICES,
+        },
     )
-    flags.DEFINE_enum(
-        "schedule_length",
-        default("schedule_length"),
-        list(choices.SCHEDULE_LENGTHS),
-        field_help(type(defaults), "schedule_length"),
-    )
-    flags.DEFINE_integer(
-        "checkpoint_every_steps",
-        default("checkpoint_every_steps"),
-        field_help(type(defaults), "checkpoint_every_steps"),
-    )
-    flags.DEFINE_integer(
-        "keep_checkpoints",
-        default("keep_checkpoints"),
-        field_help(type(defaults), "keep_checkpoints"),
-    )
-    flags.DEFINE_integer(
-        "max_nonfinite_steps",
-        default("max_nonfinite_steps"),
-        field_help(type(defaults), "max_nonfinite_steps"),
-    )
-    flags.DEFINE_integer(
-        "log_every_steps", default("log_every_steps"), field_help(type(defaults), "log_every_steps")
-    )
-    flags.DEFINE_string(
-        "profile_steps",
-        default("profile_steps"),
-        field_help(type(defaults), "profile_steps"),
-    )
-    flags.DEFINE_integer(
-        "eval_every_steps",
-        default("eval_every_steps"),
-        field_help(type(defaults), "eval_every_steps"),
-    )
-    flags.DEFINE_enum(
-        "precision",
-        default("precision"),
-        list(choices.PRECISION_CHOICES),
-        field_help(type(defaults), "precision"),
-    )
-    flags.DEFINE_enum(
-        "allreduce_dtype",
-        default("allreduce_dtype"),
-        list(choices.ALLREDUCE_DTYPES),
-        field_help(type(defaults), "allreduce_dtype"),
-    )
-    flags.DEFINE_enum(
-        "jit_compile",
-        default("jit_compile"),
-        list(choices.JIT_CHOICES),
-        field_help(type(defaults), "jit_compile"),
-    )
-    flags.DEFINE_integer("seed", default("seed"), field_help(type(defaults), "seed"))
     define_distribution_flags(defaults)
 
 
 def define_distribution_flags(defaults):
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
-    flags.DEFINE_enum(
-        "distribution_strategy",
-        defaults.distribution_strategy,
-        list(choices.STRATEGIES),
-        field_help(type(defaults), "distribution_strategy"),
-    )
-    flags.DEFINE_enum(
-        "all_reduce",
-        defaults.all_reduce,
-        list(choices.ALL_REDUCE),
-        field_help(type(defaults), "all_reduce"),
-    )
-    flags.DEFINE_enum(
-        "cluster_resolver",
-        defaults.cluster_resolver,
-        list(choices.CLUSTER_RESOLVERS),
-        field_help(type(defaults), "cluster_resolver"),
-    )
-    flags.DEFINE_integer("num_gpus", defaults.num_gpus, field_help(type(defaults), "num_gpus"))
-    flags.DEFINE_float(
-        "collective_timeout_s",
-        defaults.collective_timeout_s,
-        field_help(type(defaults), "collective_timeout_s"),
+    define_fields(
+        defaults,
+        (
+            "distribution_strategy",
+            "all_reduce",
+            "cluster_resolver",
+            "num_gpus",
+            "collective_timeout_s",
+        ),
+        choices={
+            "distribution_strategy": choices.STRATEGIES,
+            "all_reduce": choices.ALL_REDUCE,
+            "cluster_resolver": choices.CLUSTER_RESOLVERS,
+        },
     )

@@ -31,113 +31,28 @@ FLAGS = flags.FLAGS
 _DEFAULTS = config_lib.TrainConfig()
 
 
-def _default(name):
-    return getattr(_DEFAULTS, name)
-
-
 def define_data_flags():
-    flags.DEFINE_string(
-        "train_data",
-        _default("train_data"),
-        _flags.field_help(config_lib.TrainConfig, "train_data"),
-    )
-    flags.DEFINE_string(
-        "validation_data",
-        _default("validation_data"),
-        _flags.field_help(config_lib.TrainConfig, "validation_data"),
-    )
-    flags.DEFINE_string(
-        "model_dir",
-        _default("model_dir"),
-        _flags.field_help(config_lib.TrainConfig, "model_dir"),
-    )
-    flags.DEFINE_integer(
-        "shuffle_buffer",
-        _default("shuffle_buffer"),
-        _flags.field_help(config_lib.TrainConfig, "shuffle_buffer"),
-    )
-    flags.DEFINE_string(
-        "source_repeats",
-        _default("source_repeats"),
-        _flags.field_help(config_lib.TrainConfig, "source_repeats"),
+    _flags.define_fields(
+        _DEFAULTS,
+        ("train_data", "validation_data", "model_dir", "shuffle_buffer", "source_repeats"),
     )
 
 
 def define_model_flags():
-    flags.DEFINE_integer(
-        "hidden_size",
-        _default("hidden_size"),
-        _flags.field_help(config_lib.TrainConfig, "hidden_size"),
-    )
-    flags.DEFINE_integer(
-        "embedding_size",
-        _default("embedding_size"),
-        _flags.field_help(config_lib.TrainConfig, "embedding_size"),
-    )
-    flags.DEFINE_boolean(
-        "weight_norm",
-        _default("weight_norm"),
-        _flags.field_help(config_lib.TrainConfig, "weight_norm"),
-    )
+    _flags.define_fields(_DEFAULTS, ("hidden_size", "embedding_size", "weight_norm"))
 
 
 def define_optimization_flags():
-    flags.DEFINE_integer(
-        "seq_length",
-        _default("seq_length"),
-        _flags.field_help(config_lib.TrainConfig, "seq_length"),
-    )
-    flags.DEFINE_integer(
-        "batch_size",
-        _default("batch_size"),
-        _flags.field_help(config_lib.TrainConfig, "batch_size"),
-    )
-    flags.DEFINE_enum(
-        "lr_scaling",
-        _default("lr_scaling"),
-        list(config_lib.SCALINGS),
-        _flags.field_help(config_lib.TrainConfig, "lr_scaling"),
-    )
-    flags.DEFINE_integer(
-        "lr_base_batch",
-        _default("lr_base_batch"),
-        _flags.field_help(config_lib.TrainConfig, "lr_base_batch"),
-    )
-    flags.DEFINE_float(
-        "max_lr", _default("max_lr"), _flags.field_help(config_lib.TrainConfig, "max_lr")
-    )
-    flags.DEFINE_integer(
-        "total_steps",
-        _default("total_steps"),
-        _flags.field_help(config_lib.TrainConfig, "total_steps"),
+    _flags.define_fields(
+        _DEFAULTS,
+        ("seq_length", "batch_size", "lr_scaling", "lr_base_batch", "max_lr", "total_steps"),
+        choices={"lr_scaling": config_lib.SCALINGS},
     )
 
 
 def define_budget_flags():
-    flags.DEFINE_float(
-        "epochs",
-        _default("epochs"),
-        _flags.field_help(config_lib.TrainConfig, "epochs"),
-    )
-    flags.DEFINE_integer(
-        "eval_batches",
-        _default("eval_batches"),
-        _flags.field_help(config_lib.TrainConfig, "eval_batches"),
-    )
-    flags.DEFINE_integer(
-        "sample_every_steps",
-        _default("sample_every_steps"),
-        _flags.field_help(config_lib.TrainConfig, "sample_every_steps"),
-    )
-    flags.DEFINE_integer(
-        "sample_length",
-        _default("sample_length"),
-        _flags.field_help(config_lib.TrainConfig, "sample_length"),
-    )
-    flags.DEFINE_boolean(
-        "export",
-        _default("export"),
-        _flags.field_help(config_lib.TrainConfig, "export"),
+    _flags.define_fields(
+        _DEFAULTS, ("epochs", "eval_batches", "sample_every_steps", "sample_length", "export")
     )
 
 
