@@ -107,12 +107,19 @@ _DEFINE_BY_TYPE = {
 }
 
 
+def _one_type(annotation):
+    """`annotation`, or X for an optional `X | None`."""
+    options = [t for t in getattr(annotation, "__args__", ()) if t is not type(None)]
+    return options[0] if len(options) == 1 else annotation
+
+
 def define_fields(defaults, names, choices=None):
     """Defines a flag for each field `names` of the config `defaults`, derived from the field.
 
     The flag's name is the field's, its default the field's value in
     `defaults`, its type the field's (bool, int, float, str), and its help the
-    field's documentation (`field_help`); a field with `choices` is an enum.
+    field's documentation (`field_help`); a field with `choices` is an enum,
+    one that may hold several values (a tuple) a comma-separated list.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig`, ...).
@@ -125,8 +132,10 @@ def define_fields(defaults, names, choices=None):
         default, help_text = getattr(defaults, name), field_help(config_class, name)
         if choices and name in choices:
             flags.DEFINE_enum(name, default, list(choices[name]), help_text)
-        else:
-            _DEFINE_BY_TYPE[types[name]](name, default, help_text)
+        elif _one_type(types[name]) in _DEFINE_BY_TYPE:
+            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text)
+        else:  # a key list: a tuple, or a str or list that may hold several
+            flags.DEFINE_list(name, default, help_text)
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):

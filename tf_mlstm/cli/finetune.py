@@ -42,10 +42,6 @@ FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()
 
 
-def _default(name):
-    return getattr(_DEFAULTS, name)
-
-
 def define_finetune_flags():
     """Defines every tf-mlstm-finetune flag (all optional; `run` marks required ones)."""
     flags.DEFINE_string(
@@ -57,83 +53,29 @@ def define_finetune_flags():
     flags.DEFINE_string(
         "train_data", None, _flags.field_help(finetune_lib.FinetuneConfig, "train_data")
     )
-    flags.DEFINE_string(
-        "validation_data",
-        _default("validation_data"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "validation_data"),
-    )
-    flags.DEFINE_string(
-        "test_data",
-        _default("test_data"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "test_data"),
-    )
+    _flags.define_fields(_DEFAULTS, ("validation_data", "test_data"))
     _flags.define_text_key(_flags.field_help(finetune_lib.FinetuneConfig, "text_key"))
-    flags.DEFINE_list(
-        "label_key",
-        _default("label_key"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "label_key"),
-    )
-    flags.DEFINE_string(
-        "label_map",
-        _default("label_map"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "label_map"),
-    )
-    flags.DEFINE_float(
-        "validation_fraction",
-        _default("validation_fraction"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "validation_fraction"),
-    )
-    flags.DEFINE_integer(
-        "max_train_examples",
-        _default("max_train_examples"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "max_train_examples"),
-    )
-    flags.DEFINE_integer(
-        "max_eval_examples",
-        _default("max_eval_examples"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "max_eval_examples"),
-    )
-    flags.DEFINE_integer(
-        "max_length",
-        _default("max_length"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "max_length"),
-    )
-    flags.DEFINE_list(
-        "features",
-        _default("features"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "features"),
-    )
-    flags.DEFINE_enum(
-        "head_init",
-        _default("head_init"),
-        list(finetune_lib.HEAD_INITS),
-        _flags.field_help(finetune_lib.FinetuneConfig, "head_init"),
-    )
-    flags.DEFINE_integer(
-        "head_hidden",
-        _default("head_hidden"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "head_hidden"),
-    )
-    flags.DEFINE_float(
-        "head_dropout",
-        _default("head_dropout"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "head_dropout"),
-    )
-    flags.DEFINE_float(
-        "lm_loss_weight",
-        _default("lm_loss_weight"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "lm_loss_weight"),
-    )
-    flags.DEFINE_enum(
-        "threshold_metric",
-        _default("threshold_metric"),
-        list(finetune_lib.THRESHOLD_METRICS),
-        _flags.field_help(finetune_lib.FinetuneConfig, "threshold_metric"),
-    )
-    flags.DEFINE_integer(
-        "batch_size",
-        _default("batch_size"),
-        _flags.field_help(finetune_lib.FinetuneConfig, "batch_size"),
+    _flags.define_fields(
+        _DEFAULTS,
+        (
+            "label_key",
+            "label_map",
+            "validation_fraction",
+            "max_train_examples",
+            "max_eval_examples",
+            "max_length",
+            "features",
+            "head_init",
+            "head_hidden",
+            "head_dropout",
+            "lm_loss_weight",
+            "threshold_metric",
+            "batch_size",
+        ),
+        choices={
+            "head_init": finetune_lib.HEAD_INITS,
+            "threshold_metric": finetune_lib.THRESHOLD_METRICS,
+        },
     )
     _flags.define_runner_flags(_DEFAULTS)
     _flags.define_deprecated_alias("feature", "features")  # the spelling of earlier releases

@@ -55,91 +55,36 @@ def define_transfer_flags():
     """Defines every tf-mlstm-transfer flag (all optional; `run` marks required ones)."""
     flags.DEFINE_string("model_dir", None, _flags.field_help(TransferConfig, "model_dir"))
     flags.DEFINE_string("train_data", None, _flags.field_help(TransferConfig, "train_data"))
-    flags.DEFINE_string(
-        "validation_data",
-        "",
-        _flags.field_help(TransferConfig, "validation_data"),
-    )
-    flags.DEFINE_string("test_data", "", _flags.field_help(TransferConfig, "test_data"))
+    defaults = TransferConfig()
+    _flags.define_fields(defaults, ("validation_data", "test_data"))
     _flags.define_text_key(_flags.field_help(TransferConfig, "text_key"))
-    flags.DEFINE_list(
-        "label_key",
-        "label",
-        _flags.field_help(TransferConfig, "label_key"),
+    _flags.define_fields(
+        defaults,
+        ("label_key", "label_threshold", "label_map", "threshold_metric"),
+        choices={"threshold_metric": choices.THRESHOLD_METRICS},
     )
-    flags.DEFINE_float(
-        "label_threshold",
-        None,
-        _flags.field_help(TransferConfig, "label_threshold"),
-    )
-    flags.DEFINE_string(
-        "label_map",
-        "",
-        _flags.field_help(TransferConfig, "label_map"),
-    )
-    flags.DEFINE_enum(
-        "threshold_metric",
-        "accuracy",
-        list(choices.THRESHOLD_METRICS),
-        _flags.field_help(TransferConfig, "threshold_metric"),
-    )
-    flags.DEFINE_string(
-        "output_dir",
-        None,
-        _flags.field_help(TransferConfig, "output_dir"),
-    )
+    flags.DEFINE_string("output_dir", None, _flags.field_help(TransferConfig, "output_dir"))
     _flags.define_overwrite(
         "--output_dir", help_text=_flags.field_help(TransferConfig, "overwrite")
     )
-    flags.DEFINE_string(
-        "features",
-        "auto",
-        _flags.field_help(TransferConfig, "features"),
-    )
+    _flags.define_fields(defaults, ("features",))
+    # A text here, parsed into the field's tuple of counts (`parse_num_labeled`).
     flags.DEFINE_string(
         "num_labeled",
         "10,100,1000,all",
         _flags.field_help(TransferConfig, "num_labeled"),
     )
-    flags.DEFINE_integer("batch_size", 64, _flags.field_help(TransferConfig, "batch_size"))
-    flags.DEFINE_integer("window", 256, _flags.field_help(TransferConfig, "window"))
+    _flags.define_fields(defaults, ("batch_size", "window"))
     _flags.define_feature_precision(help_text=_flags.field_help(TransferConfig, "precision"))
-    flags.DEFINE_integer(
-        "max_train_examples", 0, _flags.field_help(TransferConfig, "max_train_examples")
+    _flags.define_fields(
+        defaults, ("max_train_examples", "max_eval_examples", "validation_fraction")
     )
-    flags.DEFINE_integer(
-        "max_eval_examples",
-        0,
-        _flags.field_help(TransferConfig, "max_eval_examples"),
-    )
-    flags.DEFINE_float(
-        "validation_fraction",
-        0.1,
-        _flags.field_help(TransferConfig, "validation_fraction"),
-    )
+    # Empty: the field's default grid.
     flags.DEFINE_list("c_grid", [], _flags.field_help(TransferConfig, "c_grid"))
-    flags.DEFINE_enum(
-        "penalty",
-        "l2",
-        list(choices.PENALTIES),
-        _flags.field_help(TransferConfig, "penalty"),
-    )
-    flags.DEFINE_enum(
-        "solver",
-        "auto",
-        list(choices.SOLVERS),
-        _flags.field_help(TransferConfig, "solver"),
-    )
-    flags.DEFINE_integer(
-        "cv_folds",
-        5,
-        _flags.field_help(TransferConfig, "cv_folds"),
-    )
-    flags.DEFINE_integer("seed", 0, _flags.field_help(TransferConfig, "seed"))
-    flags.DEFINE_bool(
-        "feature_cache",
-        True,
-        _flags.field_help(TransferConfig, "feature_cache"),
+    _flags.define_fields(
+        defaults,
+        ("penalty", "solver", "cv_folds", "seed", "feature_cache"),
+        choices={"penalty": choices.PENALTIES, "solver": choices.SOLVERS},
     )
     for old, new in _RENAMED:
         _flags.define_deprecated_alias(old, new)
