@@ -67,6 +67,8 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom tf_mlstm.serving import saved_model\n")  # transfer using serving
     with open(package / "rundir.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.models import backbone\n")  # the run folder building models
+    with open(package / "config" / "convert.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.data import words\n")  # a config reaching TensorFlow through data
     (package / "undeclared.py").write_text('"""A module no layer names."""\n')
 
     done = _lint_imports(tmp_path)
@@ -79,6 +81,8 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     assert "tf_mlstm.transfer.neuron -> tf_mlstm.data.framing" in out
     assert "tf_mlstm.transfer.plots -> tf_mlstm.serving.saved_model" in out
     assert "tf_mlstm.rundir is not allowed to import tf_mlstm.models" in out
+    assert "tf_mlstm.config is not allowed to import tensorflow" in out
+    assert "tf_mlstm.config.convert -> tf_mlstm.data.words" in out
     assert "- tf_mlstm.undeclared" in out  # the layers contract is exhaustive
 
 

@@ -31,16 +31,15 @@ BEING_RESTRUCTURED = frozenset(
     {
         "tf_mlstm/__init__.py",
         "tf_mlstm/api.py",
-        "tf_mlstm/config.py",
-        "tf_mlstm/rundir.py",
         "tf_mlstm/cli/",
-        "tf_mlstm/serving/",
-        "tf_mlstm/data/convert_config.py",
+        "tf_mlstm/config/",
         "tf_mlstm/models/backbone.py",
         "tf_mlstm/models/classifier.py",
         "tf_mlstm/models/head.py",
         "tf_mlstm/models/head_arrays.py",
         "tf_mlstm/models/language_model.py",
+        "tf_mlstm/rundir.py",
+        "tf_mlstm/serving/",
         "tf_mlstm/train/lm_task.py",
         "tf_mlstm/train/local_cluster.py",
         "tf_mlstm/train/runner.py",
@@ -49,7 +48,6 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/transfer/logistic.py",
         "tf_mlstm/transfer/neuron.py",
         "tf_mlstm/transfer/predict.py",
-        "tf_mlstm/transfer/settings.py",
         "tf_mlstm/transfer/solver.py",
     }
 )

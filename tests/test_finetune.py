@@ -234,31 +234,31 @@ def test_without_validation_data_a_stratified_share_is_held_out(tmp_path):
 
 def test_config_errors():
     base = dict(init_model_dir="m", train_data="t", model_dir="o")
-    with pytest.raises(ValueError, match="--features must name distinct kinds of cell,hidden,mean"):
+    with pytest.raises(ValueError, match="features must name distinct kinds of cell,hidden,mean"):
         finetune.FinetuneConfig(**base, features="mean,cell_max").validate()
-    with pytest.raises(ValueError, match="--features must name distinct kinds of .* got 'max,max'"):
+    with pytest.raises(ValueError, match="features must name distinct kinds of .* got 'max,max'"):
         finetune.FinetuneConfig(**base, features="max,max").validate()
-    with pytest.raises(ValueError, match="--head_init=probe starts a linear head; it cannot"):
+    with pytest.raises(ValueError, match="head_init=probe starts a linear head; it cannot"):
         finetune.FinetuneConfig(**base, head_init="probe", head_hidden=4).validate()
-    with pytest.raises(ValueError, match="--head_init must be one of"):
+    with pytest.raises(ValueError, match="head_init must be one of"):
         finetune.FinetuneConfig(**base, head_init="zeros").validate()
-    with pytest.raises(ValueError, match="--label_key must name distinct keys"):
+    with pytest.raises(ValueError, match="label_key must name distinct keys"):
         finetune.FinetuneConfig(**base, label_key="a,a").validate()
-    with pytest.raises(ValueError, match="--precision must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of"):
         finetune.FinetuneConfig(**base, precision="float16").validate()
-    with pytest.raises(ValueError, match="--init_model_dir is required"):
+    with pytest.raises(ValueError, match="init_model_dir is required"):
         finetune.FinetuneConfig(train_data="t", model_dir="o").validate()
-    with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs --precision=mixed_fl"):
+    with pytest.raises(ValueError, match="allreduce_dtype=float16 needs precision=mixed_fl"):
         finetune.FinetuneConfig(**base, precision="float32", allreduce_dtype="float16").validate()
-    with pytest.raises(ValueError, match="--max_minutes must be >= 0, got -1.0"):
+    with pytest.raises(ValueError, match="max_minutes must be >= 0, got -1.0"):
         finetune.FinetuneConfig(**base, max_minutes=-1.0).validate()
-    with pytest.raises(ValueError, match="--max_nonfinite_steps must be positive, got 0"):
+    with pytest.raises(ValueError, match="max_nonfinite_steps must be positive, got 0"):
         finetune.FinetuneConfig(**base, max_nonfinite_steps=0).validate()
-    with pytest.raises(ValueError, match="--head_hidden must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="head_hidden must be >= 0, got -1"):
         finetune.FinetuneConfig(**base, head_hidden=-1).validate()
-    with pytest.raises(ValueError, match=r"--head_dropout must be in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"head_dropout must be in \[0, 1\), got 1.0"):
         finetune.FinetuneConfig(**base, head_dropout=1.0).validate()
-    with pytest.raises(ValueError, match="--label_map needs one --label_key"):
+    with pytest.raises(ValueError, match="label_map needs one label_key"):
         finetune.FinetuneConfig(**base, label_key="a,b", label_map="1:x,2:y").validate()
 
 
@@ -295,7 +295,7 @@ def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):
     train = _write_three_class(tmp_path / "train.jsonl", 40, 0)
     base = dict(init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run"))
     for label_map, message in [
-        ("1:neg,2", "--label_map entry 2 .'2'. is not VALUE:CLASS"),
+        ("1:neg,2", "label_map entry 2 .'2'. is not VALUE:CLASS"),
         ("1:neg,2:neg,3:pos", r"train.jsonl:\d+: 'stars' is [45], which --label_map does not name"),
     ]:
         config = finetune.FinetuneConfig(**base, label_key="stars", label_map=label_map)

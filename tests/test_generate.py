@@ -106,7 +106,7 @@ def test_temperature_must_be_positive(lm, temperature):
     _, model, sampler = lm
     with pytest.raises(ValueError, match="temperature must be a positive number"):
         sampling.sample_ids(model, _prompt(), 5, temperature=temperature, sampler=sampler)
-    with pytest.raises(ValueError, match="--temperature must be a positive number"):
+    with pytest.raises(ValueError, match="temperature must be a positive number"):
         generate.GenerateConfig(model_dir="m", temperature=temperature).validate()
 
 

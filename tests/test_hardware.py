@@ -154,7 +154,7 @@ def test_config_validation_accepts_auto():
     assert config.precision == "auto" and config.jit_compile == "auto"
     # float16 all-reduce may meet auto; the resolved config is checked again.
     TrainConfig(precision="auto", allreduce_dtype="float16").validate()
-    with pytest.raises(ValueError, match="--precision must be one of auto, float32"):
+    with pytest.raises(ValueError, match="precision must be one of auto, float32"):
         TrainConfig(precision="bfloat16").validate()
     finetune = FinetuneConfig(init_model_dir="a", train_data="b", model_dir="c")
     assert finetune.precision == "auto"
@@ -198,7 +198,7 @@ def test_unreadable_recorded_config_and_impossible_combinations_are_one_line(tmp
     config = TrainConfig(allreduce_dtype="float16")
     with pytest.raises(
         ValueError,
-        match=r"--allreduce_dtype=float16 needs --precision=mixed_float16 .*"
+        match=r"allreduce_dtype=float16 needs precision=mixed_float16 .*"
         r"\(--precision=auto chose mixed_bfloat16: CPU with bfloat16 matrix units",
     ):
         hardware.resolve_run_config(config, str(tmp_path / "none"), _machine(AMX_XEON))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_mlstm.config import FinetuneConfig
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.layers import MLSTM
@@ -30,7 +31,6 @@ from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
-from tf_mlstm.transfer.settings import FinetuneConfig
 
 RNG = np.random.RandomState(0)
 VECTORS = RNG.randn(2, 5, 3).astype("float32")

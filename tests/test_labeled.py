@@ -89,11 +89,11 @@ def test_label_map_turns_star_values_into_named_classes(tmp_path):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("1:negative,5positive", r"--label_map entry 2 \('5positive'\) is not VALUE:CLASS"),
-        ("1:negative,:positive", r"--label_map entry 2 \(':positive'\) is not VALUE:CLASS"),
-        ("1:negative,5:", r"--label_map entry 2 \('5:'\) is not VALUE:CLASS"),
-        ("1:a,2:b,1.0:c", r"--label_map names the value '1.0' twice \(entries 1 and 3\)"),
-        ("1:same,2:same", r"--label_map=1:same,2:same names one class"),
+        ("1:negative,5positive", r"label_map entry 2 \('5positive'\) is not VALUE:CLASS"),
+        ("1:negative,:positive", r"label_map entry 2 \(':positive'\) is not VALUE:CLASS"),
+        ("1:negative,5:", r"label_map entry 2 \('5:'\) is not VALUE:CLASS"),
+        ("1:a,2:b,1.0:c", r"label_map names the value '1.0' twice \(entries 1 and 3\)"),
+        ("1:same,2:same", r"label_map=1:same,2:same names one class"),
     ],
 )
 def test_bad_label_map_is_one_clear_error(spec, message):

@@ -143,7 +143,7 @@ def test_bad_classifier_files(setup, tmp_path):
         ValueError, match="plus.json: fitted on a 16-unit model, but the model has 32"
     ):
         neuron_lib.neuron_from_classifier(paths["plus"], "tool", hidden_size=32)
-    with pytest.raises(ValueError, match="--sentiment needs --classifier"):
+    with pytest.raises(ValueError, match="sentiment needs classifier"):
         generate.GenerateConfig(model_dir="m", sentiment="positive").validate()
 
 
@@ -263,7 +263,7 @@ def test_visualize_binary_with_classifier(setup, tmp_path):
     assert bad.returncode == 1
     errors = _error_lines(bad.stderr)
     assert len(errors) == 1 and "tf-mlstm-visualize works on the kinds cell, " in errors[0]
-    with pytest.raises(ValueError, match="give --neuron .* or --classifier"):
+    with pytest.raises(ValueError, match="give neuron .* or classifier"):
         visualize_cli.VisualizeConfig(
             model_dir="m", neuron=None, input="x", output_dir="o"
         ).validate()

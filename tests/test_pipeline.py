@@ -163,7 +163,7 @@ def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
     ).validate()
     with pytest.raises(ValueError, match="name their source file.*train-00000-of-00001"):
         Runner(LanguageModelTask(config, files, []), config)
-    with pytest.raises(ValueError, match="--source_repeats: 'amazon' is not PATTERN=COUNT"):
+    with pytest.raises(ValueError, match="source_repeats: 'amazon' is not PATTERN=COUNT"):
         TrainConfig(source_repeats="amazon").validate()
 
 

@@ -25,8 +25,8 @@ from absl import logging as absl_logging
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import FinetuneConfig
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.transfer.settings import FinetuneConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FLAGS = flags.FLAGS

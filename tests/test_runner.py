@@ -88,10 +88,10 @@ def _assert_a_skipped_step(trainer):
 def test_non_finite_float_flags_are_refused(name, value):
     from tf_mlstm.transfer.finetune import FinetuneConfig  # pylint: disable=g-import-not-at-top
 
-    with pytest.raises(ValueError, match=rf"^--{name} must be a finite number, got {value}\.$"):
+    with pytest.raises(ValueError, match=rf"^{name} must be a finite number, got {value}\.$"):
         TrainConfig(**{name: value}).validate()
     base = dict(init_model_dir="m", train_data="t", model_dir="o")
-    with pytest.raises(ValueError, match=rf"^--{name} must be a finite number, got {value}\.$"):
+    with pytest.raises(ValueError, match=rf"^{name} must be a finite number, got {value}\.$"):
         FinetuneConfig(**base, **{name: value}).validate()
 
 

@@ -63,11 +63,11 @@ def test_schedule_rejects_bad_arguments():
 def test_config_validation_and_json_round_trip():
     config = TrainConfig(hidden_size=64, precision="mixed_float16").validate()
     assert TrainConfig.from_json(config.to_json()) == config
-    with pytest.raises(ValueError, match="--precision must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of"):
         TrainConfig(precision="float64").validate()
-    with pytest.raises(ValueError, match="--batch_size must be positive"):
+    with pytest.raises(ValueError, match="batch_size must be positive"):
         TrainConfig(batch_size=0).validate()
-    with pytest.raises(ValueError, match="--allreduce_dtype=float16 needs"):
+    with pytest.raises(ValueError, match="allreduce_dtype=float16 needs"):
         TrainConfig(precision="float32", allreduce_dtype="float16").validate()
 
 

@@ -297,9 +297,9 @@ def test_export_flags_must_be_positive():
     defaults = export_cli.ExportConfig("m", "e")
     assert defaults.max_text_bytes == saved_model.DEFAULT_MAX_TEXT_BYTES
     assert defaults.max_generate_length == saved_model.DEFAULT_MAX_GENERATE_LENGTH
-    with pytest.raises(ValueError, match="--max_text_bytes must be positive, got 0"):
+    with pytest.raises(ValueError, match="max_text_bytes must be positive, got 0"):
         export_cli.ExportConfig("m", "e", max_text_bytes=0).validate()
-    with pytest.raises(ValueError, match="--max_generate_length must be positive, got -1"):
+    with pytest.raises(ValueError, match="max_generate_length must be positive, got -1"):
         export_cli.ExportConfig("m", "e", max_generate_length=-1).validate()
 
 

@@ -92,5 +92,5 @@ def test_profile_steps_must_be_a_range():
 
     assert TrainConfig(profile_steps="2,4").validate().profile_steps == "2,4"
     for bad in ("4,2", "3", "a,b", "-1,2"):
-        with pytest.raises(ValueError, match="--profile_steps must be START,END"):
+        with pytest.raises(ValueError, match="profile_steps must be START,END"):
             TrainConfig(profile_steps=bad).validate()

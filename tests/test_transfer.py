@@ -273,15 +273,15 @@ def test_label_threshold_turns_scores_into_two_classes(tmp_path):
     assert data.skipped["by_reason"] == {"missing_rating": 1, "bad_rating": 1}
     # Without a threshold the stars are four classes.
     assert labeled.read_labeled(str(path), ("reviewText",), "overall").classes() == (1, 3, 4, 5)
-    with pytest.raises(ValueError, match="--label_threshold must be a finite number"):
+    with pytest.raises(ValueError, match="label_threshold must be a finite number"):
         experiment.TransferConfig(
             model_dir="m", train_data=str(path), output_dir="o", label_threshold=float("nan")
         ).validate()
-    with pytest.raises(ValueError, match="--label_threshold and --label_map cannot be combined"):
+    with pytest.raises(ValueError, match="label_threshold and label_map cannot be combined"):
         experiment.TransferConfig(
             model_dir="m", train_data="t", output_dir="o", label_threshold=4, label_map="1:a,5:b"
         ).validate()
-    with pytest.raises(ValueError, match="--label_map entry 2 \\('5positive'\\) is not VALUE"):
+    with pytest.raises(ValueError, match="label_map entry 2 \\('5positive'\\) is not VALUE"):
         experiment.TransferConfig(
             model_dir="m", train_data="t", output_dir="o", label_map="1:negative,5positive"
         ).validate()
@@ -541,13 +541,13 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     )
     with pytest.raises(FileNotFoundError, match="input file not found: .*missing.csv"):
         experiment.run_transfer(config)
-    with pytest.raises(ValueError, match="--precision must be one of .* got 'float64'"):
+    with pytest.raises(ValueError, match="precision must be one of .* got 'float64'"):
         experiment.run_transfer(dataclasses.replace(config, precision="float64"))
-    with pytest.raises(ValueError, match="--penalty must be one of .* got 'elasticnet'"):
+    with pytest.raises(ValueError, match="penalty must be one of .* got 'elasticnet'"):
         experiment.run_transfer(dataclasses.replace(config, penalty="elasticnet"))
-    with pytest.raises(ValueError, match="--solver=lbfgs fits only --penalty=l2, not l1"):
+    with pytest.raises(ValueError, match="solver=lbfgs fits only penalty=l2, not l1"):
         experiment.run_transfer(dataclasses.replace(config, solver="lbfgs", penalty="l1"))
-    with pytest.raises(ValueError, match="--validation_fraction must be in \\(0, 1\\)"):
+    with pytest.raises(ValueError, match="validation_fraction must be in \\(0, 1\\)"):
         experiment.run_transfer(
             experiment.TransferConfig(
                 model_dir=str(model_dir),

@@ -132,7 +132,7 @@ def test_an_input_file_among_the_outputs_is_refused_before_any_work(tmp_path):
         model_dir="m", neuron=7, input=str(out / "neuron_7.json"), output_dir=f"{tmp_path}/./out/"
     )
     with pytest.raises(
-        ValueError, match=r"--output_dir would overwrite the --input file .*neuron_7.json; "
+        ValueError, match=r"output_dir would overwrite the input file .*neuron_7.json; "
     ):
         config.validate()
     elsewhere = dataclasses.replace(config, output_dir=str(tmp_path / "new"))

@@ -128,7 +128,7 @@ def test_a_large_validation_split_chooses_alone(monkeypatch):
 
 @pytest.mark.parametrize("folds", [-1, 1])
 def test_cv_folds_must_be_0_or_2_or_more(folds):
-    with pytest.raises(ValueError, match="--cv_folds must be 0"):
+    with pytest.raises(ValueError, match="cv_folds must be 0"):
         dataclasses.replace(_config(), cv_folds=folds).validate()
 
 

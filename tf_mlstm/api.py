@@ -6,12 +6,12 @@ binary given the same settings compute the same numbers:
 
 | binary | function | config |
 | --- | --- | --- |
-| `tf-mlstm-make-tfrecords` | `convert` | `data.convert_config.ConvertConfig` |
+| `tf-mlstm-make-tfrecords` | `convert` | `config.ConvertConfig` |
 | `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `config.TrainConfig` |
 | `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
-| `tf-mlstm-finetune` | `finetune` | `transfer.settings.FinetuneConfig` |
-| `tf-mlstm-transfer` | `probe` | `transfer.experiment.TransferConfig` |
-| `tf-mlstm-export` | `export` | `serving.settings.ExportConfig` |
+| `tf-mlstm-finetune` | `finetune` | `config.FinetuneConfig` |
+| `tf-mlstm-transfer` | `probe` | `config.TransferConfig` |
+| `tf-mlstm-export` | `export` | `config.ExportConfig` |
 | `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
 
 `load(model_dir)` gives a `TrainedModel` with the inference of
@@ -201,12 +201,15 @@ _FLAG = re.compile(r"(?<![\w-])--(\w+)")
 
 
 def _validated(config):
-    """`config.validate()`, its errors naming the config's fields (`lr`), not flags (`--lr`)."""
+    """`config.validate()`, its errors prefixed with the config's name.
+
+    They name the config's fields (`lr`, `errors.setting_name`), the
+    arguments of the same name here.
+    """
     try:
         return config.validate()
     except errors.InvalidValueError as e:
-        message = _FLAG.sub(r"\1", str(e))
-        raise errors.InvalidValueError(f"{type(config).__name__}: {message}") from None
+        raise errors.InvalidValueError(f"{type(config).__name__}: {e}") from None
 
 
 @contextlib.contextmanager

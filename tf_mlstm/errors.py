@@ -11,12 +11,44 @@ traceback.
   callers that catch `ValueError` keep working.
 - `MissingFileError`: a file or folder the user named is not there; also a
   `FileNotFoundError`, for the same reason.
+- A setting's name in a message is `setting_name(name)`: the Python
+  argument (`hidden_size`) to a Python caller, the flag (`--hidden_size`)
+  inside `naming_flags()`, which the binaries enter before they build their
+  config (`tf_mlstm/cli/_main.py`). A config's field and its flag share the
+  name, so one message serves both readers.
 - Operating-system errors (`OSError`: a missing file, a permission, a full
   disk, a port in use) and TensorFlow's errors of the same kinds (see
   `is_user_error`) count as user errors too: the fix is outside the code.
 """
 
+import contextlib
+import contextvars
 import re
+from collections.abc import Iterator
+
+_FLAG_NAMES = contextvars.ContextVar("tf_mlstm_flag_names", default=False)
+
+
+def setting_name(name: str) -> str:
+    """The setting `name` as the user wrote it: `--name` in a binary, `name` from Python.
+
+    Args:
+      name: a config field's name, which is also its flag's name.
+
+    Returns:
+      `--name` inside `naming_flags()`, else `name`.
+    """
+    return f"--{name}" if _FLAG_NAMES.get() else name
+
+
+@contextlib.contextmanager
+def naming_flags() -> Iterator[None]:
+    """Within it, `setting_name` gives flags: the user wrote a command line."""
+    token = _FLAG_NAMES.set(True)
+    try:
+        yield
+    finally:
+        _FLAG_NAMES.reset(token)
 
 
 class UserError(Exception):

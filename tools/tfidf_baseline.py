@@ -38,11 +38,11 @@ from absl import logging
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
+from tf_mlstm import config as settings
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams
-from tf_mlstm.transfer import settings
 
 FLAGS = flags.FLAGS
 C_GRID = (0.25, 1.0, 4.0, 16.0, 64.0)

@@ -54,10 +54,10 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm.beam import options as beam_options
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.data import convert
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
-from tf_mlstm.data.convert_config import ConvertConfig
 
 _INPUT_COUNTS_SUBDIR = "_input_counts"
 _RUNS_SUBDIR = "_sorted_runs"

@@ -5,13 +5,14 @@ record reads the same in every binary.
 """
 
 import contextlib
-import glob
-import os
+import dataclasses
 
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
+from tf_mlstm.config import choices
+from tf_mlstm.config.base import field_help
+from tf_mlstm.config.binaries import refuse_output_over_input  # noqa: F401
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 
@@ -98,6 +99,45 @@ def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
     DEPRECATED_ALIASES[old_name] = name
 
 
+_DEFINE_BY_TYPE = {
+    bool: flags.DEFINE_bool,
+    int: flags.DEFINE_integer,
+    float: flags.DEFINE_float,
+    str: flags.DEFINE_string,
+}
+
+
+def _one_type(annotation):
+    """`annotation`, or X for an optional `X | None`."""
+    options = [t for t in getattr(annotation, "__args__", ()) if t is not type(None)]
+    return options[0] if len(options) == 1 else annotation
+
+
+def define_fields(defaults, names, choices=None):
+    """Defines a flag for each field `names` of the config `defaults`, derived from the field.
+
+    The flag's name is the field's, its default the field's value in
+    `defaults`, its type the field's (bool, int, float, str), and its help the
+    field's documentation (`field_help`); a field with `choices` is an enum,
+    one that may hold several values (a tuple) a comma-separated list.
+
+    Args:
+      defaults: the binary's config with its defaults (a `TrainConfig`, ...).
+      names: the fields, in the order `--help` lists them.
+      choices: field name -> the values it may take (`tf_mlstm.config.choices`).
+    """
+    config_class = type(defaults)
+    types = {field.name: field.type for field in dataclasses.fields(config_class)}
+    for name in names:
+        default, help_text = getattr(defaults, name), field_help(config_class, name)
+        if choices and name in choices:
+            flags.DEFINE_enum(name, default, list(choices[name]), help_text)
+        elif _one_type(types[name]) in _DEFINE_BY_TYPE:
+            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text)
+        else:  # a key list: a tuple, or a str or list that may hold several
+            flags.DEFINE_list(name, default, help_text)
+
+
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):
     """`--text_key`: a comma-separated list, `TEXT_KEYS` by default."""
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
@@ -106,40 +146,53 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
 text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
-def define_feature_precision(default="auto", note=""):
-    """`--precision` of the binaries that compute features (transfer, classify)."""
+def define_feature_precision(default="auto", note="", help_text=None):
+    """`--precision` of the binaries that compute features (transfer, classify).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     flags.DEFINE_enum(
         "precision",
         default,
-        ["auto", "float32", "mixed_bfloat16", "mixed_float16"],
-        "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
+        list(choices.PRECISION_CHOICES),
+        help_text
+        or "Policy the features are computed in: a mixed one runs the products in 16 bits, the "
         "weights and features stay float32. auto: the fastest on this machine, timed on a few "
         "batches of the model at --batch_size x --window among the policies the hardware "
         "computes natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or "
         "AMX; mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute "
-        "capability 8.0), cached in the user's cache folder." + note,
+        "capability 8.0), cached in the user's cache folder."
+        + note,
     )
 
 
-def define_overwrite(output_flag, fv=None):
-    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`)."""
+def define_overwrite(output_flag, fv=None, help_text=None):
+    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     kwargs = {} if fv is None else {"flag_values": fv}
     flags.DEFINE_bool(
         "overwrite",
         False,
-        f"Replace what {output_flag} already holds (once the new output is all written; a "
+        help_text
+        or f"Replace what {output_flag} already holds (once the new output is all written; a "
         "failed run leaves it as it was); without it an existing output is refused before "
         "any work.",
         **kwargs,
     )
 
 
-def define_allow_other_model():
-    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export)."""
+def define_allow_other_model(help_text=None):
+    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export).
+
+    Its help is `help_text` (the config field's documentation) when given.
+    """
     flags.DEFINE_bool(
         "allow_other_model",
         False,
-        "Apply a classifier to other model weights than those it was fitted on (classifier.json "
+        help_text
+        or "Apply a classifier to other model weights than those it was fitted on (classifier.json "
         "records their fingerprint), with a warning; "
         "without it that is an error.",
     )
@@ -153,190 +206,64 @@ def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=No
     return features.resolve_precision(choice, model_dir, **shape)
 
 
-def define_runner_flags(defaults, end_of_run="evaluate and export"):
+def define_runner_flags(defaults):
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 
     Optimization (rate, warmup, decay, clipping), the step and time budget,
     the cadence (log, evaluate, checkpoint, profile), divergence handling,
-    precision, XLA, seed and distribution. Help texts describe what the
-    runner does, so both binaries say the same.
+    precision, XLA, seed and distribution. Each help text is the field's
+    documentation in the runner's field groups (`tf_mlstm.config.runner`),
+    so both binaries say the same.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig` or a
         `FinetuneConfig`); each flag's default is the field of its name.
-      end_of_run: what the binary does after the last step, for the help.
     """
-    # pylint: disable=g-import-not-at-top
-    from tf_mlstm import config as config_lib
 
-    # pylint: enable=g-import-not-at-top
-
-    def default(name):
-        return getattr(defaults, name)
-
-    flags.DEFINE_float("lr", default("lr"), "Peak Adam learning rate.")
-    flags.DEFINE_integer("warmup_steps", default("warmup_steps"), "Linear warmup steps.")
-    flags.DEFINE_enum(
-        "lr_decay",
-        default("lr_decay"),
-        list(config_lib.DECAYS),
-        "Decay after warmup, reaching its end at the end of the schedule.",
+    define_fields(
+        defaults,
+        ("lr", "warmup_steps", "lr_decay", "clip_norm", "max_steps", "max_minutes"),
+        choices={"lr_decay": choices.DECAYS},
     )
-    flags.DEFINE_float(
-        "clip_norm", default("clip_norm"), "Global gradient-norm clipping (0 = off)."
+    define_fields(
+        defaults,
+        (
+            "schedule_length",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+            "max_nonfinite_steps",
+            "log_every_steps",
+            "profile_steps",
+            "eval_every_steps",
+        ),
+        choices={"schedule_length": choices.SCHEDULE_LENGTHS},
     )
-    flags.DEFINE_integer("max_steps", default("max_steps"), "Stop after this many steps.")
-    flags.DEFINE_float(
-        "max_minutes",
-        default("max_minutes"),
-        f"Stop cleanly after this wall-clock budget (0 = none), then {end_of_run} as at a "
-        "normal end.",
+    define_fields(
+        defaults,
+        ("precision", "allreduce_dtype", "jit_compile", "seed"),
+        choices={
+            "precision": choices.PRECISION_CHOICES,
+            "allreduce_dtype": choices.ALLREDUCE_DTYPES,
+            "jit_compile": choices.JIT_CHOICES,
+        },
     )
-    flags.DEFINE_enum(
-        "schedule_length",
-        default("schedule_length"),
-        list(config_lib.SCHEDULE_LENGTHS),
-        "budget: with --max_minutes, the rate follows the schedule, then cools down to its "
-        "end over the last fifth of the budget, so the decay ends when the budget does "
-        "(predicted from the measured step rate, re-planned as the run goes); steps: the "
-        "decay ends at the schedule's last step, and a budget stop cuts it short.",
-    )
-    flags.DEFINE_integer(
-        "checkpoint_every_steps", default("checkpoint_every_steps"), "Checkpoint interval."
-    )
-    flags.DEFINE_integer("keep_checkpoints", default("keep_checkpoints"), "Checkpoints kept.")
-    flags.DEFINE_integer(
-        "max_nonfinite_steps",
-        default("max_nonfinite_steps"),
-        "Stop with an error after this many non-finite (skipped) steps in a row; the last "
-        "checkpoint is the last finite one.",
-    )
-    flags.DEFINE_integer(
-        "log_every_steps", default("log_every_steps"), "Progress line and TensorBoard interval."
-    )
-    flags.DEFINE_string(
-        "profile_steps",
-        default("profile_steps"),
-        "START,END: capture a TensorBoard profile of the steps after START up to END into "
-        "MODEL_DIR/train (view it with the [profile] extra: tensorboard-plugin-profile).",
-    )
-    flags.DEFINE_integer(
-        "eval_every_steps",
-        default("eval_every_steps"),
-        "Validation interval (0 = only at the end).",
-    )
-    flags.DEFINE_enum(
-        "precision",
-        default("precision"),
-        list(config_lib.PRECISION_CHOICES),
-        "Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest measured "
-        "here among the policies the hardware computes natively (a few steps each at the run's "
-        "shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py "
-        "for runs too short to measure); a resumed run keeps the precision its config records.",
-    )
-    flags.DEFINE_enum(
-        "allreduce_dtype",
-        default("allreduce_dtype"),
-        list(config_lib.ALLREDUCE_DTYPES),
-        "Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).",
-    )
-    flags.DEFINE_enum(
-        "jit_compile",
-        default("jit_compile"),
-        list(config_lib.JIT_CHOICES),
-        "XLA-compile the per-replica step; auto: measured with --precision (on and off timed), "
-        "else the table in tf_mlstm/train/hardware.py.",
-    )
-    flags.DEFINE_integer("seed", default("seed"), "Random seed.")
     define_distribution_flags(defaults)
 
 
 def define_distribution_flags(defaults):
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
-    # pylint: disable=g-import-not-at-top
-    from tf_mlstm import config as config_lib
-
-    # pylint: enable=g-import-not-at-top
-
-    flags.DEFINE_enum(
-        "distribution_strategy",
-        defaults.distribution_strategy,
-        list(config_lib.STRATEGIES),
-        "default | one_device | mirrored (one machine, all "
-        "GPUs) | multi_worker (cluster from TF_CONFIG or Slurm).",
+    define_fields(
+        defaults,
+        (
+            "distribution_strategy",
+            "all_reduce",
+            "cluster_resolver",
+            "num_gpus",
+            "collective_timeout_s",
+        ),
+        choices={
+            "distribution_strategy": choices.STRATEGIES,
+            "all_reduce": choices.ALL_REDUCE,
+            "cluster_resolver": choices.CLUSTER_RESOLVERS,
+        },
     )
-    flags.DEFINE_enum(
-        "all_reduce",
-        defaults.all_reduce,
-        list(config_lib.ALL_REDUCE),
-        "Collective implementation for gradient all-reduce.",
-    )
-    flags.DEFINE_enum(
-        "cluster_resolver",
-        defaults.cluster_resolver,
-        ["tf_config", "slurm"],
-        "Where multi_worker reads the cluster from.",
-    )
-    flags.DEFINE_integer("num_gpus", defaults.num_gpus, "GPUs per worker (-1 = all visible).")
-    flags.DEFINE_float(
-        "collective_timeout_s",
-        defaults.collective_timeout_s,
-        "multi_worker: a gradient all-reduce that waits longer than this for a peer fails "
-        "with one clear line (a peer that is alive but stuck; 0 = wait forever). Must "
-        "exceed the longest pause of the slowest worker (the first step's compilation).",
-    )
-
-
-# === Outputs apart from inputs ===
-
-
-def _same_file(a, b):
-    if "://" in a or "://" in b:
-        return a.rstrip("/") == b.rstrip("/")
-    try:
-        return os.path.samefile(a, b)  # also two names of one file (a link)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _input_files(spec):
-    """The local files a comma-separated input spec names (globs expanded, no TensorFlow)."""
-    files = []
-    for piece in (piece.strip() for piece in spec.split(",")):
-        if not piece or piece == "-":
-            continue
-        if "://" in piece:
-            files.append(piece)
-        elif set("*?[") & set(piece):
-            files += sorted(glob.glob(piece))
-        else:
-            files.append(piece)
-    return files
-
-
-def refuse_output_over_input(output_flag, output, input_flag, input_spec):
-    """Refuses an output file that is one of the input files, before any work is done.
-
-    Writing the output would replace the user's input (a CSV of texts
-    replaced by their scores). Symbolic and hard links to an input count as
-    the input.
-
-    Args:
-      output_flag: the output's flag, for the message (`--output`).
-      output: the output file's path, or a callable that tells whether a path
-        is among the outputs (a folder of named outputs); "-" is stdout.
-      input_flag: the input's flag (`--input`).
-      input_spec: comma-separated files or globs.
-
-    Raises:
-      errors.InvalidValueError: an input file is the output.
-    """
-    if output == "-" or not output:
-        return
-    for path in _input_files(input_spec):
-        clash = output(path) if callable(output) else _same_file(path, output)
-        if clash:
-            raise errors.InvalidValueError(
-                f"{output_flag} would overwrite the {input_flag} file {path}; "
-                "write the output to another file"
-            )

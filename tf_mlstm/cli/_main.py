@@ -16,7 +16,9 @@ way for every binary:
    bad value, a missing required flag, flag bounds and the config's
    `validate()` answer before TensorFlow is imported, with one error line
    and exit status 1 (absl would print several lines, or the whole usage
-   text with every flag);
+   text with every flag); from here on a message names a setting as its
+   flag (`--hidden_size`, `errors.naming_flags`), where a Python caller of
+   the same check reads the argument (`hidden_size`);
 5. runs the binary's checks before work, when its module defines
    `check_before_work(flag_values)` (`tf_mlstm.preflight`): its inputs
    exist and are of the right kind, its outputs can be written, the run
@@ -217,6 +219,12 @@ def usage_error(name, message):
 
 
 def _main(argv, body, config, name, check_before_work=None):
+    # The user wrote a command line: every message names a setting as its flag.
+    with errors.naming_flags():
+        _run(argv, body, config, name, check_before_work)
+
+
+def _run(argv, body, config, name, check_before_work):
     # Armed before the config is built: a config function may start TensorFlow.
     quiet_tensorflow(os.environ, FLAGS["verbosity"].present, FLAGS.verbosity)
     try:

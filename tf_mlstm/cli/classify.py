@@ -41,7 +41,6 @@ the classifier was fitted in (as tf-mlstm-export serves it).
 """
 
 import contextlib
-import dataclasses
 import itertools
 import sys
 
@@ -49,46 +48,13 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import ClassifyConfig
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassifyConfig:
-    """What to classify. Field names match the flags."""
-
-    model_dir: str
-    classifier: str  # "" = the fine-tuned head of model_dir
-    input: str
-    output: str
-    text_key: tuple = _flags.TEXT_KEYS
-    batch_size: int = 64
-    window: int = 256
-    precision: str | None = None  # None: as the classifier's features were fitted
-    chunk_texts: int = 4096
-    allow_other_model: bool = False
-    overwrite: bool = False
-
-    @property
-    def text_keys(self):
-        """The `text_key` list as a tuple, blanks left out."""
-        return _flags.text_keys(self.text_key)
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if min(self.batch_size, self.window, self.chunk_texts) <= 0:
-            raise errors.InvalidValueError(
-                "--batch_size, --window and --chunk_texts must be positive"
-            )
-        if not self.text_keys:
-            raise errors.InvalidValueError("--text_key must name at least one key")
-        _flags.refuse_output_over_input("--output", self.output, "--input", self.input)
-        return self
 
 
 def define_classify_flags():
@@ -96,35 +62,35 @@ def define_classify_flags():
     flags.DEFINE_string(
         "model_dir",
         None,
-        "The --model_dir the classifier's features come from; without --classifier, a "
-        "tf-mlstm-finetune --model_dir.",
+        _flags.field_help(ClassifyConfig, "model_dir"),
     )
     flags.DEFINE_string(
         "classifier",
         "",
-        "A classifier.json written by tf-mlstm-transfer; empty = the fine-tuned head of "
-        "--model_dir.",
+        _flags.field_help(ClassifyConfig, "classifier"),
     )
-    flags.DEFINE_string(
-        "input", None, "Files/globs to classify (CSV, JSONL, text), or - for stdin."
-    )
-    flags.DEFINE_string("output", None, "The CSV to write, or - for stdout.")
+    flags.DEFINE_string("input", None, _flags.field_help(ClassifyConfig, "input"))
+    flags.DEFINE_string("output", None, _flags.field_help(ClassifyConfig, "output"))
     defaults = ClassifyConfig("", "", "", "")
-    _flags.define_text_key()
-    flags.DEFINE_integer("batch_size", defaults.batch_size, "Texts per model call.")
-    flags.DEFINE_integer("window", defaults.window, "Bytes per model call.")
+    _flags.define_text_key(_flags.field_help(ClassifyConfig, "text_key"))
+    flags.DEFINE_integer(
+        "batch_size", defaults.batch_size, _flags.field_help(ClassifyConfig, "batch_size")
+    )
+    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ClassifyConfig, "window"))
     _flags.define_feature_precision(
         defaults.precision,
         " Unset: the precision the classifier's features were fitted in (recorded in "
         "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
+        help_text=_flags.field_help(ClassifyConfig, "precision"),
     )
-    _flags.define_allow_other_model()
-    _flags.define_overwrite("--output")
+    _flags.define_allow_other_model(
+        help_text=_flags.field_help(ClassifyConfig, "allow_other_model")
+    )
+    _flags.define_overwrite("--output", help_text=_flags.field_help(ClassifyConfig, "overwrite"))
     flags.DEFINE_integer(
         "chunk_texts",
         defaults.chunk_texts,
-        "Texts read, classified and written at a time: memory stays bounded by this many "
-        "texts whatever the input's size, and the output grows as the input is read.",
+        _flags.field_help(ClassifyConfig, "chunk_texts"),
     )
 
 

@@ -27,7 +27,6 @@ those of `tf-mlstm-classify` with the same model and classifier (float32).
 See `tf_mlstm/beam/inference.py`.
 """
 
-import dataclasses
 import functools
 import os
 import re
@@ -39,60 +38,55 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
+from tf_mlstm.config import choices
+from tf_mlstm.config.binaries import ClassifyBeamConfig
 from tf_mlstm.data import fields
 
 _REQUIRED_FLAGS = ("saved_model", "input", "output", "runner")
-_SIGNATURES = ("classify", "featurize")
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassifyBeamConfig:
-    """One batch-inference pipeline. Field names match the flags."""
-
-    saved_model: str
-    input: str
-    output: str
-    runner: str
-    signature: str = "classify"
-    text_key: tuple = fields.TEXT_KEYS
-    batch_size: int = 64
-    num_output_shards: int = 0
-    pipeline_args: tuple = ()
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Defines this binary's flags; all optional here, `run` marks the required ones."""
     fv = flag_values
     flags.DEFINE_string(
-        "saved_model", None, "The SavedModel folder (<export_dir>/<version>).", flag_values=fv
+        "saved_model", None, _flags.field_help(ClassifyBeamConfig, "saved_model"), flag_values=fv
     )
-    flags.DEFINE_string("input", None, "Files/globs to read (CSV, JSONL, text).", flag_values=fv)
     flags.DEFINE_string(
-        "output", None, "Prefix of the output files: <output>-SSSSS-of-NNNNN.jsonl.", flag_values=fv
+        "input", None, _flags.field_help(ClassifyBeamConfig, "input"), flag_values=fv
+    )
+    flags.DEFINE_string(
+        "output", None, _flags.field_help(ClassifyBeamConfig, "output"), flag_values=fv
     )
     flags.DEFINE_string(
         "runner",
         None,
-        "The Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...); every "
-        "flag this binary does not define is passed to Beam as a pipeline option.",
+        _flags.field_help(ClassifyBeamConfig, "runner"),
         flag_values=fv,
     )
     flags.DEFINE_enum(
-        "signature", "classify", list(_SIGNATURES), "The signature to apply.", flag_values=fv
+        "signature",
+        "classify",
+        list(choices.BATCH_SIGNATURES),
+        _flags.field_help(ClassifyBeamConfig, "signature"),
+        flag_values=fv,
     )
     flags.DEFINE_integer(
-        "batch_size", 64, "Most texts per model call.", lower_bound=1, flag_values=fv
+        "batch_size",
+        64,
+        _flags.field_help(ClassifyBeamConfig, "batch_size"),
+        lower_bound=1,
+        flag_values=fv,
     )
     flags.DEFINE_list(
         "text_key",
         list(fields.TEXT_KEYS),
-        "Keys/columns holding the text, tried in order.",
+        _flags.field_help(ClassifyBeamConfig, "text_key"),
         flag_values=fv,
     )
     flags.DEFINE_integer(
         "num_output_shards",
         0,
-        "Output files; 0 lets the runner choose.",
+        _flags.field_help(ClassifyBeamConfig, "num_output_shards"),
         lower_bound=0,
         flag_values=fv,
     )

@@ -18,23 +18,29 @@ from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config import EvalConfig
+from tf_mlstm.data import fields
 
 
 def define_eval_flags():
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train --model_dir.")
-    flags.DEFINE_string(
-        "data", None, "TFRecord folder or glob, or comma-separated raw corpus files/globs."
-    )
-    _flags.define_text_key("Raw corpora: text keys/columns tried in order.")
+    flags.DEFINE_string("model_dir", None, _flags.field_help(EvalConfig, "model_dir"))
+    flags.DEFINE_string("data", None, _flags.field_help(EvalConfig, "data"))
+    _flags.define_text_key(_flags.field_help(EvalConfig, "text_key"))
     flags.DEFINE_enum(
-        "text_mode", "line", ["line", "file"], "Raw plain text: document per line or per file."
+        "text_mode",
+        "line",
+        list(fields.TEXT_MODES),
+        _flags.field_help(EvalConfig, "text_mode"),
     )
-    flags.DEFINE_enum(
-        "split", "test", ["train", "validation", "test"], "Split read from a TFRecord folder."
+    flags.DEFINE_enum("split", "test", list(fields.SPLITS), _flags.field_help(EvalConfig, "split"))
+    flags.DEFINE_integer(
+        "batch_size", 32, _flags.field_help(EvalConfig, "batch_size"), lower_bound=1
     )
-    flags.DEFINE_integer("batch_size", 32, "Document streams scored in parallel.", lower_bound=1)
-    flags.DEFINE_integer("seq_length", 256, "Characters per model call.", lower_bound=1)
-    flags.DEFINE_integer("max_batches", 0, "Stop after this many batches (0 = all).", lower_bound=0)
+    flags.DEFINE_integer(
+        "seq_length", 256, _flags.field_help(EvalConfig, "seq_length"), lower_bound=1
+    )
+    flags.DEFINE_integer(
+        "max_batches", 0, _flags.field_help(EvalConfig, "max_batches"), lower_bound=0
+    )
 
 
 def check_before_work(flag_values):

@@ -35,7 +35,7 @@ from absl import flags
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.serving.settings import ExportConfig
+from tf_mlstm.config.binaries import ExportConfig
 
 FLAGS = flags.FLAGS
 
@@ -43,36 +43,35 @@ FLAGS = flags.FLAGS
 def define_export_flags():
     """Defines every tf-mlstm-export flag (all optional; `run` marks required ones)."""
     defaults = ExportConfig("", "")
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_string("model_dir", None, _flags.field_help(ExportConfig, "model_dir"))
     flags.DEFINE_string(
         "export_dir",
         None,
-        "The folder of SavedModel versions, e.g. serving/NAME: the export goes to "
-        "EXPORT_DIR/<checkpoint step>. Must be new, empty or hold only earlier exports.",
+        _flags.field_help(ExportConfig, "export_dir"),
     )
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json; adds the classify signature (a "
-        "tf-mlstm-finetune --model_dir has its own without this flag).",
+        _flags.field_help(ExportConfig, "classifier"),
     )
-    flags.DEFINE_integer("window", defaults.window, "Bytes per model call inside the signatures.")
+    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ExportConfig, "window"))
     flags.DEFINE_integer(
         "max_text_bytes",
         defaults.max_text_bytes,
-        "Longest text or prompt (UTF-8 bytes) a request may hold; longer ones are refused.",
+        _flags.field_help(ExportConfig, "max_text_bytes"),
     )
     flags.DEFINE_integer(
         "max_generate_length",
         defaults.max_generate_length,
-        "Largest length the generate signature accepts; larger requests are refused.",
+        _flags.field_help(ExportConfig, "max_generate_length"),
     )
     _flags.define_feature_precision(
         defaults.precision,
         " Unset: with --classifier, the precision its features were fitted in (recorded in "
         "classifier.json), else float32. 'auto' decides by this machine, not the server's.",
+        help_text=_flags.field_help(ExportConfig, "precision"),
     )
-    _flags.define_allow_other_model()
+    _flags.define_allow_other_model(help_text=_flags.field_help(ExportConfig, "allow_other_model"))
 
 
 def check_before_work(flag_values):

@@ -33,105 +33,51 @@ stopped by SIGTERM or 130 by Ctrl-C after a checkpoint: rerun to resume).
 
 from absl import flags
 
+from tf_mlstm import config as finetune_lib
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.models.kinds import SEQUENCE_KINDS
-from tf_mlstm.transfer import settings as finetune_lib
 
 FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()
 
 
-def _default(name):
-    return getattr(_DEFAULTS, name)
-
-
 def define_finetune_flags():
     """Defines every tf-mlstm-finetune flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string("init_model_dir", None, "The tf-mlstm-train --model_dir to start from.")
-    flags.DEFINE_string("model_dir", None, "Output: checkpoints, configs and results.json.")
     flags.DEFINE_string(
-        "train_data", None, "Labeled corpus files/globs (JSON lines, CSV, ...; comma-separated)."
+        "init_model_dir", None, _flags.field_help(finetune_lib.FinetuneConfig, "init_model_dir")
     )
     flags.DEFINE_string(
-        "validation_data",
-        _default("validation_data"),
-        "Labeled validation files; empty = hold out --validation_fraction of train.",
-    )
-    flags.DEFINE_string("test_data", _default("test_data"), "Labeled test files (optional).")
-    _flags.define_text_key("Text keys/columns, first present wins.")
-    flags.DEFINE_list(
-        "label_key",
-        _default("label_key"),
-        "Label key/column: 0/1 (pos/neg) = binary, K classes = softmax; several "
-        "comma-separated keys = multi-label.",
+        "model_dir", None, _flags.field_help(finetune_lib.FinetuneConfig, "model_dir")
     )
     flags.DEFINE_string(
-        "label_map",
-        _default("label_map"),
-        "Raw label values -> classes, e.g. 1:neg,2:neg,3:neutral,4:pos,5:pos (one --label_key).",
+        "train_data", None, _flags.field_help(finetune_lib.FinetuneConfig, "train_data")
     )
-    flags.DEFINE_float(
-        "validation_fraction",
-        _default("validation_fraction"),
-        "Share of train held out when there is no --validation_data.",
+    _flags.define_fields(_DEFAULTS, ("validation_data", "test_data"))
+    _flags.define_text_key(_flags.field_help(finetune_lib.FinetuneConfig, "text_key"))
+    _flags.define_fields(
+        _DEFAULTS,
+        (
+            "label_key",
+            "label_map",
+            "validation_fraction",
+            "max_train_examples",
+            "max_eval_examples",
+            "max_length",
+            "features",
+            "head_init",
+            "head_hidden",
+            "head_dropout",
+            "lm_loss_weight",
+            "threshold_metric",
+            "batch_size",
+        ),
+        choices={
+            "head_init": finetune_lib.HEAD_INITS,
+            "threshold_metric": finetune_lib.THRESHOLD_METRICS,
+        },
     )
-    flags.DEFINE_integer(
-        "max_train_examples",
-        _default("max_train_examples"),
-        "Use a seeded random subset of this many training texts (0 = all); "
-        "tf-mlstm-transfer and tools/tfidf_baseline.py keep the same rows.",
-    )
-    flags.DEFINE_integer(
-        "max_eval_examples",
-        _default("max_eval_examples"),
-        "The same for the validation and test data each (0 = all).",
-    )
-    flags.DEFINE_integer(
-        "max_length",
-        _default("max_length"),
-        "Bytes per text (document start included); longer texts are cut.",
-    )
-    flags.DEFINE_list(
-        "features",
-        _default("features"),
-        "The head's features, one or several (concatenated) of "
-        f"{','.join(SEQUENCE_KINDS)}: the final cell or hidden state, or the mean, "
-        "max, min or std of the hidden state over the text.",
-    )
-    flags.DEFINE_enum(
-        "head_init",
-        _default("head_init"),
-        list(finetune_lib.HEAD_INITS),
-        "random, or probe: start a linear head as the logistic regression on the starting "
-        "model's features (C chosen on validation), then fine-tune.",
-    )
-    flags.DEFINE_integer(
-        "head_hidden",
-        _default("head_hidden"),
-        "0 = a linear head; N = one hidden layer of N ReLU units before the output layer.",
-    )
-    flags.DEFINE_float(
-        "head_dropout",
-        _default("head_dropout"),
-        "Dropout rate before the output layer (training only; 0 = none).",
-    )
-    flags.DEFINE_float(
-        "lm_loss_weight",
-        _default("lm_loss_weight"),
-        "Weight of the auxiliary language-model loss (0 = off).",
-    )
-    flags.DEFINE_enum(
-        "threshold_metric",
-        _default("threshold_metric"),
-        list(finetune_lib.THRESHOLD_METRICS),
-        "What each label's threshold maximizes on the validation data.",
-    )
-    flags.DEFINE_integer(
-        "batch_size", _default("batch_size"), "Global batch; split evenly over replicas."
-    )
-    _flags.define_runner_flags(_DEFAULTS, end_of_run="choose thresholds and evaluate")
+    _flags.define_runner_flags(_DEFAULTS)
     _flags.define_deprecated_alias("feature", "features")  # the spelling of earlier releases
 
 

@@ -22,95 +22,55 @@ printed as the prompt followed by its continuation; with several samples a
 `=== sample K ===` line precedes each.
 """
 
-import dataclasses
-import math
-
 from absl import flags
 
-from tf_mlstm import errors
 from tf_mlstm import preflight
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
-from tf_mlstm.transfer.neuron import SENTIMENTS
+from tf_mlstm.config.binaries import GenerateConfig
+from tf_mlstm.config.choices import SENTIMENTS
 
 FLAGS = flags.FLAGS
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerateConfig:
-    """What to sample. Field names match the flags."""
-
-    model_dir: str
-    prompt: str = ""
-    length: int = 200
-    temperature: float = 1.0
-    seed: int = 0
-    neuron: int | None = None  # None: the classifier's, else none (-1)
-    neuron_value: float | None = None  # None: the classifier's, else 0.0
-    num_samples: int = 1
-    stop_at_end: bool = True
-    classifier: str = ""
-    sentiment: str | None = None  # None: positive (with a classifier)
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise errors.InvalidValueError(
-                f"--temperature must be a positive number, got {self.temperature}."
-            )
-        if self.length <= 0 or self.num_samples <= 0:
-            raise errors.InvalidValueError(
-                f"--length and --num_samples must be positive, got {self.length} and "
-                f"{self.num_samples}."
-            )
-        if self.neuron is not None and self.neuron < -1:
-            raise errors.InvalidValueError(
-                f"--neuron must be a unit index or -1 (none), got {self.neuron}."
-            )
-        if self.sentiment is not None and not self.classifier:
-            raise errors.InvalidValueError(
-                "--sentiment needs --classifier (the neuron whose side it names)."
-            )
-        return self
 
 
 def define_generate_flags():
     """Defines every tf-mlstm-generate flag (all optional; `run` marks required ones)."""
     defaults = GenerateConfig(model_dir="")
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
-    flags.DEFINE_string("prompt", defaults.prompt, "Text the samples continue (may be empty).")
-    flags.DEFINE_integer("length", defaults.length, "Bytes to generate per sample (at most).")
+    flags.DEFINE_string("model_dir", None, _flags.field_help(GenerateConfig, "model_dir"))
+    flags.DEFINE_string("prompt", defaults.prompt, _flags.field_help(GenerateConfig, "prompt"))
+    flags.DEFINE_integer("length", defaults.length, _flags.field_help(GenerateConfig, "length"))
     flags.DEFINE_float(
-        "temperature", defaults.temperature, "Softmax temperature (> 0; small is near argmax)."
+        "temperature", defaults.temperature, _flags.field_help(GenerateConfig, "temperature")
     )
-    flags.DEFINE_integer("seed", defaults.seed, "Random seed; the same seed gives the same text.")
+    flags.DEFINE_integer("seed", defaults.seed, _flags.field_help(GenerateConfig, "seed"))
     flags.DEFINE_integer(
         "neuron",
         defaults.neuron,
-        "Unit held at --neuron_value (-1 = none): of the cell state, or of the --classifier's "
-        "neuron's state. Unset: the --classifier's sentiment neuron, or none.",
+        _flags.field_help(GenerateConfig, "neuron"),
     )
     flags.DEFINE_float(
         "neuron_value",
         defaults.neuron_value,
-        "The value --neuron is held at. Unset: from --classifier, or 0.",
+        _flags.field_help(GenerateConfig, "neuron_value"),
     )
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a unit of the "
-        "model) on the --sentiment side of its threshold.",
+        _flags.field_help(GenerateConfig, "classifier"),
     )
     flags.DEFINE_enum(
         "sentiment",
         defaults.sentiment,
         list(SENTIMENTS),
-        "With --classifier: the side the neuron is held on (default positive).",
+        _flags.field_help(GenerateConfig, "sentiment"),
     )
-    flags.DEFINE_integer("num_samples", defaults.num_samples, "Samples drawn (in one batch).")
+    flags.DEFINE_integer(
+        "num_samples", defaults.num_samples, _flags.field_help(GenerateConfig, "num_samples")
+    )
     flags.DEFINE_boolean(
         "stop_at_end",
         defaults.stop_at_end,
-        "End a sample at the end of the review (the next document-start byte).",
+        _flags.field_help(GenerateConfig, "stop_at_end"),
     )
 
 

@@ -14,37 +14,21 @@ visualize, transfer, classify, export, finetune). Prints one JSON line with
 the folder and the model's sizes.
 """
 
-import dataclasses
-
 from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm import preflight
+from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import ImportConfig
 
 FLAGS = flags.FLAGS
 
 
-@dataclasses.dataclass(frozen=True)
-class ImportConfig:
-    """What to import where. Field names match the flags."""
-
-    weights_dir: str
-    model_dir: str
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if not self.weights_dir or not self.model_dir:
-            raise errors.InvalidValueError("--weights_dir and --model_dir must not be empty.")
-        return self
-
-
 def define_import_flags():
     """Defines every tf-mlstm-import-openai flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string(
-        "weights_dir", None, "The release's model/ folder, holding 0.npy .. 14.npy."
-    )
-    flags.DEFINE_string("model_dir", None, "The run folder to create (must not hold a run).")
+    flags.DEFINE_string("weights_dir", None, _flags.field_help(ImportConfig, "weights_dir"))
+    flags.DEFINE_string("model_dir", None, _flags.field_help(ImportConfig, "model_dir"))
 
 
 def check_before_work(flag_values):

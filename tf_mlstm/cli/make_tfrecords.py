@@ -42,8 +42,8 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.data import fields
-from tf_mlstm.data.convert_config import ConvertConfig
 
 # TensorFlow (through tf_mlstm.data.convert) is imported only once the flags
 # and the config have passed their checks, so --help and usage errors answer

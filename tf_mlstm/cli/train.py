@@ -31,98 +31,28 @@ FLAGS = flags.FLAGS
 _DEFAULTS = config_lib.TrainConfig()
 
 
-def _default(name):
-    return getattr(_DEFAULTS, name)
-
-
 def define_data_flags():
-    flags.DEFINE_string(
-        "train_data",
-        _default("train_data"),
-        "TFRecord folder (its train-* shards are read) or a glob of shards, "
-        "from tf-mlstm-make-tfrecords. Empty: the embedded demo corpus.",
-    )
-    flags.DEFINE_string(
-        "validation_data",
-        _default("validation_data"),
-        "Validation shards (folder or glob). Empty: the validation-* shards beside --train_data.",
-    )
-    flags.DEFINE_string(
-        "model_dir",
-        _default("model_dir"),
-        "Checkpoints, TensorBoard events, config, results and "
-        "the SavedModel go here; a rerun resumes from it.",
-    )
-    flags.DEFINE_integer(
-        "shuffle_buffer",
-        _default("shuffle_buffer"),
-        "Documents in the training shuffle buffer (0 = off).",
-    )
-    flags.DEFINE_string(
-        "source_repeats",
-        _default("source_repeats"),
-        "Oversample documents by the input file they were converted from: "
-        "comma-separated PATTERN=COUNT rules, a glob over the record's source path "
-        "(e.g. '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle "
-        "buffer). Training only; validation keeps the corpus as it is.",
+    _flags.define_fields(
+        _DEFAULTS,
+        ("train_data", "validation_data", "model_dir", "shuffle_buffer", "source_repeats"),
     )
 
 
 def define_model_flags():
-    flags.DEFINE_integer("hidden_size", _default("hidden_size"), "mLSTM units (the paper: 4096).")
-    flags.DEFINE_integer(
-        "embedding_size", _default("embedding_size"), "Byte embedding width (the paper: 64)."
-    )
-    flags.DEFINE_boolean("weight_norm", _default("weight_norm"), "Weight-normalized mLSTM kernels.")
+    _flags.define_fields(_DEFAULTS, ("hidden_size", "embedding_size", "weight_norm"))
 
 
 def define_optimization_flags():
-    flags.DEFINE_integer(
-        "seq_length", _default("seq_length"), "Truncated BPTT length in bytes (the paper: 256)."
-    )
-    flags.DEFINE_integer(
-        "batch_size", _default("batch_size"), "Global batch (rows); split evenly over replicas."
-    )
-    flags.DEFINE_enum(
-        "lr_scaling",
-        _default("lr_scaling"),
-        list(config_lib.SCALINGS),
-        "Scale --lr by global batch / --lr_base_batch.",
-    )
-    flags.DEFINE_integer(
-        "lr_base_batch", _default("lr_base_batch"), "The batch at which --lr was tuned."
-    )
-    flags.DEFINE_float("max_lr", _default("max_lr"), "Cap on the scaled rate (0 = none).")
-    flags.DEFINE_integer(
-        "total_steps", _default("total_steps"), "Schedule length in steps (0 = --max_steps)."
+    _flags.define_fields(
+        _DEFAULTS,
+        ("seq_length", "batch_size", "lr_scaling", "lr_base_batch", "max_lr", "total_steps"),
+        choices={"lr_scaling": config_lib.SCALINGS},
     )
 
 
 def define_budget_flags():
-    flags.DEFINE_float(
-        "epochs",
-        _default("epochs"),
-        "Instead of --max_steps: passes over the training shards, turned into steps from "
-        "the byte counts that tf-mlstm-make-tfrecords recorded in stats.json (global batch x "
-        "--seq_length characters a step; --source_repeats copies are not counted).",
-    )
-    flags.DEFINE_integer(
-        "eval_batches",
-        _default("eval_batches"),
-        "Batches per periodic validation (the final one scores the whole validation split).",
-    )
-    flags.DEFINE_integer(
-        "sample_every_steps",
-        _default("sample_every_steps"),
-        "Generated-text sample interval (0 = off).",
-    )
-    flags.DEFINE_integer("sample_length", _default("sample_length"), "Bytes per generated sample.")
-    flags.DEFINE_boolean(
-        "export",
-        _default("export"),
-        "Export the final step's SavedModel into MODEL_DIR/export when training ends. "
-        "--noexport skips it (seconds on a small model); tf-mlstm-export makes it later "
-        "from the run folder.",
+    _flags.define_fields(
+        _DEFAULTS, ("epochs", "eval_batches", "sample_every_steps", "sample_length", "export")
     )
 
 

@@ -45,120 +45,46 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import TransferConfig
+from tf_mlstm.config import choices
 
 FLAGS = flags.FLAGS
 
 
 def define_transfer_flags():
     """Defines every tf-mlstm-transfer flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
-    flags.DEFINE_string("train_data", None, "Labeled training files (comma-separated files/globs).")
-    flags.DEFINE_string(
-        "validation_data",
-        "",
-        "Labeled validation files; empty: hold out --validation_fraction of train.",
+    flags.DEFINE_string("model_dir", None, _flags.field_help(TransferConfig, "model_dir"))
+    flags.DEFINE_string("train_data", None, _flags.field_help(TransferConfig, "train_data"))
+    defaults = TransferConfig()
+    _flags.define_fields(defaults, ("validation_data", "test_data"))
+    _flags.define_text_key(_flags.field_help(TransferConfig, "text_key"))
+    _flags.define_fields(
+        defaults,
+        ("label_key", "label_threshold", "label_map", "threshold_metric"),
+        choices={"threshold_metric": choices.THRESHOLD_METRICS},
     )
-    flags.DEFINE_string("test_data", "", "Labeled test files; empty: no test accuracy.")
-    _flags.define_text_key()
-    flags.DEFINE_list(
-        "label_key",
-        "label",
-        "Key/column of the class label (two classes or more); several, comma-separated: one "
-        "0/1 label each (multi-label, one classifier per label).",
+    flags.DEFINE_string("output_dir", None, _flags.field_help(TransferConfig, "output_dir"))
+    _flags.define_overwrite(
+        "--output_dir", help_text=_flags.field_help(TransferConfig, "overwrite")
     )
-    flags.DEFINE_float(
-        "label_threshold",
-        None,
-        "Read --label_key as a score (stars, a 1-10 rating) and label it positive when >= this "
-        "value, negative below (e.g. --label_key=overall --label_threshold=4 for Amazon stars). "
-        "Unset: the label is already a class.",
-    )
-    flags.DEFINE_string(
-        "label_map",
-        "",
-        "Raw label values -> classes, as comma-separated VALUE:CLASS entries (e.g. "
-        "1:negative,2:negative,3:neutral,4:positive,5:positive for Amazon stars); numbers match "
-        "numerically (5.0 is 5), text case-insensitively; the classes keep the map's order. A "
-        "value the map does not name is an error naming file and line.",
-    )
-    flags.DEFINE_enum(
-        "threshold_metric",
-        "accuracy",
-        ["accuracy", "f1"],
-        "Multi-label: what each label's probability threshold (and its C) maximizes on "
-        "validation; f1 suits rare labels.",
-    )
-    flags.DEFINE_string(
-        "output_dir",
-        None,
-        "Where results, classifier and plots are written; not a model folder (its results.json "
-        "belongs to the run).",
-    )
-    _flags.define_overwrite("--output_dir")
-    flags.DEFINE_string(
-        "features",
-        "auto",
-        "Comma-separated of cell, hidden (final states), mean, max, min, std (of the hidden "
-        "state), cell_mean, cell_max, cell_min (of the cell state), tfidf (TF-IDF of word uni- "
-        "and bigrams, fitted on the training texts), concatenated; or auto (choose among final "
-        "/ hidden statistics / cell statistics on validation); auto,tfidf: the n-grams are one "
-        "more group to choose.",
-    )
+    _flags.define_fields(defaults, ("features",))
+    # A text here, parsed into the field's tuple of counts (`parse_num_labeled`).
     flags.DEFINE_string(
         "num_labeled",
         "10,100,1000,all",
-        "Training-set sizes for the accuracy curve (balanced seeded subsamples); empty: none.",
+        _flags.field_help(TransferConfig, "num_labeled"),
     )
-    flags.DEFINE_integer("batch_size", 64, "Texts per model call.")
-    flags.DEFINE_integer("window", 256, "Bytes per model call (the state carries across).")
-    _flags.define_feature_precision()
-    flags.DEFINE_integer(
-        "max_train_examples", 0, "Use a seeded random subset of this many training texts (0 = all)."
+    _flags.define_fields(defaults, ("batch_size", "window"))
+    _flags.define_feature_precision(help_text=_flags.field_help(TransferConfig, "precision"))
+    _flags.define_fields(
+        defaults, ("max_train_examples", "max_eval_examples", "validation_fraction")
     )
-    flags.DEFINE_integer(
-        "max_eval_examples",
-        0,
-        "Same for --validation_data and --test_data each (0 = all); for quick checks.",
-    )
-    flags.DEFINE_float(
-        "validation_fraction",
-        0.1,
-        "Share of train held out for validation without --validation_data.",
-    )
-    flags.DEFINE_list(
-        "c_grid", [], "Comma-separated inverse regularization strengths; empty: 1e-4 .. 1."
-    )
-    flags.DEFINE_enum(
-        "penalty",
-        "l2",
-        ["l1", "l2"],
-        "l2: dense weights, more accurate from the pooled features of small models; l1: sparse "
-        "weights (Radford et al.), the units that carry sentiment stand out.",
-    )
-    flags.DEFINE_enum(
-        "solver",
-        "auto",
-        ["auto", "batch", "liblinear", "saga", "lbfgs"],
-        "auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2, "
-        "FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.",
-    )
-    flags.DEFINE_integer(
-        "cv_folds",
-        5,
-        "With a validation split under 2,000 rows, choose the features and C by this many "
-        "folds of stratified cross-validation over train and validation together (the "
-        "classifier is still fitted on train); 0: the validation split chooses.",
-    )
-    flags.DEFINE_integer("seed", 0, "Seed of subsamples, the held-out split and the solver.")
-    flags.DEFINE_bool(
-        "feature_cache",
-        True,
-        "Keep each split's model features in the user's cache folder "
-        "($XDG_CACHE_HOME/tf_mlstm/features, ~/.cache without it; at most "
-        "$TF_MLSTM_FEATURE_CACHE_MB megabytes, 4096 by default, least recently used "
-        "first out), keyed by the weights, the texts, the kinds, --precision and --window, "
-        "and read them back in any run that would compute the same; --nofeature_cache "
-        "computes everything and keeps nothing.",
+    # Empty: the field's default grid.
+    flags.DEFINE_list("c_grid", [], _flags.field_help(TransferConfig, "c_grid"))
+    _flags.define_fields(
+        defaults,
+        ("penalty", "solver", "cv_folds", "seed", "feature_cache"),
+        choices={"penalty": choices.PENALTIES, "solver": choices.SOLVERS},
     )
     for old, new in _RENAMED:
         _flags.define_deprecated_alias(old, new)

@@ -21,111 +21,55 @@ cell-state feature) and its sign: with sign
 wins (a disagreement is logged); one of the two is needed.
 """
 
-import dataclasses
 import itertools
-import os
-import re
 
 from absl import flags
 from absl import logging
 
-from tf_mlstm import errors
 from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config.binaries import VISUALIZE_OUTPUT_NAME
+from tf_mlstm.config.binaries import VisualizeConfig
 
 FLAGS = flags.FLAGS
-
-
-# The files it writes into --output_dir (others there are left alone).
-_OUTPUT_NAME = re.compile(r"neuron_\d+\.(html|png|json)")
-
-
-@dataclasses.dataclass(frozen=True)
-class VisualizeConfig:
-    """What to draw. Field names match the flags."""
-
-    model_dir: str
-    neuron: int | None
-    input: str
-    output_dir: str
-    classifier: str = ""
-    text_key: tuple = _flags.TEXT_KEYS
-    text_mode: str = "line"
-    max_texts: int = 10
-    max_chars: int = 2000
-    width: int = 64
-    scale: float = 0.0
-    overwrite: bool = False
-
-    def validate(self):
-        """Raises ValueError with one clear line for a bad value; returns self."""
-        if self.neuron is None and not self.classifier:
-            raise errors.InvalidValueError(
-                "give --neuron (a cell unit) or --classifier (its sentiment neuron)."
-            )
-        if self.neuron is not None and self.neuron < 0:
-            raise errors.InvalidValueError(
-                f"--neuron must be a unit index >= 0, got {self.neuron}."
-            )
-        if min(self.max_texts, self.max_chars, self.width) <= 0:
-            raise errors.InvalidValueError("--max_texts, --max_chars and --width must be positive.")
-        if self.scale < 0:
-            raise errors.InvalidValueError(
-                f"--scale must be >= 0 (0 = automatic), got {self.scale}."
-            )
-        if not self.input:
-            raise errors.InvalidValueError("--input must be text or files, got an empty string.")
-        _flags.refuse_output_over_input("--output_dir", self._is_an_output, "--input", self.input)
-        return self
-
-    def _is_an_output(self, path):
-        """Whether `path` is (or may be, the unit not known yet) a file this run writes."""
-        folder, name = os.path.split(os.path.realpath(path))
-        return (
-            os.path.isfile(path)
-            and folder == os.path.realpath(self.output_dir)
-            and _OUTPUT_NAME.fullmatch(name) is not None
-        )
 
 
 def define_visualize_flags():
     """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
     defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
-    flags.DEFINE_string("model_dir", None, "A tf-mlstm-train (or tf-mlstm-finetune) --model_dir.")
+    flags.DEFINE_string("model_dir", None, _flags.field_help(VisualizeConfig, "model_dir"))
     flags.DEFINE_integer(
         "neuron",
         None,
-        "The unit to draw (overrides --classifier's neuron): of the cell state, or of the "
-        "--classifier's neuron's state.",
+        _flags.field_help(VisualizeConfig, "neuron"),
     )
     flags.DEFINE_string(
         "classifier",
         defaults.classifier,
-        "A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a unit of the "
-        "model), green meaning positive.",
+        _flags.field_help(VisualizeConfig, "classifier"),
     )
-    flags.DEFINE_string(
-        "input", None, "Literal text, or comma-separated corpus files/globs (see the module doc)."
+    flags.DEFINE_string("input", None, _flags.field_help(VisualizeConfig, "input"))
+    flags.DEFINE_string("output_dir", None, _flags.field_help(VisualizeConfig, "output_dir"))
+    _flags.define_overwrite(
+        "--output_dir's neuron_N files", help_text=_flags.field_help(VisualizeConfig, "overwrite")
     )
-    flags.DEFINE_string("output_dir", None, "Where the HTML, PNG and JSON files go.")
-    _flags.define_overwrite("--output_dir's neuron_N files")
-    _flags.define_text_key("Corpus files: text keys/columns, first present wins.")
+    _flags.define_text_key(_flags.field_help(VisualizeConfig, "text_key"))
     flags.DEFINE_enum(
         "text_mode",
         defaults.text_mode,
         ["line", "file"],
-        "Plain-text files: a text per line or per file.",
+        _flags.field_help(VisualizeConfig, "text_mode"),
     )
-    flags.DEFINE_integer("max_texts", defaults.max_texts, "Corpus files: texts drawn, at most.")
     flags.DEFINE_integer(
-        "max_chars", defaults.max_chars, "Characters drawn per text; longer texts are cut."
+        "max_texts", defaults.max_texts, _flags.field_help(VisualizeConfig, "max_texts")
     )
-    flags.DEFINE_integer("width", defaults.width, "Heat-map characters per row.")
-    flags.DEFINE_float(
-        "scale", defaults.scale, "Value drawn as full red/green (0 = largest absolute value)."
+    flags.DEFINE_integer(
+        "max_chars", defaults.max_chars, _flags.field_help(VisualizeConfig, "max_chars")
     )
+    flags.DEFINE_integer("width", defaults.width, _flags.field_help(VisualizeConfig, "width"))
+    flags.DEFINE_float("scale", defaults.scale, _flags.field_help(VisualizeConfig, "scale"))
 
 
 def check_before_work(flag_values):
@@ -141,7 +85,7 @@ def check_before_work(flag_values):
         "--output_dir",
         flag_values.output_dir,
         flag_values.overwrite,
-        is_output=_OUTPUT_NAME.fullmatch,
+        is_output=VISUALIZE_OUTPUT_NAME.fullmatch,
     )
 
 

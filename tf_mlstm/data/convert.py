@@ -35,9 +35,9 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import fileio
+from tf_mlstm.config.convert import ConvertConfig  # noqa: F401 (the library's name for it)
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
-from tf_mlstm.data.convert_config import ConvertConfig  # noqa: F401 (the library's name for it)
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import byte_unit
 

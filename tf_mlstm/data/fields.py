@@ -9,6 +9,12 @@ flag definitions can name the default without loading TensorFlow.
 # binary, so one record reads the same everywhere.
 TEXT_KEYS = ("reviewText", "text", "sentence")
 
+NGRAM_KIND = "tfidf"
+"""The feature kind of word n-gram TF-IDF features (`tf_mlstm.data.words`)."""
+
+SPLITS = ("train", "validation", "test")
+"""The splits a TFRecord folder holds (`tf_mlstm.data.tfrecord`)."""
+
 # How plain-text files are read: a document per line, or per file.
 TEXT_MODES = ("line", "file")
 

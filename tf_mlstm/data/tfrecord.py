@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from tf_mlstm import errors
 from tf_mlstm.data import fields
+from tf_mlstm.data.fields import SPLITS
 from tf_mlstm.data.readers import Document
 
 TEXT_FEATURE = "text"
@@ -51,7 +52,6 @@ RATING_FEATURE = "rating"
 SOURCE_FEATURE = "source"
 UNKNOWN_LABEL = -1
 
-SPLITS = ("train", "validation", "test")
 TFRECORD_SUFFIX = ".tfrecord"
 GZIP_SUFFIX = ".gz"
 _COMPRESSIONS = (None, "GZIP")

@@ -21,8 +21,8 @@ tensor.
 
 import tensorflow as tf
 
-NGRAM_KIND = "tfidf"
-"""The feature kind of word n-gram TF-IDF features."""
+from tf_mlstm.data.fields import NGRAM_KIND  # noqa: F401 (the kind's name, without TensorFlow)
+
 MAX_N = 2
 """Unigrams and bigrams."""
 _SEPARATORS_RE2 = r"[^\p{L}\p{M}\p{N}_]+"

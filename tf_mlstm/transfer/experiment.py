@@ -17,7 +17,6 @@ regression per label, each with a threshold chosen on validation.
 """
 
 import dataclasses
-import math
 import os
 import time
 
@@ -27,7 +26,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.config import PRECISIONS
+from tf_mlstm.config import TransferConfig  # noqa: F401 (run_transfer's argument)
 from tf_mlstm.models import language_model
 from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
@@ -35,7 +34,6 @@ from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer import plots
-from tf_mlstm.transfer import settings
 
 RESULTS_FILE = rundir.RESULTS_FILE
 CLASSIFIER_FILE = "classifier.json"
@@ -70,84 +68,6 @@ def parse_num_labeled(spec):
                 f"--num_labeled entries must be integers >= 2 or 'all', got {piece!r}"
             )
     return tuple(sorted(counts - {ALL})) + ((ALL,) if ALL in counts else ())
-
-
-@dataclasses.dataclass(frozen=True)
-class TransferConfig(settings.LabeledDataFields):
-    """Settings of one transfer run. Field names match the flags.
-
-    The labeled data (splits, keys, labels, subsampling) is the group that
-    fine-tuning reads too (`settings.LabeledDataFields`).
-    """
-
-    model_dir: str = ""
-    output_dir: str = ""
-    label_threshold: float | None = None  # None: labels are classes; else value >= it is 1
-    threshold_metric: str = "accuracy"  # multi-label: what each label's threshold maximizes
-    features: str = "auto"  # measured best (docs/transfer.md); "cell" is the paper's
-    num_labeled: tuple = ()
-    batch_size: int = features_lib.DEFAULT_BATCH_SIZE
-    window: int = features_lib.DEFAULT_WINDOW
-    precision: str = "float32"  # the policy features are computed in
-    c_grid: tuple = logistic.DEFAULT_C_GRID
-    penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
-    solver: str = "auto"  # batch (tf_mlstm.transfer.solver); or scikit-learn's, by name
-    seed: int = 0
-    cv_folds: int = logistic.CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
-    progress: bool | None = None  # None: a progress bar on a terminal only
-    overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
-    feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
-
-    def validate(self):
-        """Raises ValueError naming the first bad setting."""
-        for name in ("model_dir", "output_dir"):
-            if not getattr(self, name):
-                raise errors.InvalidValueError(f"--{name} is required.")
-        self.validate_labeled_data()
-        features_lib.parse_feature_kinds(self.features)
-        if self.batch_size <= 0 or self.window <= 0:
-            raise errors.InvalidValueError("--batch_size and --window must be positive")
-        if self.precision not in PRECISIONS:
-            raise errors.InvalidValueError(
-                f"--precision must be one of {PRECISIONS}, got {self.precision!r}"
-            )
-        if self.penalty not in logistic.PENALTIES:
-            raise errors.InvalidValueError(
-                f"--penalty must be one of {logistic.PENALTIES}, got {self.penalty!r}"
-            )
-        if self.solver not in logistic.SOLVERS:
-            raise errors.InvalidValueError(
-                f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}"
-            )
-        if self.solver == "lbfgs" and self.penalty != "l2":
-            raise errors.InvalidValueError(
-                f"--solver=lbfgs fits only --penalty=l2, not {self.penalty}"
-            )
-        if self.cv_folds < 0 or self.cv_folds == 1:
-            raise errors.InvalidValueError(
-                f"--cv_folds must be 0 (choose on the validation split) or 2 or more, got "
-                f"{self.cv_folds}"
-            )
-        if not self.c_grid or min(self.c_grid) <= 0:
-            raise errors.InvalidValueError(
-                f"--c_grid must hold positive values, got {list(self.c_grid)}"
-            )
-        if self.label_threshold is not None and not math.isfinite(self.label_threshold):
-            raise errors.InvalidValueError(
-                f"--label_threshold must be a finite number, got {self.label_threshold}"
-            )
-        if self.label_threshold is not None and self.label_map:
-            raise errors.InvalidValueError(
-                "--label_threshold and --label_map cannot be combined: choose one"
-            )
-        labeled.parse_label_map(self.label_map)
-        if self.feature_cache:
-            feature_cache.cap_bytes()  # a bad TF_MLSTM_FEATURE_CACHE_MB, before the model loads
-        if self.threshold_metric not in labeled.THRESHOLD_METRICS:
-            raise errors.InvalidValueError(
-                f"--threshold_metric must be one of {labeled.THRESHOLD_METRICS}, got "
-                f"{self.threshold_metric!r}"
-            )
 
 
 # === Steps ===

@@ -61,15 +61,15 @@ from absl import logging
 from tf_mlstm import _version
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.config.transfer import FEATURE_CACHE_CAP_ENV as CAP_ENV
+from tf_mlstm.config.transfer import FEATURE_CACHE_CAP_MB as DEFAULT_CAP_MB  # noqa: F401
+from tf_mlstm.config.transfer import feature_cache_cap_bytes as cap_bytes
 from tf_mlstm.train import autotune
 
 FORMAT = 1
 """The entry format (and the featurization code's) version; raising it retires every entry."""
 MAGIC = b"tf_mlstm features\n"
 SUFFIX = ".features"
-CAP_ENV = "TF_MLSTM_FEATURE_CACHE_MB"
-DEFAULT_CAP_MB = 4096
-"""About 150,000 texts of a 768-unit model's nine kinds, or 27,000 of a 4,096-unit one."""
 _MAX_HEADER = 1 << 16
 _KINDS_SEPARATOR = "+"
 
@@ -77,27 +77,6 @@ _KINDS_SEPARATOR = "+"
 def cache_dir() -> str:
     """`$XDG_CACHE_HOME/tf_mlstm/features`, or `~/.cache/tf_mlstm/features` without it."""
     return os.path.join(os.path.dirname(autotune.cache_path()), "features")
-
-
-def cap_bytes() -> int:
-    """The cache's size cap in bytes: `TF_MLSTM_FEATURE_CACHE_MB`, else `DEFAULT_CAP_MB`.
-
-    Raises:
-      errors.InvalidValueError: the variable is set to something other than a
-        number >= 0.
-    """
-    value = os.environ.get(CAP_ENV, "").strip()
-    if not value:
-        return DEFAULT_CAP_MB * 10**6
-    try:
-        megabytes = float(value)
-    except ValueError:
-        megabytes = -1.0
-    if not megabytes >= 0 or megabytes == float("inf"):
-        raise errors.InvalidValueError(
-            f"{CAP_ENV} must be a number of megabytes >= 0 (0 stores nothing), got {value!r}"
-        )
-    return int(megabytes * 10**6)
 
 
 def texts_digest(texts) -> str:

@@ -32,6 +32,12 @@ from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.config.choices import ALL_KINDS  # noqa: F401 (callers read it here)
+from tf_mlstm.config.choices import AUTO
+from tf_mlstm.config.choices import AUTO_NGRAMS
+from tf_mlstm.config.transfer import FEATURE_BATCH_SIZE as DEFAULT_BATCH_SIZE
+from tf_mlstm.config.transfer import FEATURE_WINDOW as DEFAULT_WINDOW
+from tf_mlstm.config.transfer import parse_feature_kinds  # noqa: F401 (callers read it here)
 from tf_mlstm.data.words import NGRAM_KIND
 from tf_mlstm.models import featurize
 from tf_mlstm.models import language_model
@@ -51,13 +57,6 @@ FEATURE_GROUPS = (
 the hidden state, statistics of the cell state. Selecting among 3 groups takes
 at most 6 fits, where selecting among the 9 kinds takes up to 45."""
 NGRAM_GROUP = (NGRAM_KIND,)
-ALL_KINDS = FEATURE_KINDS + (NGRAM_KIND,)
-"""Every kind, in the order they are concatenated: the model's, then the n-grams."""
-AUTO = "auto"
-AUTO_NGRAMS = "auto,tfidf"
-"""`auto` over `FEATURE_GROUPS` and `NGRAM_GROUP`."""
-DEFAULT_WINDOW = 256
-DEFAULT_BATCH_SIZE = 64
 
 
 def resolve_precision(
@@ -87,37 +86,6 @@ def resolve_precision(
     precision, reason = hardware.resolve_precision(choice, machine)
     logging.info("Features in %s (auto: %s); %s.", precision, reason, machine.describe())
     return precision
-
-
-def parse_feature_kinds(spec) -> tuple[str, ...] | str:
-    """Parses a `--features` value.
-
-    Args:
-      spec: comma-separated kinds from `ALL_KINDS` ("cell,mean", "tfidf"),
-        "auto", or "auto,tfidf".
-
-    Returns:
-      `AUTO`, `AUTO_NGRAMS`, or a tuple of distinct kinds in `ALL_KINDS`
-      order (so "mean,cell" and "cell,mean" name the same features).
-
-    Raises:
-      ValueError: an empty spec, an unknown kind, or "auto" mixed with model
-        kinds.
-    """
-    names = [name.strip().lower() for name in spec.split(",") if name.strip()]
-    choices = f"choose from {list(ALL_KINDS)}, auto or auto,tfidf"
-    if not names:
-        raise errors.InvalidValueError(f"no feature kinds in {spec!r}; {choices}")
-    if AUTO in names:
-        if set(names) - {AUTO, NGRAM_KIND}:
-            raise errors.InvalidValueError(
-                f"'auto' cannot be combined with other feature kinds than tfidf: {spec!r}"
-            )
-        return AUTO_NGRAMS if NGRAM_KIND in names else AUTO
-    unknown = sorted(set(names) - set(ALL_KINDS))
-    if unknown:
-        raise errors.InvalidValueError(f"unknown feature kinds {unknown} in {spec!r}; {choices}")
-    return tuple(kind for kind in ALL_KINDS if kind in names)
 
 
 def kinds_to_compute(spec) -> tuple[tuple[str, ...], bool]:

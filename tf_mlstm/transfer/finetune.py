@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import config as settings
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data import readers
@@ -82,7 +83,6 @@ from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
-from tf_mlstm.transfer import settings
 
 # Re-exported: the configuration lives in a module without TensorFlow, so
 # that `tf-mlstm-finetune --help` and its flag checks answer at once.

@@ -27,7 +27,6 @@ disagree, and dropping such records would change the task silently.
 """
 
 import dataclasses
-import math
 
 import numpy as np
 from absl import logging
@@ -35,112 +34,11 @@ from sklearn import metrics as sk_metrics
 from sklearn.model_selection import train_test_split
 
 from tf_mlstm import errors
+from tf_mlstm.config.choices import THRESHOLD_METRICS  # noqa: F401
+from tf_mlstm.config.transfer import LABEL_MAP_EXAMPLE  # noqa: F401
+from tf_mlstm.config.transfer import LabelMap  # noqa: F401
+from tf_mlstm.config.transfer import parse_label_map
 from tf_mlstm.data import readers
-from tf_mlstm.transfer import settings
-
-THRESHOLD_METRICS = settings.THRESHOLD_METRICS
-LABEL_MAP_EXAMPLE = "1:negative,2:negative,3:neutral,4:positive,5:positive"
-
-
-# === Label maps ===
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelMap:
-    """Raw label values -> classes, from a `--label_map` spec.
-
-    Attributes:
-      spec: the spec it was parsed from.
-      entries: ((raw value as written, class), ...) in the spec's order.
-      classes: the distinct classes in the order the spec first names them;
-        integers when every class is written as a non-negative integer
-        (so `1:0,2:0,4:1,5:1` gives the classes 0 and 1), else strings.
-
-    Example:
-
-    >>> from tf_mlstm.transfer.labeled import parse_label_map
-    >>> label_map = parse_label_map("1:negative,2:negative,5:positive")
-    >>> label_map.classes, label_map.lookup("5"), label_map.lookup("3")
-    (('negative', 'positive'), 'positive', None)
-    """
-
-    spec: str
-    entries: tuple
-    classes: tuple
-
-    def lookup(self, value) -> str | None:
-        """The class of raw `value`, or None when the map does not name it.
-
-        Numbers match numerically (JSON 5.0, CSV "5" and the spec's "5" are
-        one value); other values match as stripped, case-insensitive text.
-        """
-        key = _map_key(value)
-        for raw, label in self.entries:
-            if _map_key(raw) == key:
-                return label
-        return None
-
-    def values(self) -> list[str]:
-        """The raw values the map names, as written, for error messages."""
-        return [raw for raw, _ in self.entries]
-
-
-def _map_key(value):
-    if isinstance(value, bool):
-        return ("text", str(value).lower())
-    if isinstance(value, (int, float)):
-        return ("number", float(value))
-    text = str(value).strip()
-    try:
-        number = float(text)
-    except ValueError:
-        return ("text", text.lower())
-    return ("number", number) if math.isfinite(number) else ("text", text.lower())
-
-
-def parse_label_map(spec) -> LabelMap | None:
-    """Parses a label map such as "1:negative,2:negative,3:neutral,4:positive,5:positive".
-
-    Syntax: comma-separated `VALUE:CLASS` entries; the class is what follows
-    the last colon. Several values may share a class; a value is named once.
-
-    Args:
-      spec: the spec; "" or None for no map.
-
-    Returns:
-      A `LabelMap`, or None for an empty spec.
-
-    Raises:
-      ValueError: one line naming the bad entry: no colon, an empty value or
-        class, a value named twice, or fewer than two classes.
-    """
-    if not spec or not spec.strip():
-        return None
-    entries, seen = [], {}
-    for number, piece in enumerate(spec.split(","), 1):
-        raw, colon, label = (part.strip() for part in piece.rpartition(":"))
-        if not colon or not raw or not label:
-            raise errors.InvalidValueError(
-                f"--label_map entry {number} ({piece.strip()!r}) is not VALUE:CLASS "
-                f"(e.g. --label_map={LABEL_MAP_EXAMPLE})"
-            )
-        key = _map_key(raw)
-        if key in seen:
-            raise errors.InvalidValueError(
-                f"--label_map names the value {raw!r} twice (entries {seen[key]} and {number})"
-            )
-        seen[key] = number
-        entries.append((raw, label))
-    classes = tuple(dict.fromkeys(label for _, label in entries))
-    if all(label.isdigit() for label in classes):
-        entries = [(raw, int(label)) for raw, label in entries]
-        classes = tuple(int(label) for label in classes)
-    if len(classes) < 2:
-        raise errors.InvalidValueError(
-            f"--label_map={spec} names one class; a classifier needs two or more"
-        )
-    return LabelMap(spec, tuple(entries), classes)
-
 
 # === Reading ===
 

@@ -51,6 +51,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from tf_mlstm import errors
+from tf_mlstm.config.choices import CV_FOLDS
+from tf_mlstm.config.choices import DEFAULT_C_GRID
+from tf_mlstm.config.choices import PENALTIES  # noqa: F401
+from tf_mlstm.config.choices import SOLVERS  # noqa: F401
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.kinds import CELL_KINDS
@@ -61,20 +65,6 @@ from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer import solver as solver_lib
 
-PENALTIES = ("l1", "l2")
-"""l1: Radford et al.'s sparse weights, which single out the units that carry
-sentiment; l2: dense weights, which classify better from the many weak,
-correlated pooled features of a small or briefly trained model
-(docs/transfer.md)."""
-SOLVERS = ("auto", "batch", "liblinear", "saga", "lbfgs")
-"""auto: batch, this project's full-batch solver on float32 features
-(`tf_mlstm.transfer.solver`: L-BFGS for l2, FISTA for l1; every task, the
-labels of a multilabel task side by side, convergence by the KKT residual);
-the others are scikit-learn's: liblinear (two classes), saga, lbfgs (l2)."""
-DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))
-"""Half-decade steps from 1e-4 (almost no unit kept) to 1 (Radford et al.'s
-largest C). Larger C keeps more units but makes liblinear slow on the
-correlated features of a poorly trained model."""
 WORDS_C_GRID = DEFAULT_C_GRID + (float(np.sqrt(10.0)), 10.0)
 """The default grid of the word n-grams alone: up to C=10 on the scaled block
 (scikit-learn's C of about 10,000 on raw TF-IDF). With every n-gram of a
@@ -92,8 +82,6 @@ NGRAM_FORMAT_VERSION = 3
 """Version 3 adds `ngrams` (the TF-IDF vocabulary); only a classifier on word
 n-grams is written as version 3, so files without them read as before."""
 _READ_VERSIONS = (1, 2, 3)
-CV_FOLDS = 5
-"""Folds of the cross-validation that chooses features and C on small data."""
 CV_MAX_VALIDATION = 2000
 """A validation split of this many rows or more chooses alone; a smaller one is
 too noisy a judge (a standard error of a point or more on accuracy), so the

@@ -24,10 +24,10 @@ import dataclasses
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config.choices import SENTIMENTS
 from tf_mlstm.models.kinds import CELL_KINDS
 from tf_mlstm.models.kinds import HIDDEN_KINDS
 
-SENTIMENTS = ("positive", "negative")
 HOLD_SPREADS = 2.0
 """How far past the neuron's threshold generation holds it, in standard
 deviations of the feature over the classifier's training texts: far enough to

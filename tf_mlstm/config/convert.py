@@ -1,7 +1,8 @@
 """What one conversion does (`tf-mlstm-make-tfrecords`), as a TensorFlow-free dataclass.
 
-Apart from `convert` (which imports TensorFlow) so that the binary checks
-its flags, and a notebook builds a config, without starting TensorFlow.
+Apart from `tf_mlstm.data.convert` (which imports TensorFlow) so that the
+binary checks its flags, and a notebook builds a config, without starting
+TensorFlow.
 """
 
 import dataclasses

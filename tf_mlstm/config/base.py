@@ -1,0 +1,204 @@
+"""What every config dataclass shares: field docs, type checks, range checks, JSON.
+
+A config documents each field once, in its class docstring's `Attributes:`
+(as tensorflow/models' `official/core` configs do); `field_doc` reads it for
+Python's readers and `field_help` words it for a binary's `--help`, so a
+flag's help text is its field's documentation.
+
+`CheckedFields` refuses a scalar field of the wrong type when a config is
+constructed; `JsonConfig` adds the range and choice checks that `validate`
+methods call, and the JSON round trip of the run folder's config files.
+"""
+
+import dataclasses
+import inspect
+import json
+import math
+import numbers
+import re
+
+from tf_mlstm import errors
+from tf_mlstm.errors import setting_name as _name
+
+_SETTING = re.compile(r"`(\w+)`")
+
+
+def field_docs(config_class):
+    """{field: its documentation, on one line} from the `Attributes:` of `config_class`.
+
+    A field documented nowhere in the class itself keeps the documentation of
+    the nearest base class (a field group) that has it.
+    """
+    docs = {}
+    for klass in reversed(config_class.__mro__):
+        docs.update(_attributes(klass.__dict__.get("__doc__") or ""))
+    return docs
+
+
+def _attributes(doc):
+    """The `Attributes:` section of a Google-style docstring, {name: text on one line}."""
+    lines = inspect.cleandoc(doc).split("\n")
+    if "Attributes:" not in (line.strip() for line in lines):
+        return {}
+    start = [line.strip() for line in lines].index("Attributes:") + 1
+    entries, name, indent = {}, None, None
+    for line in lines[start:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:
+            break  # the next section
+        if depth == indent:
+            name, _, text = line.strip().partition(":")
+            entries[name] = text.strip()
+        else:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def field_doc(config_class, name):
+    """The documentation of `config_class`'s field `name`, on one line.
+
+    Raises:
+      KeyError: the field is not documented.
+    """
+    docs = field_docs(config_class)
+    if name not in docs:
+        raise KeyError(f"{config_class.__name__}.{name} has no entry in its Attributes")
+    return docs[name]
+
+
+def field_help(config_class, name):
+    """The `--help` text of the flag `--name`: the field's documentation.
+
+    A field of the same config named in backquotes (`lr`) reads as its flag
+    (--lr), as the binary's user writes it.
+    """
+    fields = {field.name for field in dataclasses.fields(config_class)}
+    return _SETTING.sub(
+        lambda m: f"--{m.group(1)}" if m.group(1) in fields else m.group(0),
+        field_doc(config_class, name),
+    )
+
+
+# The scalar field types a config checks when it is constructed, and their names.
+_SCALAR_TYPES = {bool: "True or False", int: "an int", float: "a number", str: "a str"}
+
+
+def _accepts(expected, value):
+    """Whether `value` fits the scalar annotation `expected` (None: not a scalar, unchecked)."""
+    if expected is bool:
+        return isinstance(value, bool)
+    # NumPy's scalars count (a size computed from an array is a numpy.int64).
+    if expected is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if expected is float:  # an int is a number too
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if expected is str:
+        return isinstance(value, str)
+    return None
+
+
+class CheckedFields:
+    """Checks the scalar fields' types when a config dataclass is constructed.
+
+    A value of the wrong type (`TrainConfig(hidden_size="64")`) is refused at
+    once, naming the field, instead of failing deep inside the work. Fields
+    of other types (tuples, which flags may give as a comma-separated str)
+    are left to `validate`, as are ranges.
+    """
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            expected = field.type
+            options = getattr(expected, "__args__", None)
+            if type(expected).__name__ == "UnionType" and options:
+                choices = [t for t in options if t is not type(None)]
+                value = getattr(self, field.name)
+                if value is None or len(choices) != 1:
+                    continue
+                expected = choices[0]
+            value = getattr(self, field.name)
+            if _accepts(expected, value) is False:
+                raise errors.InvalidValueError(
+                    f"{type(self).__name__}: {field.name} must be {_SCALAR_TYPES[expected]}, "
+                    f"got {value!r}."
+                )
+
+
+class JsonConfig(CheckedFields):
+    """JSON round trip for frozen config dataclasses."""
+
+    def to_json(self):
+        """The config as sorted, indented JSON."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    # Integer fields that may be negative, with their smallest value
+    # (num_gpus: -1 = all visible). Every other integer field is a count, a
+    # size, a step or a seed: >= 0.
+    NEGATIVE_INTS = {"num_gpus": -1}
+
+    def check_numbers(self):
+        """Raises ValueError naming the first number field out of its range.
+
+        Floats must be finite; integers must be >= 0, or >= their entry in
+        `NEGATIVE_INTS`. Ranges particular to a field are `validate`'s.
+        """
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise errors.InvalidValueError(
+                    f"{_name(field.name)} must be a finite number, got {value}."
+                )
+            if isinstance(value, int) and not isinstance(value, bool):
+                errors.check_int32(_name(field.name), value)
+                lowest = self.NEGATIVE_INTS.get(field.name, 0)
+                if value < lowest:
+                    raise errors.InvalidValueError(
+                        f"{_name(field.name)} must be >= {lowest}, got {value}."
+                    )
+
+    def check_positive(self, names):
+        """Raises ValueError naming the first of the fields `names` that is not > 0."""
+        for name in names:
+            if not getattr(self, name) > 0:
+                raise errors.InvalidValueError(
+                    f"{_name(name)} must be positive, got {getattr(self, name)}."
+                )
+
+    def check_choices(self, choices):
+        """Raises ValueError naming the first field whose value is not among its choices.
+
+        Args:
+          choices: field name -> the values it may take.
+        """
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise errors.InvalidValueError(
+                    f"{_name(name)} must be one of {', '.join(allowed)}; "
+                    f"got {getattr(self, name)!r}."
+                )
+
+    # Field names a config file written before a rename holds: old -> new.
+    RENAMED_FIELDS = {}
+
+    @classmethod
+    def upgrade_saved(cls, values):
+        """A saved config's dict with the names `RENAMED_FIELDS` replaced (new ones win)."""
+        upgraded = {cls.RENAMED_FIELDS.get(k, k): v for k, v in values.items()}
+        upgraded.update({k: v for k, v in values.items() if k not in cls.RENAMED_FIELDS})
+        return upgraded
+
+    @classmethod
+    def from_json(cls, text):
+        """Builds a config from `to_json` output, ignoring unknown keys."""
+        values = cls.upgrade_saved(json.loads(text))
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def group_of(config, group):
+    """The fields of `group` (a fields dataclass) taken from `config`, as a `group`."""
+    return group(**{f.name: getattr(config, f.name) for f in dataclasses.fields(group)})

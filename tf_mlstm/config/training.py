@@ -1,0 +1,137 @@
+"""The language model's configs: training (`TrainConfig`) and scoring (`EvalConfig`)."""
+
+import dataclasses
+
+from tf_mlstm import errors
+from tf_mlstm.config.base import CheckedFields
+from tf_mlstm.config.choices import SCALINGS
+from tf_mlstm.config.runner import BudgetFields
+from tf_mlstm.config.runner import OptimizationFields
+from tf_mlstm.config.runner import RuntimeFields
+from tf_mlstm.config.runner import validate_runner_settings
+from tf_mlstm.data.fields import TEXT_KEYS
+from tf_mlstm.data.fields import split_keys
+from tf_mlstm.data.repeats import parse_source_repeats
+from tf_mlstm.errors import setting_name as _name
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
+    """Training settings. Field names match the `tf-mlstm-train` flags.
+
+    Runtime, optimization and budget settings are the shared groups'
+    (`tf_mlstm.config.runner`, documented there); the fields here are the
+    language model's own.
+
+    Attributes:
+      train_data: TFRecord folder (its train-* shards are read) or a glob of shards, from
+        tf-mlstm-make-tfrecords. Empty: the embedded demo corpus.
+      validation_data: Validation shards (folder or glob). Empty: the validation-* shards beside
+        `train_data`.
+      model_dir: Checkpoints, TensorBoard events, config, results and the SavedModel go here; a
+        rerun resumes from it.
+      shuffle_buffer: Documents in the training shuffle buffer (0 = off).
+      source_repeats: Oversample documents by the input file they were converted from:
+        comma-separated PATTERN=COUNT rules, a glob over the record's source path (e.g.
+        '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle buffer). Training
+        only; validation keeps the corpus as it is.
+      hidden_size: mLSTM units (the paper: 4096).
+      embedding_size: Byte embedding width (the paper: 64).
+      weight_norm: Weight-normalized mLSTM kernels.
+      seq_length: Truncated BPTT length in bytes (the paper: 256).
+      lr_scaling: Scale `lr` by global batch / `lr_base_batch`.
+      lr_base_batch: The batch at which `lr` was tuned.
+      max_lr: Cap on the scaled rate (0 = none).
+      total_steps: Schedule length in steps (0 = `max_steps`).
+      epochs: Instead of `max_steps`: passes over the training shards, turned into steps from
+        the byte counts that tf-mlstm-make-tfrecords recorded in stats.json (global batch x
+        `seq_length` characters a step; `source_repeats` copies are not counted).
+      eval_batches: Batches per periodic validation (the final one scores the whole validation
+        split).
+      sample_every_steps: Generated-text sample interval (0 = off).
+      sample_length: Bytes per generated sample.
+      export: Export the final step's SavedModel into MODEL_DIR/export when training ends.
+        --noexport skips it (seconds on a small model); tf-mlstm-export makes it later from the
+        run folder.
+    """
+
+    # Data.
+    train_data: str = ""  # TFRecord folder or glob; "" = embedded demo corpus.
+    validation_data: str = ""  # "" = the validation split beside train_data.
+    model_dir: str = "tf_mlstm_demo"
+    shuffle_buffer: int = 1024
+    source_repeats: str = ""  # PATTERN=COUNT,... over the records' source files.
+    # Model.
+    hidden_size: int = 256
+    embedding_size: int = 64
+    weight_norm: bool = True
+    # Optimization beyond the shared group.
+    seq_length: int = 128
+    lr_scaling: str = "none"
+    lr_base_batch: int = 128
+    max_lr: float = 0.0
+    total_steps: int = 0  # 0 = max_steps
+    # Budget and bookkeeping beyond the shared group.
+    epochs: float = 0.0  # > 0: max_steps from the converted corpus's byte count
+    eval_batches: int = 20
+    sample_every_steps: int = 200
+    sample_length: int = 200
+    export: bool = True  # the SavedModel of the final step, when training ends
+
+    def validate(self):
+        """Raises ValueError with one clear line for an inconsistent config."""
+        validate_runner_settings(self)
+        self.check_positive(("hidden_size", "embedding_size", "seq_length", "lr_base_batch"))
+        self.check_choices({"lr_scaling": SCALINGS})
+        for name in ("max_lr", "epochs"):
+            if getattr(self, name) < 0:
+                raise errors.InvalidValueError(
+                    f"{_name(name)} must be >= 0, got {getattr(self, name)}."
+                )
+        try:
+            parse_source_repeats(self.source_repeats)
+        except ValueError as error:
+            # The parser's message starts with the setting's name.
+            message = str(error).removeprefix("source_repeats")
+            raise errors.InvalidValueError(f"{_name('source_repeats')}{message}") from None
+        return self
+
+    @property
+    def schedule_steps(self):
+        return self.total_steps or self.max_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig(CheckedFields):
+    """What `tf-mlstm-eval` scores. Field names match its flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train `model_dir`.
+      data: TFRecord folder or glob, or comma-separated raw corpus files/globs.
+      text_key: Raw corpora: text keys/columns tried in order.
+      text_mode: Raw plain text: document per line or per file.
+      split: Split read from a TFRecord folder.
+      batch_size: Document streams scored in parallel.
+      seq_length: Characters per model call.
+      max_batches: Stop after this many batches (0 = all).
+    """
+
+    model_dir: str
+    data: str  # a TFRecord folder (its `split` shards) or glob, or raw corpus files/globs
+    text_key: tuple = TEXT_KEYS
+    text_mode: str = "line"
+    split: str = "test"
+    batch_size: int = 32
+    seq_length: int = 256
+    max_batches: int = 0
+
+    @property
+    def text_keys(self):
+        """The keys tried in order, blanks left out."""
+        return split_keys(self.text_key)
+
+    def validate(self):
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.text_keys:
+            raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key")
+        return self
