@@ -244,6 +244,29 @@ def test_restore_falls_back_to_the_newest_intact_checkpoint(tmp_path, caplog, da
         rundir.restore_checkpoint(tf.train.Checkpoint(v=value), directory)
 
 
+def test_a_first_save_killed_while_it_wrote_starts_the_run_from_the_beginning(tmp_path, caplog):
+    """No save ever ended (no checkpoint state file): the damaged files are what the first
+    save was writing when the run was killed; the rerun starts at step 0 with a warning.
+    Once a save has ended, damage is refused as before (the test above)."""
+    directory = str(tmp_path / "checkpoints")
+    _three_checkpoints(directory)
+    for step in (1, 2):
+        for suffix in (".index", ".data-00000-of-00001"):
+            os.remove(os.path.join(directory, f"ckpt-{step}{suffix}"))
+    index = os.path.join(directory, "ckpt-3.index")
+    with open(index, "r+b") as f:  # TensorFlow's merge of the index was under way
+        f.truncate(os.path.getsize(index) // 2)
+    checkpoint = tf.train.Checkpoint(v=tf.Variable(-1.0))
+    with pytest.raises(rundir.RunDirError, match=r"no intact checkpoint \(missing or damaged: "):
+        rundir.restore_checkpoint(checkpoint, directory)
+    os.remove(os.path.join(directory, "checkpoint"))
+    assert rundir.restore_checkpoint(checkpoint, directory) is None
+    assert any(
+        "ckpt-3 was being written when the run stopped" in m and "starting from the beginning" in m
+        for m in _warnings(caplog)
+    )
+
+
 def test_from_run_skips_a_damaged_newest_checkpoint(tmp_path, caplog):
     model_dir, model = write_untrained_model_dir(tmp_path / "m", hidden_size=8, embedding_size=4)
     intact = [w.copy() for w in model.get_weights()]

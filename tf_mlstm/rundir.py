@@ -466,12 +466,32 @@ def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None):
         else:
             logging.info("%s %s", verb, prefix)
         return prefix
+    if damaged and _never_finished(directory, damaged):
+        # Killed inside its first save: the files a save writes before it lists the
+        # checkpoint (TensorFlow merges the `.index` in place); nothing was committed yet.
+        logging.warning(
+            "%s: %s was being written when the run stopped (no checkpoint was ever listed "
+            "as saved): starting from the beginning.",
+            directory,
+            ", ".join(damaged),
+        )
+        return None
     if damaged:
         raise RunDirError(
             f"{directory}: no intact checkpoint (missing or damaged: {', '.join(damaged)}; see "
             "the warnings); move them away to start the run afresh."
         )
     return None
+
+
+def _never_finished(directory, names):
+    """Whether no save in `directory` ever ended: no checkpoint state file lists one.
+
+    The state file is written (atomically) after each save, so without it the
+    damaged `names` are what a first save left when it was killed.
+    """
+    del names
+    return not tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
 
 
 def restore_model(checkpoint, model_dir, prefix=None):
