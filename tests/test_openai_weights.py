@@ -10,9 +10,9 @@ model's equations compute, written out below in NumPy.
 import json
 import os
 import re
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -208,13 +208,13 @@ def test_an_import_that_fails_on_a_full_disk_leaves_nothing_and_the_same_command
         command = [sys.executable, "-m", "tf_mlstm.cli.import_openai"]
         command += [f"--weights_dir={weights_dir}", f"--model_dir={model_dir}"]
         remount(f"size={_used_bytes(tmp_path / 'disk')}")
-        full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        full = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=120)
         assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
         errors = [line for line in full.stderr.splitlines() if re.match(r"E\d{4} ", line)]
         assert len(errors) == 1 and "No space left on device" in errors[0], full.stderr[-3000:]
         assert os.listdir(model_dir) == [], os.listdir(model_dir)
         remount("size=64m")
-        again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        again = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=120)
         assert again.returncode == 0, again.stderr[-3000:]
         assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "openai_import.json"]
         assert not [name for name in os.listdir(model_dir / "checkpoints") if "temp" in name]
