@@ -1,12 +1,12 @@
-"""Several tf-mlstm commands run one after another in one fresh process.
+"""Several tf-mlstm commands run one after another in one process of their own.
 
-A binary run as its own process pays TensorFlow's start-up each time (about
-7 CPU-seconds on 2 cores), which is most of what a test of a small command
-costs. A test that runs a sequence of commands (transfer, then classify,
+A binary run as its own process pays its own start (tf_mlstm's imports, a
+fork from `_forkserver`'s warm interpreter, the first trace of each function)
+each time. A test that runs a sequence of commands (transfer, then classify,
 then export) and looks at each one's exit status, output and files, but not
-at what a process start does (TensorFlow's start-up lines, a signal, a kill),
-runs them here: in one process, apart from the test's own (so no state of
-the test's TensorFlow reaches them), each through its binary's own entry
+at what a process start does (a signal, a kill), runs them here: in one
+process, apart from the test's own (so no state of the test's TensorFlow
+reaches them; forked through `_forkserver`), each through its binary's own entry
 point (`tf_mlstm.cli.<binary>.run`, or a tool's script as `__main__`), with
 the flags defined afresh for each, as the docs walk-through does.
 
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 
+import _forkserver
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -161,8 +162,10 @@ def run_in_one_process(commands, folder, timeout, stdin=None, cwd=REPO, env=None
         [str(REPO), str(REPO / "tools"), environment.get("PYTHONPATH", "")]
     )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", RUNNER, str(plan), str(results_path)],
+        runner = folder / "runner.py"
+        runner.write_text(RUNNER)
+        done = _forkserver.run(
+            [sys.executable, str(runner), str(plan), str(results_path)],
             capture_output=True,
             text=True,
             errors="replace",

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import _forkserver
 import keras
 import numpy as np
 import pytest
@@ -67,7 +68,7 @@ def run(command, timeout, env=None, **kwargs):
     kwargs.setdefault("cwd", REPO)
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     try:
-        return subprocess.run(
+        return _forkserver.run(
             command,
             capture_output=True,
             text=True,
@@ -121,7 +122,7 @@ def signal_when(command, path, log, timeout, signum):
     path, log = pathlib.Path(path), pathlib.Path(log)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
+        proc = _forkserver.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
         try:
             deadline = time.monotonic() + timeout
             while not path.exists():
@@ -256,7 +257,7 @@ def run_without_tf_mlstm(script, args, cwd):
     Raises:
       AssertionError: the script failed (its stderr ends the message).
     """
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,

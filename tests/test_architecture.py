@@ -4,9 +4,9 @@ import importlib.util
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 
+import _forkserver
 import pytest
 from conftest import in_ci
 
@@ -24,7 +24,7 @@ def _lint_imports(root):
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
     )
-    return subprocess.run(
+    return _forkserver.run(
         [
             sys.executable,
             "-c",
@@ -98,7 +98,7 @@ def test_cli_module_imports_without_tensorflow(module):
         f"import sys, tf_mlstm.cli.{module}\n"
         "assert 'tensorflow' not in sys.modules, 'imported tensorflow'\n"
     )
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert done.returncode == 0, f"tf_mlstm.cli.{module}: {done.stderr[-2000:]}"

@@ -4,9 +4,9 @@ lines (no timing checks)."""
 import json
 import math
 import pathlib
-import subprocess
 import sys
 
+import _forkserver
 import pytest
 
 from tf_mlstm.train import hardware
@@ -38,7 +38,7 @@ TINY = ("--hidden=8", "--batch=2", "--seq=8", "--steps=1", "--warmup=1")
 
 def _run(tmp_path, *flags):
     command = [sys.executable, str(BENCHMARK), f"--corpus={tmp_path / 'no_corpus'}", *flags]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
+    done = _forkserver.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     return [json.loads(line) for line in lines]
@@ -140,7 +140,7 @@ def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
 @pytest.mark.slow
 def test_bad_flags_fail_with_a_clear_message(tmp_path):
     command = [sys.executable, str(BENCHMARK), "--modes=train,fly"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = _forkserver.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode != 0
     assert "--modes: unknown ['fly']" in done.stderr
 
@@ -150,7 +150,7 @@ def test_transfer_fit_benchmark_prints_a_line_per_sweep_and_a_summary_per_solver
     command = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py")]
     command += ["--texts=150", "--classes=3", "--hidden=8", "--factors=4"]
     command += ["--solvers=batch,lbfgs", "--num_labeled=10,60"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
+    done = _forkserver.run(command, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     totals = [line for line in lines if line["what"] == "total"]
@@ -173,7 +173,7 @@ def test_transfer_fit_benchmark_prints_a_line_per_sweep_and_a_summary_per_solver
     sweep = [sys.executable, str(REPO / "tools" / "benchmark_transfer_fit.py"), "--mode=sweep"]
     sweep += ["--shapes=semeval", "--texts=200", "--hidden=8", "--factors=4"]
     sweep += ["--solvers=batch,liblinear", "--penalties=l1"]
-    done = subprocess.run(sweep, capture_output=True, text=True, timeout=500, cwd=REPO)
+    done = _forkserver.run(sweep, capture_output=True, text=True, timeout=500, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [(r["shape"], r["solver"], r["penalty"]) for r in rows] == [

@@ -6,9 +6,9 @@ import dataclasses
 import io
 import os
 import re
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -26,7 +26,7 @@ def test_stdin_skips_and_counts_undecodable_lines(tmp_path):
     stdin = b"Great.\n\xff\xfe not UTF-8\n\nDull, dull.\ncaf\xc3 cut short\n"
     command = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={model_dir}"]
     command += [f"--classifier={tmp_path / 'classifier.json'}", "--input=-", "--output=-"]
-    done = subprocess.run(
+    done = _forkserver.run(
         command,
         input=stdin,
         capture_output=True,
@@ -121,11 +121,11 @@ def test_the_csv_grows_chunk_by_chunk(tmp_path):
 def test_chunk_size_and_precision_are_checked_before_tensorflow(tmp_path):
     command = [sys.executable, "-m", "tf_mlstm.cli.classify", "--model_dir=m"]
     command += ["--classifier=c.json", "--input=-", "--output=-"]
-    done = subprocess.run(
+    done = _forkserver.run(
         [*command, "--chunk_texts=0"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 1 and "--chunk_texts" in done.stderr
-    done = subprocess.run(
+    done = _forkserver.run(
         [*command, "--precision=float64"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0 and "--precision" in done.stderr
@@ -291,14 +291,14 @@ def test_the_cli_answers_another_model_in_one_line_and_keeps_the_csv(tmp_path):
     command += [f"--input={tmp_path / 'reviews.csv'}", f"--output={tmp_path / 'scores.csv'}"]
     command += ["--overwrite"]  # past the rerun rule, to the check of the weights
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [
         line for line in done.stderr.splitlines() if line.startswith("E") and " _main.py:" in line
     ]
     assert len(errors) == 1 and "was fitted on other model weights" in errors[0], errors
     assert (tmp_path / "scores.csv").read_bytes() == b"an earlier result\n"
-    forced = subprocess.run(
+    forced = _forkserver.run(
         [*command, "--allow_other_model"], capture_output=True, text=True, env=env, timeout=300
     )
     assert forced.returncode == 0, forced.stderr[-3000:]
@@ -320,7 +320,7 @@ def test_an_output_that_is_the_input_is_refused_in_one_line_before_any_work(tmp_
         (str(tmp_path / "*.csv"), str(tmp_path / "." / "reviews.csv")),
         (str(tmp_path / "reviews.csv"), str(tmp_path / "link.csv")),
     ):
-        done = subprocess.run(
+        done = _forkserver.run(
             [*command, f"--input={given}", f"--output={output}"],
             capture_output=True,
             text=True,

@@ -2,9 +2,9 @@
 
 import json
 import os
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -25,7 +25,7 @@ TEXTS = [
 
 def _eval(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return _forkserver.run(
         [sys.executable, "-m", "tf_mlstm.cli.eval", *args],
         capture_output=True,
         text=True,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -219,7 +220,7 @@ def test_the_binary_s_nofeature_cache_flag_bypasses_the_cache(transfer, tmp_path
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
     entries = sorted(cache_home.iterdir())
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert HIT not in done.stderr and done.stderr.count("Featurized ") == 2, done.stderr[-3000:]
     assert sorted(cache_home.iterdir()) == entries
@@ -398,7 +399,7 @@ def test_two_processes_writing_the_same_entry_leave_it_whole(tmp_path):
     folder, ready = tmp_path / "cache", tmp_path / "ready"
     ready.mkdir()
     procs = [
-        subprocess.Popen(
+        _forkserver.Popen(
             [sys.executable, "-c", _WRITER, str(folder), str(ready), name],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

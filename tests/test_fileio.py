@@ -4,9 +4,9 @@ import json
 import os
 import pathlib
 import socket
-import subprocess
 import sys
 
+import _forkserver
 import pytest
 import tensorflow as tf
 
@@ -125,7 +125,7 @@ def test_a_link_at_the_final_name_is_replaced_and_its_target_never_written(tmp_p
 
 
 def _ended_pid():
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         check=True,
         capture_output=True,
@@ -137,7 +137,7 @@ def _ended_pid():
 def test_the_next_writer_removes_what_an_ended_writer_left_and_spares_a_live_one(tmp_path):
     host = socket.gethostname()
     dead, other_host = _ended_pid(), "elsewhere.example"
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    live = _forkserver.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         out = tmp_path / "out"
         out.mkdir()

@@ -15,6 +15,7 @@ import textwrap
 import time
 import types
 
+import _forkserver
 import keras
 import numpy as np
 import pytest
@@ -467,7 +468,7 @@ def test_an_mlp_head_with_dropout_resumes_exactly(task, tmp_path):
     head += ("--lr_decay=constant",)
 
     def run(name, steps):
-        done = subprocess.run(
+        done = _forkserver.run(
             _finetune_cmd(task, tmp_path / name, f"--max_steps={steps}", *head),
             capture_output=True,
             text=True,
@@ -565,7 +566,7 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
     assert list((tmp_path / "whole" / "train").glob("events.out.tfevents.*"))
 
     killed_dir = tmp_path / "killed"
-    proc = subprocess.Popen(
+    proc = _forkserver.Popen(
         _finetune_cmd(task, killed_dir, "--max_steps=16"),
         env=env,
         stdout=subprocess.DEVNULL,
@@ -578,7 +579,7 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed_dir / "results.json").exists(), "the kill came too late"
-    resumed = subprocess.run(
+    resumed = _forkserver.run(
         _finetune_cmd(task, killed_dir, "--max_steps=16"),
         capture_output=True,
         text=True,
@@ -596,7 +597,7 @@ def test_finetune_resumes_after_sigkill_with_the_weights_of_an_uninterrupted_run
 @pytest.mark.slow
 def test_finetune_time_budget_stops_cleanly_and_reports(task, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
+    proc = _forkserver.run(
         _finetune_cmd(task, tmp_path / "run", "--max_steps=100000", "--max_minutes=0.1"),
         capture_output=True,
         text=True,

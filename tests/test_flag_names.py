@@ -11,10 +11,10 @@ import dataclasses
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import textwrap
 
+import _forkserver
 import pytest
 from absl import flags
 
@@ -65,7 +65,7 @@ _WALK = textwrap.dedent(
 
 def _walk(*extra_modules):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tools")]))
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-c", _WALK, *extra_modules],
         capture_output=True,
         text=True,

@@ -1,9 +1,9 @@
 """Sampling and tf-mlstm-generate: seeds, the held unit, the end of a review, errors."""
 
 import os
-import subprocess
 import sys
 
+import _forkserver
 import keras
 import numpy as np
 import pytest
@@ -136,7 +136,7 @@ def test_generate_binary(lm):
     model_dir = lm[0]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     command = [sys.executable, "-m", "tf_mlstm.cli.generate", f"--model_dir={model_dir}"]
-    done = subprocess.run(
+    done = _forkserver.run(
         command
         + [
             "--prompt=Nice",
@@ -156,7 +156,7 @@ def test_generate_binary(lm):
     lines = done.stdout.splitlines()
     assert lines[0] == "=== sample 1 ===" and lines[1].startswith("Nice")
     assert "=== sample 2 ===" in lines
-    bad = subprocess.run(
+    bad = _forkserver.run(
         command + ["--temperature=0"], capture_output=True, text=True, env=env, timeout=300
     )
     assert bad.returncode != 0

@@ -3,9 +3,9 @@
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -38,7 +38,7 @@ TINY = (
 def _run(tmp_path, *flags):
     command = [sys.executable, str(GPU_CHECK), f"--work_dir={tmp_path}", *flags]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(
+    done = _forkserver.run(
         command, capture_output=True, text=True, timeout=500, cwd=REPO, env=env, check=False
     )
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -112,12 +112,12 @@ def test_failed_checks_are_reported_and_exit_nonzero(tmp_path):
 
 def test_bad_flags_are_one_clear_line(tmp_path):
     command = [sys.executable, str(GPU_CHECK), "--checks=train,speed"]
-    done = subprocess.run(
+    done = _forkserver.run(
         command, capture_output=True, text=True, timeout=300, cwd=REPO, check=False
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "--checks: unknown ['speed']" in done.stderr
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, str(GPU_CHECK), "--demo_steps=5"],
         capture_output=True,
         text=True,

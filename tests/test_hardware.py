@@ -1,13 +1,12 @@
 """Hardware detection and the automatic precision / XLA choices, down to a real run's config."""
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
+import _commands
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.train import hardware
 from tf_mlstm.transfer.finetune import FinetuneConfig
@@ -204,8 +203,8 @@ def test_unreadable_recorded_config_and_impossible_combinations_are_one_line(tmp
         hardware.resolve_run_config(config, str(tmp_path / "none"), _machine(AMX_XEON))
 
 
-def _train(model_dir, *extra):
-    command = [
+def _train_command(model_dir, *extra):
+    return [
         sys.executable,
         "-m",
         "tf_mlstm.cli.train",
@@ -219,15 +218,8 @@ def _train(model_dir, *extra):
         "--log_every_steps=1",
         *extra,
     ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO, errors="replace"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
-@pytest.mark.slow
 def _table_choice_here():
     """The documented prior for a 2-step run on this machine, read from /proc/cpuinfo
     itself (not through the code under test): bfloat16 with AMX, else float32."""
@@ -240,10 +232,25 @@ def _table_choice_here():
     return "mixed_bfloat16" if "amx_bf16" in flags else "float32"
 
 
+@pytest.mark.slow
 def test_default_training_records_the_concrete_choice_and_a_resume_keeps_it(tmp_path):
     expected_precision = _table_choice_here()
     model_dir = tmp_path / "run"
-    proc = _train(model_dir, "--max_steps=2")
+    # A run started in another precision resumes in it under the default auto.
+    other = "float32" if expected_precision != "float32" else "mixed_bfloat16"
+    started = tmp_path / "started"
+    # Three runs in one process: what is checked is each run's choice, not a process start.
+    proc, _, resumed = _commands.run_in_one_process(
+        [
+            _train_command(model_dir, "--max_steps=2"),
+            _train_command(started, "--max_steps=2", f"--precision={other}", "--noexport"),
+            _train_command(started, "--max_steps=3", "--noexport"),
+        ],
+        tmp_path / "commands",
+        timeout=400,
+    )
+    for done in (proc, _, resumed):
+        assert done.returncode == 0, done.stderr[-3000:]
     config = json.loads((model_dir / "config.json").read_text())
     assert config["precision"] == expected_precision
     assert config["jit_compile"] in ("true", "false")
@@ -253,11 +260,8 @@ def test_default_training_records_the_concrete_choice_and_a_resume_keeps_it(tmp_
     exported = json.loads((model_dir / "export" / "2" / "assets.extra" / "meta.json").read_text())
     assert json.loads(exported["config"])["precision"] == expected_precision
 
-    # A run started in another precision resumes in it under the default auto.
-    other = "float32" if expected_precision != "float32" else "mixed_bfloat16"
-    started = tmp_path / "started"
-    _train(started, "--max_steps=2", f"--precision={other}", "--noexport")
-    resumed = _train(started, "--max_steps=3", "--noexport")
     assert "Resumed from" in resumed.stderr
+    assert json.loads((started / "config.json").read_text())["precision"] == other
+    assert f"Precision {other}: the run in" in resumed.stderr
     assert json.loads((started / "config.json").read_text())["precision"] == other
     assert f"Precision {other}: the run in" in resumed.stderr

@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 
+import _forkserver
 import pytest
 
 from tf_mlstm.train import local_cluster
@@ -99,7 +100,7 @@ print("finished")
 def _launch(args, timeout, **kwargs):
     """Runs the launcher binary; on a hang asks it to stop its workers first."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen(
+    proc = _forkserver.Popen(
         [sys.executable, LAUNCHER, *args],
         env=env,
         stdout=subprocess.PIPE,
@@ -249,7 +250,7 @@ def test_launcher_binary_propagates_the_failure(tmp_path):
 def test_launcher_forwards_sigterm_and_exits_with_the_workers_status(on_sigterm, status):
     script = f"import signal, sys, time; {on_sigterm}print('up', flush=True); time.sleep(60)"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
+    proc = _forkserver.Popen(
         [sys.executable, LAUNCHER, "--num_workers=2", "--", sys.executable, "-c", script],
         env=env,
         stdout=subprocess.PIPE,
@@ -273,7 +274,7 @@ def test_a_worker_that_ignores_sigterm_is_killed_once_the_grace_period_ends():
     )
     grace_s = 4
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
+    proc = _forkserver.Popen(
         [sys.executable, LAUNCHER, "--num_workers=2", f"--grace_s={grace_s}", "--"]
         + [sys.executable, "-c", script],
         env=env,

@@ -8,10 +8,10 @@ import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
 import time
 
+import _forkserver
 import pytest
 import tensorflow as tf
 from absl import app
@@ -282,7 +282,7 @@ def test_convert_max_documents(tmp_path):
 
 def _run_binary(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return _forkserver.run(
         [sys.executable, "-m", "tf_mlstm.cli.make_tfrecords", *args],
         cwd=REPO,
         env=env,
@@ -609,7 +609,7 @@ def test_binary_writes_300_shards_under_256_open_files(tmp_path):
     corpus.write_text("".join(f"document {i}\n" for i in range(700)), encoding="utf-8")
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
+    result = _forkserver.run(
         [
             sys.executable,
             "-m",

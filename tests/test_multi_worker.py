@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -100,7 +101,9 @@ def _launch(num_workers, log_path, train_args, grace_s=5):
         "--distribution_strategy=multi_worker",
     ]
     with open(log_path, "w") as log:
-        return subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        return _forkserver.Popen(
+            command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 def _run_launcher(num_workers, log_path, train_args, timeout=150):
@@ -414,7 +417,7 @@ def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir)
     assert all(np.isfinite(list(_losses(_worker_text(log, 0)).values())))
 
     # The same run continued by one process without a cluster.
-    proc = subprocess.run(
+    proc = _forkserver.run(
         _train_args(model_dir, data_dir, "--max_steps=10", "--checkpoint_every_steps=3", *mixed),
         cwd=REPO,
         env=_env(),
@@ -553,7 +556,7 @@ def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, d
         with open(logs[-1], "w") as log:
             command = [sys.executable, "-c", _TRAIN_WORKER, config.to_json()]
             env = local_cluster.worker_env(ports, index, 1, _env())
-            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
+            procs.append(_forkserver.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
     codes, texts = wait_for(procs, logs, timeout=150)
     assert codes == [0, 0], texts[0][-3000:] + texts[1][-3000:]
     results = [_results(text) for text in texts]

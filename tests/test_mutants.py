@@ -11,10 +11,10 @@ here, so a refactor cannot orphan a mutant or blind the tool silently.
 import ast
 import importlib.util
 import pathlib
-import subprocess
 import sys
 import textwrap
 
+import _forkserver
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -117,8 +117,8 @@ def test_the_tool_tells_caught_survived_and_error_apart(tmp_path):
             """
         )
     )
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    out = subprocess.run(
+    _forkserver.run(["git", "init", "-q"], cwd=repo, check=True)
+    out = _forkserver.run(
         [sys.executable, str(REPO / "tools" / "mutants.py"), "--repo", str(repo), "--baseline"],
         capture_output=True,
         text=True,

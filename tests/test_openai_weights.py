@@ -10,13 +10,14 @@ model's equations compute, written out below in NumPy.
 import json
 import os
 import re
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from _commands import run_in_one_process
 from _models import openai_release_arrays
 from _models import write_openai_release
 from tf_mlstm import api
@@ -158,14 +159,19 @@ def test_bad_releases_give_one_clear_error(tmp_path):
 def test_import_binary(tmp_path):
     arrays = _release_arrays(seed=2)
     weights_dir = write_openai_release(tmp_path / "model", arrays)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     command = [sys.executable, "-m", "tf_mlstm.cli.import_openai", f"--weights_dir={weights_dir}"]
-    done = subprocess.run(
-        command + [f"--model_dir={tmp_path / 'run'}"],
-        capture_output=True,
-        text=True,
-        env=env,
+    # A release with a wrong array, imported by the same command into another folder: both
+    # imports in one process (what is checked is each one's output, not a process start).
+    bad_release = write_openai_release(tmp_path / "bad_model", arrays)
+    np.save(bad_release / "13.npy", arrays["out_w"].T)
+    done, bad = run_in_one_process(
+        [
+            command + [f"--model_dir={tmp_path / 'run'}"],
+            [*command[:3], f"--weights_dir={bad_release}", f"--model_dir={tmp_path / 'run2'}"],
+        ],
+        tmp_path / "commands",
         timeout=300,
+        env={"CUDA_VISIBLE_DEVICES": ""},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])
@@ -175,14 +181,6 @@ def test_import_binary(tmp_path):
     logits, _ = model(tf.constant([ids], tf.int32))
     np.testing.assert_allclose(logits[0].numpy(), _reference(arrays, ids)[2], rtol=1e-5, atol=1e-5)
 
-    np.save(weights_dir / "13.npy", arrays["out_w"].T)
-    bad = subprocess.run(
-        command + [f"--model_dir={tmp_path / 'run2'}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
     assert bad.returncode == 1
     errors = [
         line for line in bad.stderr.splitlines() if re.match(r"E\d{4} .* \w+\.py:\d+\] ", line)
@@ -211,13 +209,13 @@ def test_an_import_that_fails_on_a_full_disk_leaves_nothing_and_the_same_command
         command = [sys.executable, "-m", "tf_mlstm.cli.import_openai"]
         command += [f"--weights_dir={weights_dir}", f"--model_dir={model_dir}"]
         remount(f"size={_used_bytes(tmp_path / 'disk')}")
-        full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        full = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=120)
         assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
         errors = [line for line in full.stderr.splitlines() if re.match(r"E\d{4} ", line)]
         assert len(errors) == 1 and "No space left on device" in errors[0], full.stderr[-3000:]
         assert os.listdir(model_dir) == [], os.listdir(model_dir)
         remount("size=64m")
-        again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        again = _forkserver.run(command, capture_output=True, text=True, env=env, timeout=120)
         assert again.returncode == 0, again.stderr[-3000:]
         assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "openai_import.json"]
         assert not [name for name in os.listdir(model_dir / "checkpoints") if "temp" in name]

@@ -3,9 +3,9 @@
 import json
 import math
 import pathlib
-import subprocess
 import sys
 
+import _forkserver
 import pytest
 
 from tf_mlstm.config import TrainConfig
@@ -39,7 +39,7 @@ print(json.dumps(out))
 def configs():
     names = RECIPES + ("cpu_reviews",)
     paths = [str(REPO / "flags" / f"{name}.flags") for name in names]
-    proc = subprocess.run(
+    proc = _forkserver.run(
         [sys.executable, "-c", _PARSE, *paths],
         capture_output=True,
         text=True,

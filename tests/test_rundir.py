@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -139,7 +140,7 @@ def test_lock_is_held_until_released_and_names_its_holder(tmp_path):
 
 
 def test_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path, caplog):
-    gone = subprocess.run(
+    gone = _forkserver.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
@@ -159,7 +160,7 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path, caplog):
 @pytest.mark.slow
 def test_second_chief_on_one_model_dir_is_refused(tmp_path):
     """A live run holds the folder; a duplicate launch of the binary stops with one line."""
-    holder = subprocess.Popen(
+    holder = _forkserver.Popen(
         [
             sys.executable,
             "-c",
@@ -173,7 +174,7 @@ def test_second_chief_on_one_model_dir_is_refused(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        second = subprocess.run(
+        second = _forkserver.run(
             [
                 sys.executable,
                 "-m",

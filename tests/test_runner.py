@@ -13,10 +13,10 @@ import os
 import pathlib
 import re
 import signal
-import subprocess
 import sys
 import time
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -234,7 +234,7 @@ def _assert_the_stop_step_is_checkpointed(text, stopped, model_dir, after_step):
 
 def _assert_resumes_to_the_weights_of(reference, command, model_dir, stop_step):
     """The same command resumes right after `stop_step` and ends with `reference`'s weights."""
-    resumed = subprocess.run(
+    resumed = _forkserver.run(
         command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -326,7 +326,7 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
         assert _latest_checkpoint_step(model_dir) == stop_step
         assert not (model_dir / "results.json").exists()
 
-    resumed = subprocess.run(
+    resumed = _forkserver.run(
         command, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=120
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -349,7 +349,9 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
     from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
-    max_steps = 150
+    # Room for the stop: the signal comes as step 10's checkpoint appears (the stop
+    # lands a few steps later), and a shorter run costs less CPU for the three launches.
+    max_steps = 80
 
     def launch(name, run_dir=model_dir):
         command = _preemption_flags(run_dir, data_dir, max_steps) + [
@@ -361,7 +363,7 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
             path = tmp_path / f"{name}-{index}.txt"
             with open(path, "w") as log:
                 env = local_cluster.worker_env(ports, index, 1, _env())
-                procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
+                procs.append(_forkserver.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
             logs.append(path)
         return procs, logs
 

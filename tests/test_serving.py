@@ -4,10 +4,10 @@ requests, score against the library, and serving without tf_mlstm."""
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -278,7 +278,7 @@ def test_export_never_touches_a_folder_it_did_not_write(tmp_path):
 def test_export_binary_refuses_the_current_folder_with_one_line(tmp_path):
     model_dir, _ = write_untrained_model_dir(tmp_path / "run")
     before = _tree(tmp_path)
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-m", "tf_mlstm.cli.export", f"--model_dir={model_dir}", "--export_dir=."],
         capture_output=True,
         text=True,
@@ -556,7 +556,7 @@ def test_a_symlink_loop_as_export_dir_is_one_line_not_a_traceback(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     with pytest.raises(ValueError, match=r"loop: a symbolic link to .*loop, which leads nowhere"):
         saved_model.check_export_base(str(tmp_path / "loop"))
-    done = subprocess.run(
+    done = _forkserver.run(
         [
             sys.executable,
             "-m",

@@ -10,11 +10,11 @@ import logging
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import textwrap
 import time
 
+import _forkserver
 import pytest
 
 from tf_mlstm.cli import _main
@@ -46,7 +46,7 @@ def test_a_second_ctrl_c_ends_the_process_at_once_with_one_line():
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     )
     start = time.monotonic()
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-c", textwrap.dedent(_TWICE)],
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import sys
 import time
 import types
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -263,7 +264,7 @@ print("STARTED", flush=True)
 
 def _start_worker(tf_config, timeout_s):
     env = dict(os.environ, TF_CONFIG=tf_config, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen(
+    return _forkserver.Popen(
         [sys.executable, "-c", _STARTUP_SCRIPT, str(timeout_s)],
         env=env,
         stdout=subprocess.PIPE,

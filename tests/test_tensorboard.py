@@ -3,9 +3,9 @@
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
+import _forkserver
 import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
@@ -39,7 +39,7 @@ def test_training_writes_named_scalars_hparams_and_a_profile(tmp_path):
         "--noexport",
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=500)
+    done = _forkserver.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=500)
     assert done.returncode == 0, done.stderr[-3000:]
 
     train = event_accumulator.EventAccumulator(

@@ -3,9 +3,9 @@
 import csv
 import json
 import pathlib
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 
@@ -103,12 +103,12 @@ def test_the_binary_prints_one_json_line_and_refuses_bad_flags(tmp_path):
     train = _three_classes(tmp_path / "train.csv", 200, 0)
     tool = [sys.executable, str(REPO / "tools" / "tfidf_baseline.py"), f"--train_data={train}"]
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
+    done = _forkserver.run(
         [*tool, "--text_key=sentence"], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["val"]["accuracy"] == 1.0
-    done = subprocess.run(
+    done = _forkserver.run(
         [*tool, "--label_map=0:a"], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -126,7 +126,7 @@ def test_the_binary_prints_one_json_line_and_refuses_bad_flags(tmp_path):
 )
 def test_a_bad_flag_is_a_usage_error(flag, named, tmp_path):
     train = _three_classes(tmp_path / "train.csv", 20, 0)
-    done = subprocess.run(
+    done = _forkserver.run(
         [
             sys.executable,
             str(REPO / "tools" / "tfidf_baseline.py"),

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import _forkserver
 import pytest
 from conftest import skip_unless_ci
 
@@ -44,7 +45,7 @@ def _train_cmd(model_dir, *extra):
 
 def _run(cmd, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
+    proc = _forkserver.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, errors="replace"
     )
     return proc
@@ -78,6 +79,16 @@ def _checkpoint_steps(model_dir):
         int(p.name[len("ckpt-") : -len(".index")])
         for p in (model_dir / "checkpoints").glob("ckpt-*.index")
     )
+
+
+def _committed_checkpoint(model_dir):
+    """Whether the checkpoint state file lists a checkpoint: its save has ended (the
+    `.index` file appears while the save still writes it)."""
+    state = model_dir / "checkpoints" / "checkpoint"
+    try:
+        return "model_checkpoint_path" in state.read_text()
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
@@ -115,7 +126,7 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     # within the next interval.
     killed_dir = tmp_path / "killed"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen(
+    proc = _forkserver.Popen(
         _train_cmd(killed_dir, "--max_steps=1000000", f"--precision={precision}"),
         cwd=REPO,
         env=env,
@@ -123,7 +134,7 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
         stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
-    while time.time() < deadline and not _checkpoint_steps(killed_dir) and proc.poll() is None:
+    while time.time() < deadline and not _committed_checkpoint(killed_dir) and proc.poll() is None:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -183,7 +194,7 @@ def _tmpfs(mount_point):
     mount_point.mkdir()
     if os.geteuid() != 0:
         skip_unless_ci("mounting a tmpfs needs root")
-    made = subprocess.run(
+    made = _forkserver.run(
         ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
         capture_output=True,
         text=True,
@@ -191,11 +202,11 @@ def _tmpfs(mount_point):
     if made.returncode:
         skip_unless_ci(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
-        yield lambda options: subprocess.run(
+        yield lambda options: _forkserver.run(
             ["mount", "-o", f"remount,{options}", str(mount_point)], check=True
         )
     finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+        _forkserver.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_the_tmpfs_fault_test_fails_in_ci_where_it_cannot_mount(tmp_path, monkeypatch):
@@ -232,7 +243,7 @@ def test_a_refused_write_is_one_line_the_checkpoint_intact_and_the_same_command_
 
         def refused(expected, **kwargs):
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-            proc = subprocess.run(
+            proc = _forkserver.run(
                 command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300, **kwargs
             )
             errors = [line for line in proc.stderr.splitlines() if line.startswith("E1")]
@@ -279,7 +290,7 @@ def test_budget_schedule_finishes_its_decay_where_the_step_schedule_is_cut(tmp_p
     common = ["--max_steps=100000", "--total_steps=0", "--max_minutes=0.25", "--lr=0.004"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs = {
-        mode: subprocess.Popen(
+        mode: _forkserver.Popen(
             _train_cmd(tmp_path / mode, *common, f"--schedule_length={mode}"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -7,9 +7,9 @@ import json
 import os
 import pickle
 import re
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -432,7 +432,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
         "--num_labeled=10,all",
         "--batch_size=16",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
+    done = _forkserver.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     # One positive or negative word per review: at most one of the 16 test
@@ -512,7 +512,7 @@ def test_binaries_fail_with_one_line(tmp_path, review_csvs):
         ],
     }
     for flag, messages in cases.items():
-        done = subprocess.run(
+        done = _forkserver.run(
             transfer + [flag], capture_output=True, text=True, env=_env(), timeout=300
         )
         assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -522,7 +522,7 @@ def test_binaries_fail_with_one_line(tmp_path, review_csvs):
 
     classify = [sys.executable, "-m", "tf_mlstm.cli.classify", f"--model_dir={model_dir}"]
     classify += [f"--classifier={tmp_path / 'none.json'}", "--input=-", "--output=-"]
-    done = subprocess.run(
+    done = _forkserver.run(
         classify, input="Fine.\n", capture_output=True, text=True, env=_env(), timeout=300
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
@@ -655,7 +655,7 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     command += [f"--train={paths['a']}", f"--val={paths['b']}", f"--test={paths['c']}"]
     command += ["--text_key=sentence", "--label_key=stars", f"--label_map={STAR_MAP}"]
     command += [f"--output_dir={out}", "--penalty=l2", "--num_labeled=6,all", "--batch_size=16"]
-    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=300)
+    done = _forkserver.run(command, capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     for old, new in (("train", "train_data"), ("val", "validation_data"), ("test", "test_data")):
         assert done.stderr.count(f"--{old} is deprecated; use --{new}") == 1, done.stderr[-3000:]
@@ -967,7 +967,7 @@ def test_auto_with_ngrams_weighs_the_words_as_a_group():
 def test_transfer_defaults_are_the_best_measured_settings():
     config = experiment.TransferConfig(model_dir="m", train_data="t", output_dir="o")
     assert (config.features, config.penalty, config.solver) == ("auto", "l2", "auto")
-    done = subprocess.run(
+    done = _forkserver.run(
         [sys.executable, "-m", "tf_mlstm.cli.transfer", "--helpfull"],
         capture_output=True,
         text=True,

@@ -3,9 +3,9 @@
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
+import _forkserver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,7 +86,7 @@ def test_input_is_text_or_files(tmp_path):
 def test_visualize_binary(lm, tmp_path):
     model_dir, _ = lm
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(
+    done = _forkserver.run(
         [
             sys.executable,
             "-m",

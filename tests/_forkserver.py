@@ -1,0 +1,456 @@
+"""Binaries started as processes forked from a warm interpreter, not from scratch.
+
+A test that runs `python -m tf_mlstm.cli.<binary>` (or `python tools/<x>.py`)
+as a subprocess pays TensorFlow's import, about 6-7 CPU-seconds, before the
+binary does anything; over the suite that was most of its CPU. Here a fork
+server (one per pytest process and import-time environment) imports
+TensorFlow once, as a binary's own start would (quietly, devices probed), and
+each command is a process forked from it: a real process with its own pid,
+exit status, signals, stdout and stderr, environment and working folder,
+which imports tf_mlstm and runs the binary's module as `__main__`, as
+`python -m` does. No tf_mlstm module is imported before the fork, so each
+command runs the code as it is on disk (a mutant's copy included).
+
+What a fork cannot reproduce falls back to a plain subprocess, so a test
+keeps its meaning: a command that is not a Python binary, a command whose
+TensorFlow start-up is what is tested (`--verbosity`, `-v`, or an
+environment asking to see TensorFlow's start-up lines), options this module
+does not offer, and any environment variable read while TensorFlow loads
+(each value of those gets its own server). `TF_MLSTM_TESTS_NO_FORK=1` makes
+every command a plain subprocess, to compare.
+
+`run` and `Popen` take `subprocess.run`'s and `subprocess.Popen`'s
+arguments; a test that checks TensorFlow's start-up itself keeps using
+`subprocess`.
+"""
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+
+# Read while TensorFlow (and Python) start: a command with other values than a server's
+# needs a server started with them. PYTHONPATH decides what `import tensorflow` finds.
+_START_ENV = (
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "PYTHONWARNINGS",
+    "PYTHONIOENCODING",
+    "PYTHONUTF8",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "CUDA_VISIBLE_DEVICES",
+    "KERAS_BACKEND",
+    "KERAS_HOME",
+    "OMP_NUM_THREADS",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+)
+# What the binaries set when the user did not (tf_mlstm/cli/_main.py's QUIET_TF_LOG_LEVEL):
+# TensorFlow's start-up is then quiet, which is what the server's import reproduces.
+_QUIET_LEVEL = "3"
+_MAX_SERVERS = 3
+
+_SERVER = textwrap.dedent(
+    """
+    import json, os, runpy, select, sys
+
+    requests, replies = int(sys.argv[1]), int(sys.argv[2])
+    # TensorFlow's import and device probe as a binary's quiet start makes them (tf_mlstm._quiet).
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    import tensorflow
+
+    try:
+        tensorflow.config.list_physical_devices()
+    except Exception:
+        pass
+    os.dup2(saved, 2)
+    os.close(saved)
+    os.close(devnull)
+
+
+    def reply(message):
+        os.write(replies, (json.dumps(message) + "\\n").encode())
+
+
+    def child(request, opened):
+        os.close(requests)
+        os.close(replies)
+        for fd, handle in enumerate(opened):
+            os.dup2(handle, fd)
+        for handle in set(opened):
+            if handle > 2:
+                os.close(handle)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = list(request["argv"])
+        if request["module"]:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(request["script"])
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+
+
+    def open_stdio(stdio):
+        # Opened here, before the fork and the reply: the test may close its own copy (a
+        # log file it hands on) as soon as the command has started.
+        opened, by_path = [], {}
+        for path, flags in stdio:
+            if path not in by_path:
+                by_path[path] = os.open(path, flags, 0o644)
+            opened.append(by_path[path])
+        return opened
+
+
+    reply({"ready": os.getpid()})
+    pending = b""
+    while True:
+        readable, _, _ = select.select([requests], [], [], 0.02)
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            cpu = usage.ru_utime + usage.ru_stime
+            reply({"pid": pid, "code": os.waitstatus_to_exitcode(status), "cpu": cpu})
+        if not readable:
+            continue
+        data = os.read(requests, 1 << 20)
+        if not data:
+            break
+        pending += data
+        while b"\\n" in pending:
+            line, pending = pending.split(b"\\n", 1)
+            request = json.loads(line)
+            try:
+                opened = open_stdio(request["stdio"])
+            except OSError as e:
+                reply({"id": request["id"], "error": str(e)})
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                child(request, opened)  # Its own exit: SystemExit, an exception, a signal.
+                sys.exit(0)
+            for handle in set(opened):
+                os.close(handle)
+            reply({"id": request["id"], "pid": pid})
+    """
+)
+
+
+class _Server:
+    """One warm interpreter and the commands forked from it."""
+
+    def __init__(self, env):
+        requests_read, self._requests = os.pipe()
+        self._replies, replies_write = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, str(requests_read), str(replies_write)],
+            pass_fds=(requests_read, replies_write),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        os.close(requests_read)
+        os.close(replies_write)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._started = {}
+        self.codes = {}
+        self._next = 0
+        self._reader = os.fdopen(self._replies, "rb")
+        first = self._reader.readline()
+        self.ok = first.startswith(b'{"ready"')
+        if self.ok:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self._reader:
+            message = json.loads(line)
+            with self._changed:
+                if "code" in message:
+                    self.codes[message["pid"]] = message["code"]
+                    global CHILD_CPU_SECONDS  # noqa: PLW0603
+                    CHILD_CPU_SECONDS += message["cpu"]
+                else:
+                    self._started[message["id"]] = message.get("pid", message.get("error"))
+                self._changed.notify_all()
+        with self._changed:
+            self.ok = False
+            self._changed.notify_all()
+
+    def fork(self, request):
+        """Starts `request`'s command; returns its pid."""
+        with self._lock:
+            self._next += 1
+            request = dict(request, id=self._next)
+            os.write(self._requests, (json.dumps(request) + "\n").encode())
+        with self._changed:
+            self._changed.wait_for(lambda: request["id"] in self._started or not self.ok, 60)
+            if request["id"] not in self._started:
+                raise RuntimeError("the fork server ended without starting the command")
+            started = self._started.pop(request["id"])
+        if isinstance(started, str):
+            raise OSError(f"the command's standard streams could not be opened: {started}")
+        return started
+
+    def wait(self, pid, timeout):
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self.codes or not self.ok, timeout)
+            return self.codes.get(pid)
+
+    def close(self):
+        os.close(self._requests)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+_servers = {}
+# CPU-seconds of the commands forked so far (waited for), as `RUSAGE_CHILDREN` counts a
+# subprocess's: what a test's commands cost, for a profile of the suite.
+CHILD_CPU_SECONDS = 0.0
+_servers_lock = threading.Lock()
+
+
+@atexit.register
+def _close_servers():
+    for server in _servers.values():
+        if server is not None:
+            server.close()
+
+
+def _server_for(args, env):
+    """The server for `args` run with `env`, started as its TensorFlow would start."""
+    start_env = dict(env)
+    module, _ = _command(args)
+    level = env.get("TF_CPP_MIN_LOG_LEVEL", "")
+    if module and module.startswith("tf_mlstm.cli.") and level == "":
+        # The binaries set their quiet level before TensorFlow loads (tf_mlstm/cli/_main.py);
+        # TensorFlow reads it once, as it loads.
+        start_env["TF_CPP_MIN_LOG_LEVEL"] = _QUIET_LEVEL
+    key = tuple(start_env.get(name) for name in _START_ENV)
+    with _servers_lock:
+        if key not in _servers:
+            if len(_servers) >= _MAX_SERVERS:
+                return None
+            server = _Server(start_env)
+            _servers[key] = server if server.ok else None
+        return _servers[key]
+
+
+def _command(args):
+    """(module, script) when `args` is `python -m module ...` or `python x.py ...`."""
+    args = [os.fspath(arg) for arg in args]
+    if len(args) < 2 or args[0] != sys.executable:
+        return None
+    if args[1] == "-m" and len(args) > 2:
+        return args[2], None
+    if args[1].endswith(".py"):
+        return None, args[1]
+    return None
+
+
+def _forkable(args, env, options):
+    if os.environ.get("TF_MLSTM_TESTS_NO_FORK") or set(options) - _OPTIONS:
+        return False
+    if _command(args) is None:
+        return False
+    if any(str(arg).startswith(("--verbosity", "-v")) for arg in args[2:]):
+        return False  # The binary sets TensorFlow's log level before TensorFlow loads.
+    # A level showing TensorFlow's start-up lines: they come from a real start only.
+    return env.get("TF_CPP_MIN_LOG_LEVEL", "") not in ("0",)
+
+
+_OPTIONS = {
+    "stdin",
+    "stdout",
+    "stderr",
+    "env",
+    "cwd",
+    "text",
+    "errors",
+    "encoding",
+    "universal_newlines",
+}
+
+
+class _Input:
+    """A file the command reads as its standard input (`run`'s `input=`)."""
+
+    def __init__(self, folder, data):
+        self.path = os.path.join(folder, "input")
+        with open(self.path, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+class ForkedProcess:
+    """A `subprocess.Popen` look-alike for a command forked from a server."""
+
+    def __init__(self, server, args, stdin, stdout, stderr, env, cwd, text, errors, encoding):
+        self.args = args
+        self.returncode = None
+        self._server = server
+        self._text = text or errors is not None or encoding is not None
+        self._errors = errors or "strict"
+        self._encoding = encoding or "utf-8"
+        self._folder = tempfile.mkdtemp(prefix="forked-")
+        self._captured = {}
+        write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        stdio = [self._stdio(0, stdin, os.O_RDONLY), self._stdio(1, stdout, write)]
+        if stderr == subprocess.STDOUT:
+            stdio.append(stdio[1])
+        else:
+            stdio.append(self._stdio(2, stderr, write))
+        module, script = _command(args)
+        argv = [os.fspath(arg) for arg in args]
+        self.pid = server.fork(
+            {
+                # sys.argv as `python -m module ...` (runpy puts the module's path first) or
+                # `python script ...` makes it.
+                "argv": argv[2:] if module else argv[1:],
+                "module": module,
+                "script": script,
+                "env": env,
+                "cwd": os.fspath(cwd or os.getcwd()),
+                "stdio": stdio,
+            }
+        )
+        self.stdout = self.stderr = self.stdin = None
+
+    def _stdio(self, fd, what, flags):
+        if what is None:
+            # Inherited: this process's own descriptor, as it is now.
+            if fd == 0:
+                return [os.devnull, os.O_RDONLY]
+            return [f"/proc/{os.getpid()}/fd/{fd}", os.O_WRONLY | os.O_APPEND]
+        if what == subprocess.DEVNULL:
+            return [os.devnull, flags]
+        if what == subprocess.PIPE:
+            path = os.path.join(self._folder, str(fd))
+            self._captured[fd] = path
+            if fd == 0:
+                open(path, "wb").close()
+            return [path, flags]
+        if isinstance(what, _Input):
+            return [what.path, os.O_RDONLY]
+        number = what if isinstance(what, int) else what.fileno()
+        # The same open file, reached through this process: appended to, as a shared
+        # descriptor would be (stdout and stderr to one log).
+        return [f"/proc/{os.getpid()}/fd/{number}", flags | (os.O_APPEND if fd else 0)]
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self._server.wait(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            self.returncode = self._server.wait(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def _output(self, fd):
+        if fd not in self._captured:
+            return None
+        with open(self._captured[fd], "rb") as f:
+            data = f.read()
+        return data.decode(self._encoding, self._errors) if self._text else data
+
+    def communicate(self, input=None, timeout=None):  # noqa: A002 (Popen's name)
+        del input
+        self.wait(timeout)
+        outputs = self._output(1), self._output(2)
+        shutil.rmtree(self._folder, ignore_errors=True)
+        return outputs
+
+
+def Popen(args, **options):  # noqa: N802 (subprocess's name)
+    """`subprocess.Popen(args, **options)`, forked from a server where it can be."""
+    env = dict(options.get("env") or os.environ)
+    streams = (options.get(name) for name in ("stdin", "stdout", "stderr"))
+    if not _forkable(args, env, options) or subprocess.PIPE in streams:
+        # A pipe read or written while the command runs: a plain subprocess has one.
+        return subprocess.Popen(args, **options)
+    server = _server_for(args, env)
+    if server is None:
+        return subprocess.Popen(args, **options)
+    return _forked(server, args, env, options)
+
+
+def _forked(server, args, env, options):
+    return ForkedProcess(
+        server,
+        list(args),
+        options.get("stdin"),
+        options.get("stdout"),
+        options.get("stderr"),
+        env,
+        options.get("cwd"),
+        options.get("text") or options.get("universal_newlines"),
+        options.get("errors"),
+        options.get("encoding"),
+    )
+
+
+def run(args, *, capture_output=False, timeout=None, check=False, input=None, **options):  # noqa: A002
+    """`subprocess.run(args, ...)`, forked from a server where it can be."""
+    env = dict(options.get("env") or os.environ)
+    server = _forkable(args, env, options) and _server_for(args, env)
+    if not server:
+        return subprocess.run(
+            args,
+            capture_output=capture_output,
+            timeout=timeout,
+            check=check,
+            input=input,
+            **options,
+        )
+    if capture_output:
+        options = dict(options, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    folder = tempfile.mkdtemp(prefix="forked-input-")
+    try:
+        if input is not None:
+            options = dict(options, stdin=_Input(folder, input))
+        process = _forked(server, args, env, options)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+            raise
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    done = subprocess.CompletedProcess(args, process.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done

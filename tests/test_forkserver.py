@@ -1,0 +1,130 @@
+"""The tests' fork server: a forked command is the process a fresh one would be."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import _forkserver
+import pytest
+
+# A script that reports what its process sees, then ends as its first argument says.
+_REPORT = textwrap.dedent(
+    """
+    import json, os, sys
+    report = {
+        "argv": sys.argv[1:],
+        "cwd": os.getcwd(),
+        "path0": sys.path[0],
+        "env": os.environ.get("FORKSERVER_PROBE"),
+        "stdin": sys.stdin.read(),
+        "tensorflow_imported": "tensorflow" in sys.modules,
+        "tf_mlstm_imported": "tf_mlstm" in sys.modules,
+        "pid": os.getpid(),
+        "name": __name__,
+    }
+    print(json.dumps(report))
+    print("to stderr", file=sys.stderr)
+    how = sys.argv[1]
+    if how == "exit":
+        sys.exit(int(sys.argv[2]))
+    if how == "raise":
+        raise RuntimeError("raised in the command")
+    if how == "sleep":
+        print("sleeping", flush=True)
+        import time
+        time.sleep(120)
+    """
+)
+
+
+@pytest.fixture(name="script")
+def fixture_script(tmp_path):
+    path = tmp_path / "report.py"
+    path.write_text(_REPORT)
+    return path
+
+
+def _env(**changes):
+    return dict(os.environ, FORKSERVER_PROBE="probe", **changes)
+
+
+def test_a_forked_command_sees_its_arguments_folder_environment_and_input(script, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    done = _forkserver.run(
+        [sys.executable, str(script), "exit", "0", "--flag=1"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=_env(),
+        input="what the test sends",
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["argv"] == ["exit", "0", "--flag=1"]
+    assert report["cwd"] == str(work) and report["path0"] == str(tmp_path)
+    assert report["env"] == "probe" and report["stdin"] == "what the test sends"
+    assert report["name"] == "__main__" and report["pid"] != os.getpid()
+    # Warm: TensorFlow is there already, tf_mlstm is imported fresh by each command.
+    assert report["tensorflow_imported"] and not report["tf_mlstm_imported"]
+    assert done.stderr == "to stderr\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["exit", "3"], 3, "to stderr\n"),
+        (["raise"], 1, "RuntimeError: raised in the command"),
+    ],
+)
+def test_exit_statuses_and_tracebacks_are_a_processs(script, args, code, said):
+    done = _forkserver.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == code
+    assert said in done.stderr
+
+
+def test_a_signal_ends_it_as_it_ends_a_process_and_a_time_out_kills_it(script, tmp_path):
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        proc = _forkserver.Popen(
+            [sys.executable, str(script), "sleep"], stdout=out, stderr=subprocess.STDOUT, env=_env()
+        )
+    assert isinstance(proc, _forkserver.ForkedProcess)
+    deadline = time.monotonic() + 60
+    while "sleeping" not in log.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    # stdout and stderr into one file, in the order written.
+    assert log.read_text().splitlines()[1:] == ["to stderr", "sleeping"]
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        _forkserver.run([sys.executable, str(script), "sleep"], env=_env(), timeout=2)
+
+
+def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeypatch):
+    started = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    for args, env in [
+        ([sys.executable, "-c", "print(1)"], _env()),  # not a module or a script
+        ([sys.executable, str(script), "exit", "0", "--verbosity=1"], _env()),
+        ([sys.executable, str(script), "exit", "0"], _env(TF_CPP_MIN_LOG_LEVEL="0")),
+    ]:
+        done = _forkserver.run(args, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert started[-1] == args
