@@ -26,8 +26,8 @@ from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train import autotune
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import schedules
-from tf_mlstm.train.runner import TRAIN_SUMMARY_SUBDIR
-from tf_mlstm.train.runner import Task
+from tf_mlstm.train.summaries import TRAIN_SUMMARY_SUBDIR
+from tf_mlstm.train.task_protocol import Task
 
 SAMPLE_PROMPT = "This product is"
 VALIDATION_SUMMARY_SUBDIR = "validation"

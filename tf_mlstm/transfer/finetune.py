@@ -81,7 +81,7 @@ from tf_mlstm.rundir import RESULTS_FILE
 from tf_mlstm.train import autotune
 from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
-from tf_mlstm.train.runner import Task
+from tf_mlstm.train.task_protocol import Task
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import settings
