@@ -16,6 +16,7 @@ import time
 import types
 
 import keras
+import local_cluster
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -41,7 +42,6 @@ from tf_mlstm.models.language_model import load_trained_model
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import read_config
-from tf_mlstm.train import local_cluster
 from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import finetune

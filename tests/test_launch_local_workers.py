@@ -16,9 +16,9 @@ import sys
 import textwrap
 import time
 
+import local_cluster
 import pytest
 
-from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

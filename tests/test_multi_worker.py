@@ -535,7 +535,7 @@ def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, d
     # Worker 1's budget ends long before worker 0's. Its stop flag rides in
     # the all-reduce, so worker 0 stops after the same step instead of
     # waiting in a collective worker 1 never joins.
-    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+    import local_cluster  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
     ports = local_cluster.pick_ports(2)

@@ -345,7 +345,8 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_lost(
     tmp_path, data_dir
 ):
-    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+    import local_cluster  # pylint: disable=g-import-not-at-top
+
     from tf_mlstm.train import run_errors  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
