@@ -67,6 +67,10 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom tf_mlstm.export import saved_model\n")  # transfer using export
     with open(package / "rundir.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.models import backbone\n")  # the run folder building models
+    with open(package / "tasks" / "finetune.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.tasks import language_model\n")  # one task reaching another
+    with open(package / "cli" / "eval.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.tasks import finetune\n")  # a task run past the entry points
     (package / "undeclared.py").write_text('"""A module no layer names."""\n')
 
     done = _lint_imports(tmp_path)
@@ -79,6 +83,8 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     assert "tf_mlstm.transfer.neuron -> tf_mlstm.data.framing" in out
     assert "tf_mlstm.transfer.plots -> tf_mlstm.export.saved_model" in out
     assert "tf_mlstm.rundir is not allowed to import tf_mlstm.models" in out
+    assert "tf_mlstm.tasks.finetune is not allowed to import tf_mlstm.tasks.language_model" in out
+    assert "- tf_mlstm.cli.eval -> tf_mlstm.tasks.finetune" in out
     assert "- tf_mlstm.undeclared" in out  # the layers contract is exhaustive
 
 

@@ -175,8 +175,8 @@ def _preemption_flags(model_dir, data_dir, max_steps):
 
 def _uninterrupted_run(model_dir, data_dir, max_steps):
     """The results of `_preemption_flags`' run, trained in this process as tf-mlstm-train does."""
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
@@ -429,7 +429,7 @@ def _poison_loss(task):
 
 def _language_model_task(tmp_path, data_dir, precision, **overrides):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
         **{**TINY, "precision": precision, "max_steps": 4, **overrides},
@@ -462,11 +462,12 @@ def _finetune_settings(tmp_path, **overrides):
 
 def _finetune_task(tmp_path, data_dir, precision):
     del data_dir
+    from tf_mlstm.tasks import finetune as finetune_task  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
     config = finetune.FinetuneConfig(**_finetune_settings(tmp_path, precision=precision))
     config = config.validate()
-    return finetune.FinetuneTask(config), config
+    return finetune_task.FinetuneTask(config), config
 
 
 @pytest.mark.parametrize(
@@ -522,7 +523,7 @@ def _planner_of_a_budget_ending_at_step_12(schedules):
 def _train_in_process(model_dir, data_dir, **settings):
     """Trains the tiny model in this process; returns the runner and its results."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
@@ -608,8 +609,8 @@ def test_the_eta_leaves_evaluation_pauses_out_of_the_rate_and_counts_those_ahead
     counted the pause as step time (an ETA of 4 x 3 s at step 4) and the next forgot
     the evaluation ahead (0 s at step 5), as the ETA jumped from 2:49 to 0:07 in a run."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import runner as runner_lib  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
 
     pause_s = 3.0
     monkeypatch.setattr(

@@ -1,4 +1,4 @@
-"""Language-model training as a task of the distributed runner.
+"""Language-model training (`tf-mlstm-train`) as a task of the distributed runner.
 
 The mLSTM learns next-byte prediction with truncated BPTT: each replica
 carries its rows' recurrent state [h, c] from step to step (the model resets
