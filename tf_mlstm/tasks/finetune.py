@@ -42,11 +42,14 @@ from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import logistic
 
 
-def task_kind(data):
+def task_kind(data: labeled.LabeledData) -> str:
     """BINARY, MULTICLASS or MULTILABEL: what the training data's labels ask for.
 
     Args:
       data: the training `labeled.LabeledData`.
+
+    Returns:
+      The kind.
 
     Raises:
       ValueError: one label key with fewer than two classes.
@@ -91,7 +94,7 @@ class FinetuneTask(Task):
 
     # === Data and model ===
 
-    def check_inputs(self):
+    def check_inputs(self) -> None:
         config = self.config
         # A language-model run (or another kind) as the output is refused
         # before anything is written: its config.json would be replaced.
@@ -103,7 +106,7 @@ class FinetuneTask(Task):
                 readers.expand_inputs(spec)
         rundir.read_config(config.init_model_dir)
 
-    def prepare(self, context):
+    def prepare(self, context) -> None:
         self.context = context
         self._load_data()
         self.base_model, self.base_config = language_model.load_trained_model(
@@ -118,13 +121,16 @@ class FinetuneTask(Task):
         if self.config.head_init == "probe" and not resuming:
             self.head_init = self.probe_head()
 
-    def probe_head(self):
+    def probe_head(self) -> tuple:
         """(kernel [D, K], bias [K]): the logistic regression on the starting features.
 
         The starting model featurizes the training and validation texts as
         the head will read them; `logistic.fit_logistic` fits them (L2, C
         chosen on validation; multi-label: per label, with its threshold
         metric), and its standardization is folded into the weights.
+
+        Returns:
+          (kernel, bias) as NumPy arrays.
         """
         config = self.config
         encoder = self._encoder()
@@ -210,7 +216,7 @@ class FinetuneTask(Task):
         encoder.set_weights(self.base_model.get_weights())
         return encoder
 
-    def build_model(self, context):
+    def build_model(self, context) -> tuple:
         config = self.config
         encoder = self._encoder()
         self.model = MLSTMClassifier(
@@ -228,16 +234,16 @@ class FinetuneTask(Task):
             trained.append(encoder.head)  # only the auxiliary loss reaches the LM head
         return self.model, [v for layer in trained for v in layer.trainable_variables]
 
-    def learning_rate(self):
+    def learning_rate(self) -> object:
         config = self.config
         return schedules.LargeBatchSchedule(
             config.lr, config.max_steps, config.warmup_steps, config.lr_decay
         )
 
-    def checkpoint_objects(self):
+    def checkpoint_objects(self) -> dict:
         return self.model.checkpoint_objects()
 
-    def dataset(self, input_context, rows):
+    def dataset(self, input_context, rows) -> tf.data.Dataset:
         ids = tf.constant(self.train_ids)
         lengths = tf.constant(self.train_lengths)
         labels = tf.constant(self.targets["train"])
@@ -269,7 +275,7 @@ class FinetuneTask(Task):
             .prefetch(2)
         )
 
-    def input_layout(self):
+    def input_layout(self) -> dict:
         config = self.config
         return {
             "train_data": config.train_data,
@@ -286,7 +292,7 @@ class FinetuneTask(Task):
 
     # === The step ===
 
-    def loss(self, batch, state):
+    def loss(self, batch, state) -> tuple:
         ids, lengths, labels = batch["ids"], batch["lengths"], batch["labels"]
         lm_weight = self.config.lm_loss_weight
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -314,7 +320,7 @@ class FinetuneTask(Task):
         loss = (class_loss + lm_weight * lm_loss) / float(self.config.batch_size)
         return loss, tf.stack([class_loss, lm_loss, correct]), state
 
-    def describe(self):
+    def describe(self) -> str:
         outputs = "classes" if self.kind == MULTICLASS else "labels"
         return (
             f" x {self.train_ids.shape[1]} bytes; {self.config.init_model_dir} "
@@ -323,7 +329,7 @@ class FinetuneTask(Task):
             f"{len(self.train_ids)} texts"
         )
 
-    def progress(self, step, window, steps, seconds):
+    def progress(self, step, window, steps, seconds) -> tuple:
         rows = steps * self.config.batch_size
         entry = {
             "step": step,
@@ -340,7 +346,7 @@ class FinetuneTask(Task):
 
     # === Evaluation and results ===
 
-    def periodic(self):
+    def periodic(self) -> list:
         return [(self.config.eval_every_steps, self._log_validation)]
 
     def _log_validation(self, step):
@@ -358,16 +364,19 @@ class FinetuneTask(Task):
             tf.summary.scalar("accuracy", metrics["accuracy"])
             tf.summary.scalar(f1, metrics[f1])
 
-    def configs(self):
+    def configs(self) -> dict:
         return {CONFIG_FILE: self.base_config, FINETUNE_CONFIG_FILE: self.config}
 
-    def evaluate(self, split, thresholds=None, progress=False):
+    def evaluate(self, split, thresholds=None, progress=False) -> tuple:
         """Probabilities and metrics on one split (every worker computes them).
 
         Args:
           split: "train", "validation" or "test".
           thresholds: the sigmoid labels' thresholds (None: 0.5 each).
           progress: whether to report the texts done.
+
+        Returns:
+          ([N, K] probabilities, the metrics dict).
         """
         probabilities = predict_probabilities(
             self.model, self.splits[split], self.config.max_length, progress=progress
@@ -386,7 +395,7 @@ class FinetuneTask(Task):
             self.targets[split], probabilities > thresholds, self.labels, thresholds
         )
 
-    def results(self, step):
+    def results(self, step) -> dict:
         # The final evaluation, over whole splits, reports its progress; the periodic one
         # is summed up by its own log line.
         probabilities, at_half = self.evaluate("validation", progress=True)
@@ -436,7 +445,7 @@ class FinetuneTask(Task):
 
     # === auto precision and XLA ===
 
-    def measurement(self, rows):
+    def measurement(self, rows) -> autotune.Probe:
         """Fine-tuning's step at this run's shape on synthetic rows (see `autotune.Probe`).
 
         The base model's size comes from its config.json (already read by
@@ -446,6 +455,12 @@ class FinetuneTask(Task):
         only the data tells: a K-class head adds a [D, K] product, nothing
         next to the mLSTM). Rows are `max_length` bytes, the widest a batch
         gets.
+
+        Args:
+          rows: rows per replica.
+
+        Returns:
+          The probe.
         """
         config = self.config
         base = rundir.read_config(config.init_model_dir)
@@ -500,10 +515,10 @@ class SyntheticFinetuneTask(FinetuneTask):
         self.base_model = None
         self._outputs, self._softmax = outputs, softmax
 
-    def check_inputs(self):
+    def check_inputs(self) -> None:
         pass  # nothing is read
 
-    def prepare(self, context):
+    def prepare(self, context) -> None:
         self.context = context
         if self._softmax:
             self.kind, self.names = MULTICLASS, tuple(range(self._outputs))
@@ -516,7 +531,7 @@ class SyntheticFinetuneTask(FinetuneTask):
             self.base_config, precision=self.config.precision
         )
 
-    def dataset(self, input_context, rows):
+    def dataset(self, input_context, rows) -> tf.data.Dataset:
         length = self.config.max_length
         text = tf.random.stateless_uniform(
             [rows, length - 1], seed=[0, 0], maxval=256, dtype=tf.int32
@@ -537,8 +552,8 @@ class SyntheticFinetuneTask(FinetuneTask):
         }
         return tf.data.Dataset.from_tensors(batch).repeat()
 
-    def input_layout(self):
+    def input_layout(self) -> dict:
         return {}
 
-    def periodic(self):
+    def periodic(self) -> list:
         return []
