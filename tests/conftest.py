@@ -20,6 +20,7 @@ import os
 import pathlib
 import shutil
 import signal
+import sys
 import tempfile
 import time
 
@@ -30,6 +31,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402 (after the log level)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# The local multi-worker launcher (`import local_cluster`) lives in tools/, beside its tool.
+sys.path.append(str(REPO / "tools"))
 SHARED_DATA = REPO.parent / "shared" / "data"
 CPU_REPLICAS = 2
 

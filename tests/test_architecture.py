@@ -69,6 +69,10 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom tf_mlstm.models import backbone\n")  # the run folder building models
     with open(package / "config" / "convert.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.data import words\n")  # a config reaching TensorFlow through data
+    with open(package / "tasks" / "finetune.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.tasks import language_model\n")  # one task reaching another
+    with open(package / "cli" / "eval.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.tasks import finetune\n")  # a task run past the entry points
     (package / "undeclared.py").write_text('"""A module no layer names."""\n')
 
     done = _lint_imports(tmp_path)
@@ -83,6 +87,8 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     assert "tf_mlstm.rundir is not allowed to import tf_mlstm.models" in out
     assert "tf_mlstm.config is not allowed to import tensorflow" in out
     assert "tf_mlstm.config.convert -> tf_mlstm.data.words" in out
+    assert "tf_mlstm.tasks.finetune is not allowed to import tf_mlstm.tasks.language_model" in out
+    assert "- tf_mlstm.cli.eval -> tf_mlstm.tasks.finetune" in out
     assert "- tf_mlstm.undeclared" in out  # the layers contract is exhaustive
 
 

@@ -247,7 +247,7 @@ def test_the_choice_travels_as_two_numbers_and_only_the_chiefs_counts(mirrored_o
 
 
 def _train(config, files):
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     trainer = Runner(LanguageModelTask(config, files, []), config)

@@ -20,7 +20,7 @@ from absl import logging as absl_logging
 from tf_mlstm import errors
 from tf_mlstm import outputs
 from tf_mlstm.cli import _main
-from tf_mlstm.train import runner
+from tf_mlstm.train import run_errors
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -418,7 +418,7 @@ def _raise(error):
 def _peer(kind):
     """The runner's `PeerWorkerError` for a collective that failed with `kind`."""
     failed = kind(None, None, "Collective ops is aborted by: task /job:worker/task:1 heartbeat")
-    return runner.peer_failure(failed, 0, 7, 30, "runs/r1/checkpoints/ckpt-6")
+    return run_errors.peer_failure(failed, 0, 7, 30, "runs/r1/checkpoints/ckpt-6")
 
 
 @pytest.mark.parametrize(
@@ -501,7 +501,7 @@ def test_library_error_types_are_user_errors():
         rundir.RunDirError,
         saved_model.ExportDirError,
         strategy.PeerWorkerError,
-        runner.TrainingDivergedError,
+        run_errors.TrainingDivergedError,
     ):
         assert errors.is_user_error(kind("x")), kind
     # Still what callers that catch the built-in kinds expect.
@@ -511,8 +511,8 @@ def test_library_error_types_are_user_errors():
 
 def test_a_preempted_run_exits_with_its_own_status():
     with pytest.raises(SystemExit) as stop:
-        _main.run_body(_raise(runner.PreemptedError("SIGTERM at step 7", step=7)), None)
-    assert stop.value.code == runner.EXIT_PREEMPTED == 75
+        _main.run_body(_raise(run_errors.PreemptedError("SIGTERM at step 7", step=7)), None)
+    assert stop.value.code == run_errors.EXIT_PREEMPTED == 75
 
 
 def test_an_unusable_model_dir_is_one_line(tmp_path):

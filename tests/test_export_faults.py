@@ -129,7 +129,7 @@ def test_sigterm_during_the_final_export_ends_it_and_the_same_command_exports(tm
 # after the last step's stop flags were agreed and before training returns.
 _SIGTERM_WHILE_THE_RESULTS_ARE_MADE = """
 import os, signal
-from tf_mlstm.train import lm_task
+from tf_mlstm.tasks import language_model as lm_task
 
 _results = lm_task.LanguageModelTask.results
 

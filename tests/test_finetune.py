@@ -17,6 +17,7 @@ import types
 
 import _forkserver
 import keras
+import local_cluster
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -41,8 +42,8 @@ from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.rundir import check_resumed_config
 from tf_mlstm.rundir import read_config
 from tf_mlstm.serving import saved_model
-from tf_mlstm.train import local_cluster
-from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.tasks import finetune as finetune_task
+from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
@@ -183,7 +184,7 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     assert not np.allclose(tuned.mlstm.cell.weights[0], base.mlstm.cell.weights[0])
     # A rerun with a larger budget resumes from the last checkpoint.
     config = _config(task, model_dir, max_steps=34)
-    resumed = Runner(finetune.FinetuneTask(config), config)
+    resumed = Runner(finetune_task.FinetuneTask(config), config)
     assert resumed.train()["step"] == 34
     assert int(resumed.step.numpy()) == 34
     assert sorted(p.name for p in (model_dir / "checkpoints").glob("*.index")) == [
@@ -205,7 +206,7 @@ def test_multi_label_with_loss_scaling_and_lm_loss(task, tmp_path):
         features="mean",
         threshold_metric="f1",
     )
-    job = finetune.FinetuneTask(config)
+    job = finetune_task.FinetuneTask(config)
     tuner = Runner(job, config)
     assert isinstance(tuner.optimizer, keras.optimizers.LossScaleOptimizer)
     assert tuner.model.encoder.compute_dtype == "float16"
@@ -224,7 +225,7 @@ def test_without_validation_data_a_stratified_share_is_held_out(tmp_path):
     config = finetune.FinetuneConfig(
         init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run")
     ).validate()
-    task = finetune.FinetuneTask(config)
+    task = finetune_task.FinetuneTask(config)
     task._load_data()
     kept, held = task.splits["train"], task.splits["validation"]
     assert len(held.texts) == 20 and len(kept.texts) == 180
@@ -301,18 +302,18 @@ def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):
     ]:
         config = finetune.FinetuneConfig(**base, label_key="stars", label_map=label_map)
         with pytest.raises(ValueError, match=message):
-            finetune.FinetuneTask(config.validate())._load_data()
+            finetune_task.FinetuneTask(config.validate())._load_data()
     one = tmp_path / "one.jsonl"
     one.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 1}\n' * 10)
     config = finetune.FinetuneConfig(**dict(base, train_data=str(one))).validate()
     with pytest.raises(ValueError, match="every label is 1; a classifier needs two or more"):
-        finetune.FinetuneTask(config)._load_data()
+        finetune_task.FinetuneTask(config)._load_data()
 
 
 def test_a_label_map_makes_named_classes_and_integer_labels_beyond_0_1_are_k_classes(tmp_path):
     train = _write_three_class(tmp_path / "train.jsonl", 60, 0)
     base = dict(init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run"))
-    mapped = finetune.FinetuneTask(
+    mapped = finetune_task.FinetuneTask(
         finetune.FinetuneConfig(
             **base, label_key="stars", label_map="1:neg,2:neg,3:neutral,4:pos,5:pos"
         ).validate()
@@ -321,10 +322,14 @@ def test_a_label_map_makes_named_classes_and_integer_labels_beyond_0_1_are_k_cla
     assert mapped.kind == "multiclass" and mapped.names == ("neg", "neutral", "pos")
     stars = mapped.splits["train"].labels
     assert mapped.targets["train"].tolist() == [("neg", "neutral", "pos").index(v) for v in stars]
-    plain = finetune.FinetuneTask(finetune.FinetuneConfig(**base, label_key="stars").validate())
+    plain = finetune_task.FinetuneTask(
+        finetune.FinetuneConfig(**base, label_key="stars").validate()
+    )
     plain._load_data()
     assert plain.kind == "multiclass" and plain.names == (1, 2, 3, 4, 5)
-    binary = finetune.FinetuneTask(finetune.FinetuneConfig(**base, label_key="good").validate())
+    binary = finetune_task.FinetuneTask(
+        finetune.FinetuneConfig(**base, label_key="good").validate()
+    )
     binary._load_data()
     assert binary.kind == "binary" and binary.targets["train"].shape == (54, 1)
 
@@ -358,7 +363,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     else:
         config = _config(task, tmp_path / "run", label_key=label_key, features="mean,max")
         config = dataclasses.replace(config, head_init="probe", precision="float32")
-    job = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
+    job = finetune_task.FinetuneTask(dataclasses.replace(config, precision="float32"))
     job.prepare(types.SimpleNamespace(num_workers=1))
     encoder = MLSTMLanguageModel.from_run(task["init"])
     outputs = len(job.names)
@@ -400,7 +405,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
     checkpoints = os.path.join(config.model_dir, "checkpoints")
     os.makedirs(checkpoints, exist_ok=True)
     tf.train.Checkpoint(step=tf.Variable(1)).save(os.path.join(checkpoints, "ckpt"))
-    resumed = finetune.FinetuneTask(dataclasses.replace(config, precision="float32"))
+    resumed = finetune_task.FinetuneTask(dataclasses.replace(config, precision="float32"))
     resumed.prepare(types.SimpleNamespace(num_workers=1))
     assert resumed.head_init is None and resumed.probe is None
 
@@ -800,7 +805,7 @@ def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
 
     monkeypatch.setattr(Runner, "_candidate_step", candidate_step)
     config = _auto_config(tmp_path, "a", label_key="label,long")
-    job = finetune.FinetuneTask(config)
+    job = finetune_task.FinetuneTask(config)
     tuner = Runner(job, config)
     assert sorted(name for name, _ in built) == sorted(costs)
     shape = built[0][1].shape
@@ -820,7 +825,7 @@ def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
 
     # The same shape again: from the cache, nothing built or timed.
     again = _auto_config(tmp_path, "b", label_key="label,long")
-    assert Runner(finetune.FinetuneTask(again), again).autotune.how == "cached"
+    assert Runner(finetune_task.FinetuneTask(again), again).autotune.how == "cached"
     assert len(built) == 4
     # The cache key names the task: the language model's step of the same sizes is another
     # entry, never served fine-tuning's rates.
@@ -844,7 +849,7 @@ def test_the_timed_fine_tuning_step_is_the_real_step_on_synthetic_rows(
     tmp_path, overrides, kind, outputs
 ):
     config = _auto_config(tmp_path, "run", precision="float32", jit_compile="false", **overrides)
-    probe = finetune.FinetuneTask(config).measurement(4)
+    probe = finetune_task.FinetuneTask(config).measurement(4)
     assert probe.shape["outputs"] == outputs and probe.shape["softmax"] == (kind == "multiclass")
     scratch = dataclasses.replace(config, model_dir=str(tmp_path / "probe"), max_minutes=0.0)
     task = probe.make_task(scratch)
@@ -861,7 +866,7 @@ def test_the_input_layout_names_the_keys_alike_however_they_are_spelled(task, tm
     config = _config(task, tmp_path / "run")
     layouts = []
     for spell in (",".join, list):
-        job = finetune.FinetuneTask(
+        job = finetune_task.FinetuneTask(
             dataclasses.replace(
                 config, label_key=spell(config.label_keys), text_key=spell(config.text_keys)
             )

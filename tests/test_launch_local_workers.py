@@ -17,9 +17,9 @@ import textwrap
 import time
 
 import _forkserver
+import local_cluster
 import pytest
 
-from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

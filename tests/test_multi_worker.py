@@ -193,7 +193,7 @@ def test_two_workers_split_the_batch_and_end_with_identical_weights(tmp_path, da
 
     from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
     from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import lm_task  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks import language_model as lm_task  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig.from_json((model_dir / "config.json").read_text())
     model = lm_task.build_model(config)
@@ -209,7 +209,7 @@ _POISON_WORKER_1 = """
 import json, os
 if json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
     import tensorflow as tf
-    from tf_mlstm.train import lm_task
+    from tf_mlstm.tasks import language_model as lm_task
 
     _loss = lm_task.LanguageModelTask.loss
 
@@ -442,8 +442,8 @@ def test_two_worker_float16_checkpoint_resumes_on_one_worker(tmp_path, data_dir)
 def test_float16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path, data_dir):
     from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
@@ -524,7 +524,7 @@ import json, sys
 from absl import logging
 from tf_mlstm.data import tfrecord
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.train.lm_task import LanguageModelTask
+from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 logging.set_verbosity(logging.INFO)
 config = TrainConfig.from_json(sys.argv[1]).validate()
@@ -538,7 +538,7 @@ def test_one_workers_time_budget_stops_both_workers_at_the_same_step(tmp_path, d
     # Worker 1's budget ends long before worker 0's. Its stop flag rides in
     # the all-reduce, so worker 0 stops after the same step instead of
     # waiting in a collective worker 1 never joins.
-    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
+    import local_cluster  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
     ports = local_cluster.pick_ports(2)

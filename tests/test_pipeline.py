@@ -148,7 +148,7 @@ def test_source_repeats_empty_is_no_rules():
 
 def test_trainer_refuses_source_repeats_on_records_without_sources(tmp_path):
     from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     files = _write_shards(tmp_path / "data", count=20, shards=1, sources=("",))

@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from _models import tiny_train_config
 from tf_mlstm.data import tfrecord
+from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train import optimizer as optimizer_lib
-from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 
 HIDDEN, ROWS, SEQ = 16, 4, 16

@@ -21,8 +21,8 @@ from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models import language_model
+from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train import checkpointing
-from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer.finetune import FinetuneConfig
 

@@ -103,8 +103,8 @@ def test_a_run_of_non_finite_steps_stops_in_one_line_and_the_last_checkpoint_is_
     holds exactly the weights of step 4, finite; no checkpoint inside the stretch."""
     from tf_mlstm import errors  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models.language_model import MLSTMLanguageModel  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.run_errors import TrainingDivergedError  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.runner import TrainingDivergedError  # pylint: disable=g-import-not-at-top
 
     task, config = _language_model_task(tmp_path, data_dir, "float32")
     _poison_loss(task)
@@ -175,8 +175,8 @@ def _preemption_flags(model_dir, data_dir, max_steps):
 
 def _uninterrupted_run(model_dir, data_dir, max_steps):
     """The results of `_preemption_flags`' run, trained in this process as tf-mlstm-train does."""
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
@@ -254,7 +254,7 @@ def test_sigterm_and_ctrl_c_checkpoint_the_stop_step_and_the_rerun_matches_an_un
     """One run stopped three times, each time resumed by the same command: SIGTERM
     during start-up, SIGTERM mid-run, then Ctrl-C (SIGINT) mid-run; it ends with the
     weights of a run never stopped. (A second Ctrl-C: test_stop_signals.py.)"""
-    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import run_errors  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
     command = _preemption_flags(model_dir, data_dir, _MAX_STEPS)
@@ -265,7 +265,7 @@ def test_sigterm_and_ctrl_c_checkpoint_the_stop_step_and_the_rerun_matches_an_un
     # starts, so that is step 1, or step 2 when the signal lands while step 1 (tracing
     # and compiling the step) already runs.
     code, startup = sigterm_when(command, model_dir / "config.json", tmp_path / "startup.txt", 180)
-    assert code == runner.EXIT_PREEMPTED == 75, startup[-3000:]
+    assert code == run_errors.EXIT_PREEMPTED == 75, startup[-3000:]
     early = _assert_the_stop_step_is_checkpointed(startup, _STOPPED, model_dir, 1)
     assert early in (1, 2), startup[-3000:]
 
@@ -274,8 +274,8 @@ def test_sigterm_and_ctrl_c_checkpoint_the_stop_step_and_the_rerun_matches_an_un
     # one line, with exit status 130.
     resumed_from = early
     for name, signum, status, stopped in (
-        ("sigterm", signal.SIGTERM, runner.EXIT_PREEMPTED, _STOPPED),
-        ("ctrl-c", signal.SIGINT, runner.EXIT_INTERRUPTED, _INTERRUPTED),
+        ("sigterm", signal.SIGTERM, run_errors.EXIT_PREEMPTED, _STOPPED),
+        ("ctrl-c", signal.SIGINT, run_errors.EXIT_INTERRUPTED, _INTERRUPTED),
     ):
         every = _PREEMPTION["checkpoint_every_steps"]
         due = (resumed_from // every + 1) * every
@@ -297,7 +297,7 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
 ):
     """Fine-tuning stops on SIGTERM (exit 75), then on Ctrl-C (exit 130), as training does,
     each time at a checkpointed step the same command resumes from."""
-    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import run_errors  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
     settings = _finetune_settings(
@@ -308,8 +308,8 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
     model_dir = tmp_path / "run"
     stop_step = 0
     for signum, status, stopped in (
-        (signal.SIGTERM, runner.EXIT_PREEMPTED, _STOPPED),
-        (signal.SIGINT, runner.EXIT_INTERRUPTED, _INTERRUPTED),
+        (signal.SIGTERM, run_errors.EXIT_PREEMPTED, _STOPPED),
+        (signal.SIGINT, run_errors.EXIT_INTERRUPTED, _INTERRUPTED),
     ):
         due = (stop_step // 4 + 1) * 4
         checkpoint = model_dir / "checkpoints" / f"ckpt-{due}.index"
@@ -345,8 +345,9 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_lost(
     tmp_path, data_dir
 ):
-    from tf_mlstm.train import local_cluster  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import runner  # pylint: disable=g-import-not-at-top
+    import local_cluster  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.train import run_errors  # pylint: disable=g-import-not-at-top
 
     model_dir = tmp_path / "run"
     # Room for the stop: the signal comes as step 10's checkpoint appears (the stop
@@ -377,7 +378,7 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_with_nothing_
             if proc.poll() is None:
                 proc.kill()
     texts = [path.read_text(errors="replace") for path in logs]
-    assert codes == [runner.EXIT_PREEMPTED] * 2, texts[0][-3000:] + texts[1][-3000:]
+    assert codes == [run_errors.EXIT_PREEMPTED] * 2, texts[0][-3000:] + texts[1][-3000:]
     stops = [{m.groups() for m in _STOPPED.finditer(text)} for text in texts]
     assert len(stops[0]) == len(stops[1]) == 1, stops
     (_, step_0), (_, step_1) = stops[0].pop(), stops[1].pop()
@@ -430,7 +431,7 @@ def _poison_loss(task):
 
 def _language_model_task(tmp_path, data_dir, precision, **overrides):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
         **{**TINY, "precision": precision, "max_steps": 4, **overrides},
@@ -463,11 +464,12 @@ def _finetune_settings(tmp_path, **overrides):
 
 def _finetune_task(tmp_path, data_dir, precision):
     del data_dir
+    from tf_mlstm.tasks import finetune as finetune_task  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
     config = finetune.FinetuneConfig(**_finetune_settings(tmp_path, precision=precision))
     config = config.validate()
-    return finetune.FinetuneTask(config), config
+    return finetune_task.FinetuneTask(config), config
 
 
 @pytest.mark.parametrize(
@@ -523,7 +525,7 @@ def _planner_of_a_budget_ending_at_step_12(schedules):
 def _train_in_process(model_dir, data_dir, **settings):
     """Trains the tiny model in this process; returns the runner and its results."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
 
     config = TrainConfig(
@@ -609,8 +611,8 @@ def test_the_eta_leaves_evaluation_pauses_out_of_the_rate_and_counts_those_ahead
     counted the pause as step time (an ETA of 4 x 3 s at step 4) and the next forgot
     the evaluation ahead (0 s at step 5), as the ETA jumped from 2:49 to 0:07 in a run."""
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import runner as runner_lib  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train.lm_task import LanguageModelTask  # pylint: disable=g-import-not-at-top
 
     pause_s = 3.0
     monkeypatch.setattr(

@@ -14,6 +14,7 @@ import time
 import types
 
 import _forkserver
+import local_cluster
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,7 +22,6 @@ import tensorflow as tf
 from _models import PINNED_FLAGS
 from _models import run
 from _models import train_command
-from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -249,7 +249,6 @@ def test_non_chief_writes_to_a_temporary_folder(tmp_path):
 _STARTUP_SCRIPT = """
 import sys, time
 from tf_mlstm import errors
-from tf_mlstm.train import local_cluster
 from tf_mlstm.train import strategy as strategy_lib
 start = time.monotonic()
 try:

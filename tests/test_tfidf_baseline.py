@@ -171,6 +171,7 @@ def test_compare_fits_the_reference_and_the_project_words_on_the_same_rows(tmp_p
 def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):
     """--max_train_examples / --max_eval_examples with one --seed: the baseline, transfer and
     fine-tuning read the same rows, so their numbers are on the same splits."""
+    from tf_mlstm.tasks import finetune as finetune_task
     from tf_mlstm.transfer import experiment
     from tf_mlstm.transfer import finetune
 
@@ -192,7 +193,7 @@ def test_the_three_tools_keep_the_same_subsample_and_held_out_rows(tmp_path):
             **limits,
         )
     ).splits
-    tune = finetune.FinetuneTask(
+    tune = finetune_task.FinetuneTask(
         finetune.FinetuneConfig(
             init_model_dir="m",
             model_dir="o",

@@ -45,10 +45,10 @@ from tf_mlstm.models import openai_weights
 from tf_mlstm.models import sampling
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.serving import saved_model
+from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train import data_files
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import strategy as strategy_lib
-from tf_mlstm.train.lm_task import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import logistic

@@ -410,7 +410,7 @@ def _train_task(impl, config):
     For `keras_lstm`, the same task (data, loss, carried state) with the Keras
     LSTM model in place of the mLSTM, so that both train through the same step.
     """
-    from tf_mlstm.train.lm_task import SyntheticLanguageModelTask
+    from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
 
     if impl == "mlstm":
         return SyntheticLanguageModelTask(config)

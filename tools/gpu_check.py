@@ -193,7 +193,7 @@ def _train_config(model_dir, **overrides):
 
 def _train(config, train_files):
     """Trains on the project's runner; returns (results, runner, per-step scalars)."""
-    from tf_mlstm.train.lm_task import LanguageModelTask
+    from tf_mlstm.tasks.language_model import LanguageModelTask
     from tf_mlstm.train.runner import Runner
 
     trainer = Runner(LanguageModelTask(config, train_files, []), config)

@@ -14,12 +14,12 @@ status they end with (75 for a training run that checkpointed on SIGTERM,
 130 on Ctrl-C; rerun to resume). A command that is not found is one error line and status 1.
 """
 
+import local_cluster
 from absl import app
 from absl import flags
 from absl import logging
 
 from tf_mlstm.cli import _main
-from tf_mlstm.train import local_cluster
 
 
 def define_flags():

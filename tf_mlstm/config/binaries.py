@@ -194,7 +194,7 @@ class ExportConfig:
     export_dir: str
     classifier: str = ""
     window: int = 256
-    # The same as tf_mlstm.export.saved_model.DEFAULT_MAX_* (not imported here:
+    # The same as tf_mlstm.serving.saved_model.DEFAULT_MAX_* (not imported here:
     # TensorFlow loads only after the flags parsed).
     max_text_bytes: int = 65536
     max_generate_length: int = 4096

@@ -16,7 +16,7 @@ folder (names from `tf_mlstm.rundir`):
   state cannot serve all).
 
 The shared checkpoint is committed only after every worker has written
-both (`runner.RunState.save`), so a checkpoint never lacks a worker's state
+both (`run_state.RunState.save`), so a checkpoint never lacks a worker's state
 because that worker died while it was being saved.
 
 A resumed run reloads both when the step and the layout match, so the loss

@@ -1,35 +1,26 @@
 """The distributed runner: one training loop for every kind of training.
 
-Language-model training (`lm_task.py`) and fine-tuning
-(`tf_mlstm.transfer.finetune`) are tasks; this module owns everything they
-share, in the task/trainer split of tensorflow/models `official/core`:
+Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
+runner owns everything they share, in the task/trainer split of
+tensorflow/models `official/core`, and this module holds the `Runner`
+itself: the strategy, the replica layout and seeding; `auto` precision and
+XLA (measured with `autotune.py`); the model and the optimizer with loss
+scaling (`optimizer.py`); the step loop with the `max_minutes` budget, the
+checkpoint cadence, the task's periodic evaluations and the final
+synchronization and `results.json`. Its parts live beside it, one job a file:
 
-* the strategy, the replica layout and seeding;
-* the optimizer with loss scaling (`optimizer.py`), the step and
-  skipped-step counters;
-* the checkpoint manager, plus per-worker state beside it
-  (`checkpointing.py`): the input position of this worker's iterator and the
-  recurrent state a task carries from step to step;
-* the step: the task's forward and backward pass, XLA-compiled when
-  `jit_compile` is on, with the loss scaled under float16; ONE all-reduce
-  (SUM) of the gradients bundled with the task's statistics and the stop
-  flag (optionally in float16); then `optimizer.apply`;
-* the cadence (progress log and TensorBoard summaries, checkpoints, the
-  task's periodic evaluation), the `max_minutes` budget, a peer worker's
-  failure (`PeerWorkerError`), the final synchronization and `results.json`.
-
-Why the data is a per-worker plain tf.data iterator rather than
-`distribute_datasets_from_function`: only the former can be checkpointed
-(TF 2.21), and an exact resume needs the input position. The worker's batch
-holds `local_replicas` blocks of per-replica rows; replica r always gets
-block r (`experimental_distribute_values_from_function`), so state it
-carries stays aligned with its rows.
-
-Why the stop flag rides in the all-reduce: workers check their clocks at
-slightly different moments, so each would stop at a different step and the
-others would hang in the next collective. Summed with the statistics, one
-worker's "stop" is seen by every replica at the same step, at no extra
-collective.
+* `task_protocol.py`: what a task supplies (`Task`) and what it may know of
+  the run (`TaskContext`): the strategy, the replica layout, the step, the
+  summary writers, never the runner itself;
+* `run_state.py`: what a checkpoint restores (`RunState`): the shared
+  checkpoint and this worker's carried state and input position beside it;
+* `compiled_step.py`: the step: forward and backward, ONE all-reduce of the
+  gradients bundled with the statistics and the stop flags, the update;
+* `cadence.py`: what happens between steps: the progress window, pauses
+  and the ETA, profiling, the count of non-finite steps;
+* `summaries.py`: the TensorBoard writers and the HParams record;
+* `run_errors.py`: how a run ends short of its last step (`PreemptedError`,
+  `TrainingDivergedError`, a peer worker's failure in one line).
 
 Divergence: a step whose all-reduced gradients are not finite is skipped in
 every precision (`optimizer.py`), and counted. A checkpoint that falls due
@@ -48,235 +39,39 @@ all-reduce, so every worker stops after the same step, writes a checkpoint
 after Ctrl-C, distinct from success (0), errors (1) and a death by signal
 (128 + n). Relaunching the same command resumes with no step lost. A second
 Ctrl-C ends the process at once (status 130), without that checkpoint.
-
-A task supplies (see `Task`): the model (built under the strategy scope)
-and the variables it trains, the learning rate, a per-worker dataset and its
-layout, the loss with its statistics (and carried state), progress text,
-periodic evaluations, config files and its final results. It sees the run
-through a `TaskContext` (strategy, replica layout, step, summary writers),
-never the runner itself; what a checkpoint restores (the shared checkpoint,
-this worker's carried state and input position) is one `RunState`.
 """
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import signal
 import tempfile
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
-from tensorboard.plugins.hparams import api as hparams_api
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.config import profile_bounds
 from tf_mlstm.train import autotune
-from tf_mlstm.train import checkpointing
+from tf_mlstm.train import cadence
+from tf_mlstm.train import compiled_step
 from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import stop_signals
 from tf_mlstm.train import strategy as strategy_lib
-
-# How a collective fails once the coordination service has noticed that a
-# peer task is gone (heartbeat timeout) or has cancelled the pending ops.
-PEER_ERRORS = (
-    tf.errors.UnavailableError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-)
-# Exit statuses of a run stopped by SIGTERM (75) or Ctrl-C (130) after its
-# checkpoint: relaunching resumes.
-EXIT_PREEMPTED = stop_signals.EXIT_PREEMPTED
-EXIT_INTERRUPTED = stop_signals.EXIT_INTERRUPTED
-# Positions of the stop flags and the budget's predicted end (summed over
-# replicas) at the end of the all-reduced statistics.
-_TIME_STOP, _SIGNAL_STOP, _PLANNED_END = -3, -2, -1
-# The folder of the training summaries inside --model_dir.
-TRAIN_SUMMARY_SUBDIR = "train"
-
-
-class PreemptedError(RuntimeError):
-    """A SIGTERM or Ctrl-C stopped the run; every worker checkpointed the same step.
-
-    Attributes:
-      step: the step of that checkpoint.
-      exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
-    """
-
-    def __init__(self, message, step, exit_status=EXIT_PREEMPTED):
-        super().__init__(message)
-        self.step = step
-        self.exit_status = exit_status
-
-
-class TrainingDivergedError(errors.UserError, RuntimeError):
-    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskContext:
-    """What a `Task` may know of the run it is part of (the runner builds it).
-
-    Attributes:
-      strategy: the `tf.distribute` strategy (evaluations run under its scope).
-      chief: whether this worker is the chief (the one that logs samples and
-        writes the run folder).
-      worker: this worker's index.
-      num_workers: the workers of the run.
-      local_replicas: the replicas on this worker.
-      per_replica_batch: rows each replica computes a step.
-      step: the global step, an int64 `tf.Variable` (read inside the compiled
-        step, e.g. to seed dropout, so that a resumed run repeats it).
-      summary_writer: `summary_writer(name)` -> the TensorBoard writer of
-        `model_dir/name` (a temporary folder off the chief).
-    """
-
-    strategy: object
-    chief: bool
-    worker: int
-    num_workers: int
-    local_replicas: int
-    per_replica_batch: int
-    step: object
-    summary_writer: object
-
-
-class Task:
-    """What one kind of training gives the `Runner`.
-
-    The runner calls, in this order: `prepare` (read data, check inputs),
-    `build_model` (under the strategy scope, after seeding), both with the
-    run's `TaskContext`,
-    `learning_rate`, `checkpoint_objects`, `dataset`, `input_layout`, then
-    `loss` inside the compiled step, `progress` at each log line, the
-    `periodic` callbacks, and `results` at the end. Subclasses override what
-    they need; the defaults are "nothing".
-    """
-
-    #: What the start line calls this run ("Training", "Fine-tuning").
-    title = "Training"
-    #: The run folder's file that records the task's config (and the precision).
-    config_file = rundir.CONFIG_FILE
-
-    def check_inputs(self):
-        """Raises, with one line, when an input is missing: first, before the hardware is resolved.
-
-        Cheap checks only (files exist, a model folder has its config); `prepare` reads.
-        """
-
-    def set_config(self, config):
-        """Takes the config with `auto` precision and XLA made concrete (before `prepare`)."""
-        self.config = config
-
-    def measurement(self, rows):
-        """How `auto` times this task's step: an `autotune.Probe`, or None (the table decides).
-
-        Args:
-          rows: rows per replica.
-        """
-        return None
-
-    def prepare(self, context):
-        """Reads and checks inputs before the model is built (seeding follows).
-
-        Args:
-          context: the run's `TaskContext`; a task may keep it.
-        """
-
-    def build_model(self, context):
-        """Builds the model under the strategy scope.
-
-        Args:
-          context: the run's `TaskContext`.
-
-        Returns:
-          (model, trainable variables the optimizer updates).
-        """
-        raise NotImplementedError
-
-    def learning_rate(self):
-        """The learning rate or `LearningRateSchedule`."""
-        raise NotImplementedError
-
-    def checkpoint_objects(self):
-        """{name: trackable} saved in each checkpoint besides optimizer and steps."""
-        raise NotImplementedError
-
-    def dataset(self, input_context, rows):
-        """This worker's infinite tf.data pipeline of batches of `rows` rows.
-
-        Args:
-          input_context: `tf.distribute.InputContext` naming this worker.
-          rows: rows per batch (per-replica rows x local replicas).
-
-        Returns:
-          A dataset of dicts of tensors whose first axis is the row.
-        """
-        raise NotImplementedError
-
-    def input_layout(self):
-        """JSON-able description of what the input position depends on."""
-        return {}
-
-    def carried_state_shape(self, rows):
-        """(rows, units) of an (h, c) pair each replica carries, or None.
-
-        Args:
-          rows: rows per replica.
-        """
-        return None
-
-    def loss(self, batch, state):
-        """Forward pass of one replica (inside the compiled step, under the tape).
-
-        Args:
-          batch: this replica's rows.
-          state: the carried [h, c] or [] (see `carried_state_shape`).
-
-        Returns:
-          (loss whose replica sum is the global mean, float32 statistics
-          vector summed over replicas, new state).
-        """
-        raise NotImplementedError
-
-    def progress(self, step, window, steps, seconds):
-        """The progress text and summaries of a log window.
-
-        Args:
-          step: the global step.
-          window: statistics summed over replicas and the window's steps.
-          steps: steps in the window.
-          seconds: wall time of the window.
-
-        Returns:
-          (text for the log line, {summary name: scalar}).
-        """
-        raise NotImplementedError
-
-    def describe(self):
-        """Extra words for the start line after the global batch (e.g. ' x 256 chars')."""
-        return ""
-
-    def periodic(self):
-        """[(every_steps, callback(step))] run on every worker at that cadence."""
-        return []
-
-    def configs(self):
-        """{file name: config dataclass} checked on resume and written by the chief at start."""
-        return {}
-
-    def results(self, step):
-        """Task results merged into the run's results (after the last checkpoint)."""
-        return {}
+from tf_mlstm.train import summaries
+from tf_mlstm.train.compiled_step import SIGNAL_STOP
+from tf_mlstm.train.compiled_step import TIME_STOP
+from tf_mlstm.train.run_errors import PEER_ERRORS
+from tf_mlstm.train.run_errors import PreemptedError
+from tf_mlstm.train.run_errors import peer_failure
+from tf_mlstm.train.run_state import RunState
+from tf_mlstm.train.summaries import TRAIN_SUMMARY_SUBDIR
+from tf_mlstm.train.task_protocol import TaskContext
 
 
 class Runner:
@@ -313,7 +108,7 @@ class Runner:
             )
             task.set_config(self.config)
         self.jit = self.config.jit_compile == "true"
-        self._writers = _SummaryWriters(self.config.model_dir, self.strategy)
+        self._writers = summaries.SummaryWriters(self.config.model_dir, self.strategy)
         with self.strategy.scope():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps")
@@ -332,7 +127,7 @@ class Runner:
         keras.utils.set_random_seed(config.seed)
         self._build_model_and_optimizer()
         self.run_state = self._setup_run_state()
-        self._profiling = False
+        self._profiler = cadence.Profiler(self.config.profile_steps, self.chief, self._profile_dir)
         self._signals = stop_signals.StopSignals()
         self._train_step = self._make_train_step()
 
@@ -489,66 +284,19 @@ class Runner:
     # === The step ===
 
     def _make_train_step(self):
-        task, optimizer, variables = self.task, self.optimizer, self.variables
-        reduce_dtype = tf.float16 if self.config.allreduce_dtype == "float16" else None
-        use_scale = optimizer_lib.loss_scale(optimizer) is not None
-
-        @tf.function(jit_compile=self.jit, autograph=False)
-        def forward_backward(batch, state):
-            with tf.GradientTape() as tape:
-                loss, stats, state = task.loss(batch, state)
-                scaled = optimizer.scale_loss(loss) if use_scale else loss
-            grads = tape.gradient(scaled, variables)
-            return tf.cast(stats, tf.float32), grads, state
-
-        def replica_step(batch, state, stop):
-            stats, grads, state = forward_backward(batch, state)
-            stats = tf.concat([stats, stop], axis=0)
-            context = tf.distribute.get_replica_context()
-            if reduce_dtype is None:
-                grads, stats = context.all_reduce(tf.distribute.ReduceOp.SUM, (grads, stats))
-            else:
-                # A multi-worker all-reduce packs its tensors into one buffer,
-                # so they must share a dtype; the float32 statistics (sums far
-                # past float16's range) travel in a second, tiny all-reduce.
-                grads = context.all_reduce(
-                    tf.distribute.ReduceOp.SUM, [tf.cast(g, reduce_dtype) for g in grads]
-                )
-                stats = context.all_reduce(tf.distribute.ReduceOp.SUM, stats)
-            grads = [tf.cast(g, tf.float32) for g in grads]
-            scale = tf.cast(optimizer_lib.loss_scale(optimizer), tf.float32) if use_scale else 1.0
-            norm = tf.linalg.global_norm(grads) / scale
-            finite = tf.math.is_finite(norm)
-            optimizer.apply(grads, variables)
-            return stats, norm, finite, state
-
-        rows = self.per_replica_batch
-        local_replicas = self.local_replicas
-
-        def replica_rows(batch):
-            def block(context):
-                r = context.replica_id_in_sync_group % local_replicas
-                return tf.nest.map_structure(lambda v: v[r * rows : (r + 1) * rows], batch)
-
-            return self.strategy.experimental_distribute_values_from_function(block)
-
-        replicas = float(self.strategy.num_replicas_in_sync)
-
-        @tf.function(autograph=False)
-        def train_step(iterator, state, stop):
-            batch = replica_rows(next(iterator))
-            stats, norm, finite, state = self.strategy.run(replica_step, args=(batch, state, stop))
-            first = lambda v: self.strategy.experimental_local_results(v)[0]
-            finite = first(finite)
-            if self.plan is not None:
-                # The mean of the workers' predictions: one value everywhere.
-                agreed = tf.cast(tf.round(first(stats)[_PLANNED_END] / replicas), tf.int64)
-                self.plan.advance(optimizer.iterations, agreed)
-            self.step.assign_add(1)
-            self.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
-            return first(stats), first(norm), finite, state
-
-        return train_step
+        return compiled_step.make_train_step(
+            task=self.task,
+            optimizer=self.optimizer,
+            variables=self.variables,
+            strategy=self.strategy,
+            per_replica_batch=self.per_replica_batch,
+            local_replicas=self.local_replicas,
+            jit=self.jit,
+            allreduce_dtype=self.config.allreduce_dtype,
+            plan=self.plan,
+            step=self.step,
+            skipped=self.skipped,
+        )
 
     def train_step(self, stop=False, preempted=False, planned_end=0):
         """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
@@ -567,19 +315,16 @@ class Runner:
           gradients (unscaled, before clipping: the logged |grad|), and
           whether the step was finite (applied).
         """
-        values = [1.0 if stop else 0.0, 1.0 if preempted else 0.0, float(planned_end)]
-        flag = self.strategy.experimental_distribute_values_from_function(
-            lambda _: tf.constant(values, tf.float32)
-        )
+        flag = compiled_step.stop_flags(self.strategy, stop, preempted, planned_end)
         state = self.run_state
         stats, norm, finite, state.carried = self._train_step(state.iterator, state.carried, flag)
         stats = stats.numpy()
         reason = None
-        if stats[_SIGNAL_STOP] > 0:
+        if stats[SIGNAL_STOP] > 0:
             reason = "preempted"
-        elif stats[_TIME_STOP] > 0:
+        elif stats[TIME_STOP] > 0:
             reason = "time"
-        return stats[:_TIME_STOP], reason, float(norm), bool(finite)
+        return stats[:TIME_STOP], reason, float(norm), bool(finite)
 
     # === Checkpoints ===
 
@@ -652,7 +397,7 @@ class Runner:
                 if finalize:
                     strategy_lib.finalize(self.strategy)
                 return finished
-        self._record_hparams()
+        summaries.record_hparams(self.summary_writer(TRAIN_SUMMARY_SUBDIR), self.config)
         self._log_start(start_step)
         begin = time.monotonic()
         stopped_by, last_saved = self._run_steps(start_step, begin, bool(restored))
@@ -709,33 +454,6 @@ class Runner:
             status,
         )
 
-    def _record_hparams(self):
-        """The run's settings as TensorBoard HParams, so runs of a sweep compare side by side."""
-        values = {
-            name: value
-            for name, value in dataclasses.asdict(self.config).items()
-            if isinstance(value, (bool, int, float, str))
-        }
-        with self.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default():
-            hparams_api.hparams(
-                values, trial_id=os.path.basename(self.config.model_dir.rstrip("/"))
-            )
-
-    def _profile(self, step):
-        """Starts or stops the TensorBoard profiler at the `--profile_steps` bounds."""
-        bounds = profile_bounds(self.config.profile_steps)
-        if not bounds or not self.chief:
-            return
-        if step == bounds[0]:
-            logging.info(
-                "Profiling steps %d to %d into %s.", bounds[0] + 1, bounds[1], self._profile_dir
-            )
-            tf.profiler.experimental.start(self._profile_dir)
-            self._profiling = True
-        elif step == bounds[1] and self._profiling:
-            tf.profiler.experimental.stop()
-            self._profiling = False
-
     @property
     def _profile_dir(self):
         return os.path.join(self.config.model_dir, TRAIN_SUMMARY_SUBDIR)
@@ -767,32 +485,41 @@ class Runner:
         # Measuring `auto` settings (before `begin`) counts against the budget.
         budget_s = config.max_minutes * 60 - self.autotune_seconds
         deadline = begin + budget_s if config.max_minutes else None
-        window = _Window(begin)
-        pauses = _Pauses()
+        window = cadence.Window(begin)
+        pauses = cadence.Pauses()
         step, last_saved = start_step, start_step if restored else -1
         nonfinite_run, save_due = 0, False
         planner = None
         if self.plan is not None and deadline is not None:
             planner = schedules.BudgetPlanner(self.plan.total_steps, deadline)
         while step < config.max_steps:
-            self._profile(step)
+            self._profiler.at(step)
             out_of_time = deadline is not None and time.monotonic() >= deadline
             planned_end = planner.plan(step) if planner else 0
             signalled = self._signals.requested
             stats, stop, norm, finite = self.train_step(out_of_time, signalled, planned_end)
             step = int(self.step.numpy())
-            nonfinite_run = self._count_nonfinite(step, nonfinite_run, finite, norm, last_saved)
+            nonfinite_run = cadence.count_nonfinite(
+                step,
+                nonfinite_run,
+                finite,
+                norm,
+                last_saved,
+                config.max_nonfinite_steps,
+                self._writers.writers(),
+                self.strategy,
+            )
             window.add(stats)
             if step % config.log_every_steps == 0 or step == config.max_steps:
                 self._log_progress(step, window, norm, finite, deadline, pauses)
-                window = _Window(time.monotonic())
+                window = cadence.Window(time.monotonic())
             # A checkpoint falling due inside a non-finite stretch waits for
             # the next finite step: saving then would rotate good checkpoints
             # out for a run that may be diverging. Every worker sees the same
             # all-reduced verdict, so they all save at the same step.
             save_due = save_due or step % config.checkpoint_every_steps == 0
             if save_due and finite:
-                with pauses.timed(_CHECKPOINT, window):
+                with pauses.timed(cadence.CHECKPOINT, window):
                     self.save()
                 last_saved, save_due = step, False
             for index, (every, callback) in enumerate(self.task.periodic()):
@@ -805,43 +532,9 @@ class Runner:
                 )
                 return stop, last_saved
             if stop == "preempted":
-                self._log_signal_stop(step)
+                cadence.log_signal_stop(step, self._signals.received)
                 return stop, last_saved
         return "max_steps", last_saved
-
-    def _log_signal_stop(self, step):
-        signum = self._signals.received
-        name = stop_signals.STOP_SIGNALS[signum][1] if signum else stop_signals.PEER_SIGNAL
-        again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
-        logging.warning(
-            "%s: every worker stops at step %d and checkpoints it%s.", name, step, again
-        )
-
-    def _count_nonfinite(self, step, run, finite, norm, last_saved):
-        """The length of the current non-finite stretch; raises when it is too long."""
-        if finite:
-            if run:
-                logging.info("step %d: finite again after %d skipped step(s).", step, run)
-            return 0
-        run += 1
-        if run == 1:
-            logging.warning(
-                "step %d: non-finite gradients (|grad| %s): the update is skipped.", step, norm
-            )
-        if run < self.config.max_nonfinite_steps:
-            return run
-        for writer in self._writers.writers():
-            writer.flush()
-        # Every worker reaches this at the same step (the verdict is
-        # all-reduced); a last synchronization lets them exit together.
-        strategy_lib.finalize(self.strategy)
-        kept = f"ckpt-{last_saved}" if last_saved >= 0 else "none yet"
-        raise TrainingDivergedError(
-            f"training diverged: {run} non-finite steps in a row (steps {step - run + 1} to "
-            f"{step}, --max_nonfinite_steps={self.config.max_nonfinite_steps}); no update was "
-            f"applied and the last checkpoint ({kept}) holds the last finite weights. Lower "
-            "--lr or --clip_norm (or check the input) before resuming."
-        )
 
     def _log_progress(self, step, window, norm, finite, deadline, pauses):
         now = time.monotonic()
@@ -851,7 +544,7 @@ class Runner:
         seconds = max(now - window.start - window.paused, 1e-9)
         text, scalars = self.task.progress(step, window.total, window.steps, seconds)
         remaining = (self.config.max_steps - step) * seconds / max(window.steps, 1)
-        cadences = {_CHECKPOINT: self.config.checkpoint_every_steps}
+        cadences = {cadence.CHECKPOINT: self.config.checkpoint_every_steps}
         cadences.update({i: every for i, (every, _) in enumerate(self.task.periodic())})
         remaining += pauses.ahead(step, self.config.max_steps, cadences)
         if deadline is not None:
@@ -867,7 +560,7 @@ class Runner:
             "" if finite else " (skipped: non-finite)",
             lr,
             planned,
-            _format_duration(remaining),
+            cadence.format_duration(remaining),
         )
         scale = optimizer_lib.loss_scale(self.optimizer)
         with self.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default(step=step):
@@ -913,331 +606,3 @@ class Runner:
             for path in self._writers.paths():
                 strategy_lib.remove_temp_dirpath(path, self.strategy)
             strategy_lib.remove_temp_dirpath(self.run_state.checkpoint_dir, self.strategy)
-
-
-# How many of the newest checkpoints a resume considers when it looks for the
-# newest with every worker's state (each worker keeps one state more than
-# there are checkpoints).
-_COMPLETE_CANDIDATES = 8
-
-
-class RunState:
-    """What a checkpoint restores: the shared checkpoint and this worker's state beside it.
-
-    The shared `tf.train.Checkpoint` (task objects, optimizer, step
-    counters) is the chief's; the recurrent state each local replica carries
-    from step to step and the position of this worker's input iterator are
-    saved per worker beside it (`checkpointing.py`), so a resumed run
-    continues the exact trajectory of an uninterrupted one.
-
-    Args:
-      checkpoint: the shared `tf.train.Checkpoint`.
-      step: the global step variable (inside `checkpoint`).
-      iterator: this worker's input iterator (its position is saved).
-      layout: JSON-able description of what the input position depends on
-        (a saved position is used only under the same layout).
-      state_shape: (rows, units) of the (h, c) each replica carries, or None.
-      state_dtype: the carried state's dtype (the model's compute dtype).
-      model_dir: the run folder.
-      keep: checkpoints to keep.
-      strategy: the run's strategy.
-      worker: this worker's index.
-      local_replicas: the replicas on this worker.
-
-    Attributes:
-      carried: the per-replica [h, c] (distributed values), or [].
-      iterator: see Args.
-      checkpoint_dir: the shared checkpoint folder.
-    """
-
-    def __init__(
-        self,
-        checkpoint,
-        step,
-        iterator,
-        layout,
-        state_shape,
-        state_dtype,
-        model_dir,
-        keep,
-        strategy,
-        worker,
-        local_replicas,
-    ):
-        self.checkpoint = checkpoint
-        self.iterator = iterator
-        self._step = step
-        self._layout = layout
-        self._state_shape = state_shape
-        self._state_dtype = state_dtype
-        self._model_dir = model_dir
-        self._keep = keep
-        self._strategy = strategy
-        self._worker = worker
-        self._local_replicas = local_replicas
-        self.checkpoint_dir = rundir.checkpoint_dir(model_dir)
-        self.manager = tf.train.CheckpointManager(
-            checkpoint,
-            strategy_lib.write_dirpath(self.checkpoint_dir, strategy),
-            max_to_keep=keep,
-        )
-        # A save that failed or was killed left its `ckpt-N_temp` shards; this
-        # worker alone writes its folder (the chief under the run lock).
-        fileio.clean_checkpoint_temps(self.manager.directory)
-        self.carried = self._distribute()
-        self._all_saved = None
-        if strategy_lib.worker_info(strategy)[2] > 1:
-            # Traced once, not at every checkpoint.
-            self._all_saved = tf.function(
-                lambda: strategy_lib.sum_over_replicas(strategy, lambda _: tf.ones([])),
-                autograph=False,
-            )
-
-    def _distribute(self, local_states=None):
-        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
-        if self._state_shape is None:
-            return []
-        shape, dtype = self._state_shape, self._state_dtype
-
-        def value(context, index):
-            local = context.replica_id_in_sync_group % self._local_replicas
-            if local_states is None:
-                return tf.zeros(shape, dtype)
-            return tf.constant(local_states[local][index], dtype)
-
-        return [
-            self._strategy.experimental_distribute_values_from_function(
-                lambda ctx, i=i: value(ctx, i)
-            )
-            for i in range(2)
-        ]
-
-    def _local_arrays(self):
-        local = self._strategy.experimental_local_results
-        h, c = self.carried
-        return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
-
-    def save(self):
-        """Checkpoints the current step: every worker's own state, then the shared checkpoint.
-
-        The shared checkpoint is the commit: a resume restores the newest one
-        and expects each worker's state of its step beside it. So no worker
-        starts it before every worker has written its own state (one
-        all-reduce, `_all_saved`): a worker killed before then leaves no
-        checkpoint of this step, and the relaunch resumes from the one
-        before, which has every worker's state (each worker keeps one state
-        more than there are checkpoints).
-        """
-        step = int(self._step.numpy())
-        model_dir, worker, keep = self._model_dir, self._worker, self._keep + 1
-        where = f"{model_dir} (checkpoint {step})"
-        with fileio.write_errors(where):
-            if self.carried:
-                checkpointing.save_carried_state(
-                    model_dir, worker, step, self._local_arrays(), keep=keep
-                )
-            checkpointing.save_input_state(
-                model_dir, worker, step, self.iterator, self._layout, keep=keep
-            )
-        if self._all_saved is not None:
-            self._all_saved()
-        with fileio.write_errors(where):
-            self.manager.save(checkpoint_number=step)
-
-    def restore(self):
-        """Restores the newest intact checkpoint and this worker's state; its path or None.
-
-        Newest, that is, of those with every worker's state beside them
-        (`_newest_complete`); when none has, the newest, each worker's state
-        then starting afresh with a warning.
-        """
-        restored = checkpointing.restore_latest(
-            self.checkpoint, self.checkpoint_dir, newest_step=self._newest_complete()
-        )
-        if not restored:
-            return None
-        step, model_dir = int(self._step.numpy()), self._model_dir
-        if self._state_shape is not None:
-            self.carried = self._distribute(
-                checkpointing.load_carried_state(
-                    model_dir,
-                    self._worker,
-                    step,
-                    self._local_replicas,
-                    self._state_shape,
-                    dtype=self._state_dtype,
-                )
-            )
-        checkpointing.restore_input_state(
-            model_dir, self._worker, step, self.iterator, self._layout
-        )
-        return restored
-
-    def _newest_complete(self):
-        """The step of the newest checkpoint with every worker's state, agreed; or None.
-
-        `save` commits a checkpoint only after every worker's state, but a
-        folder written before that, or whose state files were lost, may hold
-        a checkpoint without some worker's: resuming from it would restart
-        that worker's recurrent state and input, and the trajectory would
-        differ from an uninterrupted run's. Each worker checks its own files
-        for the newest checkpoints; one all-reduce counts them, so every
-        worker picks the same step. None (no bound) when no checkpoint has
-        every worker's state, as after a change of the worker layout.
-        """
-        prefixes = rundir.list_checkpoints(self.checkpoint_dir)[:_COMPLETE_CANDIDATES]
-        workers = strategy_lib.worker_info(self._strategy)[2]
-        if not prefixes and workers == 1:
-            return None  # a fresh start (every worker of a cluster joins the all-reduce below)
-        steps = [rundir.checkpoint_step(prefix) for prefix in prefixes]
-        mine = [
-            float(
-                checkpointing.has_state(
-                    self._model_dir, self._worker, step, self._layout, self._state_shape is not None
-                )
-            )
-            for step in steps
-        ]
-        mine += [0.0] * (_COMPLETE_CANDIDATES - len(mine))
-        if workers > 1:
-            local_replicas = self._local_replicas
-
-            def count(context):
-                first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
-                return tf.constant(mine, tf.float32) * tf.cast(first, tf.float32)
-
-            mine = strategy_lib.sum_over_replicas(self._strategy, count).numpy().tolist()
-        complete = [step for step, have in zip(steps, mine) if round(have) == workers]
-        if not complete:  # also a fresh start, or another worker layout
-            return None
-        if complete[0] != steps[0]:
-            logging.warning(
-                "Checkpoint ckpt-%d lacks the carried state or input position of %d of the %d "
-                "worker(s): resuming from ckpt-%d, the newest with every worker's state.",
-                steps[0],
-                workers - round(mine[0]),
-                workers,
-                complete[0],
-            )
-        return complete[0]
-
-
-class _SummaryWriters:
-    """The run's TensorBoard writers by folder name (temporary folders off the chief)."""
-
-    def __init__(self, model_dir, strategy):
-        self._model_dir = model_dir
-        self._strategy = strategy
-        self._writers = {}
-
-    def get(self, name):
-        """The summary writer of `model_dir/name`, created on first use."""
-        if name not in self._writers:
-            path = strategy_lib.write_dirpath(os.path.join(self._model_dir, name), self._strategy)
-            self._writers[name] = (path, tf.summary.create_file_writer(path))
-        return self._writers[name][1]
-
-    def writers(self):
-        return [writer for _, writer in self._writers.values()]
-
-    def paths(self):
-        return [path for path, _ in self._writers.values()]
-
-
-class _Window:
-    """Statistics summed over the steps since the last progress line."""
-
-    def __init__(self, start):
-        self.start = start
-        self.total = None
-        self.steps = 0
-        self.paused = 0.0  # seconds of checkpoints and evaluations in the window
-
-    def add(self, stats):
-        self.total = stats.astype(np.float64) if self.total is None else self.total + stats
-        self.steps += 1
-
-
-_CHECKPOINT = "checkpoint"
-
-
-class _Pauses:
-    """The time the step loop spends outside steps, by kind: checkpoints, each periodic task.
-
-    A progress line's rate leaves these pauses out and its ETA adds the ones
-    still due, each at the mean time its kind has taken in this launch, so the
-    ETA neither jumps up after an evaluation nor forgets the ones ahead.
-    """
-
-    def __init__(self):
-        self._seconds = {}  # kind -> (count, total seconds)
-
-    @contextlib.contextmanager
-    def timed(self, kind, window):
-        """Times the block as a pause of `kind`, and leaves it out of `window`'s time."""
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            seconds = time.monotonic() - start
-            window.paused += seconds
-            count, total = self._seconds.get(kind, (0, 0.0))
-            self._seconds[kind] = (count + 1, total + seconds)
-
-    def ahead(self, step, max_steps, cadences):
-        """Seconds of the pauses still due at `step` (after its line) to `max_steps`, at mean times.
-
-        Args:
-          step: the step just logged (its own pauses come after the line).
-          max_steps: the last step.
-          cadences: {kind: every so many steps (0: never)}.
-        """
-        seconds = 0.0
-        for kind, every in cadences.items():
-            count, total = self._seconds.get(kind, (0, 0.0))
-            if every and count:
-                due = max_steps // every - (step - 1) // every
-                seconds += max(due, 0) * total / count
-        return seconds
-
-
-def peer_failure(error, worker, step, collective_timeout_s, latest_checkpoint):
-    """The one-line `PeerWorkerError` for a collective that failed with a `PEER_ERRORS` kind.
-
-    Args:
-      error: the TensorFlow error.
-      worker: this worker's index.
-      step: the step it stops at.
-      collective_timeout_s: the `--collective_timeout_s` in force.
-      latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
-    """
-    what = "stopped"
-    if isinstance(error, tf.errors.DeadlineExceededError):
-        what = (
-            "did not reach the all-reduce within --collective_timeout_s="
-            f"{collective_timeout_s:g} (stuck, or far slower)"
-        )
-    return strategy_lib.PeerWorkerError(
-        f"worker {worker} stops at step {step}: a peer worker {what} "
-        f"({_error_summary(error)}). Relaunch every worker with the same command to resume "
-        "from the last checkpoint"
-        + (f" ({os.path.basename(latest_checkpoint)})." if latest_checkpoint else ".")
-    )
-
-
-def _error_summary(error):
-    """The line of a TensorFlow error that says what happened.
-
-    Graph execution errors start with boilerplate and an indented traceback
-    of where the op was defined; the cause is a later, unindented line.
-    """
-    boilerplate = ("Graph execution error", "Detected at node", "[[", "The error could be from")
-    for line in (getattr(error, "message", "") or str(error)).splitlines():
-        if line.strip() and not line[0].isspace() and not line.startswith(boilerplate):
-            return line.strip()[:300]
-    return type(error).__name__
-
-
-def _format_duration(seconds):
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

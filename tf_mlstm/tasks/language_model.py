@@ -1,4 +1,4 @@
-"""Language-model training as a task of the distributed runner.
+"""Language-model training (`tf-mlstm-train`) as a task of the distributed runner.
 
 The mLSTM learns next-byte prediction with truncated BPTT: each replica
 carries its rows' recurrent state [h, c] from step to step (the model resets
@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import pipeline
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.models.language_model import bits_per_char_from_logits
@@ -26,20 +27,34 @@ from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.train import autotune
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import schedules
-from tf_mlstm.train.runner import TRAIN_SUMMARY_SUBDIR
-from tf_mlstm.train.runner import Task
+from tf_mlstm.train.summaries import TRAIN_SUMMARY_SUBDIR
+from tf_mlstm.train.task_protocol import Task
 
 SAMPLE_PROMPT = "This product is"
 VALIDATION_SUMMARY_SUBDIR = "validation"
 
 
-def build_model(config):
-    """The language model for `config`, built, in its precision policy."""
+def build_model(config: TrainConfig) -> MLSTMLanguageModel:
+    """The language model for `config`, built, in its precision policy.
+
+    Args:
+      config: a validated `TrainConfig`.
+
+    Returns:
+      The model.
+    """
     return MLSTMLanguageModel.from_train_config(config)
 
 
-def build_schedule(config):
-    """The learning-rate schedule for `config`."""
+def build_schedule(config: TrainConfig) -> schedules.LargeBatchSchedule:
+    """The learning-rate schedule for `config`.
+
+    Args:
+      config: a validated `TrainConfig`.
+
+    Returns:
+      The schedule, its peak scaled to the global batch.
+    """
     peak = schedules.peak_learning_rate(
         config.lr, config.batch_size, config.lr_base_batch, config.lr_scaling, config.max_lr or None
     )
@@ -68,18 +83,18 @@ class LanguageModelTask(Task):
 
     # === Model and data ===
 
-    def prepare(self, context):
+    def prepare(self, context) -> None:
         self.context = context
         self.source_repeats = self._check_source_repeats()
 
-    def build_model(self, context):
+    def build_model(self, context) -> tuple:
         self.model = build_model(self.config)
         return self.model, self.model.trainable_variables
 
-    def learning_rate(self):
+    def learning_rate(self) -> object:
         return build_schedule(self.config)
 
-    def checkpoint_objects(self):
+    def checkpoint_objects(self) -> dict:
         return {"model": self.model}
 
     def _check_source_repeats(self):
@@ -105,7 +120,7 @@ class LanguageModelTask(Task):
             )
         return rules
 
-    def dataset(self, input_context, rows):
+    def dataset(self, input_context, rows) -> tf.data.Dataset:
         return pipeline.lm_dataset(
             self.train_files,
             rows,
@@ -117,7 +132,7 @@ class LanguageModelTask(Task):
             source_repeats=self.source_repeats,
         )
 
-    def input_layout(self):
+    def input_layout(self) -> dict:
         return {
             "seq_length": self.config.seq_length,
             "shuffle_buffer": self.config.shuffle_buffer,
@@ -125,10 +140,10 @@ class LanguageModelTask(Task):
             "train_files": self.train_files,
         }
 
-    def carried_state_shape(self, rows):
+    def carried_state_shape(self, rows) -> tuple | None:
         return (rows, self.config.hidden_size)
 
-    def measurement(self, rows):
+    def measurement(self, rows) -> autotune.Probe:
         config = self.config
         shape = {
             "task": "language_model",
@@ -142,17 +157,17 @@ class LanguageModelTask(Task):
 
     # === The step ===
 
-    def loss(self, batch, state):
+    def loss(self, batch, state) -> tuple:
         logits, state = self.model(batch["inputs"], initial_state=state, training=True)
         bits, chars = bits_per_char_from_logits(logits, batch["targets"], batch["weights"])
         chars_per_step = float(self.config.batch_size * self.config.seq_length)
         loss = bits * math.log(2.0) / chars_per_step
         return loss, tf.stack([bits, chars]), list(state)
 
-    def describe(self):
+    def describe(self) -> str:
         return f" x {self.config.seq_length} chars"
 
-    def progress(self, step, window, steps, seconds):
+    def progress(self, step, window, steps, seconds) -> tuple:
         bits, chars = window
         bpc = bits / max(chars, 1.0)
         rate = chars / max(seconds, 1e-9)
@@ -166,18 +181,26 @@ class LanguageModelTask(Task):
 
     # === Evaluation and results ===
 
-    def periodic(self):
+    def periodic(self) -> list:
         config = self.config
         hooks = [(config.eval_every_steps, self._periodic_validation)]
         if self.context.chief:
             hooks.append((config.sample_every_steps, self._log_sample))
         return hooks
 
-    def configs(self):
+    def configs(self) -> dict:
         return {CONFIG_FILE: self.config}
 
-    def validate(self, max_batches):
-        """Validation bits/char (every worker computes it; the chief logs it)."""
+    def validate(self, max_batches) -> dict | None:
+        """Validation bits/char (every worker computes it; the chief logs it).
+
+        Args:
+          max_batches: the most batches read.
+
+        Returns:
+          `evaluation.evaluate`'s dict (`bits_per_char`, `chars`, `chars_per_s`),
+          or None without validation shards.
+        """
         if not self.validation_files:
             return None
         dataset = pipeline.lm_dataset(
@@ -228,7 +251,7 @@ class LanguageModelTask(Task):
         with self.context.summary_writer(TRAIN_SUMMARY_SUBDIR).as_default(step=step):
             tf.summary.text("sample", SAMPLE_PROMPT + text)
 
-    def results(self, step):
+    def results(self, step) -> dict:
         final = self._log_validation(step, 0)
         if not final:
             # Said in the results too, not only in the start-up warning.
@@ -253,11 +276,11 @@ class SyntheticLanguageModelTask(LanguageModelTask):
     def __init__(self, config):
         super().__init__(config, [], [])
 
-    def prepare(self, context):
+    def prepare(self, context) -> None:
         self.context = context
         self.source_repeats = ()
 
-    def dataset(self, input_context, rows):
+    def dataset(self, input_context, rows) -> tf.data.Dataset:
         ids = tf.random.stateless_uniform(
             [rows, self.config.seq_length + 1], seed=[0, 0], maxval=256, dtype=tf.int32
         )
@@ -269,5 +292,5 @@ class SyntheticLanguageModelTask(LanguageModelTask):
         }
         return tf.data.Dataset.from_tensors(batch).repeat()
 
-    def periodic(self):
+    def periodic(self) -> list:
         return []

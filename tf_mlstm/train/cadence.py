@@ -1,0 +1,219 @@
+"""The step loop's cadence: progress windows, pauses and the ETA, profiling, divergence.
+
+The runner's loop (`runner.py`) runs the steps; what happens between them
+lives here: the statistics of a progress line's window, the time spent in
+checkpoints and evaluations (left out of the rate, added to the ETA), the
+profiler's start and stop at `--profile_steps`, the count of non-finite
+steps that ends a diverging run, and the line a signal's stop logs.
+"""
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm.config import profile_bounds
+from tf_mlstm.train import stop_signals
+from tf_mlstm.train import strategy as strategy_lib
+from tf_mlstm.train.run_errors import TrainingDivergedError
+
+
+class Window:
+    """Statistics summed over the steps since the last progress line.
+
+    Args:
+      start: the window's start (`time.monotonic()`).
+
+    Attributes:
+      start: see Args.
+      total: the statistics summed over its steps (float64), None before the first.
+      steps: steps in the window.
+      paused: seconds of checkpoints and evaluations in the window.
+    """
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.total = None
+        self.steps = 0
+        self.paused = 0.0  # seconds of checkpoints and evaluations in the window
+
+    def add(self, stats: np.ndarray) -> None:
+        """Adds one step's statistics (summed over replicas).
+
+        Args:
+          stats: the step's statistics vector.
+        """
+        self.total = stats.astype(np.float64) if self.total is None else self.total + stats
+        self.steps += 1
+
+
+# The kind of pause a checkpoint is (a periodic callback's kind is its index).
+CHECKPOINT = "checkpoint"
+
+
+class Pauses:
+    """The time the step loop spends outside steps, by kind: checkpoints, each periodic task.
+
+    A progress line's rate leaves these pauses out and its ETA adds the ones
+    still due, each at the mean time its kind has taken in this launch, so the
+    ETA neither jumps up after an evaluation nor forgets the ones ahead.
+    """
+
+    def __init__(self) -> None:
+        self._seconds = {}  # kind -> (count, total seconds)
+
+    @contextlib.contextmanager
+    def timed(self, kind: object, window: Window) -> Iterator[None]:
+        """Times the block as a pause of `kind`, and leaves it out of `window`'s time.
+
+        Args:
+          kind: `CHECKPOINT`, or a periodic callback's index.
+          window: the progress window the block falls in.
+
+        Yields:
+          Nothing: the block runs inside.
+        """
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - start
+            window.paused += seconds
+            count, total = self._seconds.get(kind, (0, 0.0))
+            self._seconds[kind] = (count + 1, total + seconds)
+
+    def ahead(self, step: int, max_steps: int, cadences: dict) -> float:
+        """Seconds of the pauses still due at `step` (after its line) to `max_steps`, at mean times.
+
+        Args:
+          step: the step just logged (its own pauses come after the line).
+          max_steps: the last step.
+          cadences: {kind: every so many steps (0: never)}.
+
+        Returns:
+          The seconds.
+        """
+        seconds = 0.0
+        for kind, every in cadences.items():
+            count, total = self._seconds.get(kind, (0, 0.0))
+            if every and count:
+                due = max_steps // every - (step - 1) // every
+                seconds += max(due, 0) * total / count
+        return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """H:MM:SS of `seconds` (an ETA).
+
+    Args:
+      seconds: the duration.
+
+    Returns:
+      The text, e.g. "0:02:49".
+    """
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Profiler:
+    """Starts and stops the TensorBoard profiler at the `--profile_steps` bounds (the chief only).
+
+    Args:
+      profile_steps: the `--profile_steps` value.
+      chief: whether this worker is the chief (the one that profiles).
+      logdir: where the profile goes (the training summaries' folder).
+    """
+
+    def __init__(self, profile_steps: str, chief: bool, logdir: str) -> None:
+        self._profile_steps = profile_steps
+        self._chief = chief
+        self._logdir = logdir
+        self._profiling = False
+
+    def at(self, step: int) -> None:
+        """Starts or stops the profiler when `step` (the step before the next one) is a bound.
+
+        Args:
+          step: the global step before the next one runs.
+        """
+        bounds = profile_bounds(self._profile_steps)
+        if not bounds or not self._chief:
+            return
+        if step == bounds[0]:
+            logging.info(
+                "Profiling steps %d to %d into %s.", bounds[0] + 1, bounds[1], self._logdir
+            )
+            tf.profiler.experimental.start(self._logdir)
+            self._profiling = True
+        elif step == bounds[1] and self._profiling:
+            tf.profiler.experimental.stop()
+            self._profiling = False
+
+
+def count_nonfinite(
+    step: int,
+    run: int,
+    finite: bool,
+    norm: float,
+    last_saved: int,
+    max_nonfinite_steps: int,
+    writers: list,
+    strategy: object,
+) -> int:
+    """The length of the current non-finite stretch; raises when it is too long.
+
+    Args:
+      step: the step just run.
+      run: the stretch's length before it.
+      finite: whether the step was finite (applied).
+      norm: its all-reduced gradient norm (logged).
+      last_saved: the last checkpointed step, or -1.
+      max_nonfinite_steps: the `--max_nonfinite_steps` in force.
+      writers: the run's summary writers (flushed before the run stops).
+      strategy: the run's strategy (a last synchronization before it stops).
+
+    Returns:
+      The stretch's length after `step` (0 when it was finite).
+
+    Raises:
+      TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
+    """
+    if finite:
+        if run:
+            logging.info("step %d: finite again after %d skipped step(s).", step, run)
+        return 0
+    run += 1
+    if run == 1:
+        logging.warning(
+            "step %d: non-finite gradients (|grad| %s): the update is skipped.", step, norm
+        )
+    if run < max_nonfinite_steps:
+        return run
+    for writer in writers:
+        writer.flush()
+    # Every worker reaches this at the same step (the verdict is
+    # all-reduced); a last synchronization lets them exit together.
+    strategy_lib.finalize(strategy)
+    kept = f"ckpt-{last_saved}" if last_saved >= 0 else "none yet"
+    raise TrainingDivergedError(
+        f"training diverged: {run} non-finite steps in a row (steps {step - run + 1} to "
+        f"{step}, --max_nonfinite_steps={max_nonfinite_steps}); no update was "
+        f"applied and the last checkpoint ({kept}) holds the last finite weights. Lower "
+        "--lr or --clip_norm (or check the input) before resuming."
+    )
+
+
+def log_signal_stop(step: int, signum: int | None) -> None:
+    """Logs that every worker stops at `step` on a stop signal, and checkpoints it.
+
+    Args:
+      step: the step every worker stops after.
+      signum: the signal this worker got, or None (another worker's).
+    """
+    name = stop_signals.STOP_SIGNALS[signum][1] if signum else stop_signals.PEER_SIGNAL
+    again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
+    logging.warning("%s: every worker stops at step %d and checkpoints it%s.", name, step, again)

@@ -1,0 +1,94 @@
+"""How a run ends short of its last step: its errors, exit statuses and peer-failure line.
+
+A signal's stop (`PreemptedError`, exit 75 after SIGTERM, 130 after
+Ctrl-C: relaunching resumes), divergence (`TrainingDivergedError`, a user
+error: one line, exit 1), and a peer worker's failure as the collectives
+report it (`PEER_ERRORS`), worded by `peer_failure` as one
+`strategy.PeerWorkerError` line naming the step and the checkpoint to
+resume from.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tf_mlstm import errors
+from tf_mlstm.train import stop_signals
+from tf_mlstm.train import strategy as strategy_lib
+
+# How a collective fails once the coordination service has noticed that a
+# peer task is gone (heartbeat timeout) or has cancelled the pending ops.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)
+# Exit statuses of a run stopped by SIGTERM (75) or Ctrl-C (130) after its
+# checkpoint: relaunching resumes.
+EXIT_PREEMPTED = stop_signals.EXIT_PREEMPTED
+EXIT_INTERRUPTED = stop_signals.EXIT_INTERRUPTED
+
+
+class PreemptedError(RuntimeError):
+    """A SIGTERM or Ctrl-C stopped the run; every worker checkpointed the same step.
+
+    Attributes:
+      step: the step of that checkpoint.
+      exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
+    """
+
+    def __init__(self, message: str, step: int, exit_status: int = EXIT_PREEMPTED) -> None:
+        super().__init__(message)
+        self.step = step
+        self.exit_status = exit_status
+
+
+class TrainingDivergedError(errors.UserError, RuntimeError):
+    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
+
+
+def peer_failure(
+    error: tf.errors.OpError,
+    worker: int,
+    step: int,
+    collective_timeout_s: float,
+    latest_checkpoint: str | None,
+) -> strategy_lib.PeerWorkerError:
+    """The one-line `PeerWorkerError` for a collective that failed with a `PEER_ERRORS` kind.
+
+    Args:
+      error: the TensorFlow error.
+      worker: this worker's index.
+      step: the step it stops at.
+      collective_timeout_s: the `--collective_timeout_s` in force.
+      latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
+
+    Returns:
+      The error to raise: what the peer did, the step, how to resume.
+    """
+    what = "stopped"
+    if isinstance(error, tf.errors.DeadlineExceededError):
+        what = (
+            "did not reach the all-reduce within --collective_timeout_s="
+            f"{collective_timeout_s:g} (stuck, or far slower)"
+        )
+    return strategy_lib.PeerWorkerError(
+        f"worker {worker} stops at step {step}: a peer worker {what} "
+        f"({_error_summary(error)}). Relaunch every worker with the same command to resume "
+        "from the last checkpoint"
+        + (f" ({os.path.basename(latest_checkpoint)})." if latest_checkpoint else ".")
+    )
+
+
+def _error_summary(error):
+    """The line of a TensorFlow error that says what happened.
+
+    Graph execution errors start with boilerplate and an indented traceback
+    of where the op was defined; the cause is a later, unindented line.
+    """
+    boilerplate = ("Graph execution error", "Detected at node", "[[", "The error could be from")
+    for line in (getattr(error, "message", "") or str(error)).splitlines():
+        if line.strip() and not line[0].isspace() and not line.startswith(boilerplate):
+            return line.strip()[:300]
+    return type(error).__name__

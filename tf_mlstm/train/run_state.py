@@ -1,0 +1,226 @@
+"""What a checkpoint restores (`RunState`): the shared checkpoint and each worker's state.
+
+The chief's `tf.train.Checkpoint` holds the task's objects, the optimizer
+and the step counters; each worker saves the recurrent state its replicas
+carry and the position of its input iterator beside it
+(`checkpointing.py`). A checkpoint is committed only after every worker's
+state, and a resume starts from the newest checkpoint with every worker's
+state, agreed by one all-reduce.
+"""
+
+import tensorflow as tf
+from absl import logging
+
+from tf_mlstm import fileio
+from tf_mlstm import rundir
+from tf_mlstm.train import checkpointing
+from tf_mlstm.train import strategy as strategy_lib
+
+# How many of the newest checkpoints a resume considers when it looks for the
+# newest with every worker's state (each worker keeps one state more than
+# there are checkpoints).
+_COMPLETE_CANDIDATES = 8
+
+
+class RunState:
+    """What a checkpoint restores: the shared checkpoint and this worker's state beside it.
+
+    The shared `tf.train.Checkpoint` (task objects, optimizer, step
+    counters) is the chief's; the recurrent state each local replica carries
+    from step to step and the position of this worker's input iterator are
+    saved per worker beside it (`checkpointing.py`), so a resumed run
+    continues the exact trajectory of an uninterrupted one.
+
+    Args:
+      checkpoint: the shared `tf.train.Checkpoint`.
+      step: the global step variable (inside `checkpoint`).
+      iterator: this worker's input iterator (its position is saved).
+      layout: JSON-able description of what the input position depends on
+        (a saved position is used only under the same layout).
+      state_shape: (rows, units) of the (h, c) each replica carries, or None.
+      state_dtype: the carried state's dtype (the model's compute dtype).
+      model_dir: the run folder.
+      keep: checkpoints to keep.
+      strategy: the run's strategy.
+      worker: this worker's index.
+      local_replicas: the replicas on this worker.
+
+    Attributes:
+      carried: the per-replica [h, c] (distributed values), or [].
+      iterator: see Args.
+      checkpoint_dir: the shared checkpoint folder.
+    """
+
+    def __init__(
+        self,
+        checkpoint,
+        step,
+        iterator,
+        layout,
+        state_shape,
+        state_dtype,
+        model_dir,
+        keep,
+        strategy,
+        worker,
+        local_replicas,
+    ):
+        self.checkpoint = checkpoint
+        self.iterator = iterator
+        self._step = step
+        self._layout = layout
+        self._state_shape = state_shape
+        self._state_dtype = state_dtype
+        self._model_dir = model_dir
+        self._keep = keep
+        self._strategy = strategy
+        self._worker = worker
+        self._local_replicas = local_replicas
+        self.checkpoint_dir = rundir.checkpoint_dir(model_dir)
+        self.manager = tf.train.CheckpointManager(
+            checkpoint,
+            strategy_lib.write_dirpath(self.checkpoint_dir, strategy),
+            max_to_keep=keep,
+        )
+        # A save that failed or was killed left its `ckpt-N_temp` shards; this
+        # worker alone writes its folder (the chief under the run lock).
+        fileio.clean_checkpoint_temps(self.manager.directory)
+        self.carried = self._distribute()
+        self._all_saved = None
+        if strategy_lib.worker_info(strategy)[2] > 1:
+            # Traced once, not at every checkpoint.
+            self._all_saved = tf.function(
+                lambda: strategy_lib.sum_over_replicas(strategy, lambda _: tf.ones([])),
+                autograph=False,
+            )
+
+    def _distribute(self, local_states=None):
+        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
+        if self._state_shape is None:
+            return []
+        shape, dtype = self._state_shape, self._state_dtype
+
+        def value(context, index):
+            local = context.replica_id_in_sync_group % self._local_replicas
+            if local_states is None:
+                return tf.zeros(shape, dtype)
+            return tf.constant(local_states[local][index], dtype)
+
+        return [
+            self._strategy.experimental_distribute_values_from_function(
+                lambda ctx, i=i: value(ctx, i)
+            )
+            for i in range(2)
+        ]
+
+    def _local_arrays(self):
+        local = self._strategy.experimental_local_results
+        h, c = self.carried
+        return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
+
+    def save(self) -> None:
+        """Checkpoints the current step: every worker's own state, then the shared checkpoint.
+
+        The shared checkpoint is the commit: a resume restores the newest one
+        and expects each worker's state of its step beside it. So no worker
+        starts it before every worker has written its own state (one
+        all-reduce, `_all_saved`): a worker killed before then leaves no
+        checkpoint of this step, and the relaunch resumes from the one
+        before, which has every worker's state (each worker keeps one state
+        more than there are checkpoints).
+        """
+        step = int(self._step.numpy())
+        model_dir, worker, keep = self._model_dir, self._worker, self._keep + 1
+        where = f"{model_dir} (checkpoint {step})"
+        with fileio.write_errors(where):
+            if self.carried:
+                checkpointing.save_carried_state(
+                    model_dir, worker, step, self._local_arrays(), keep=keep
+                )
+            checkpointing.save_input_state(
+                model_dir, worker, step, self.iterator, self._layout, keep=keep
+            )
+        if self._all_saved is not None:
+            self._all_saved()
+        with fileio.write_errors(where):
+            self.manager.save(checkpoint_number=step)
+
+    def restore(self) -> str | None:
+        """Restores the newest intact checkpoint and this worker's state; its path or None.
+
+        Newest, that is, of those with every worker's state beside them
+        (`_newest_complete`); when none has, the newest, each worker's state
+        then starting afresh with a warning.
+
+        Returns:
+          The restored checkpoint's prefix, or None (a fresh start).
+        """
+        restored = checkpointing.restore_latest(
+            self.checkpoint, self.checkpoint_dir, newest_step=self._newest_complete()
+        )
+        if not restored:
+            return None
+        step, model_dir = int(self._step.numpy()), self._model_dir
+        if self._state_shape is not None:
+            self.carried = self._distribute(
+                checkpointing.load_carried_state(
+                    model_dir,
+                    self._worker,
+                    step,
+                    self._local_replicas,
+                    self._state_shape,
+                    dtype=self._state_dtype,
+                )
+            )
+        checkpointing.restore_input_state(
+            model_dir, self._worker, step, self.iterator, self._layout
+        )
+        return restored
+
+    def _newest_complete(self):
+        """The step of the newest checkpoint with every worker's state, agreed; or None.
+
+        `save` commits a checkpoint only after every worker's state, but a
+        folder written before that, or whose state files were lost, may hold
+        a checkpoint without some worker's: resuming from it would restart
+        that worker's recurrent state and input, and the trajectory would
+        differ from an uninterrupted run's. Each worker checks its own files
+        for the newest checkpoints; one all-reduce counts them, so every
+        worker picks the same step. None (no bound) when no checkpoint has
+        every worker's state, as after a change of the worker layout.
+        """
+        prefixes = rundir.list_checkpoints(self.checkpoint_dir)[:_COMPLETE_CANDIDATES]
+        workers = strategy_lib.worker_info(self._strategy)[2]
+        if not prefixes and workers == 1:
+            return None  # a fresh start (every worker of a cluster joins the all-reduce below)
+        steps = [rundir.checkpoint_step(prefix) for prefix in prefixes]
+        mine = [
+            float(
+                checkpointing.has_state(
+                    self._model_dir, self._worker, step, self._layout, self._state_shape is not None
+                )
+            )
+            for step in steps
+        ]
+        mine += [0.0] * (_COMPLETE_CANDIDATES - len(mine))
+        if workers > 1:
+            local_replicas = self._local_replicas
+
+            def count(context):
+                first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
+                return tf.constant(mine, tf.float32) * tf.cast(first, tf.float32)
+
+            mine = strategy_lib.sum_over_replicas(self._strategy, count).numpy().tolist()
+        complete = [step for step, have in zip(steps, mine) if round(have) == workers]
+        if not complete:  # also a fresh start, or another worker layout
+            return None
+        if complete[0] != steps[0]:
+            logging.warning(
+                "Checkpoint ckpt-%d lacks the carried state or input position of %d of the %d "
+                "worker(s): resuming from ckpt-%d, the newest with every worker's state.",
+                steps[0],
+                workers - round(mine[0]),
+                workers,
+                complete[0],
+            )
+        return complete[0]

@@ -1,0 +1,214 @@
+"""The task protocol of the distributed runner: `Task` and the `TaskContext` it sees.
+
+A task is one kind of training (the language model, fine-tuning; see
+`tf_mlstm.tasks`): it supplies the model (built under the strategy scope) and
+the variables it trains, the learning rate, a per-worker dataset and its
+layout, the loss with its statistics (and carried state), progress text,
+periodic evaluations, config files and its final results. It sees the run
+through a `TaskContext` (strategy, replica layout, step, summary writers),
+never the runner itself (`runner.py`).
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tf_mlstm import rundir
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskContext:
+    """What a `Task` may know of the run it is part of (the runner builds it).
+
+    Attributes:
+      strategy: the `tf.distribute` strategy (evaluations run under its scope).
+      chief: whether this worker is the chief (the one that logs samples and
+        writes the run folder).
+      worker: this worker's index.
+      num_workers: the workers of the run.
+      local_replicas: the replicas on this worker.
+      per_replica_batch: rows each replica computes a step.
+      step: the global step, an int64 `tf.Variable` (read inside the compiled
+        step, e.g. to seed dropout, so that a resumed run repeats it).
+      summary_writer: `summary_writer(name)` -> the TensorBoard writer of
+        `model_dir/name` (a temporary folder off the chief).
+    """
+
+    strategy: object
+    chief: bool
+    worker: int
+    num_workers: int
+    local_replicas: int
+    per_replica_batch: int
+    step: object
+    summary_writer: object
+
+
+class Task:
+    """What one kind of training gives the `Runner`.
+
+    The runner calls, in this order: `prepare` (read data, check inputs),
+    `build_model` (under the strategy scope, after seeding), both with the
+    run's `TaskContext`,
+    `learning_rate`, `checkpoint_objects`, `dataset`, `input_layout`, then
+    `loss` inside the compiled step, `progress` at each log line, the
+    `periodic` callbacks, and `results` at the end. Subclasses override what
+    they need; the defaults are "nothing".
+    """
+
+    #: What the start line calls this run ("Training", "Fine-tuning").
+    title = "Training"
+    #: The run folder's file that records the task's config (and the precision).
+    config_file = rundir.CONFIG_FILE
+
+    def check_inputs(self) -> None:
+        """Raises, with one line, when an input is missing: first, before the hardware is resolved.
+
+        Cheap checks only (files exist, a model folder has its config); `prepare` reads.
+        """
+
+    def set_config(self, config: object) -> None:
+        """Takes the config with `auto` precision and XLA made concrete (before `prepare`).
+
+        Args:
+          config: the task's config, its `precision` and `jit_compile` resolved.
+        """
+        self.config = config
+
+    def measurement(self, rows: int) -> object:
+        """How `auto` times this task's step: an `autotune.Probe`, or None (the table decides).
+
+        Args:
+          rows: rows per replica.
+
+        Returns:
+          The `autotune.Probe`, or None.
+        """
+        return None
+
+    def prepare(self, context: TaskContext) -> None:
+        """Reads and checks inputs before the model is built (seeding follows).
+
+        Args:
+          context: the run's `TaskContext`; a task may keep it.
+        """
+
+    def build_model(self, context: TaskContext) -> tuple:
+        """Builds the model under the strategy scope.
+
+        Args:
+          context: the run's `TaskContext`.
+
+        Returns:
+          (model, trainable variables the optimizer updates).
+        """
+        raise NotImplementedError
+
+    def learning_rate(self) -> object:
+        """The learning rate.
+
+        Returns:
+          A float or a `keras.optimizers.schedules.LearningRateSchedule`.
+        """
+        raise NotImplementedError
+
+    def checkpoint_objects(self) -> dict:
+        """What each checkpoint saves of the task, besides the optimizer and the steps.
+
+        Returns:
+          {name: trackable}.
+        """
+        raise NotImplementedError
+
+    def dataset(self, input_context: tf.distribute.InputContext, rows: int) -> tf.data.Dataset:
+        """This worker's infinite tf.data pipeline of batches of `rows` rows.
+
+        Args:
+          input_context: `tf.distribute.InputContext` naming this worker.
+          rows: rows per batch (per-replica rows x local replicas).
+
+        Returns:
+          A dataset of dicts of tensors whose first axis is the row.
+        """
+        raise NotImplementedError
+
+    def input_layout(self) -> dict:
+        """What the input position depends on (a saved one is used only under the same).
+
+        Returns:
+          A JSON-able dict.
+        """
+        return {}
+
+    def carried_state_shape(self, rows: int) -> tuple | None:
+        """(rows, units) of an (h, c) pair each replica carries, or None.
+
+        Args:
+          rows: rows per replica.
+
+        Returns:
+          The shape, or None when nothing is carried.
+        """
+        return None
+
+    def loss(self, batch: dict, state: list) -> tuple:
+        """Forward pass of one replica (inside the compiled step, under the tape).
+
+        Args:
+          batch: this replica's rows.
+          state: the carried [h, c] or [] (see `carried_state_shape`).
+
+        Returns:
+          (loss whose replica sum is the global mean, float32 statistics
+          vector summed over replicas, new state).
+        """
+        raise NotImplementedError
+
+    def progress(self, step: int, window: object, steps: int, seconds: float) -> tuple:
+        """The progress text and summaries of a log window.
+
+        Args:
+          step: the global step.
+          window: statistics summed over replicas and the window's steps.
+          steps: steps in the window.
+          seconds: wall time of the window.
+
+        Returns:
+          (text for the log line, {summary name: scalar}).
+        """
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Extra words for the start line.
+
+        Returns:
+          The words after the global batch (e.g. ' x 256 chars').
+        """
+        return ""
+
+    def periodic(self) -> list:
+        """What runs on every worker at its own cadence (evaluations, samples).
+
+        Returns:
+          [(every so many steps (0: never), callback(step))].
+        """
+        return []
+
+    def configs(self) -> dict:
+        """The config files of the run.
+
+        Returns:
+          {file name: config dataclass}, checked on resume and written by the chief at start.
+        """
+        return {}
+
+    def results(self, step: int) -> dict:
+        """The task's results (after the last checkpoint).
+
+        Args:
+          step: the last step.
+
+        Returns:
+          The dict merged into the run's results.
+        """
+        return {}
