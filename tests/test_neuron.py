@@ -19,10 +19,11 @@ from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
 from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.models import sampling
-from tf_mlstm.transfer import logistic
-from tf_mlstm.transfer import neuron as neuron_lib
 from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer import visualize
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import logistic
+from tf_mlstm.transfer.probe import neuron as neuron_lib
 
 HIDDEN = 16
 UNIT = 5
@@ -42,7 +43,7 @@ def _fit_classifier(path, kinds, column, sign, spread=3.0, seed=0):
     labels = np.tile([0, 1], 40)
     x = rng.normal(size=(len(labels), HIDDEN * len(kinds)))
     x[:, column] = sign * spread * (labels - 0.5) + 0.1 * rng.normal(size=len(labels))
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
     )
     assert classifier.neuron.index == column and classifier.neuron.sign == sign
@@ -292,7 +293,7 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
     # tf-mlstm-generate and tf-mlstm-visualize hold and draw.
     kinds = ("hidden", "mean", "cell_min")
     x, labels = _separating(kinds, [(2, 0.0), (2 * HIDDEN + UNIT, 0.6)])
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
     )
     assert classifier.describe(classifier.neuron.index) == ("cell_min", UNIT)
@@ -301,7 +302,7 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
     terms = sp.csr_matrix(np.stack([labels, 1 - labels], axis=1).astype(np.float64))
     vocabulary = ngrams.NgramVocabulary(terms=("good", "bad"), idf=np.ones(2))
     both = sp.hstack([sp.csr_matrix(x), terms], format="csr")
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         both[:60],
         labels[:60],
         both[60:],
@@ -312,8 +313,13 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
         ngrams=vocabulary,
     )
     assert classifier.describe(classifier.neuron.index) == ("mean", UNIT)
-    assert logistic.neuron_columns(("tfidf",), HIDDEN) is None
-    assert logistic.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [0, 1, 4, 5]
+    assert neuron_lib.neuron_columns(("tfidf",), HIDDEN) is None
+    assert neuron_lib.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [
+        0,
+        1,
+        4,
+        5,
+    ]
 
 
 def test_a_hidden_state_neuron_is_held_and_drawn_in_the_hidden_state(setup, tmp_path):

@@ -128,7 +128,7 @@ def export(config):
     from tf_mlstm.export import saved_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models.head_arrays import ClassifierHead  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer.probe import logistic  # pylint: disable=g-import-not-at-top
 
     try:
         # Before anything is loaded: a wrong folder is answered at once.

@@ -1,7 +1,7 @@
 """`ClassifierHead`: a fitted classifier head as plain arrays, for serving.
 
 The shape both classifiers take when they leave Python: the logistic
-probe (`transfer.logistic`) and a fine-tuned `MLSTMClassifier`
+probe (`transfer.probe`) and a fine-tuned `MLSTMClassifier`
 (`transfer.finetune`) each give one, and the SavedModel's `classify`
 signature (`export.saved_model`) runs it in the graph. How its outputs become
 decisions is its `HeadSpec` (`models.head`).

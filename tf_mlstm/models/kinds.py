@@ -30,7 +30,7 @@ Each is defined once, by `pooling.pooled_features`.
 CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
 """The kinds that measure the cell state: a held cell unit has its held value
 at every byte, so each of these equals it. The sentiment neuron is chosen
-among them first (`tf_mlstm.transfer.logistic.neuron_columns`)."""
+among them first (`tf_mlstm.transfer.probe.neuron.neuron_columns`)."""
 HIDDEN_KINDS = ("hidden", "mean", "max", "min")
 """The kinds that measure the hidden state's value, which a held hidden unit
 gives each of them: the neuron's kinds when the features have no cell-state

@@ -32,10 +32,13 @@ from tf_mlstm.models import language_model
 from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer import plots
 from tf_mlstm.transfer import settings
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import logistic
+from tf_mlstm.transfer.probe import selection as selection_lib
+from tf_mlstm.transfer.probe import threshold as threshold_lib
 
 RESULTS_FILE = rundir.RESULTS_FILE
 CLASSIFIER_FILE = "classifier.json"
@@ -89,11 +92,11 @@ class TransferConfig(settings.LabeledDataFields):
     batch_size: int = features_lib.DEFAULT_BATCH_SIZE
     window: int = features_lib.DEFAULT_WINDOW
     precision: str = "float32"  # the policy features are computed in
-    c_grid: tuple = logistic.DEFAULT_C_GRID
+    c_grid: tuple = fit_lib.DEFAULT_C_GRID
     penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
     solver: str = "auto"  # batch (tf_mlstm.transfer.solver); or scikit-learn's, by name
     seed: int = 0
-    cv_folds: int = logistic.CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
+    cv_folds: int = selection_lib.CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
     progress: bool | None = None  # None: a progress bar on a terminal only
     overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
     feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
@@ -111,13 +114,13 @@ class TransferConfig(settings.LabeledDataFields):
             raise errors.InvalidValueError(
                 f"--precision must be one of {PRECISIONS}, got {self.precision!r}"
             )
-        if self.penalty not in logistic.PENALTIES:
+        if self.penalty not in fit_lib.PENALTIES:
             raise errors.InvalidValueError(
-                f"--penalty must be one of {logistic.PENALTIES}, got {self.penalty!r}"
+                f"--penalty must be one of {fit_lib.PENALTIES}, got {self.penalty!r}"
             )
-        if self.solver not in logistic.SOLVERS:
+        if self.solver not in fit_lib.SOLVERS:
             raise errors.InvalidValueError(
-                f"--solver must be one of {logistic.SOLVERS}, got {self.solver!r}"
+                f"--solver must be one of {fit_lib.SOLVERS}, got {self.solver!r}"
             )
         if self.solver == "lbfgs" and self.penalty != "l2":
             raise errors.InvalidValueError(
@@ -303,12 +306,12 @@ def featurize(config, model, data, fingerprint=None):
 def c_grid_of(config, kinds):
     """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
 
-    `logistic.WORDS_C_GRID` reaches 10x further up than the default grid:
+    `fit_lib.WORDS_C_GRID` reaches 10x further up than the default grid:
     every n-gram of a small training set, each seen once or twice, wants
     little regularization.
     """
-    if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == logistic.DEFAULT_C_GRID:
-        return logistic.WORDS_C_GRID
+    if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == fit_lib.DEFAULT_C_GRID:
+        return fit_lib.WORDS_C_GRID
     return config.c_grid
 
 
@@ -328,19 +331,19 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
 def choice_folds(config, data):
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
-    With fewer than `logistic.CV_MAX_VALIDATION` validation rows (and
+    With fewer than `selection_lib.CV_MAX_VALIDATION` validation rows (and
     `cv_folds` not 0) the choice is made by `cv_folds`-fold stratified
     cross-validation over the fit rows and the validation rows together
     (folds over train's rows, then validation's); the final classifier is
     still fitted on the fit rows alone.
     """
     rows = len(data.splits["val"])
-    if config.cv_folds < 2 or rows >= logistic.CV_MAX_VALIDATION:
+    if config.cv_folds < 2 or rows >= selection_lib.CV_MAX_VALIDATION:
         return None
     labels = np.concatenate(
         [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
     )
-    folds = logistic.cross_validation_folds(labels, config.cv_folds, config.seed)
+    folds = selection_lib.cross_validation_folds(labels, config.cv_folds, config.seed)
     if folds is None:
         logging.info("Too few rows of some class for cross-validation: validation chooses")
     return folds
@@ -354,7 +357,7 @@ def _choose_kinds(config, features, data, hidden, vocabulary, folds=None):
     groups = features_lib.FEATURE_GROUPS
     if spec == features_lib.AUTO_NGRAMS:
         groups += (features_lib.NGRAM_GROUP,)
-    kinds, trials = logistic.select_feature_kinds(
+    kinds, trials = selection_lib.select_feature_kinds(
         features["train"],
         data.splits["train"].labels,
         features["val"],
@@ -393,8 +396,8 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
             "not_converged": [],  # the selection's trial warns already
         }
     else:
-        checked = logistic.cross_validate(
-            logistic.pool_rows(features["train"], features["val"]),
+        checked = selection_lib.cross_validate(
+            selection_lib.pool_rows(features["train"], features["val"]),
             np.concatenate(
                 [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
             ),
@@ -455,7 +458,7 @@ def fit_features(config, features, data, hidden, vocabulary=None):
         for name, split in data.splits.items()
     }
     started = time.monotonic()
-    classifier, sweep = logistic.fit_logistic(
+    classifier, sweep = fit_lib.fit_logistic(
         *splits["train"],
         *splits["val"],
         kinds,
@@ -486,7 +489,7 @@ def _labeled_curve(config, full, splits, data, hidden):
                     continue
             else:
                 subset = labeled.balanced_subsample(labels, requested, config.seed)
-            classifier, sweep = logistic.fit_logistic(
+            classifier, sweep = fit_lib.fit_logistic(
                 x[subset],
                 labels[subset],
                 *splits["val"],
@@ -532,7 +535,7 @@ def _write_plots(config, classifier, splits, curve, staged):
         kind, unit = classifier.describe(neuron.index)
         plots.neuron_histogram(
             path,
-            logistic.column(x, neuron.index),
+            threshold_lib.column(x, neuron.index),
             labels,
             classifier.classes,
             neuron.threshold,
@@ -546,7 +549,7 @@ def _write_plots(config, classifier, splits, curve, staged):
             kind, unit = classifier.describe(neuron.index)
             title = f"{name}: unit {unit} ({kind})"
             panels.append(
-                (title, logistic.column(x, neuron.index), targets[:, k], neuron.threshold)
+                (title, threshold_lib.column(x, neuron.index), targets[:, k], neuron.threshold)
             )
         plots.one_against_rest(path, panels, split)
     if curve:

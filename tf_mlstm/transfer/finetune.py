@@ -83,8 +83,8 @@ from tf_mlstm.train import schedules
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.train.runner import Task
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import settings
+from tf_mlstm.transfer.probe.fit import fit_logistic
 
 # Re-exported: the configuration lives in a module without TensorFlow, so
 # that `tf-mlstm-finetune --help` and its flag checks answer at once.
@@ -175,7 +175,7 @@ class FinetuneTask(Task):
         """(kernel [D, K], bias [K]): the logistic regression on the starting features.
 
         The starting model featurizes the training and validation texts as
-        the head will read them; `logistic.fit_logistic` fits them (L2, C
+        the head will read them; `probe.fit.fit_logistic` fits them (L2, C
         chosen on validation; multi-label: per label, with its threshold
         metric), and its standardization is folded into the weights.
         """
@@ -191,7 +191,7 @@ class FinetuneTask(Task):
             if self.kind == BINARY:
                 y[name] = y[name][:, 0]
         classes = {BINARY: (0, 1), MULTICLASS: tuple(range(len(self.names)))}.get(self.kind)
-        classifier, _ = logistic.fit_logistic(
+        classifier, _ = fit_logistic(
             x["train"],
             y["train"],
             x["validation"],
