@@ -163,7 +163,7 @@ def export(config):
                 "C": classifier.C,
                 "nonzero_weights": classifier.nonzero_weights,
             }
-            if classifier.kind == "binary":
+            if classifier.kind == "binary" and classifier.neurons:
                 kind, unit = classifier.describe(classifier.neuron.index)
                 neuron = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
                 metadata["classifier"]["neuron"] = neuron

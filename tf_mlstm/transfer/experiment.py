@@ -528,9 +528,11 @@ def _write_plots(config, classifier, splits, curve, staged):
     """Draws the neuron histograms (test, else val) and the labeled-examples curve."""
     split = "test" if "test" in splits else "val"
     x, labels = splits[split]
-    files = {"neuron_histogram": os.path.join(config.output_dir, NEURON_PLOT)}
-    path = staged.path(files["neuron_histogram"])
-    if classifier.kind == "binary":
+    files = {}
+    if classifier.neurons:  # none on word n-grams alone (results.json's no_neuron)
+        files["neuron_histogram"] = os.path.join(config.output_dir, NEURON_PLOT)
+        path = staged.path(files["neuron_histogram"])
+    if classifier.kind == "binary" and classifier.neurons:
         neuron = classifier.neuron
         kind, unit = classifier.describe(neuron.index)
         plots.neuron_histogram(
@@ -542,7 +544,7 @@ def _write_plots(config, classifier, splits, curve, staged):
             title=f"unit {unit} ({kind}), {split} accuracy "
             f"{classifier.neuron_accuracy(x, labels):.3f}",
         )
-    else:
+    elif classifier.neurons:
         targets = classifier.targets(labels)
         panels = []
         for k, (name, neuron) in enumerate(zip(classifier.output_names, classifier.neurons)):
@@ -580,7 +582,12 @@ def _results(data, classifier, splits):
         results[f"{name}_accuracy"] = classifier.accuracy(*splits[name]) if name in splits else None
     if classifier.multilabel:
         results["thresholds"] = dict(zip(classifier.classes, classifier.thresholds))
+    if not classifier.neurons:
+        results["no_neuron"] = classifier.no_neuron
+        logging.info("%s.", classifier.no_neuron.capitalize())
     if classifier.kind == "binary":
+        results["neuron"] = None
+    if classifier.kind == "binary" and classifier.neurons:
         neuron = {
             key: value
             for key, value in results["neurons"][0].items()

@@ -14,6 +14,8 @@ written still reads:
   `precision` of the model the features came from;
 - **version 3** adds `ngrams` (the TF-IDF vocabulary); only a classifier on
   word n-grams is written as version 3, so files without them read as before.
+  On word n-grams alone there is no unit of the model to be a neuron:
+  `neuron` is null (binary), `neurons` empty.
 
 Floats round-trip exactly (JSON's shortest repr). The classifier itself is
 `probe.logistic.LogisticClassifier`; this module turns its fields into a
@@ -83,7 +85,9 @@ def to_json(classifier):
     if classifier.kind == BINARY:
         record.update(
             bias=float(classifier.bias[0]),
-            neuron=_neuron_record(classifier, classifier.neurons[0]),
+            neuron=(
+                _neuron_record(classifier, classifier.neurons[0]) if classifier.neurons else None
+            ),
             weights=classifier.weights[0].tolist(),
         )
     else:
@@ -148,7 +152,8 @@ def _fields(record):
     multilabel = kind == MULTILABEL
     names = tuple(_class_value(c) for c in record["labels" if multilabel else "classes"])
     if kind == BINARY:
-        neurons = (record["neuron"],)
+        # null: no unit of the model to be one (word n-grams alone, version 3).
+        neurons = (record["neuron"],) if record["neuron"] is not None else ()
     else:
         neurons = tuple(record["neurons"])
     if (kind == BINARY) != (len(names) == 2 and not multilabel) or len(set(names)) < len(names):

@@ -277,7 +277,9 @@ def fit_logistic(
         classifier.
       neurons: False skips the search for the neurons (the classifier then
         has none: it predicts and scores, as feature selection needs, but
-        has no `neuron`, report or serving head).
+        has no `neuron`, report or serving head). The neurons are units of
+        the model (`neuron.neuron_columns`): with `tfidf` alone there are
+        none, and the classifier says so (`no_neuron`).
       progress: False reports nothing; otherwise (None too) the sweep's
         progress, C values done of the grid, the rate and the time left: a
         bar on a terminal, else a log line every `FIT_LOG_INTERVAL_S` seconds
@@ -345,10 +347,11 @@ def fit_logistic(
     if unconverged:
         logging.warning("The solver did not converge for C in %s.", unconverged)
     targets = fitted.pop("neuron_targets")
+    # Among units of the model only: with the word n-grams alone, no neuron.
     columns = neuron_columns(kinds, hidden_size)
     found = tuple(
         find_neuron(train_x, y01, weights, balanced=balanced, columns=columns)
-        for y01, weights, balanced in (targets if neurons else ())
+        for y01, weights, balanced in (targets if neurons and columns is not None else ())
     )
     classifier = LogisticClassifier(
         feature_kinds=tuple(kinds),

@@ -26,6 +26,8 @@ from scipy import sparse
 from sklearn import metrics as sk_metrics
 
 from tf_mlstm import errors
+from tf_mlstm.models import head_arrays
+from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
@@ -52,8 +54,9 @@ class LogisticClassifier:
       C: the inverse regularization strength chosen (multilabel: a tuple,
         one per label).
       neurons: one `Threshold` per row of `weights` (on unstandardized
-        features): binary, the sentiment neuron; multiclass, each class's
-        top unit against the rest; multilabel, each label's.
+        features), each a unit of the model: binary, the sentiment neuron;
+        multiclass, each class's top unit against the rest; multilabel, each
+        label's. None (`no_neuron` says why) on word n-grams alone.
       multilabel: whether the rows are independent 0/1 labels.
       thresholds: multilabel: the L probability thresholds.
       weights_sha256: the fingerprint (`rundir.weights_checksum`) of the
@@ -85,17 +88,17 @@ class LogisticClassifier:
     @property
     def model_kinds(self):
         """The feature kinds the language model computes (all but `tfidf`)."""
-        return tuple(k for k in self.feature_kinds if k != ngrams_lib.NGRAM_KIND)
+        return head_arrays.model_kinds(self.feature_kinds)
 
     @property
-    def head(self):
+    def head_spec(self):
         """The `models.head.HeadSpec`: how the outputs become decisions."""
         return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
 
     @property
     def kind(self):
-        """ "binary", "multiclass" or "multilabel"."""
-        return self.head.kind
+        """The head's kind: one of `models.head.KINDS`."""
+        return self.head_spec.kind
 
     @property
     def neuron(self):
@@ -104,13 +107,31 @@ class LogisticClassifier:
         Raises:
           ValueError: not a binary classifier (see `neurons`).
         """
-        if self.kind != "binary":
+        if self.kind != BINARY:
             raise errors.InvalidValueError(
                 f"a {self.kind} classifier of {len(self.classes)} "
                 f"{'labels' if self.multilabel else 'classes'} has one neuron per "
                 f"{'label' if self.multilabel else 'class'}, not one sentiment neuron"
             )
+        if not self.neurons:
+            raise errors.InvalidValueError(self.no_neuron)
         return self.neurons[0]
+
+    @property
+    def no_neuron(self):
+        """Why the classifier has no neurons, in a phrase; "" when it has them.
+
+        The neurons are units of the model: a classifier on word n-grams alone
+        has none (a classifier fitted with `neurons=False` was not searched).
+        """
+        if self.neurons:
+            return ""
+        if not self.model_kinds:
+            return (
+                f"no sentiment neuron: the features ({','.join(self.feature_kinds)}) hold no unit "
+                "of the model, only word n-grams"
+            )
+        return "no sentiment neuron: the neurons were not searched for"
 
     @property
     def score_name(self):
@@ -127,16 +148,16 @@ class LogisticClassifier:
         else:
             standardized = (np.asarray(x, np.float64) - self.mean) / self.scale
             logits = standardized @ self.weights.T + self.bias
-        return logits[:, 0] if self.kind == "binary" else logits
+        return logits[:, 0] if self.kind == BINARY else logits
 
     def predict_proba(self, x):
         """Probabilities: [N, K] over the classes (binary [N, 2]), or [N, L] per label."""
-        return self.head.probabilities(self.decision_function(x))
+        return self.head_spec.probabilities(self.decision_function(x))
 
     def predict(self, x):
         """Predicted classes [N] (from `classes`), or [N, L] 0/1 labels."""
         logits = self.decision_function(x)
-        return self.head.decide(self.head.probabilities(logits), logits)
+        return self.head_spec.decide(self.head_spec.probabilities(logits), logits)
 
     def accuracy(self, x, labels):
         """Fraction of predictions equal to `labels` (multilabel: over every label)."""
@@ -204,7 +225,7 @@ class LogisticClassifier:
         Binary: the second (positive) class alone; multiclass: every class;
         multilabel: every label.
         """
-        return self.classes[1:] if self.kind == "binary" else self.classes
+        return self.classes[1:] if self.kind == BINARY else self.classes
 
     def targets(self, labels):
         """[N, R] 0/1 targets of the rows: each label, or each class against the rest."""
@@ -244,7 +265,7 @@ class LogisticClassifier:
             row = {"index": int(index), "kind": kind, "unit": unit}
             if kind == ngrams_lib.NGRAM_KIND:
                 row["term"] = self.ngrams.terms[unit]
-            if self.kind == "binary":
+            if self.kind == BINARY:
                 row["weight"] = float(self.weights[0, index])
             else:
                 row["weights"] = {
@@ -262,7 +283,7 @@ class LogisticClassifier:
             weights=self.weights,
             bias=self.bias,
             classes=tuple(self.classes),
-            neuron=self.neurons[0].index if self.kind == "binary" else -1,
+            neuron=self.neurons[0].index if self.kind == BINARY and self.neurons else -1,
             multilabel=self.multilabel,
             thresholds=tuple(self.thresholds),
             weights_sha256=self.weights_sha256,

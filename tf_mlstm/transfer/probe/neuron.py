@@ -66,16 +66,16 @@ def neuron_columns(kinds, hidden_size):
     when the features have one; else among the hidden-state kinds a held
     unit gives (`HIDDEN_KINDS`; `--features=auto` always keeps one of the
     two); else among the model's columns (`std` alone); never among the word
-    n-grams while the model has a column (with `tfidf` alone there is no unit
-    of the model: its columns).
+    n-grams. With `tfidf` alone there is no unit of the model, and no
+    neuron.
 
     Args:
       kinds: the concatenated feature kinds (`tfidf`, if there, last).
       hidden_size: the model's units.
 
     Returns:
-      int64 array of column indices, ascending; None (every column) with
-      `tfidf` alone.
+      int64 array of column indices, ascending; None with `tfidf` alone (no
+      unit of the model, no neuron).
     """
     model_kinds = [kind for kind in kinds if kind in FEATURE_KINDS]
     for wanted in (CELL_KINDS, HIDDEN_KINDS, tuple(model_kinds)):
@@ -221,15 +221,21 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
+    from tf_mlstm.models.head import BINARY  # pylint: disable=import-outside-toplevel
     from tf_mlstm.transfer.probe import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
-    if classifier.kind != "binary":
+    if classifier.kind != BINARY:
         raise errors.InvalidValueError(
             f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
             f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
             f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
             "takes a two-class classifier's, or a unit with --neuron"
+        )
+    if not classifier.neurons:
+        raise errors.InvalidValueError(
+            f"{path}: {classifier.no_neuron}; {tool} works on units of the model; choose a unit "
+            "with --neuron instead of --classifier"
         )
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)
