@@ -162,3 +162,42 @@ def test_the_ngrams_are_scikit_learns_standard_tfidf_token_for_token(shared_data
     for ours, texts in ((fitted, train.texts), (vocabulary.transform(test.texts), test.texts)):
         difference = ours - standard.transform(texts)
         assert abs(difference).max() < 1e-12
+
+
+def test_a_multi_label_task_chooses_each_labels_c_by_cross_validation_on_small_validation():
+    rng = np.random.default_rng(7)
+    rows = 240
+    signal = rng.normal(size=(rows, 2))
+    labels = np.stack(
+        [signal[:, 0] + 0.3 * rng.normal(size=rows) > 0, signal[:, 1] + rng.normal(size=rows) > 0],
+        axis=1,
+    ).astype(np.int64)
+    cell = rng.normal(size=(rows, 8))
+    cell[:, :2] = signal
+    train, val = slice(0, 200), slice(200, rows)
+    feats = {"train": {"cell": cell[train]}, "val": {"cell": cell[val]}}
+
+    def split(part):
+        return dataclasses.replace(_labeled(labels[part]), label_keys=("a", "b"))
+
+    config = dataclasses.replace(_config(label_key=("a", "b")), features="cell")
+    data = experiment.make_data(
+        config, split(train), {"train": split(train), "val": split(val)}, held_out=False
+    )
+    kinds, selection, c_choice, _, classifier, sweep, _ = experiment.fit_features(
+        config, feats, data, 8
+    )
+    assert selection is None and c_choice["by"] == "cross_validation"
+    assert c_choice["folds"] == 5 and c_choice["rows"] == rows
+    # Each label's C is its best mean over the held-out folds, and the classifier's.
+    assert set(c_choice["per_C"]) == {"a", "b"} and len(c_choice["C"]) == 2
+    for name, c in zip(("a", "b"), c_choice["C"]):
+        per_c = c_choice["per_C"][name]
+        assert c == max(per_c, key=per_c.get) and set(per_c) == set(fit_lib.DEFAULT_C_GRID)
+    assert classifier.C == c_choice["C"]
+    assert {row["C"] for row in sweep} == set(c_choice["C"])
+    # --cv_folds=0: validation chooses each label's C.
+    *_, c_choice, _, classifier, _, _ = experiment.fit_features(
+        dataclasses.replace(config, cv_folds=0), feats, data, 8
+    )
+    assert c_choice is None and set(classifier.C) <= set(fit_lib.DEFAULT_C_GRID)

@@ -377,13 +377,11 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     """The C grid of the final fit: `--c_grid`, or the one C cross-validation chose.
 
     Returns:
-      (c_grid, record): record is None without `folds` (and for fixed
-      kinds of a multi-label task, whose Cs validation chooses per label),
-      else {by, folds, rows, C, score, per_C, not_converged} (multi-label:
-      the chosen features' score, each label's C still chosen on
-      validation, C None).
+      (c_grid, record): record is None without `folds`, else {by, folds,
+      rows, C, score, per_C, not_converged} (multi-label: C holds each
+      label's C, and per_C each label's C -> held-out metric).
     """
-    if folds is None or (selection is None and data.splits["train"].multilabel):
+    if folds is None:
         return c_grid_of(config, kinds), None
     trial = None
     if selection is not None:
@@ -414,6 +412,14 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     }
     if checked["C"] is None:
         return c_grid_of(config, kinds), record
+    if isinstance(checked["C"], tuple):  # multi-label: a C per label
+        logging.info(
+            "C per label %s by %d-fold cross-validation (held-out Jaccard %.4f)",
+            checked["C"],
+            len(folds),
+            checked["score"],
+        )
+        return tuple(sorted(set(checked["C"]))), record
     logging.info(
         "C=%g by %d-fold cross-validation (held-out score %.4f)",
         checked["C"],
@@ -458,11 +464,13 @@ def fit_features(config, features, data, hidden, vocabulary=None):
         for name, split in data.splits.items()
     }
     started = time.monotonic()
+    label_c = c_choice["C"] if c_choice and isinstance(c_choice["C"], tuple) else None
     classifier, sweep = fit_lib.fit_logistic(
         *splits["train"],
         *splits["val"],
         kinds,
         hidden,
+        label_c=label_c,
         **dict(_fit_kwargs(config, data, vocabulary), c_grid=c_grid),
     )
     return kinds, selection, c_choice, splits, classifier, sweep, time.monotonic() - started

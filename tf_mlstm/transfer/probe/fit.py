@@ -23,6 +23,7 @@ neurons found (`probe.neuron.find_neuron`), and the sweep: one row per C
 """
 
 import copy
+import functools
 import hashlib
 import warnings
 
@@ -253,6 +254,7 @@ def fit_logistic(
     neurons=True,
     progress=None,
     title=None,
+    label_c=None,
 ):
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
@@ -285,6 +287,10 @@ def fit_logistic(
         bar on a terminal, else a log line every `FIT_LOG_INTERVAL_S` seconds
         and one at the end (`tf_mlstm.progress.Progress`).
       title: what the progress lines name (None: the kinds).
+      label_c: multilabel: None (each label's C is the one best on
+        validation), or each label's C, chosen before (by cross-validation,
+        `selection.cross_validate`), each in `c_grid`; each label's
+        threshold is still chosen on validation at its C.
 
     The features are standardized (training mean and deviation; the n-gram
     block see `block_standardizer`) and the grid is swept from the smallest
@@ -311,9 +317,20 @@ def fit_logistic(
     dense_width = int(hidden_size) * sum(k != ngrams_lib.NGRAM_KIND for k in kinds)
     mean, scale = block_standardizer(train_x, dense_width)
     train_z, val_z = (standardize(x, mean, scale, dense_width) for x in (train_x, val_x))
-    fit = _fit_labels if np.ndim(train_y) == 2 else _fit_classes
+    if label_c is not None:
+        label_c = tuple(float(c) for c in label_c)
+        if np.ndim(train_y) != 2 or len(label_c) != np.shape(train_y)[1]:
+            raise errors.InvalidValueError(
+                f"label_c holds one C per label of a multi-label task, got {label_c}"
+            )
+        if not set(label_c) <= set(c_grid):
+            raise errors.InvalidValueError(f"label_c {label_c} is not within the C grid {c_grid}")
+    if np.ndim(train_y) == 2:
+        fit = functools.partial(_fit_labels, label_c=label_c)
+    else:
+        fit = _fit_classes
     settings = (
-        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric),
+        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric, label_c),
         (sorted(MAX_ITER.items()), sorted(solver_lib.DEFAULT_METHODS.items())),
     )
     key = _fingerprint(train_x, train_y, val_x, val_y, settings)
@@ -459,9 +476,21 @@ def _fit_classes(
 
 
 def _fit_labels(
-    train_z, train_y, val_z, val_y, c_grid, penalty, solver, seed, names, metric, report=None
+    train_z,
+    train_y,
+    val_z,
+    val_y,
+    c_grid,
+    penalty,
+    solver,
+    seed,
+    names,
+    metric,
+    report=None,
+    label_c=None,
 ):
-    """One binary fit per label and C; per label the C and threshold best on validation."""
+    """One binary fit per label and C; per label the C (or `label_c`'s) and threshold best on
+    validation."""
     if metric not in labeled.THRESHOLD_METRICS:
         raise errors.InvalidValueError(
             f"threshold metric must be one of {labeled.THRESHOLD_METRICS}"
@@ -500,7 +529,11 @@ def _fit_labels(
                     "iterations": int(iterations[k]),
                 }
             )
-            if chosen[k] is None or value > chosen[k][0]:
+            if label_c is not None:
+                better = c == label_c[k]
+            else:
+                better = chosen[k] is None or value > chosen[k][0]
+            if better:
                 chosen[k] = (value, c, threshold, weights[k].copy(), bias[k])
     sweep = [row for label_rows in rows for row in label_rows]
     _, cs, thresholds, weights, bias = (list(column) for column in zip(*chosen))

@@ -83,14 +83,17 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs):
     Returns:
       dict {score, C, per_C, not_converged}: single-label, per_C maps each
       C of the grid to its held-out accuracy averaged over the folds, C is
-      the best (ties: the smaller) and score its mean; multi-label (each
-      label's C and threshold chosen on its fold's held-out rows), score is
-      the mean held-out Jaccard, C and per_C None; not_converged, the Cs
-      whose fit stopped at the iteration cap in some fold.
+      the best (ties: the smaller) and score its mean; multi-label, score is
+      the mean held-out Jaccard (each label's C and threshold chosen on its
+      fold's held-out rows), per_C maps each label to its C -> held-out
+      threshold metric averaged over the folds, and C is the tuple of each
+      label's best (ties: the smaller); not_converged, the Cs whose fit
+      stopped at the iteration cap in some fold.
     """
     x = features_lib.concat_features(features, kinds)
     labels = np.asarray(labels)
     per_c, scores, unconverged = {}, [], set()
+    per_label = {}  # multi-label: label -> C -> held-out metric per fold
     title = fit_kwargs.pop("title", None) or ",".join(kinds)
     for fold, (fit_rows, held_rows) in enumerate(folds, 1):
         classifier, sweep = fit_lib.fit_logistic(
@@ -109,12 +112,20 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs):
         if labels.ndim == 1:
             for row in sweep:
                 per_c.setdefault(row["C"], []).append(row["val_accuracy"])
+        else:
+            for row in sweep:
+                value = next(v for k, v in row.items() if k.startswith("val_"))
+                per_label.setdefault(row["label"], {}).setdefault(row["C"], []).append(value)
     not_converged = sorted(unconverged)
-    if not per_c:
+    if per_label:
+        means = {
+            name: {c: float(np.mean(values)) for c, values in sorted(by_c.items())}
+            for name, by_c in per_label.items()
+        }
         return {
             "score": float(np.mean(scores)),
-            "C": None,
-            "per_C": None,
+            "C": tuple(max(by_c, key=by_c.get) for by_c in means.values()),
+            "per_C": means,
             "not_converged": not_converged,
         }
     means = {c: float(np.mean(values)) for c, values in sorted(per_c.items())}
