@@ -56,7 +56,7 @@ _INSTALL_REQUIRES = [
     # are written for it (`tensorboard --logdir=MODEL_DIR`).
     "tensorboard>=2.21,<3",
     # 1.8 is the first release where `LogisticRegression(l1_ratio=1.0)` alone
-    # selects the L1 penalty (tf_mlstm/transfer/logistic.py); older releases
+    # selects the L1 penalty (tf_mlstm/transfer/probe/fit.py); older releases
     # ignore `l1_ratio` unless penalty="elasticnet" and fit L2 with only a warning.
     "scikit-learn>=1.8,<2",
     "matplotlib>=3.9,<4",

@@ -61,8 +61,12 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom absl import flags\n")  # the library reading flags
     with open(package / "serving" / "__init__.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.train import strategy\n")  # serving using training code
-    with open(package / "transfer" / "neuron.py", "a", encoding="utf-8") as f:
+    with open(package / "transfer" / "probe" / "neuron.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.data import framing\n")  # text to ids past the preprocessor
+    with open(package / "transfer" / "probe" / "threshold.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.transfer.probe import fit\n")  # a probe layer reaching up
+    with open(package / "transfer" / "probe" / "fit.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom tf_mlstm.transfer import experiment\n")  # the probe using the binary's flow
     with open(package / "transfer" / "plots.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.serving import saved_model\n")  # transfer using serving
     with open(package / "rundir.py", "a", encoding="utf-8") as f:
@@ -82,7 +86,9 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     assert "tf_mlstm.data is not allowed to import tf_mlstm.train" in out
     assert "tf_mlstm.models.sampling -> absl.flags" in out
     assert "tf_mlstm.serving -> tf_mlstm.train.strategy" in out
-    assert "tf_mlstm.transfer.neuron -> tf_mlstm.data.framing" in out
+    assert "tf_mlstm.transfer.probe.neuron -> tf_mlstm.data.framing" in out
+    assert "- tf_mlstm.transfer.probe.threshold -> tf_mlstm.transfer.probe.fit" in out
+    assert "tf_mlstm.transfer.probe.fit -> tf_mlstm.transfer.experiment" in out
     assert "tf_mlstm.transfer.plots -> tf_mlstm.serving.saved_model" in out
     assert "tf_mlstm.rundir is not allowed to import tf_mlstm.models" in out
     assert "tf_mlstm.config is not allowed to import tensorflow" in out

@@ -32,7 +32,7 @@ from tf_mlstm.cli import export as export_cli  # noqa: E402
 from tf_mlstm.data import readers  # noqa: E402
 from tf_mlstm.data.text import normalize_text  # noqa: E402
 from tf_mlstm.transfer import features  # noqa: E402
-from tf_mlstm.transfer import logistic  # noqa: E402
+from tf_mlstm.transfer.probe import fit as fit_lib  # noqa: E402
 
 TEXTS = ["A wonderful, moving film.", "Boring and far too long.", "Great.", "Dull, dull."]
 TWO_WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
@@ -45,7 +45,7 @@ def exported(tmp_path_factory):
     model_dir, model = write_untrained_model_dir(tmp_path / "m")
     texts = [normalize_text(t) for t in TEXTS] * 3
     x = features.concat_features(features.TextFeaturizer(model)(texts), ("cell",))
-    fitted, _ = logistic.fit_logistic(
+    fitted, _ = fit_lib.fit_logistic(
         x, np.array([1, 0, 1, 0] * 3), x, np.array([1, 0, 1, 0] * 3), ("cell",), 16
     )
     classifier = str(tmp_path / "classifier.json")

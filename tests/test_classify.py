@@ -15,7 +15,8 @@ import pytest
 from _models import write_untrained_model_dir
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.transfer import features
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import logistic
 
 TEXTS = ["A wonderful, moving film.", "Boring and far too long.", "Great.", "Dull, dull."]
 
@@ -50,7 +51,7 @@ def _fitted(tmp_path):
     texts = [normalize_text(t) for t in TEXTS] * 3
     x = features.concat_features(features.TextFeaturizer(model)(texts), ("cell",))
     labels = np.array([1, 0, 1, 0] * 3)
-    classifier, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
+    classifier, _ = fit_lib.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
     classifier.save(str(tmp_path / "classifier.json"))
     return model_dir, classifier, x
 

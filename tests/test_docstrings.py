@@ -50,10 +50,8 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/train/task_protocol.py",
         "tf_mlstm/transfer/experiment.py",
         "tf_mlstm/transfer/finetune.py",
-        "tf_mlstm/transfer/logistic.py",
-        "tf_mlstm/transfer/neuron.py",
         "tf_mlstm/transfer/predict.py",
-        "tf_mlstm/transfer/solver.py",
+        "tf_mlstm/transfer/probe/",
     }
 )
 

@@ -47,8 +47,8 @@ from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import predict
+from tf_mlstm.transfer.probe import fit as fit_lib
 
 _WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
 
@@ -379,7 +379,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
         if job.kind == "binary":
             y[name] = y[name][:, 0]
     classes = {"binary": (0, 1), "multiclass": (0, 1, 2)}.get(job.kind, config.label_keys)
-    regression, _ = logistic.fit_logistic(
+    regression, _ = fit_lib.fit_logistic(
         x["train"],
         y["train"],
         x["validation"],

@@ -19,10 +19,11 @@ from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
 from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.models import sampling
-from tf_mlstm.transfer import logistic
-from tf_mlstm.transfer import neuron as neuron_lib
 from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer import visualize
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import logistic
+from tf_mlstm.transfer.probe import neuron as neuron_lib
 
 HIDDEN = 16
 UNIT = 5
@@ -42,7 +43,7 @@ def _fit_classifier(path, kinds, column, sign, spread=3.0, seed=0):
     labels = np.tile([0, 1], 40)
     x = rng.normal(size=(len(labels), HIDDEN * len(kinds)))
     x[:, column] = sign * spread * (labels - 0.5) + 0.1 * rng.normal(size=len(labels))
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
     )
     assert classifier.neuron.index == column and classifier.neuron.sign == sign
@@ -292,7 +293,7 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
     # tf-mlstm-generate and tf-mlstm-visualize hold and draw.
     kinds = ("hidden", "mean", "cell_min")
     x, labels = _separating(kinds, [(2, 0.0), (2 * HIDDEN + UNIT, 0.6)])
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x[:60], labels[:60], x[60:], labels[60:], kinds, HIDDEN, c_grid=(0.1, 1.0)
     )
     assert classifier.describe(classifier.neuron.index) == ("cell_min", UNIT)
@@ -301,7 +302,7 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
     terms = sp.csr_matrix(np.stack([labels, 1 - labels], axis=1).astype(np.float64))
     vocabulary = ngrams.NgramVocabulary(terms=("good", "bad"), idf=np.ones(2))
     both = sp.hstack([sp.csr_matrix(x), terms], format="csr")
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         both[:60],
         labels[:60],
         both[60:],
@@ -312,8 +313,99 @@ def test_the_neuron_is_a_cell_unit_when_the_features_have_one():
         ngrams=vocabulary,
     )
     assert classifier.describe(classifier.neuron.index) == ("mean", UNIT)
-    assert logistic.neuron_columns(("tfidf",), HIDDEN) is None
-    assert logistic.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [0, 1, 4, 5]
+    assert neuron_lib.neuron_columns(("tfidf",), HIDDEN) is None
+    assert neuron_lib.neuron_columns(("cell", "std", "cell_max", "tfidf"), 2).tolist() == [
+        0,
+        1,
+        4,
+        5,
+    ]
+
+
+def _words_alone(rows=80, classes=2):
+    """TF-IDF columns alone, where the word of each class names it perfectly."""
+    labels = np.arange(rows) % classes
+    terms = tuple(f"word{k}" for k in range(classes)) + ("the",)
+    x = np.zeros((rows, len(terms)))
+    x[np.arange(rows), labels] = 1.0
+    x[:, -1] = 0.5
+    vocabulary = ngrams.NgramVocabulary(terms=terms, idf=np.ones(len(terms)))
+    return sp.csr_matrix(x), labels, vocabulary
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_words_alone_store_no_neuron_and_say_so(tmp_path, classes):
+    """A classifier on TF-IDF alone has no unit of the model: it stores no neuron
+    (never an n-gram), says so, and generation refuses it in one line."""
+    x, labels, vocabulary = _words_alone(classes=classes)
+    classifier, _ = fit_lib.fit_logistic(
+        x, labels, x, labels, ("tfidf",), HIDDEN, c_grid=(1.0,), ngrams=vocabulary
+    )
+    assert classifier.neurons == () and classifier.score(x, labels) == 1.0
+    assert classifier.neuron_report({"train": (x, labels)}) == []
+    assert "no unit of the model" in classifier.no_neuron
+    assert classifier.serving_head().neuron == -1
+    path = str(tmp_path / "classifier.json")
+    classifier.save(path)
+    record = json.loads(open(path, encoding="utf-8").read())
+    if classes == 2:
+        assert record["neuron"] is None
+        with pytest.raises(ValueError, match="no sentiment neuron: the features"):
+            classifier.neuron  # noqa: B018
+    else:
+        assert record["neurons"] == []
+    loaded = logistic.LogisticClassifier.load(path)
+    assert loaded.neurons == () and loaded.serving_head().neuron == -1
+    np.testing.assert_array_equal(loaded.predict(x), classifier.predict(x))
+    if classes == 2:
+        with pytest.raises(
+            ValueError,
+            match=r"classifier.json: no sentiment neuron: the features \(tfidf\) hold no unit "
+            r"of the model, only word n-grams; tf-mlstm-generate works on units of the model; "
+            r"choose a unit with --neuron",
+        ):
+            neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+
+
+def test_transfer_results_of_words_alone_state_the_missing_neuron(tmp_path):
+    from tf_mlstm import fileio  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.cli import transfer as transfer_cli  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.transfer import experiment  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.transfer import labeled  # pylint: disable=import-outside-toplevel
+
+    x, labels, vocabulary = _words_alone()
+    classifier, _ = fit_lib.fit_logistic(
+        x, labels, x, labels, ("tfidf",), HIDDEN, c_grid=(1.0,), ngrams=vocabulary
+    )
+    split = labeled.LabeledData(
+        source="synthetic",
+        texts=[f"word{k}" for k in labels],
+        labels=labels,
+        label_keys=("label",),
+        places=[("synthetic", i + 1) for i in range(len(labels))],
+        skipped={},
+    )
+    config = experiment.TransferConfig(
+        model_dir="m", output_dir=str(tmp_path / "out"), train_data="t.csv", features="tfidf"
+    )
+    data = experiment.make_data(config, split, {"train": split, "val": split}, held_out=False)
+    splits = {"train": (x, labels), "val": (x, labels)}
+    results = experiment._results(data, classifier, splits)
+    assert results["neuron"] is None and results["neurons"] == []
+    assert results["no_neuron"] == classifier.no_neuron
+    with fileio.Staged() as staged:
+        files = experiment._write_plots(config, classifier, splits, [], staged)
+    assert "neuron_histogram" not in files
+    line = transfer_cli.headline(
+        {
+            **results,
+            "feature_kinds": ["tfidf"],
+            "config": {"penalty": "l2", "output_dir": "o"},
+            "warnings": [],
+        }
+    )
+    assert line["neuron"] is None and line["no_neuron"] == classifier.no_neuron
+    assert transfer_cli.neuron_note(results, "val") == ""
 
 
 def test_a_hidden_state_neuron_is_held_and_drawn_in_the_hidden_state(setup, tmp_path):

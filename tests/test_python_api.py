@@ -27,7 +27,7 @@ from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.transfer import features
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe import fit as fit_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TEXTS = ["A wonderful, moving film.", "Boring and far too long.", "Café au lait: très bon!", "Ok"]
@@ -204,7 +204,7 @@ def _fitted_classifier(model_dir, path):
     normalized = [normalize_text(text) for text in TEXTS] * 3
     x = features.concat_features(features.TextFeaturizer(model)(normalized), ("cell",))
     labels = np.array([1, 0, 1, 0] * 3)
-    fitted, _ = logistic.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
+    fitted, _ = fit_lib.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
     fingerprint = rundir.weights_checksum(model.weights)  # as tf_mlstm.probe records it
     dataclasses.replace(fitted, weights_sha256=fingerprint).save(str(path))
     return str(path)

@@ -28,8 +28,9 @@ from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.serving import saved_model
 from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import ngrams
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import threshold as threshold_lib
 
 TEXTS = [
     "A wonderful, moving film.<br /><br />Loved it.",
@@ -46,7 +47,7 @@ def small_model():
 def _fit_classifier(model, texts, labels):
     featurized = features.TextFeaturizer(model, batch_size=8)(texts)
     x = features.concat_features(featurized, ("max", "cell_min"))
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x, labels, x, labels, ("max", "cell_min"), model.hidden_size
     )
     return classifier
@@ -114,9 +115,9 @@ def test_classify_signature_serves_k_classes_and_several_labels(small_model):
     texts = [normalize_text(t) for t in TEXTS] * 4
     x = features.concat_features(features.TextFeaturizer(small_model)(texts), ("cell",))
     names = np.array(["neg", "mid", "pos"] * 4, object)  # one class per text of TEXTS
-    three, _ = logistic.fit_logistic(x, names, x, names, ("cell",), 16, penalty="l2")
+    three, _ = fit_lib.fit_logistic(x, names, x, names, ("cell",), 16, penalty="l2")
     several = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]] * 4)
-    labels, _ = logistic.fit_logistic(
+    labels, _ = fit_lib.fit_logistic(
         x, several, x, several, ("cell",), 16, penalty="l2", classes=("a", "b", "c")
     )
     for classifier, predicted in ((three, "label"), (labels, "labels")):
@@ -466,7 +467,7 @@ def _ngram_classifier(model, kinds, labels):
     if len(kinds) > 1:
         computed.update(features.TextFeaturizer(model, batch_size=8)(texts))
     x = features.concat_features(computed, kinds)
-    classifier, _ = logistic.fit_logistic(
+    classifier, _ = fit_lib.fit_logistic(
         x, labels, x, labels, kinds, model.hidden_size, penalty="l2", ngrams=vocabulary
     )
     return classifier
@@ -537,7 +538,7 @@ def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
         classifier.feature_kinds,
     )
     np.testing.assert_allclose(
-        served["neuron"], logistic.column(x, classifier.neuron.index), atol=1e-5
+        served["neuron"], threshold_lib.column(x, classifier.neuron.index), atol=1e-5
     )
     # tf-mlstm-classify reads the same classifier file to the same numbers.
     from tf_mlstm.cli import classify as classify_cli  # pylint: disable=g-import-not-at-top

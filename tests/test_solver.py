@@ -1,4 +1,4 @@
-"""The transfer fit's own solver (tf_mlstm.transfer.solver) and the sweep's progress lines.
+"""The transfer fit's own solver (tf_mlstm.transfer.probe.solver) and the sweep's progress lines.
 
 Golden values: scikit-learn's `LogisticRegression`, fitted to a tight
 tolerance, on the same objective (C * sum of losses + penalty); the solver's
@@ -16,8 +16,9 @@ from scipy.special import logsumexp
 from sklearn.linear_model import LogisticRegression
 
 from tf_mlstm.transfer import features as features_lib
-from tf_mlstm.transfer import logistic
-from tf_mlstm.transfer import solver
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import selection as selection_lib
+from tf_mlstm.transfer.probe import solver
 
 GRID = (1e-2, 1e-1, 1.0)
 
@@ -25,7 +26,7 @@ GRID = (1e-2, 1e-1, 1.0)
 @pytest.fixture(autouse=True)
 def _no_remembered_sweeps():
     # fit_logistic reuses a sweep of the same inputs: each test fits its own.
-    logistic._SWEEPS.clear()
+    fit_lib._SWEEPS.clear()
 
 
 def _data(task, rows=300, width=40, seed=0):
@@ -151,21 +152,21 @@ def test_a_fit_stopped_at_the_cap_is_reported_unconverged():
 
 def test_fit_logistic_defaults_to_the_solver_and_reports_a_capped_fit(monkeypatch, caplog):
     x, y = _data("multinomial")
-    assert logistic.resolve_solver("l2", "auto") == logistic.resolve_solver("l1", "auto")
-    assert logistic.resolve_solver("l1", "auto", 5) == "batch"
-    classifier, sweep = logistic.fit_logistic(
+    assert fit_lib.resolve_solver("l2", "auto") == fit_lib.resolve_solver("l1", "auto")
+    assert fit_lib.resolve_solver("l1", "auto", 5) == "batch"
+    classifier, sweep = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", progress=False
     )
     assert all(row["converged"] for row in sweep)
     ours = classifier.weights
-    lbfgs, _ = logistic.fit_logistic(
+    lbfgs, _ = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", solver="lbfgs"
     )
     assert lbfgs.C == classifier.C
     np.testing.assert_allclose(ours, lbfgs.weights, atol=2e-3 * np.abs(ours).max())
-    monkeypatch.setitem(logistic.MAX_ITER, "batch", 2)
+    monkeypatch.setitem(fit_lib.MAX_ITER, "batch", 2)
     with caplog.at_level("WARNING"):
-        _, capped = logistic.fit_logistic(
+        _, capped = fit_lib.fit_logistic(
             x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", progress=False
         )
     assert not any(row["converged"] for row in capped[2:])
@@ -175,13 +176,13 @@ def test_fit_logistic_defaults_to_the_solver_and_reports_a_capped_fit(monkeypatc
 
 def test_multilabel_fits_every_label_and_reports_each(monkeypatch):
     x, y = _data("multilabel")
-    classifier, sweep = logistic.fit_logistic(
+    classifier, sweep = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l1", progress=False
     )
     assert classifier.multilabel and classifier.weights.shape == (3, 40)
     assert [row["label"] for row in sweep] == [f"label_{k}" for k in range(3) for _ in range(9)]
     assert all(row["converged"] for row in sweep)
-    liblinear, _ = logistic.fit_logistic(
+    liblinear, _ = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l1", solver="liblinear"
     )
     assert liblinear.C == classifier.C
@@ -193,10 +194,10 @@ def _progress_lines(caplog):
 
 def test_a_sweep_reports_its_progress(monkeypatch, caplog):
     # Every update is a log line when the interval is tiny (10 s by default).
-    monkeypatch.setattr(logistic, "FIT_LOG_INTERVAL_S", 1e-9)
+    monkeypatch.setattr(fit_lib, "FIT_LOG_INTERVAL_S", 1e-9)
     x, y = _data("binary")
     with caplog.at_level("INFO"):
-        logistic.fit_logistic(x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2")
+        fit_lib.fit_logistic(x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2")
     lines = _progress_lines(caplog)
     assert lines[0] == "Fitting cell at C=0.0001: 0.0/9.0 C (0%), 0.0 C/s; 0 iterations"
     middle = r"at C=0\.001: 2\.0/9\.0 C \(22%\), [\d.]+ C/s, 0:\d\d left; \d+ iterations$"
@@ -204,21 +205,21 @@ def test_a_sweep_reports_its_progress(monkeypatch, caplog):
     assert lines[-1].startswith("Fitting cell at C=1: 9.0/9.0 C (100%), in ")
     with caplog.at_level("INFO"):
         caplog.clear()
-        logistic.fit_logistic(
+        fit_lib.fit_logistic(
             x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", progress=False
         )
     assert _progress_lines(caplog) == []
 
 
 def test_feature_selection_names_each_group_it_fits(monkeypatch, caplog):
-    monkeypatch.setattr(logistic, "FIT_LOG_INTERVAL_S", 1e-9)
+    monkeypatch.setattr(fit_lib, "FIT_LOG_INTERVAL_S", 1e-9)
     rng = np.random.default_rng(9)
     data = {kind: rng.normal(size=(200, 4)) for kind in features_lib.FEATURE_KINDS}
     labels = (data["cell"][:, 0] > 0).astype(np.int64)
     train = {kind: values[:150] for kind, values in data.items()}
     val = {kind: values[150:] for kind, values in data.items()}
     with caplog.at_level("INFO"):
-        _, trials = logistic.select_feature_kinds(
+        _, trials = selection_lib.select_feature_kinds(
             train, labels[:150], val, labels[150:], 4, penalty="l2"
         )
     finals = [line for line in _progress_lines(caplog) if "(100%), in " in line]
@@ -233,12 +234,12 @@ def test_the_final_fit_of_the_chosen_kinds_reuses_the_selection_s_sweep(caplog):
     labels = np.array(["neg", "pos"], object)[(data["cell"][:, 0] > 0).astype(int)]
     train = {kind: values[:150] for kind, values in data.items()}
     val = {kind: values[150:] for kind, values in data.items()}
-    kinds, _ = logistic.select_feature_kinds(
+    kinds, _ = selection_lib.select_feature_kinds(
         train, labels[:150], val, labels[150:], 4, penalty="l2", progress=False
     )
     train_x, val_x = (features_lib.concat_features(split, kinds) for split in (train, val))
     with caplog.at_level("INFO"):
-        again, sweep = logistic.fit_logistic(
+        again, sweep = fit_lib.fit_logistic(
             train_x, labels[:150], val_x, labels[150:], kinds, 4, penalty="l2", progress=False
         )
     assert "is the one feature selection made" in caplog.text
@@ -246,7 +247,7 @@ def test_the_final_fit_of_the_chosen_kinds_reuses_the_selection_s_sweep(caplog):
     # Anything else (here the labels) is a sweep of its own.
     caplog.clear()
     with caplog.at_level("INFO"):
-        other, _ = logistic.fit_logistic(
+        other, _ = fit_lib.fit_logistic(
             train_x, labels[::-1][:150], val_x, labels[150:], kinds, 4, penalty="l2"
         )
     assert "is the one feature selection made" not in caplog.text

@@ -2,7 +2,7 @@
 
 A validation split of a few hundred rows is a noisy judge: among several
 feature sets and nine Cs it picks whatever happened to fit its rows. Below
-`logistic.CV_MAX_VALIDATION` validation rows, `tf-mlstm-transfer` chooses by
+`selection_lib.CV_MAX_VALIDATION` validation rows, `tf-mlstm-transfer` chooses by
 stratified K-fold cross-validation over train and validation together and
 still fits the classifier on train.
 """
@@ -15,7 +15,8 @@ import pytest
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import selection as selection_lib
 
 
 def _labeled(labels):
@@ -60,33 +61,33 @@ def _misleading(seed=4, rows=320, held=24):
 
 def test_folds_are_stratified_and_every_fit_part_has_every_class():
     labels = np.array([0] * 30 + [1] * 12 + [2] * 3)
-    folds = logistic.cross_validation_folds(labels, 5, seed=0)
+    folds = selection_lib.cross_validation_folds(labels, 5, seed=0)
     assert len(folds) == 3  # the rarest class has 3 rows
     held = np.concatenate([h for _, h in folds])
     assert sorted(held.tolist()) == list(range(len(labels)))  # every row held out once
     for fit_rows, held_rows in folds:
         assert set(labels[fit_rows]) == {0, 1, 2}
         assert np.intersect1d(fit_rows, held_rows).size == 0
-    assert logistic.cross_validation_folds(np.array([0] * 9 + [1]), 5) is None
+    assert selection_lib.cross_validation_folds(np.array([0] * 9 + [1]), 5) is None
     several = np.array([[1, 0], [0, 1], [1, 1], [0, 0]] * 5)
-    assert len(logistic.cross_validation_folds(several, 5)) == 5
+    assert len(selection_lib.cross_validation_folds(several, 5)) == 5
 
 
 def test_cross_validation_chooses_what_a_small_lying_validation_split_would_not():
     feats, train_y, val_y = _misleading()
-    kinds, trials = logistic.select_feature_kinds(
+    kinds, trials = selection_lib.select_feature_kinds(
         feats["train"], train_y, feats["val"], val_y, 8, penalty="l2"
     )
     assert kinds != ("cell", "hidden")  # the validation rows alone chose noise
     pooled_y = np.concatenate([train_y, val_y])
-    folds = logistic.cross_validation_folds(pooled_y, 5, seed=0)
-    kinds, trials = logistic.select_feature_kinds(
+    folds = selection_lib.cross_validation_folds(pooled_y, 5, seed=0)
+    kinds, trials = selection_lib.select_feature_kinds(
         feats["train"], train_y, feats["val"], val_y, 8, folds=folds, penalty="l2"
     )
     assert kinds == ("cell", "hidden")
     first = trials[0]
     assert first["kinds"] == ["cell", "hidden"] and first["folds"] == 5
-    assert first["cv_accuracy"] > 0.7 and first["C"] in logistic.DEFAULT_C_GRID
+    assert first["cv_accuracy"] > 0.7 and first["C"] in fit_lib.DEFAULT_C_GRID
     assert first["cv_accuracy"] == max(first["per_C"].values())
     assert all(t["cv_accuracy"] < first["cv_accuracy"] for t in trials[1:])
 
@@ -117,12 +118,12 @@ def test_transfer_chooses_by_cross_validation_below_the_validation_size_and_fits
 
 def test_a_large_validation_split_chooses_alone(monkeypatch):
     feats, train_y, val_y = _misleading()
-    monkeypatch.setattr(logistic, "CV_MAX_VALIDATION", len(val_y))
+    monkeypatch.setattr(selection_lib, "CV_MAX_VALIDATION", len(val_y))
     data = experiment.make_data(
         _config(), None, {"train": _labeled(train_y), "val": _labeled(val_y)}, held_out=False
     )
     assert experiment.choice_folds(_config(), data) is None
-    monkeypatch.setattr(logistic, "CV_MAX_VALIDATION", len(val_y) + 1)
+    monkeypatch.setattr(selection_lib, "CV_MAX_VALIDATION", len(val_y) + 1)
     assert len(experiment.choice_folds(_config(), data)) == 5
 
 
@@ -134,11 +135,11 @@ def test_cv_folds_must_be_0_or_2_or_more(folds):
 
 def test_the_words_alone_sweep_further_up_than_model_features():
     config = _config()
-    assert experiment.c_grid_of(config, ("tfidf",)) == logistic.WORDS_C_GRID
-    assert max(logistic.WORDS_C_GRID) == 10 * max(logistic.DEFAULT_C_GRID)
-    assert logistic.WORDS_C_GRID[: len(logistic.DEFAULT_C_GRID)] == logistic.DEFAULT_C_GRID
-    assert experiment.c_grid_of(config, ("cell", "tfidf")) == logistic.DEFAULT_C_GRID
-    assert experiment.c_grid_of(config, ("cell",)) == logistic.DEFAULT_C_GRID
+    assert experiment.c_grid_of(config, ("tfidf",)) == fit_lib.WORDS_C_GRID
+    assert max(fit_lib.WORDS_C_GRID) == 10 * max(fit_lib.DEFAULT_C_GRID)
+    assert fit_lib.WORDS_C_GRID[: len(fit_lib.DEFAULT_C_GRID)] == fit_lib.DEFAULT_C_GRID
+    assert experiment.c_grid_of(config, ("cell", "tfidf")) == fit_lib.DEFAULT_C_GRID
+    assert experiment.c_grid_of(config, ("cell",)) == fit_lib.DEFAULT_C_GRID
     given = _config(c_grid=(0.5, 2.0))  # the user's grid is the user's
     assert experiment.c_grid_of(given, ("tfidf",)) == (0.5, 2.0)
 
@@ -161,3 +162,42 @@ def test_the_ngrams_are_scikit_learns_standard_tfidf_token_for_token(shared_data
     for ours, texts in ((fitted, train.texts), (vocabulary.transform(test.texts), test.texts)):
         difference = ours - standard.transform(texts)
         assert abs(difference).max() < 1e-12
+
+
+def test_a_multi_label_task_chooses_each_labels_c_by_cross_validation_on_small_validation():
+    rng = np.random.default_rng(7)
+    rows = 240
+    signal = rng.normal(size=(rows, 2))
+    labels = np.stack(
+        [signal[:, 0] + 0.3 * rng.normal(size=rows) > 0, signal[:, 1] + rng.normal(size=rows) > 0],
+        axis=1,
+    ).astype(np.int64)
+    cell = rng.normal(size=(rows, 8))
+    cell[:, :2] = signal
+    train, val = slice(0, 200), slice(200, rows)
+    feats = {"train": {"cell": cell[train]}, "val": {"cell": cell[val]}}
+
+    def split(part):
+        return dataclasses.replace(_labeled(labels[part]), label_keys=("a", "b"))
+
+    config = dataclasses.replace(_config(label_key=("a", "b")), features="cell")
+    data = experiment.make_data(
+        config, split(train), {"train": split(train), "val": split(val)}, held_out=False
+    )
+    kinds, selection, c_choice, _, classifier, sweep, _ = experiment.fit_features(
+        config, feats, data, 8
+    )
+    assert selection is None and c_choice["by"] == "cross_validation"
+    assert c_choice["folds"] == 5 and c_choice["rows"] == rows
+    # Each label's C is its best mean over the held-out folds, and the classifier's.
+    assert set(c_choice["per_C"]) == {"a", "b"} and len(c_choice["C"]) == 2
+    for name, c in zip(("a", "b"), c_choice["C"]):
+        per_c = c_choice["per_C"][name]
+        assert c == max(per_c, key=per_c.get) and set(per_c) == set(fit_lib.DEFAULT_C_GRID)
+    assert classifier.C == c_choice["C"]
+    assert {row["C"] for row in sweep} == set(c_choice["C"])
+    # --cv_folds=0: validation chooses each label's C.
+    *_, c_choice, _, classifier, _, _ = experiment.fit_features(
+        dataclasses.replace(config, cv_folds=0), feats, data, 8
+    )
+    assert c_choice is None and set(classifier.C) <= set(fit_lib.DEFAULT_C_GRID)

@@ -51,8 +51,8 @@ from tf_mlstm.train import evaluation
 from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer import features as features_lib
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import predict
+from tf_mlstm.transfer.probe import logistic
 
 # === Entry points ===
 

@@ -46,8 +46,9 @@ from absl import flags
 
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
-from tf_mlstm.transfer import solver as solver_lib
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import selection as selection_lib
+from tf_mlstm.transfer.probe import solver as solver_lib
 
 FLAGS = flags.FLAGS
 
@@ -71,7 +72,7 @@ def define_flags():
     flags.DEFINE_list(
         "solvers",
         ["auto"],
-        f"Solvers, of {list(logistic.SOLVERS)}; batch:METHOD the batch solver with one of its "
+        f"Solvers, of {list(fit_lib.SOLVERS)}; batch:METHOD the batch solver with one of its "
         "methods (batch:fista, batch:lbfgs).",
     )
     flags.DEFINE_list("penalties", ["l2"], "Penalties, of l2 and l1.")
@@ -189,7 +190,7 @@ def run_transfer(splits, hidden, solver, penalty, sizes, tag):
     """Selection, final sweep and curve, as tf-mlstm-transfer after featurizing."""
     (train, train_y), (val, val_y) = splits["train"], splits["val"]
     clock = Clock()
-    original = logistic.fit_logistic
+    original = fit_lib.fit_logistic
     rows = []
 
     def timed(*args, **kwargs):
@@ -202,11 +203,13 @@ def run_transfer(splits, hidden, solver, penalty, sizes, tag):
         return classifier, sweep
 
     fit_kwargs = {"solver": solver, "penalty": penalty, "progress": False}
-    logistic.fit_logistic = timed
+    fit_lib.fit_logistic = timed
     try:
-        kinds, _ = logistic.select_feature_kinds(train, train_y, val, val_y, hidden, **fit_kwargs)
+        kinds, _ = selection_lib.select_feature_kinds(
+            train, train_y, val, val_y, hidden, **fit_kwargs
+        )
     finally:
-        logistic.fit_logistic = original
+        fit_lib.fit_logistic = original
     split_x = {
         name: features_lib.concat_features(features, kinds)
         for name, (features, _) in splits.items()
@@ -262,7 +265,7 @@ def run_sweep(splits, hidden, solver, penalty, kinds, tag):
     }
     (_, train_y), (_, val_y) = splits["train"], splits["val"]
     clock = Clock()
-    classifier, sweep = logistic.fit_logistic(
+    classifier, sweep = fit_lib.fit_logistic(
         split_x["train"],
         train_y,
         split_x["val"],
@@ -295,8 +298,8 @@ def main(argv):
         solver, _, method = solver.partition(":")
         if method and (solver != "batch" or method not in solver_lib.METHODS):
             raise app.UsageError(f"--solvers: batch:METHOD takes {sorted(solver_lib.METHODS)}")
-        if solver not in logistic.SOLVERS:
-            raise app.UsageError(f"--solvers: unknown {solver!r}; choose from {logistic.SOLVERS}")
+        if solver not in fit_lib.SOLVERS:
+            raise app.UsageError(f"--solvers: unknown {solver!r}; choose from {fit_lib.SOLVERS}")
     if FLAGS.features_file:
         datasets = {FLAGS.features_file: (load(FLAGS.features_file), None)}
     else:

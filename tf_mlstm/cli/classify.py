@@ -125,8 +125,8 @@ def load_predictor(config):
       FileNotFoundError: a missing model or classifier.
       ValueError: a classifier that does not fit the model.
     """
-    from tf_mlstm.transfer import logistic  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer.probe import logistic  # pylint: disable=g-import-not-at-top
 
     choice = config.precision
     if config.classifier and not choice:

@@ -14,7 +14,7 @@ tf-mlstm-transfer classifier.json (its sentiment neuron: a cell unit, or a
 hidden unit when the classifier has no cell-state feature) and holds it two
 standard deviations past its threshold on the `--sentiment` side, the
 direction given by the neuron's sign
-(`tf_mlstm.transfer.neuron`); `--neuron` and `--neuron_value` still win, and
+(`tf_mlstm.transfer.probe.neuron`); `--neuron` and `--neuron_value` still win, and
 a disagreement is logged. The unit and value held are logged. Sampling
 stops at the end of the review (the next document-start byte) unless
 `--nostop_at_end`. Each sample is
@@ -101,7 +101,7 @@ def generate_texts(config, model=None, sampler=None):
     """
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer.probe import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     if model is None:
         model = language_model.MLSTMLanguageModel.from_run(config.model_dir)

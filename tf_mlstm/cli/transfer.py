@@ -167,7 +167,9 @@ def headline(results):
         "C": results["C"],
         "nonzero_weights": results["nonzero_weights"],
     }
-    if results["task"] == "binary":
+    if results["task"] == "binary" and results.get("no_neuron"):
+        line.update(neuron=None, no_neuron=results["no_neuron"])
+    elif results["task"] == "binary":
         neuron = results["neuron"]
         line["neuron"] = {k: neuron[k] for k in ("index", "kind", "unit", "sign")}
         line["neuron_test_accuracy"] = neuron["test_accuracy"]
@@ -188,7 +190,7 @@ def neuron_note(results, split):
 
     Returns "" for other tasks, whose neurons are per class or label (results.json).
     """
-    if results["task"] != "binary":
+    if results["task"] != "binary" or not results.get("neuron"):
         return ""
     return f" (sentiment neuron alone {results['neuron'][f'{split}_accuracy']:.4f})"
 

@@ -131,8 +131,8 @@ def read_texts(config):
 def main(config):
     """Draws the unit over the texts; returns the written files."""
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.transfer.probe import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
 
     texts = read_texts(config)
     model = language_model.MLSTMLanguageModel.from_run(config.model_dir)

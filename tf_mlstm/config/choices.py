@@ -62,7 +62,7 @@ Each is defined once, by `pooling.pooled_features`.
 CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
 """The kinds that measure the cell state: a held cell unit has its held value
 at every byte, so each of these equals it. The sentiment neuron is chosen
-among them first (`tf_mlstm.transfer.logistic.neuron_columns`)."""
+among them first (`tf_mlstm.transfer.probe.neuron.neuron_columns`)."""
 HIDDEN_KINDS = ("hidden", "mean", "max", "min")
 """The kinds that measure the hidden state's value, which a held hidden unit
 gives each of them: the neuron's kinds when the features have no cell-state
@@ -99,7 +99,7 @@ correlated pooled features of a small or briefly trained model
 (docs/transfer.md)."""
 SOLVERS = ("auto", "batch", "liblinear", "saga", "lbfgs")
 """auto: batch, this project's full-batch solver on float32 features
-(`tf_mlstm.transfer.solver`: L-BFGS for l2, FISTA for l1; every task, the
+(`tf_mlstm.transfer.probe.solver`: L-BFGS for l2, FISTA for l1; every task, the
 labels of a multilabel task side by side, convergence by the KKT residual);
 the others are scikit-learn's: liblinear (two classes), saga, lbfgs (l2)."""
 DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))

@@ -433,7 +433,7 @@ class TransferConfig(LabeledDataFields):
     precision: str = "float32"  # the policy features are computed in
     c_grid: tuple = DEFAULT_C_GRID
     penalty: str = "l2"  # measured best on a small model; "l1" is the paper's
-    solver: str = "auto"  # batch (tf_mlstm.transfer.solver); or scikit-learn's, by name
+    solver: str = "auto"  # batch (tf_mlstm.transfer.probe.solver); or scikit-learn's, by name
     seed: int = 0
     cv_folds: int = CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
     progress: bool | None = None  # None: a progress bar on a terminal only

@@ -1,7 +1,7 @@
 """`ClassifierHead`: a fitted classifier head as plain arrays, for serving.
 
 The shape both classifiers take when they leave Python: the logistic
-probe (`transfer.logistic`) and a fine-tuned `MLSTMClassifier`
+probe (`transfer.probe`) and a fine-tuned `MLSTMClassifier`
 (`transfer.finetune`) each give one, and the SavedModel's `classify`
 signature (`export.saved_model`) runs it in the graph. How its outputs become
 decisions is its `HeadSpec` (`models.head`).
@@ -13,8 +13,14 @@ import numpy as np
 
 from tf_mlstm import errors
 from tf_mlstm.data import words
+from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import FEATURE_KINDS
+
+
+def model_kinds(feature_kinds):
+    """The feature kinds of `feature_kinds` the language model computes (all but `tfidf`)."""
+    return tuple(k for k in feature_kinds if k != words.NGRAM_KIND)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -74,15 +80,15 @@ class ClassifierHead:
     @property
     def model_kinds(self):
         """The feature kinds the language model computes (all but `tfidf`)."""
-        return tuple(k for k in self.feature_kinds if k != words.NGRAM_KIND)
+        return model_kinds(self.feature_kinds)
 
     @property
     def binary(self):
         """Two classes, one logit."""
-        return not self.multilabel and len(self.classes) == 2
+        return self.head_spec.kind == BINARY
 
     @property
-    def head(self):
+    def head_spec(self):
         """The `models.head.HeadSpec`: how the logits become decisions."""
         return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
 

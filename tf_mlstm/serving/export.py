@@ -10,11 +10,12 @@ signatures are `saved_model.export_trained_model`.
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.serving import saved_model
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import finetune
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe import logistic
 
 
 def export(config):
@@ -91,7 +92,7 @@ def probe_head(classifier, source):
         "C": classifier.C,
         "nonzero_weights": classifier.nonzero_weights,
     }
-    if classifier.kind == "binary":
+    if classifier.kind == BINARY and classifier.neurons:
         kind, unit = classifier.describe(classifier.neuron.index)
         metadata["neuron"] = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
     if classifier.multilabel:

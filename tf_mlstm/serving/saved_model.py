@@ -280,7 +280,7 @@ class ServingModule(tf.Module):
             + self.classifier_bias
         )
         names = tf.tile(self.classifier_names[None, :], [tf.shape(x)[0], 1])
-        head = self.classifier.head
+        head = self.classifier.head_spec
         outputs = {"probabilities": head.probabilities_tf(logits), "classes": names}
         decided = head.decide_tf(logits)
         if head.kind == MULTILABEL:

@@ -3,7 +3,7 @@
 `FinetuneTask` trains a `MLSTMClassifier` (a head on features of a trained
 language model, the encoder unfrozen) on labeled text: it reads, holds out
 and scores the data with `tf_mlstm.transfer.labeled`, can start its head
-from a linear probe (`tf_mlstm.transfer.logistic`), and hands the runner
+from a linear probe (`tf_mlstm.transfer.probe`), and hands the runner
 (`tf_mlstm.train.runner`) the model, the loss, its per-worker input and its
 results; `SyntheticFinetuneTask` is the same step on random rows, what
 `auto` precision times. The runner owns the strategy, the all-reduced step,
@@ -39,7 +39,7 @@ from tf_mlstm.train import autotune
 from tf_mlstm.train import schedules
 from tf_mlstm.train.task_protocol import Task
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe.fit import fit_logistic
 
 
 def task_kind(data: labeled.LabeledData) -> str:
@@ -124,7 +124,7 @@ class FinetuneTask(Task):
         """(kernel [D, K], bias [K]): the logistic regression on the starting features.
 
         The starting model featurizes the training and validation texts as
-        the head will read them; `logistic.fit_logistic` fits them (L2, C
+        the head will read them; `probe.fit.fit_logistic` fits them (L2, C
         chosen on validation; multi-label: per label, with its threshold
         metric), and its standardization is folded into the weights.
 
@@ -143,7 +143,7 @@ class FinetuneTask(Task):
             if self.kind == BINARY:
                 y[name] = y[name][:, 0]
         classes = {BINARY: (0, 1), MULTICLASS: tuple(range(len(self.names)))}.get(self.kind)
-        classifier, _ = logistic.fit_logistic(
+        classifier, _ = fit_logistic(
             x["train"],
             y["train"],
             x["validation"],

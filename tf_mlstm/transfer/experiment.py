@@ -31,9 +31,12 @@ from tf_mlstm.models import language_model
 from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
-from tf_mlstm.transfer import logistic
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer import plots
+from tf_mlstm.transfer.probe import fit as fit_lib
+from tf_mlstm.transfer.probe import logistic
+from tf_mlstm.transfer.probe import selection as selection_lib
+from tf_mlstm.transfer.probe import threshold as threshold_lib
 
 RESULTS_FILE = rundir.RESULTS_FILE
 CLASSIFIER_FILE = "classifier.json"
@@ -223,12 +226,12 @@ def featurize(config, model, data, fingerprint=None):
 def c_grid_of(config, kinds):
     """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
 
-    `logistic.WORDS_C_GRID` reaches 10x further up than the default grid:
+    `fit_lib.WORDS_C_GRID` reaches 10x further up than the default grid:
     every n-gram of a small training set, each seen once or twice, wants
     little regularization.
     """
-    if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == logistic.DEFAULT_C_GRID:
-        return logistic.WORDS_C_GRID
+    if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == fit_lib.DEFAULT_C_GRID:
+        return fit_lib.WORDS_C_GRID
     return config.c_grid
 
 
@@ -248,19 +251,19 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
 def choice_folds(config, data):
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
-    With fewer than `logistic.CV_MAX_VALIDATION` validation rows (and
+    With fewer than `selection_lib.CV_MAX_VALIDATION` validation rows (and
     `cv_folds` not 0) the choice is made by `cv_folds`-fold stratified
     cross-validation over the fit rows and the validation rows together
     (folds over train's rows, then validation's); the final classifier is
     still fitted on the fit rows alone.
     """
     rows = len(data.splits["val"])
-    if config.cv_folds < 2 or rows >= logistic.CV_MAX_VALIDATION:
+    if config.cv_folds < 2 or rows >= selection_lib.CV_MAX_VALIDATION:
         return None
     labels = np.concatenate(
         [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
     )
-    folds = logistic.cross_validation_folds(labels, config.cv_folds, config.seed)
+    folds = selection_lib.cross_validation_folds(labels, config.cv_folds, config.seed)
     if folds is None:
         logging.info("Too few rows of some class for cross-validation: validation chooses")
     return folds
@@ -274,7 +277,7 @@ def _choose_kinds(config, features, data, hidden, vocabulary, folds=None):
     groups = features_lib.FEATURE_GROUPS
     if spec == features_lib.AUTO_NGRAMS:
         groups += (features_lib.NGRAM_GROUP,)
-    kinds, trials = logistic.select_feature_kinds(
+    kinds, trials = selection_lib.select_feature_kinds(
         features["train"],
         data.splits["train"].labels,
         features["val"],
@@ -294,13 +297,11 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     """The C grid of the final fit: `--c_grid`, or the one C cross-validation chose.
 
     Returns:
-      (c_grid, record): record is None without `folds` (and for fixed
-      kinds of a multi-label task, whose Cs validation chooses per label),
-      else {by, folds, rows, C, score, per_C, not_converged} (multi-label:
-      the chosen features' score, each label's C still chosen on
-      validation, C None).
+      (c_grid, record): record is None without `folds`, else {by, folds,
+      rows, C, score, per_C, not_converged} (multi-label: C holds each
+      label's C, and per_C each label's C -> held-out metric).
     """
-    if folds is None or (selection is None and data.splits["train"].multilabel):
+    if folds is None:
         return c_grid_of(config, kinds), None
     trial = None
     if selection is not None:
@@ -313,8 +314,8 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
             "not_converged": [],  # the selection's trial warns already
         }
     else:
-        checked = logistic.cross_validate(
-            logistic.pool_rows(features["train"], features["val"]),
+        checked = selection_lib.cross_validate(
+            selection_lib.pool_rows(features["train"], features["val"]),
             np.concatenate(
                 [np.asarray(data.splits["train"].labels), np.asarray(data.splits["val"].labels)]
             ),
@@ -331,6 +332,14 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     }
     if checked["C"] is None:
         return c_grid_of(config, kinds), record
+    if isinstance(checked["C"], tuple):  # multi-label: a C per label
+        logging.info(
+            "C per label %s by %d-fold cross-validation (held-out Jaccard %.4f)",
+            checked["C"],
+            len(folds),
+            checked["score"],
+        )
+        return tuple(sorted(set(checked["C"]))), record
     logging.info(
         "C=%g by %d-fold cross-validation (held-out score %.4f)",
         checked["C"],
@@ -375,11 +384,13 @@ def fit_features(config, features, data, hidden, vocabulary=None):
         for name, split in data.splits.items()
     }
     started = time.monotonic()
-    classifier, sweep = logistic.fit_logistic(
+    label_c = c_choice["C"] if c_choice and isinstance(c_choice["C"], tuple) else None
+    classifier, sweep = fit_lib.fit_logistic(
         *splits["train"],
         *splits["val"],
         kinds,
         hidden,
+        label_c=label_c,
         **dict(_fit_kwargs(config, data, vocabulary), c_grid=c_grid),
     )
     return kinds, selection, c_choice, splits, classifier, sweep, time.monotonic() - started
@@ -406,7 +417,7 @@ def _labeled_curve(config, full, splits, data, hidden):
                     continue
             else:
                 subset = labeled.balanced_subsample(labels, requested, config.seed)
-            classifier, sweep = logistic.fit_logistic(
+            classifier, sweep = fit_lib.fit_logistic(
                 x[subset],
                 labels[subset],
                 *splits["val"],
@@ -445,28 +456,30 @@ def _write_plots(config, classifier, splits, curve, staged):
     """Draws the neuron histograms (test, else val) and the labeled-examples curve."""
     split = "test" if "test" in splits else "val"
     x, labels = splits[split]
-    files = {"neuron_histogram": os.path.join(config.output_dir, NEURON_PLOT)}
-    path = staged.path(files["neuron_histogram"])
-    if classifier.kind == "binary":
+    files = {}
+    if classifier.neurons:  # none on word n-grams alone (results.json's no_neuron)
+        files["neuron_histogram"] = os.path.join(config.output_dir, NEURON_PLOT)
+        path = staged.path(files["neuron_histogram"])
+    if classifier.kind == "binary" and classifier.neurons:
         neuron = classifier.neuron
         kind, unit = classifier.describe(neuron.index)
         plots.neuron_histogram(
             path,
-            logistic.column(x, neuron.index),
+            threshold_lib.column(x, neuron.index),
             labels,
             classifier.classes,
             neuron.threshold,
             title=f"unit {unit} ({kind}), {split} accuracy "
             f"{classifier.neuron_accuracy(x, labels):.3f}",
         )
-    else:
+    elif classifier.neurons:
         targets = classifier.targets(labels)
         panels = []
         for k, (name, neuron) in enumerate(zip(classifier.output_names, classifier.neurons)):
             kind, unit = classifier.describe(neuron.index)
             title = f"{name}: unit {unit} ({kind})"
             panels.append(
-                (title, logistic.column(x, neuron.index), targets[:, k], neuron.threshold)
+                (title, threshold_lib.column(x, neuron.index), targets[:, k], neuron.threshold)
             )
         plots.one_against_rest(path, panels, split)
     if curve:
@@ -497,7 +510,12 @@ def _results(data, classifier, splits):
         results[f"{name}_accuracy"] = classifier.accuracy(*splits[name]) if name in splits else None
     if classifier.multilabel:
         results["thresholds"] = dict(zip(classifier.classes, classifier.thresholds))
+    if not classifier.neurons:
+        results["no_neuron"] = classifier.no_neuron
+        logging.info("%s.", classifier.no_neuron.capitalize())
     if classifier.kind == "binary":
+        results["neuron"] = None
+    if classifier.kind == "binary" and classifier.neurons:
         neuron = {
             key: value
             for key, value in results["neurons"][0].items()

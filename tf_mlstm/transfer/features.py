@@ -17,7 +17,7 @@ timed like a training run's `auto` (`tf_mlstm.train.autotune`) and cached.
 
 A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
 or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
-(`tf_mlstm.transfer.logistic.select_feature_kinds`). One more kind,
+(`tf_mlstm.transfer.probe.selection.select_feature_kinds`). One more kind,
 `tfidf` (`NGRAM_KIND`), is not the model's: TF-IDF of word uni- and bigrams
 (`tf_mlstm.transfer.ngrams`), fitted on the training texts; it can stand
 alone ("tfidf"), join model kinds ("cell_mean,tfidf"), or join the choice

@@ -27,7 +27,7 @@ from tf_mlstm.data import text_input
 from tf_mlstm.models import language_model
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import finetune
-from tf_mlstm.transfer import logistic
+from tf_mlstm.transfer.probe import logistic
 
 
 def load_predictor(

@@ -1,9 +1,14 @@
-"""The sentiment neuron of a fitted classifier, for generation and visualization.
+"""The sentiment neuron: found when a classifier is fitted, read back to generate and draw.
 
-`tf-mlstm-transfer` records in classifier.json the feature that alone
-classifies best (`neuron`: its column, feature kind, unit, sign and
-threshold). `tf-mlstm-generate` and `tf-mlstm-visualize` take that file
-instead of copied numbers: `neuron_from_classifier` reads the unit, the
+**Finding it.** `probe.fit.fit_logistic` records, for each output of the
+classifier (a binary classifier's one, each class or label of the others),
+the feature that alone classifies best (`find_neuron`: a `Threshold`, its
+column, sign and cut), chosen among units of the model (`neuron_columns`).
+classifier.json keeps it (`neuron`: its column, feature kind, unit, sign and
+threshold).
+
+**Reading it back.** `tf-mlstm-generate` and `tf-mlstm-visualize` take that
+file instead of copied numbers: `neuron_from_classifier` reads the unit, the
 direction in which the unit means "positive" and the scale of its values,
 and `resolve_unit` / `resolve_value` let explicit flags win, logging every
 disagreement.
@@ -14,25 +19,122 @@ kinds that measure its value (`HIDDEN_KINDS`). Either way the held or drawn
 value is the quantity the classifier measured (a held unit has that value at
 every byte, so its final value, mean, max and min over the text are all the
 held value). `tf-mlstm-transfer` chooses its neuron among those kinds
-(`logistic.neuron_columns`); a neuron of another kind (`std`, or a word
-n-gram) is refused with a message that says so. `--neuron` picks another unit
-of the same state as the classifier's neuron (the cell state without one).
+(`neuron_columns`); a neuron of another kind (`std`, or a word n-gram) is
+refused with a message that says so. `--neuron` picks another unit of the
+same state as the classifier's neuron (the cell state without one).
+
+No TensorFlow or scikit-learn at import: the binaries read `SENTIMENTS` while
+defining flags.
 """
 
 import dataclasses
+import itertools
 
+import numpy as np
 from absl import logging
+from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm.config.choices import SENTIMENTS
 from tf_mlstm.models.kinds import CELL_KINDS
+from tf_mlstm.models.kinds import FEATURE_KINDS
 from tf_mlstm.models.kinds import HIDDEN_KINDS
+from tf_mlstm.transfer.probe.threshold import Threshold
+from tf_mlstm.transfer.probe.threshold import column
+from tf_mlstm.transfer.probe.threshold import fit_threshold
 
 HOLD_SPREADS = 2.0
 """How far past the neuron's threshold generation holds it, in standard
 deviations of the feature over the classifier's training texts: far enough to
 sit on the chosen side for every text the classifier saw that was not an
 outlier, near enough to stay in the range the model produced."""
+
+
+# === Finding the neuron ===
+
+
+NEURON_CANDIDATES = 10
+"""Units by |weight| and by |correlation| considered for a neuron."""
+
+
+def neuron_columns(kinds, hidden_size):
+    """The feature columns a neuron is chosen among: units of the model, cell state first.
+
+    The sentiment neuron is a unit of the model that `tf-mlstm-generate`
+    holds fixed and `tf-mlstm-visualize` draws. It is chosen among the
+    columns of the cell-state kinds (`CELL_KINDS`, Radford et al.'s neuron)
+    when the features have one; else among the hidden-state kinds a held
+    unit gives (`HIDDEN_KINDS`; `--features=auto` always keeps one of the
+    two); else among the model's columns (`std` alone); never among the word
+    n-grams. With `tfidf` alone there is no unit of the model, and no
+    neuron.
+
+    Args:
+      kinds: the concatenated feature kinds (`tfidf`, if there, last).
+      hidden_size: the model's units.
+
+    Returns:
+      int64 array of column indices, ascending; None with `tfidf` alone (no
+      unit of the model, no neuron).
+    """
+    model_kinds = [kind for kind in kinds if kind in FEATURE_KINDS]
+    for wanted in (CELL_KINDS, HIDDEN_KINDS, tuple(model_kinds)):
+        blocks = [i for i, kind in enumerate(model_kinds) if kind in wanted]
+        if blocks:
+            return np.concatenate(
+                [np.arange(b * hidden_size, (b + 1) * hidden_size) for b in blocks]
+            ).astype(np.int64)
+    return None
+
+
+def find_neuron(
+    train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False, columns=None
+):
+    """The single feature whose best threshold classifies the training rows best.
+
+    The candidates are the features (among `columns`) with the largest
+    |weight| and those with the largest |correlation| with the label; ties go
+    to the larger |weight|.
+
+    Args:
+      train_x: [N, D] features.
+      train_y01: [N] labels in {0, 1}.
+      weights: [D] fitted weights.
+      candidates: how many of each kind of candidate.
+      balanced: judge thresholds by balanced accuracy (see `fit_threshold`).
+      columns: the columns to choose among (`neuron_columns`); None: all.
+
+    Returns:
+      A `Threshold`.
+    """
+    train_y01 = np.asarray(train_y01, np.int64)
+    y = train_y01 - train_y01.mean()
+    if sparse.issparse(train_x):
+        # Sums of squares about the mean without densifying the n-gram columns.
+        x = sparse.csr_matrix(train_x, dtype=np.float64)
+        mean = np.asarray(x.mean(axis=0)).ravel()
+        squares = np.asarray(x.multiply(x).sum(axis=0)).ravel() - len(y) * mean**2
+        covariance = np.asarray(x.T @ y).ravel()
+    else:
+        x = np.asarray(train_x, np.float64)
+        centered = x - x.mean(axis=0)
+        squares = (centered**2).sum(axis=0)
+        covariance = centered.T @ y
+    norms = np.sqrt(np.maximum(squares, 0.0) * (y**2).sum())
+    correlation = np.abs(covariance) / np.where(norms > 0, norms, 1.0)
+    columns = np.arange(len(weights)) if columns is None else np.asarray(columns, np.int64)
+    by_weight = columns[np.argsort(-np.abs(weights[columns]), kind="stable")[:candidates]]
+    by_correlation = columns[np.argsort(-correlation[columns], kind="stable")[:candidates]]
+    best = None
+    for index in dict.fromkeys(itertools.chain(by_weight, by_correlation)):
+        sign, threshold, accuracy = fit_threshold(column(x, index), train_y01, balanced)
+        key = (accuracy, abs(weights[index]))
+        if best is None or key > best[0]:
+            best = (key, Threshold(int(index), int(sign), threshold))
+    return best[1]
+
+
+# === Reading it back ===
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,15 +221,21 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
-    from tf_mlstm.transfer import logistic  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.models.head import BINARY  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.transfer.probe import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
-    if classifier.kind != "binary":
+    if classifier.kind != BINARY:
         raise errors.InvalidValueError(
             f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
             f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
             f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
             "takes a two-class classifier's, or a unit with --neuron"
+        )
+    if not classifier.neurons:
+        raise errors.InvalidValueError(
+            f"{path}: {classifier.no_neuron}; {tool} works on units of the model; choose a unit "
+            "with --neuron instead of --classifier"
         )
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)

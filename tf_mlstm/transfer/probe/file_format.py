@@ -1,0 +1,219 @@
+"""classifier.json: the file a logistic probe is saved in (JSON, never pickle).
+
+`tf-mlstm-transfer` writes it; `tf-mlstm-classify`, `tf-mlstm-export`,
+`tf-mlstm-generate` and `tf-mlstm-visualize` read it. Every version ever
+written still reads:
+
+- **version 1**: a binary classifier: `classes` (two), `C`, `bias` (a
+  number), `weights` (one row), `neuron`, `mean`, `scale`, `feature_kinds`,
+  `hidden_size`;
+- **version 2** adds `kind` (one of `models.head.KINDS`): multiclass writes
+  `classes` (K), `bias` [K], `weights` [K][D] and `neurons` (one per class);
+  multilabel writes `labels` (L), `thresholds`, `C` (one per label), `bias`,
+  `weights` and `neurons` per label; and, when known, `weights_sha256` and
+  `precision` of the model the features came from;
+- **version 3** adds `ngrams` (the TF-IDF vocabulary); only a classifier on
+  word n-grams is written as version 3, so files without them read as before.
+  On word n-grams alone there is no unit of the model to be a neuron:
+  `neuron` is null (binary), `neurons` empty.
+
+Floats round-trip exactly (JSON's shortest repr). The classifier itself is
+`probe.logistic.LogisticClassifier`; this module turns its fields into a
+record and back, and reads and writes the file.
+"""
+
+import json
+
+import numpy as np
+
+from tf_mlstm import errors
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import KINDS
+from tf_mlstm.models.head import MULTILABEL
+from tf_mlstm.transfer import ngrams as ngrams_lib
+from tf_mlstm.transfer.probe.threshold import Threshold
+
+FORMAT = "tf_mlstm.logistic_classifier"
+FORMAT_VERSION = 2
+"""Version 2 adds `kind`, K classes (ints or names), L labels with
+thresholds and per-class neurons; version 1 files (binary) still load."""
+NGRAM_FORMAT_VERSION = 3
+"""Version 3 adds `ngrams` (the TF-IDF vocabulary); only a classifier on word
+n-grams is written as version 3, so files without them read as before."""
+READ_VERSIONS = (1, 2, 3)
+
+
+def _neuron_record(classifier, neuron):
+    kind, unit = classifier.describe(neuron.index)
+    return {
+        "index": neuron.index,
+        "kind": kind,
+        "unit": unit,
+        "sign": neuron.sign,
+        "threshold": neuron.threshold,
+    }
+
+
+def to_json(classifier):
+    """A JSON document holding every field of `classifier`; floats round-trip exactly.
+
+    A binary classifier keeps version 1's fields (`classes`, `bias` and
+    `weights` as one row, `neuron`); multiclass writes `classes` (K),
+    `bias` [K], `weights` [K][D] and `neurons` (one per class);
+    multilabel writes `labels` (L), `thresholds`, `C`, `bias`, `weights`
+    and `neurons` per label.
+    """
+    multilabel = classifier.kind == MULTILABEL
+    record = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "kind": classifier.kind,
+        "feature_kinds": list(classifier.feature_kinds),
+        "hidden_size": classifier.hidden_size,
+    }
+    # The model it was fitted on: classify and export check and follow them.
+    if classifier.weights_sha256:
+        record["weights_sha256"] = classifier.weights_sha256
+    if classifier.precision:
+        record["precision"] = classifier.precision
+    names = [json_value(c) for c in classifier.classes]
+    if multilabel:
+        record.update(labels=names, thresholds=[float(t) for t in classifier.thresholds])
+        record["C"] = [float(c) for c in classifier.C]
+    else:
+        record.update(classes=names, C=float(classifier.C))
+    if classifier.kind == BINARY:
+        record.update(
+            bias=float(classifier.bias[0]),
+            neuron=(
+                _neuron_record(classifier, classifier.neurons[0]) if classifier.neurons else None
+            ),
+            weights=classifier.weights[0].tolist(),
+        )
+    else:
+        record.update(
+            bias=classifier.bias.tolist(),
+            neurons=[
+                {("label" if multilabel else "class"): name, **_neuron_record(classifier, n)}
+                for name, n in zip(names, classifier.neurons)
+            ],
+            weights=classifier.weights.tolist(),
+        )
+    record.update(mean=classifier.mean.tolist(), scale=classifier.scale.tolist())
+    if classifier.ngrams is not None:
+        record.update(version=NGRAM_FORMAT_VERSION, ngrams=classifier.ngrams.to_record())
+    return json.dumps(record)
+
+
+def from_json(text, build, source="classifier"):
+    """Rebuilds a classifier from `to_json` output (any version of `READ_VERSIONS`).
+
+    Args:
+      text: the JSON document.
+      build: called with the classifier's fields as keyword arguments; returns
+        the classifier, raising ValueError where the fields disagree.
+      source: a name for error messages (the file).
+
+    Returns:
+      What `build` returns.
+
+    Raises:
+      ValueError: not a classifier file, or inconsistent contents; the
+        message names `source`.
+    """
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        raise errors.InvalidValueError(f"{source}: not JSON ({e})") from e
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise errors.InvalidValueError(f"{source}: not a tf-mlstm-transfer classifier file")
+    if record.get("version") not in READ_VERSIONS:
+        raise errors.InvalidValueError(
+            f"{source}: classifier format version {record.get('version')}, this code reads "
+            f"{', '.join(map(str, READ_VERSIONS))}"
+        )
+    try:
+        return build(**_fields(record))
+    except (KeyError, TypeError) as e:
+        raise errors.InvalidValueError(
+            f"{source}: incomplete classifier file (missing or bad {e})"
+        ) from e
+    except ValueError as e:
+        raise errors.InvalidValueError(f"{source}: {e}") from e
+
+
+def _fields(record):
+    """The classifier's fields of a parsed record."""
+    kind = record.get("kind", BINARY)
+    if kind not in KINDS:
+        raise errors.InvalidValueError(
+            f"unknown classifier kind {kind!r}; this code reads {list(KINDS)}"
+        )
+    multilabel = kind == MULTILABEL
+    names = tuple(_class_value(c) for c in record["labels" if multilabel else "classes"])
+    if kind == BINARY:
+        # null: no unit of the model to be one (word n-grams alone, version 3).
+        neurons = (record["neuron"],) if record["neuron"] is not None else ()
+    else:
+        neurons = tuple(record["neurons"])
+    if (kind == BINARY) != (len(names) == 2 and not multilabel) or len(set(names)) < len(names):
+        raise errors.InvalidValueError(f"a {kind} classifier cannot have the classes {list(names)}")
+    weights = np.asarray(record["weights"], np.float64)
+    return dict(
+        feature_kinds=tuple(record["feature_kinds"]),
+        hidden_size=int(record["hidden_size"]),
+        mean=np.asarray(record["mean"], np.float64),
+        scale=np.asarray(record["scale"], np.float64),
+        weights=weights.reshape(1, -1) if kind == BINARY else weights,
+        bias=np.asarray(record["bias"], np.float64).reshape(-1),
+        classes=names,
+        C=tuple(float(c) for c in record["C"]) if multilabel else float(record["C"]),
+        neurons=tuple(
+            Threshold(int(n["index"]), int(n["sign"]), float(n["threshold"])) for n in neurons
+        ),
+        multilabel=multilabel,
+        thresholds=tuple(float(t) for t in record["thresholds"]) if multilabel else (),
+        weights_sha256=str(record.get("weights_sha256", "")),
+        precision=str(record.get("precision", "")),
+        ngrams=(
+            ngrams_lib.NgramVocabulary.from_record(record["ngrams"]) if "ngrams" in record else None
+        ),
+    )
+
+
+def save(classifier, path):
+    """Writes `to_json(classifier)` to `path` atomically (through `tf.io.gfile`)."""
+    from tf_mlstm import fileio  # pylint: disable=import-outside-toplevel
+
+    fileio.write_text_atomic(path, to_json(classifier))
+
+
+def load(path, build):
+    """Reads a classifier written by `save` (`build` as `from_json`'s).
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: a folder, or not a valid classifier file.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"classifier file not found: {path}")
+    if tf.io.gfile.isdir(path):
+        raise errors.InvalidValueError(
+            f"{path} is a folder, not a classifier file (a tf-mlstm-finetune run is given "
+            "as --model_dir, without --classifier)"
+        )
+    with tf.io.gfile.GFile(path) as f:
+        return from_json(f.read(), build, source=path)
+
+
+def json_value(value):
+    """A class as JSON keeps it: a Python int or str (never a NumPy scalar)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _class_value(value):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise errors.InvalidValueError(f"a class must be an integer or a name, got {value!r}")
+    return value

@@ -1,0 +1,88 @@
+"""One feature's threshold: the one-feature classifier a sentiment neuron is.
+
+`fit_threshold` finds the cut and direction on one feature that classify best
+(or best balanced, for one class against the rest); a `Threshold` holds it and
+classifies with it. `column` reads one feature of dense or sparse features.
+"""
+
+import dataclasses
+
+import numpy as np
+from scipy import sparse
+
+
+def column(x, index):
+    """Column `index` of features `x` (a NumPy array or a scipy sparse matrix) as [N]."""
+    if sparse.issparse(x):
+        return np.asarray(x[:, [index]].todense(), np.float64).ravel()
+    return np.asarray(x)[:, index]
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    """A one-feature classifier: positive where `sign * (x - threshold) > 0`.
+
+    Attributes:
+      index: the feature column.
+      sign: +1 (large values are positive) or -1.
+      threshold: the cut.
+    """
+
+    index: int
+    sign: int
+    threshold: float
+
+    def predict01(self, x):
+        """0/1 predictions for the rows of features `x` [N, D]."""
+        return (self.sign * (column(x, self.index) - self.threshold) > 0).astype(np.int64)
+
+
+def fit_threshold(values, labels01, balanced=False):
+    """The cut and direction on one feature that classify best.
+
+    Args:
+      values: [N] feature values.
+      labels01: [N] labels in {0, 1}.
+      balanced: maximize balanced accuracy (the mean of the two classes'
+        recalls) instead of accuracy: for one class against the rest, where
+        plain accuracy would favor calling everything "rest".
+
+    Returns:
+      (sign, threshold, accuracy): the best of all cuts between distinct
+      values (and below/above all of them), for both directions; ties go to
+      sign +1, then the lowest cut. `accuracy` is balanced when asked.
+    """
+    values = np.asarray(values, np.float64)
+    labels01 = np.asarray(labels01, np.int64)
+    n = len(values)
+    positives = int(labels01.sum())
+    negatives = n - positives
+    # Integer weights keep the ties exact: balanced weighs a positive row by
+    # the negatives' count and a negative row by the positives'.
+    weigh = balanced and positives and negatives
+    weight_pos, weight_neg = (negatives, positives) if weigh else (1, 1)
+    total = weight_pos * positives + weight_neg * negatives
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    weights = np.where(labels01[order] == 1, weight_pos, weight_neg)
+    positive_weight = np.concatenate([[0], np.cumsum(weights * labels01[order])])
+    negative_weight = np.concatenate([[0], np.cumsum(weights * (1 - labels01[order]))])
+    # Cut k: rows [0, k) predicted negative, [k, n) positive (sign +1).
+    correct_up = negative_weight + (positive_weight[-1] - positive_weight)
+    allowed = np.ones(n + 1, bool)
+    allowed[1:n] = sorted_values[1:] > sorted_values[:-1]
+    best_up = np.where(allowed, correct_up, -1)
+    best_down = np.where(allowed, total - correct_up, -1)
+    if best_up.max() >= best_down.max():
+        sign, cut, correct = 1, int(np.argmax(best_up)), int(best_up.max())
+    else:
+        sign, cut, correct = -1, int(np.argmax(best_down)), int(best_down.max())
+    if n == 0:
+        return sign, 0.0, 0.0
+    if cut == 0:
+        threshold = sorted_values[0] - 1.0
+    elif cut == n:
+        threshold = sorted_values[-1] + 1.0
+    else:
+        threshold = (sorted_values[cut - 1] + sorted_values[cut]) / 2.0
+    return sign, float(threshold), correct / total
