@@ -32,7 +32,6 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/__init__.py",
         "tf_mlstm/api.py",
         "tf_mlstm/cli/",
-        "tf_mlstm/config/",
         "tf_mlstm/models/backbone.py",
         "tf_mlstm/models/classifier.py",
         "tf_mlstm/models/head.py",
