@@ -37,7 +37,6 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/models/head.py",
         "tf_mlstm/models/head_arrays.py",
         "tf_mlstm/models/language_model.py",
-        "tf_mlstm/rundir.py",
         "tf_mlstm/serving/",
         "tf_mlstm/train/lm_task.py",
         "tf_mlstm/train/local_cluster.py",
