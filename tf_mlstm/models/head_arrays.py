@@ -52,6 +52,17 @@ class ClassifierHead:
       ngram_terms: with the `tfidf` kind (last of `feature_kinds`): the V
         n-grams, in column order.
       ngram_idf: [V] their inverse document frequencies.
+
+    Example:
+
+    >>> import numpy as np
+    >>> head = ClassifierHead(
+    ...     feature_kinds=("cell",), mean=np.zeros(4), scale=np.ones(4),
+    ...     weights=np.array([[1.0, 0.0, 0.0, -1.0]]), bias=0.0, classes=("neg", "pos"),
+    ... )
+    >>> head.check(hidden_size=4)
+    >>> head.binary, head.head.kind
+    (True, 'binary')
     """
 
     feature_kinds: tuple
@@ -72,21 +83,21 @@ class ClassifierHead:
     ngram_idf: np.ndarray | None = None
 
     @property
-    def model_kinds(self):
+    def model_kinds(self) -> tuple[str, ...]:
         """The feature kinds the language model computes (all but `tfidf`)."""
         return tuple(k for k in self.feature_kinds if k != words.NGRAM_KIND)
 
     @property
-    def binary(self):
+    def binary(self) -> bool:
         """Two classes, one logit."""
         return not self.multilabel and len(self.classes) == 2
 
     @property
-    def head(self):
+    def head(self) -> HeadSpec:
         """The `models.head.HeadSpec`: how the logits become decisions."""
         return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
 
-    def check(self, hidden_size):
+    def check(self, hidden_size: int) -> None:
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
         known = FEATURE_KINDS + (words.NGRAM_KIND,)
         unknown = [k for k in self.feature_kinds if k not in known]
