@@ -32,7 +32,6 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/__init__.py",
         "tf_mlstm/api.py",
         "tf_mlstm/cli/",
-        "tf_mlstm/serving/",
         "tf_mlstm/train/lm_task.py",
         "tf_mlstm/train/local_cluster.py",
         "tf_mlstm/train/runner.py",
