@@ -29,8 +29,6 @@ PACKAGE = REPO / "tf_mlstm"
 # moves land, then brought in by removing them here. A folder ends with "/".
 BEING_RESTRUCTURED = frozenset(
     {
-        "tf_mlstm/__init__.py",
-        "tf_mlstm/api.py",
         "tf_mlstm/cli/",
         "tf_mlstm/train/lm_task.py",
         "tf_mlstm/train/local_cluster.py",
