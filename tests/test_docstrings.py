@@ -33,11 +33,9 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/train/lm_task.py",
         "tf_mlstm/train/local_cluster.py",
         "tf_mlstm/train/runner.py",
-        "tf_mlstm/transfer/experiment.py",
         "tf_mlstm/transfer/finetune.py",
         "tf_mlstm/transfer/logistic.py",
         "tf_mlstm/transfer/neuron.py",
-        "tf_mlstm/transfer/predict.py",
         "tf_mlstm/transfer/solver.py",
     }
 )
