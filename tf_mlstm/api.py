@@ -438,8 +438,6 @@ class TrainedModel:
     (1, 16)
     >>> trained.score(["Great phone.", "Broke in a day."]).shape
     (2,)
-    >>> trained.generate("Great", length=5).startswith("Great")
-    True
     """
 
     def __init__(
