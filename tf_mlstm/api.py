@@ -57,7 +57,7 @@ from tf_mlstm.transfer.probe import logistic
 # === Entry points ===
 
 
-def convert(config):
+def convert(config) -> dict:
     """Converts a corpus into sharded TFRecords (`tf-mlstm-make-tfrecords`).
 
     Args:
@@ -72,7 +72,7 @@ def convert(config):
     return convert_lib.convert(config)
 
 
-def pretrain(config):
+def pretrain(config) -> dict:
     """Trains a language model, then (on the chief) exports its SavedModel (`tf-mlstm-train`).
 
     The export folder is checked before training starts, so a folder that
@@ -121,7 +121,7 @@ def pretrain(config):
     return results
 
 
-def evaluate(config):
+def evaluate(config) -> dict:
     """Bits per character of a trained model on held-out text (`tf-mlstm-eval`).
 
     Args:
@@ -133,7 +133,7 @@ def evaluate(config):
     return evaluation.evaluate_config(_validated(config))
 
 
-def finetune(config):
+def finetune(config) -> dict:
     """Fine-tunes a trained model end to end as a text classifier (`tf-mlstm-finetune`).
 
     Args:
@@ -147,7 +147,7 @@ def finetune(config):
     return finetune_lib.finetune(_validated(config))
 
 
-def probe(config):
+def probe(config) -> dict:
     """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
 
     Writes results.json, classifier.json (for `load(..., classifier=...)`)
@@ -167,7 +167,7 @@ def probe(config):
     return experiment.run_transfer(config)
 
 
-def export(config):
+def export(config) -> dict:
     """Writes a servable, versioned SavedModel of a run folder (`tf-mlstm-export`).
 
     The SavedModel goes to `config.export_dir/<step>/` (the global step of the
@@ -221,7 +221,7 @@ def _argument_names():
         raise type(e)(_FLAG.sub(r"\1", str(e))) from None
 
 
-def import_openai_weights(weights_dir, model_dir):
+def import_openai_weights(weights_dir, model_dir) -> dict:
     """Writes a run folder holding OpenAI's released byte mLSTM (`tf-mlstm-import-openai`).
 
     The folder gets config.json (a `TrainConfig` with the model's sizes and
@@ -311,6 +311,17 @@ class Classified:
       probabilities: [N, K] per class (binary: [N, 2]; multi-label: [N, L]
         per label).
       classes: the K classes (or L label names) of the probability columns.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.api import Classified
+    >>> result = Classified(
+    ...     labels=np.array(["positive"]), probabilities=np.array([[0.25, 0.75]]),
+    ...     classes=("negative", "positive"),
+    ... )
+    >>> dict(zip(result.classes, result.probabilities[0].tolist()))
+    {'negative': 0.25, 'positive': 0.75}
     """
 
     labels: np.ndarray
@@ -324,7 +335,7 @@ def load(
     precision="float32",
     batch_size=features_lib.DEFAULT_BATCH_SIZE,
     window=features_lib.DEFAULT_WINDOW,
-):
+) -> "TrainedModel":
     """Loads the newest intact checkpoint of a run folder.
 
     Args:
@@ -418,6 +429,15 @@ class TrainedModel:
       checkpoint: the checkpoint prefix loaded.
       model_dir: the run folder.
       precision: the policy it computes in.
+
+    Example:
+
+    >>> import tf_mlstm
+    >>> trained = tf_mlstm.load(model_dir, batch_size=2, window=16)
+    >>> trained.featurize(["Great phone."], kinds=("mean",))["mean"].shape
+    (1, 16)
+    >>> trained.score(["Great phone.", "Broke in a day."]).shape
+    (2,)
     """
 
     def __init__(
@@ -449,11 +469,11 @@ class TrainedModel:
         self._score_of = score_of
 
     @property
-    def hidden_size(self):
+    def hidden_size(self) -> int:
         """The model's mLSTM units."""
         return self.model.hidden_size
 
-    def featurize(self, texts, kinds=features_lib.FEATURE_KINDS):
+    def featurize(self, texts, kinds=features_lib.FEATURE_KINDS) -> dict[str, np.ndarray]:
         """Features of each text: final states and statistics of the states over it.
 
         The numbers of `tf-mlstm-transfer` and of the SavedModel's
@@ -475,7 +495,7 @@ class TrainedModel:
             )
         return self._featurizer(_normalized(texts), progress=False)
 
-    def score(self, texts):
+    def score(self, texts) -> np.ndarray:
         """Bits per character of each text under the model.
 
         Every byte after the document start is predicted from the ones before
@@ -517,7 +537,7 @@ class TrainedModel:
         neuron=-1,
         neuron_value=0.0,
         stop_at_end=True,
-    ):
+    ) -> str:
         """Samples a continuation of `prompt` (`tf-mlstm-generate`'s first sample).
 
         Args:
@@ -548,7 +568,7 @@ class TrainedModel:
         )
         return texts[0]
 
-    def classify(self, texts):
+    def classify(self, texts) -> Classified:
         """Class probabilities and predictions of each text (`tf-mlstm-classify`).
 
         With `load(..., classifier=path)`, the `tf-mlstm-transfer` logistic

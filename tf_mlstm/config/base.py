@@ -16,14 +16,18 @@ import json
 import math
 import numbers
 import re
+from typing import Self
+from typing import TypeVar
 
 from tf_mlstm import errors
 from tf_mlstm.errors import setting_name as _name
 
 _SETTING = re.compile(r"`(\w+)`")
 
+T = TypeVar("T")
 
-def field_docs(config_class):
+
+def field_docs(config_class: type) -> dict[str, str]:
     """{field: its documentation, on one line} from the `Attributes:` of `config_class`.
 
     A field documented nowhere in the class itself keeps the documentation of
@@ -58,7 +62,7 @@ def _attributes(doc):
     return entries
 
 
-def field_doc(config_class, name):
+def field_doc(config_class: type, name: str) -> str:
     """The documentation of `config_class`'s field `name`, on one line.
 
     Raises:
@@ -70,7 +74,7 @@ def field_doc(config_class, name):
     return docs[name]
 
 
-def field_help(config_class, name):
+def field_help(config_class: type, name: str) -> str:
     """The `--help` text of the flag `--name`: the field's documentation.
 
     A field of the same config named in backquotes (`lr`) reads as its flag
@@ -108,6 +112,14 @@ class CheckedFields:
     once, naming the field, instead of failing deep inside the work. Fields
     of other types (tuples, which flags may give as a comma-separated str)
     are left to `validate`, as are ranges.
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> TrainConfig(hidden_size="64")
+    Traceback (most recent call last):
+    ...
+    tf_mlstm.errors.InvalidValueError: TrainConfig: hidden_size must be an int, got '64'.
     """
 
     def __post_init__(self):
@@ -129,9 +141,17 @@ class CheckedFields:
 
 
 class JsonConfig(CheckedFields):
-    """JSON round trip for frozen config dataclasses."""
+    """JSON round trip for frozen config dataclasses.
 
-    def to_json(self):
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> config = TrainConfig(hidden_size=64)
+    >>> TrainConfig.from_json(config.to_json()) == config
+    True
+    """
+
+    def to_json(self) -> str:
         """The config as sorted, indented JSON."""
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
@@ -140,7 +160,7 @@ class JsonConfig(CheckedFields):
     # size, a step or a seed: >= 0.
     NEGATIVE_INTS = {"num_gpus": -1}
 
-    def check_numbers(self):
+    def check_numbers(self) -> None:
         """Raises ValueError naming the first number field out of its range.
 
         Floats must be finite; integers must be >= 0, or >= their entry in
@@ -160,7 +180,7 @@ class JsonConfig(CheckedFields):
                         f"{_name(field.name)} must be >= {lowest}, got {value}."
                     )
 
-    def check_positive(self, names):
+    def check_positive(self, names) -> None:
         """Raises ValueError naming the first of the fields `names` that is not > 0."""
         for name in names:
             if not getattr(self, name) > 0:
@@ -168,7 +188,7 @@ class JsonConfig(CheckedFields):
                     f"{_name(name)} must be positive, got {getattr(self, name)}."
                 )
 
-    def check_choices(self, choices):
+    def check_choices(self, choices) -> None:
         """Raises ValueError naming the first field whose value is not among its choices.
 
         Args:
@@ -185,20 +205,20 @@ class JsonConfig(CheckedFields):
     RENAMED_FIELDS = {}
 
     @classmethod
-    def upgrade_saved(cls, values):
+    def upgrade_saved(cls, values: dict) -> dict:
         """A saved config's dict with the names `RENAMED_FIELDS` replaced (new ones win)."""
         upgraded = {cls.RENAMED_FIELDS.get(k, k): v for k, v in values.items()}
         upgraded.update({k: v for k, v in values.items() if k not in cls.RENAMED_FIELDS})
         return upgraded
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str) -> Self:
         """Builds a config from `to_json` output, ignoring unknown keys."""
         values = cls.upgrade_saved(json.loads(text))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def group_of(config, group):
+def group_of(config, group: type[T]) -> T:
     """The fields of `group` (a fields dataclass) taken from `config`, as a `group`."""
     return group(**{f.name: getattr(config, f.name) for f in dataclasses.fields(group)})

@@ -11,6 +11,7 @@ import glob
 import math
 import os
 import re
+from typing import Self
 
 from tf_mlstm import errors
 from tf_mlstm.data.fields import TEXT_KEYS
@@ -48,7 +49,7 @@ def _input_files(spec):
     return files
 
 
-def refuse_output_over_input(output_flag, output, input_flag, input_spec):
+def refuse_output_over_input(output_flag, output, input_flag, input_spec) -> None:
     """Refuses an output file that is one of the input files, before any work is done.
 
     Writing the output would replace the user's input (a CSV of texts
@@ -86,12 +87,18 @@ class ImportConfig:
     Attributes:
       weights_dir: The release's model/ folder, holding 0.npy .. 14.npy.
       model_dir: The run folder to create (must not hold a run).
+
+    Example:
+
+    >>> from tf_mlstm.config import ImportConfig
+    >>> ImportConfig(weights_dir="model", model_dir="imported").validate().model_dir
+    'imported'
     """
 
     weights_dir: str
     model_dir: str
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not self.weights_dir or not self.model_dir:
             raise errors.InvalidValueError(
@@ -121,6 +128,13 @@ class GenerateConfig:
       classifier: A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a unit of the
         model) on the `sentiment` side of its threshold.
       sentiment: With `classifier`: the side the neuron is held on (default positive).
+
+    Example:
+
+    >>> from tf_mlstm.config import GenerateConfig
+    >>> config = GenerateConfig(model_dir="run", prompt="This phone", length=40).validate()
+    >>> config.temperature, config.num_samples
+    (1.0, 1)
     """
 
     model_dir: str
@@ -135,7 +149,7 @@ class GenerateConfig:
     classifier: str = ""
     sentiment: str | None = None  # None: positive (with a classifier)
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise errors.InvalidValueError(
@@ -188,6 +202,12 @@ class ExportConfig:
       allow_other_model: Apply a classifier to other model weights than those it was fitted on
         (classifier.json records their fingerprint), with a warning; without it that is an
         error.
+
+    Example:
+
+    >>> from tf_mlstm.config import ExportConfig
+    >>> ExportConfig(model_dir="run", export_dir="serving/reviews").validate().window
+    256
     """
 
     model_dir: str
@@ -201,7 +221,7 @@ class ExportConfig:
     precision: str | None = None  # None: the classifier's (float32 without one)
     allow_other_model: bool = False
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         for name in ("window", "max_text_bytes", "max_generate_length"):
             value = getattr(self, name)
@@ -243,6 +263,15 @@ class ClassifyConfig:
       overwrite: Replace what `output` already holds (once the new output is all written; a
         failed run leaves it as it was); without it an existing output is refused before any
         work.
+
+    Example:
+
+    >>> from tf_mlstm.config import ClassifyConfig
+    >>> config = ClassifyConfig(
+    ...     model_dir="run", classifier="", input="reviews.csv", output="scores.csv"
+    ... ).validate()
+    >>> config.text_keys
+    ('reviewText', 'text', 'sentence')
     """
 
     model_dir: str
@@ -258,11 +287,11 @@ class ClassifyConfig:
     overwrite: bool = False
 
     @property
-    def text_keys(self):
+    def text_keys(self) -> tuple[str, ...]:
         """The `text_key` list as a tuple, blanks left out."""
         return split_keys(self.text_key)
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         if min(self.batch_size, self.window, self.chunk_texts) <= 0:
             raise errors.InvalidValueError(
@@ -299,6 +328,15 @@ class VisualizeConfig:
       overwrite: Replace what `output_dir`'s neuron_N files already holds (once the new output
         is all written; a failed run leaves it as it was); without it an existing output is
         refused before any work.
+
+    Example:
+
+    >>> from tf_mlstm.config import VisualizeConfig
+    >>> config = VisualizeConfig(
+    ...     model_dir="run", neuron=3, input="Great phone.", output_dir="neurons"
+    ... ).validate()
+    >>> config.width
+    64
     """
 
     model_dir: str
@@ -314,7 +352,7 @@ class VisualizeConfig:
     scale: float = 0.0
     overwrite: bool = False
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         if self.neuron is None and not self.classifier:
             raise errors.InvalidValueError(
@@ -370,6 +408,16 @@ class ClassifyBeamConfig:
       batch_size: Most texts per model call.
       num_output_shards: Output files; 0 lets the runner choose.
       pipeline_args: The flags this binary does not define, passed to Beam as pipeline options.
+
+    Example:
+
+    >>> from tf_mlstm.config import ClassifyBeamConfig
+    >>> config = ClassifyBeamConfig(
+    ...     saved_model="serving/reviews/1", input="reviews.csv", output="scores",
+    ...     runner="DirectRunner",
+    ... )
+    >>> config.signature
+    'classify'
     """
 
     saved_model: str

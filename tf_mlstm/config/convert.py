@@ -45,6 +45,13 @@ class ConvertConfig:
 
     Raises:
         ValueError: If a field is out of range.
+
+    Example:
+
+    >>> from tf_mlstm.config import ConvertConfig
+    >>> config = ConvertConfig(inputs="reviews/*.json.gz", output_dir="shards", num_shards=4)
+    >>> config.split_weights, config.text_keys
+    ((1000, 1, 1), ('reviewText', 'text', 'sentence'))
     """
 
     inputs: str

@@ -27,7 +27,7 @@ from tf_mlstm.config.choices import STRATEGIES
 from tf_mlstm.errors import setting_name as _name
 
 
-def profile_bounds(spec):
+def profile_bounds(spec: str) -> tuple[int, int] | None:
     """`--profile_steps` "START,END" as (START, END): profile the steps after START up to END.
 
     Returns:
@@ -72,6 +72,12 @@ class RuntimeFields(JsonConfig):
       collective_timeout_s: multi_worker: a gradient all-reduce that waits longer than this for
         a peer fails with one clear line (a peer that is alive but stuck; 0 = wait forever).
         Must exceed the longest pause of the slowest worker (the first step's compilation).
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> TrainConfig(seed=7, precision="float32").runtime
+    RuntimeFields(precision='float32', allreduce_dtype='float32', jit_compile='auto', seed=7, ...)
     """
 
     precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
@@ -85,11 +91,11 @@ class RuntimeFields(JsonConfig):
     collective_timeout_s: float = 1800.0  # 0 = wait forever for a stuck peer
 
     @property
-    def runtime(self):
+    def runtime(self) -> "RuntimeFields":
         """This config's runtime settings alone, as a `RuntimeFields`."""
         return group_of(self, RuntimeFields)
 
-    def validate_runtime(self):
+    def validate_runtime(self) -> None:
         """Raises ValueError naming the first bad runtime setting."""
         self.check_choices(
             {
@@ -126,6 +132,12 @@ class OptimizationFields(JsonConfig):
       warmup_steps: Linear warmup steps.
       lr_decay: Decay after warmup, reaching its end at the end of the schedule.
       clip_norm: Global gradient-norm clipping (0 = off).
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> TrainConfig(batch_size=8, lr=1e-3).optimization
+    OptimizationFields(batch_size=8, lr=0.001, warmup_steps=0, lr_decay='linear', clip_norm=1.0)
     """
 
     batch_size: int = 32  # global
@@ -135,11 +147,11 @@ class OptimizationFields(JsonConfig):
     clip_norm: float = 1.0
 
     @property
-    def optimization(self):
+    def optimization(self) -> "OptimizationFields":
         """This config's optimization settings alone, as an `OptimizationFields`."""
         return group_of(self, OptimizationFields)
 
-    def validate_optimization(self, schedule_steps):
+    def validate_optimization(self, schedule_steps: int) -> None:
         """Raises ValueError naming the first bad optimization setting.
 
         Args:
@@ -179,6 +191,13 @@ class BudgetFields(JsonConfig):
       eval_every_steps: Validation interval (0 = only at the end).
       checkpoint_every_steps: Checkpoint interval.
       keep_checkpoints: Checkpoints kept.
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> budget = TrainConfig(max_steps=50, max_minutes=2.0).budget
+    >>> budget.max_steps, budget.max_minutes, budget.schedule_steps
+    (50, 2.0, 50)
     """
 
     max_steps: int = 600
@@ -192,16 +211,16 @@ class BudgetFields(JsonConfig):
     keep_checkpoints: int = 3
 
     @property
-    def budget(self):
+    def budget(self) -> "BudgetFields":
         """This config's budget settings alone, as a `BudgetFields`."""
         return group_of(self, BudgetFields)
 
     @property
-    def schedule_steps(self):
+    def schedule_steps(self) -> int:
         """The learning-rate schedule's length in steps."""
         return self.max_steps
 
-    def validate_budget(self):
+    def validate_budget(self) -> None:
         """Raises ValueError naming the first bad budget setting."""
         self.check_positive(
             (
@@ -220,7 +239,7 @@ class BudgetFields(JsonConfig):
         profile_bounds(self.profile_steps)
 
 
-def validate_runner_settings(config):
+def validate_runner_settings(config) -> None:
     """The checks of the groups every runner config is composed of, each group's once."""
     config.check_numbers()
     config.validate_runtime()

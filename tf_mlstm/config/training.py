@@ -1,6 +1,7 @@
 """The language model's configs: training (`TrainConfig`) and scoring (`EvalConfig`)."""
 
 import dataclasses
+from typing import Self
 
 from tf_mlstm import errors
 from tf_mlstm.config.base import CheckedFields
@@ -53,6 +54,13 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
       export: Export the final step's SavedModel into MODEL_DIR/export when training ends.
         --noexport skips it (seconds on a small model); tf-mlstm-export makes it later from the
         run folder.
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> config = TrainConfig(model_dir="run", hidden_size=64, seq_length=32).validate()
+    >>> config.schedule_steps == config.max_steps
+    True
     """
 
     # Data.
@@ -78,8 +86,8 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     sample_length: int = 200
     export: bool = True  # the SavedModel of the final step, when training ends
 
-    def validate(self):
-        """Raises ValueError with one clear line for an inconsistent config."""
+    def validate(self) -> Self:
+        """Raises ValueError with one clear line for an inconsistent config; returns self."""
         validate_runner_settings(self)
         self.check_positive(("hidden_size", "embedding_size", "seq_length", "lr_base_batch"))
         self.check_choices({"lr_scaling": SCALINGS})
@@ -97,7 +105,8 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         return self
 
     @property
-    def schedule_steps(self):
+    def schedule_steps(self) -> int:
+        """Steps the learning-rate schedule spans: `total_steps`, else `max_steps`."""
         return self.total_steps or self.max_steps
 
 
@@ -114,6 +123,13 @@ class EvalConfig(CheckedFields):
       batch_size: Document streams scored in parallel.
       seq_length: Characters per model call.
       max_batches: Stop after this many batches (0 = all).
+
+    Example:
+
+    >>> from tf_mlstm.config import EvalConfig
+    >>> config = EvalConfig(model_dir="run", data="reviews.jsonl", text_key="body,text")
+    >>> config.validate().text_keys
+    ('body', 'text')
     """
 
     model_dir: str
@@ -126,11 +142,11 @@ class EvalConfig(CheckedFields):
     max_batches: int = 0
 
     @property
-    def text_keys(self):
+    def text_keys(self) -> tuple[str, ...]:
         """The keys tried in order, blanks left out."""
         return split_keys(self.text_key)
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
         if not self.text_keys:
             raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key")

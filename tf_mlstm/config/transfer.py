@@ -11,6 +11,7 @@ is checked whole without TensorFlow.
 import dataclasses
 import math
 import os
+from typing import Self
 
 from tf_mlstm import errors
 from tf_mlstm.config.base import CheckedFields
@@ -48,7 +49,7 @@ LABEL_MAP_EXAMPLE = "1:negative,2:negative,3:neutral,4:positive,5:positive"
 # === The settings' small languages ===
 
 
-def parse_feature_kinds(spec):
+def parse_feature_kinds(spec: str) -> str | tuple[str, ...]:
     """Parses a `--features` value.
 
     Args:
@@ -79,7 +80,7 @@ def parse_feature_kinds(spec):
     return tuple(kind for kind in ALL_KINDS if kind in names)
 
 
-def feature_cache_cap_bytes():
+def feature_cache_cap_bytes() -> int:
     """The cache's size cap in bytes: `TF_MLSTM_FEATURE_CACHE_MB`, else `FEATURE_CACHE_CAP_MB`.
 
     Raises:
@@ -114,13 +115,20 @@ class LabelMap:
       classes: the distinct classes in the order the spec first names them;
         integers when every class is written as a non-negative integer
         (so `1:0,2:0,4:1,5:1` gives the classes 0 and 1), else strings.
+
+    Example:
+
+    >>> from tf_mlstm.config.transfer import parse_label_map
+    >>> stars = parse_label_map("1:negative,2:negative,4:positive,5:positive")
+    >>> stars.classes, stars.lookup(5.0), stars.lookup("3")
+    (('negative', 'positive'), 'positive', None)
     """
 
     spec: str
     entries: tuple
     classes: tuple
 
-    def lookup(self, value):
+    def lookup(self, value) -> int | str | None:
         """The class of raw `value`, or None when the map does not name it.
 
         Numbers match numerically (JSON 5.0, CSV "5" and the spec's "5" are
@@ -132,7 +140,7 @@ class LabelMap:
                 return label
         return None
 
-    def values(self):
+    def values(self) -> list[str]:
         """The raw values the map names, as written, for error messages."""
         return [raw for raw, _ in self.entries]
 
@@ -150,7 +158,7 @@ def _map_key(value):
     return ("number", number) if math.isfinite(number) else ("text", text.lower())
 
 
-def parse_label_map(spec):
+def parse_label_map(spec: str | None) -> LabelMap | None:
     """Parses a label map such as "1:negative,2:negative,3:neutral,4:positive,5:positive".
 
     Syntax: comma-separated `VALUE:CLASS` entries; the class is what follows
@@ -221,6 +229,13 @@ class LabeledDataFields(CheckedFields):
       max_train_examples: Use a seeded random subset of this many training texts (0 = all);
         tf-mlstm-transfer, tf-mlstm-finetune and tools/tfidf_baseline.py keep the same rows.
       max_eval_examples: The same for `validation_data` and `test_data` each (0 = all).
+
+    Example:
+
+    >>> from tf_mlstm.config import TransferConfig
+    >>> config = TransferConfig(train_data="train.csv", label_key="anger, joy")
+    >>> config.labeled_data.label_keys
+    ('anger', 'joy')
     """
 
     train_data: str = ""
@@ -234,23 +249,23 @@ class LabeledDataFields(CheckedFields):
     max_eval_examples: int = 0  # the same for validation and test each
 
     @property
-    def label_keys(self):
+    def label_keys(self) -> tuple[str, ...]:
         """The label keys, in order (one: binary or K classes; more: multi-label)."""
         return split_keys(self.label_key)
 
     @property
-    def text_keys(self):
+    def text_keys(self) -> tuple[str, ...]:
         """The text keys, tried in order."""
         return split_keys(self.text_key)
 
     @property
-    def labeled_data(self):
+    def labeled_data(self) -> "LabeledDataFields":
         """This config's labeled-data settings alone, as a `LabeledDataFields`."""
         return LabeledDataFields(
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(LabeledDataFields)}
         )
 
-    def validate_labeled_data(self):
+    def validate_labeled_data(self) -> None:
         """Raises ValueError naming the first bad labeled-data setting."""
         if not self.train_data:
             raise errors.InvalidValueError(f"{_name('train_data')} is required.")
@@ -303,6 +318,15 @@ class FinetuneConfig(
       head_dropout: Dropout rate before the output layer (training only; 0 = none).
       lm_loss_weight: Weight of the auxiliary language-model loss (0 = off).
       threshold_metric: What each label's threshold maximizes on the validation data.
+
+    Example:
+
+    >>> from tf_mlstm.config import FinetuneConfig
+    >>> config = FinetuneConfig(
+    ...     init_model_dir="run", model_dir="tuned", train_data="train.csv", features="cell,mean"
+    ... ).validate()
+    >>> config.feature_kinds, config.lr
+    (('cell', 'mean'), 0.0001)
     """
 
     # Files config.json predates the plural flag name with.
@@ -326,11 +350,11 @@ class FinetuneConfig(
     keep_checkpoints: int = 2
 
     @property
-    def feature_kinds(self):
+    def feature_kinds(self) -> tuple[str, ...]:
         """The head's feature kinds, in order."""
         return split_keys(self.features)
 
-    def validate(self):
+    def validate(self) -> Self:
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
         for name in ("init_model_dir", "model_dir"):
             if not getattr(self, name):
@@ -420,6 +444,16 @@ class TransferConfig(LabeledDataFields):
         keyed by the weights, the texts, the kinds, `precision` and `window`, and read them back
         in any run that would compute the same; --nofeature_cache computes everything and keeps
         nothing.
+
+    Example:
+
+    >>> from tf_mlstm.config import TransferConfig
+    >>> config = TransferConfig(
+    ...     model_dir="run", output_dir="sentiment", train_data="train.csv", features="cell"
+    ... )
+    >>> config.validate()
+    >>> config.penalty, config.c_grid[-1]
+    ('l2', 1.0)
     """
 
     model_dir: str = ""
@@ -440,7 +474,7 @@ class TransferConfig(LabeledDataFields):
     overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
     feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
 
-    def validate(self):
+    def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
         for name in ("model_dir", "output_dir"):
             if not getattr(self, name):

@@ -39,6 +39,15 @@ class MLSTMBackbone(keras.Model):
       embedding_size: byte embedding width (64 in the paper).
       weight_norm: weight-normalized mLSTM kernels.
       **kwargs: base model arguments (name, dtype policy, ...).
+
+    Example:
+
+    >>> backbone = MLSTMBackbone(hidden_size=8, embedding_size=4)
+    >>> hidden, (h, c) = backbone(tf.constant([[0, 72, 105]]))
+    >>> hidden.shape, h.shape
+    (TensorShape([1, 3, 8]), TensorShape([1, 8]))
+    >>> backbone.architecture()
+    {'hidden_size': 8, 'embedding_size': 4, 'weight_norm': True}
     """
 
     def __init__(self, hidden_size=4096, embedding_size=64, weight_norm=True, **kwargs):
@@ -53,7 +62,7 @@ class MLSTMBackbone(keras.Model):
             self.hidden_size, weight_norm=self.weight_norm, dtype=self.dtype_policy, name="mlstm"
         )
 
-    def build(self, input_shape=None):
+    def build(self, input_shape=None) -> None:
         self.embedding.build((None, None))
         self.mlstm.build((None, None, self.embedding_size))
         self.built = True
@@ -68,7 +77,7 @@ class MLSTMBackbone(keras.Model):
 
     def encode(
         self, ids, initial_state=None, valid=None, training=None, return_sequences=True, pool=False
-    ):
+    ) -> tuple:
         """Runs the mLSTM over byte ids.
 
         Args:
@@ -98,15 +107,15 @@ class MLSTMBackbone(keras.Model):
             pool=pool,
         )
 
-    def call(self, ids, initial_state=None, valid=None, training=None):
+    def call(self, ids, initial_state=None, valid=None, training=None) -> tuple:
         return self.encode(ids, initial_state, valid=valid, training=training)
 
-    def initial_state(self, batch_size):
+    def initial_state(self, batch_size) -> list[tf.Tensor]:
         """Zero [h, c] for `batch_size` rows in the compute dtype."""
         zeros = tf.zeros((batch_size, self.hidden_size), self.compute_dtype)
         return [zeros, zeros]
 
-    def architecture(self):
+    def architecture(self) -> dict:
         """The sizes that define the network (every task on it has them in its config)."""
         return {
             "hidden_size": self.hidden_size,
@@ -114,5 +123,5 @@ class MLSTMBackbone(keras.Model):
             "weight_norm": self.weight_norm,
         }
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), **self.architecture()}

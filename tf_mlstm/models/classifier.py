@@ -46,7 +46,7 @@ from tf_mlstm.progress import Progress
 # === Data ===
 
 
-def frame_left_padded(texts, max_length):
+def frame_left_padded(texts, max_length) -> tuple:
     """The fine-tuning rows (`BytePreprocessor.for_classifier`), as uint8.
 
     Args:
@@ -55,7 +55,8 @@ def frame_left_padded(texts, max_length):
         keep their first `max_length - 1` bytes.
 
     Returns:
-      A `framing.FramedIds` of NumPy arrays.
+      A `framing.FramedIds` (a named tuple) of NumPy arrays; the type is
+      not named here, as text reaches byte ids only through the preprocessor.
     """
     return BytePreprocessor.for_classifier(max_length).frame(texts, np.uint8)
 
@@ -100,6 +101,15 @@ class MLSTMClassifier(keras.Model):
         outputs, or None for the one the outputs imply (binary for one
         sigmoid, classes 0..K-1, labels 0..L-1, no thresholds).
       **kwargs: base model arguments.
+
+    Example:
+
+    >>> classifier = MLSTMClassifier.from_run(
+    ...     model_dir, num_classes=2, classes=("negative", "positive"), feature="mean"
+    ... )
+    >>> probabilities = classifier(tf.constant(["Great phone.", "Broke in a day."]))
+    >>> probabilities.shape, classifier.head_spec.kind
+    (TensorShape([2, 2]), 'binary')
     """
 
     def __init__(
@@ -174,14 +184,14 @@ class MLSTMClassifier(keras.Model):
             encoder.build()
         self.built = True
 
-    def head_layers(self):
+    def head_layers(self) -> dict[str, keras.layers.Dense]:
         """{checkpoint name: layer} of the head (`classifier`, maybe `head_hidden`)."""
         layers = {"classifier": self.classifier}
         if self.hidden_layer is not None:
             layers["head_hidden"] = self.hidden_layer
         return layers
 
-    def checkpoint_objects(self):
+    def checkpoint_objects(self) -> dict[str, keras.Layer]:
         """What a fine-tuning run's checkpoints hold: the encoder as `model`, and the head.
 
         The encoder under the name a language model's checkpoint uses, so
@@ -190,11 +200,11 @@ class MLSTMClassifier(keras.Model):
         """
         return {"model": self.encoder, **self.head_layers()}
 
-    def probabilities(self, logits):
+    def probabilities(self, logits) -> tf.Tensor:
         """Softmax or sigmoid of `logits`, as the head was trained."""
         return tf.nn.softmax(logits) if self.softmax else tf.sigmoid(logits)
 
-    def head(self, features, training=None, dropout_seed=None):
+    def head(self, features, training=None, dropout_seed=None) -> tf.Tensor:
         """Logits [B, K] float32 from [B, H] features."""
         x = features
         if self.hidden_layer is not None:
@@ -208,7 +218,7 @@ class MLSTMClassifier(keras.Model):
             x = x * tf.cast(draws < keep, x.dtype) / keep
         return self.classifier(x)
 
-    def text_features(self, ids, lengths, training=None):
+    def text_features(self, ids, lengths, training=None) -> tuple[tf.Tensor, tf.Tensor]:
         """([B, D] float32 features, [B, T, H] hidden states) of left-padded rows."""
         ids = tf.cast(ids, tf.int32)
         valid = _valid_mask(ids, lengths)
@@ -219,12 +229,14 @@ class MLSTMClassifier(keras.Model):
         features = pooling.pooled_features(statistics, final, count, kinds)
         return tf.concat([features[kind] for kind in kinds], axis=1), hidden
 
-    def forward(self, ids, lengths, training=None, dropout_seed=None):
+    def forward(
+        self, ids, lengths, training=None, dropout_seed=None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """(logits [B, K] float32, hidden [B, T, H]) of left-padded rows (the runner's step)."""
         features, hidden = self.text_features(ids, lengths, training=training)
         return self.head(features, training=training, dropout_seed=dropout_seed), hidden
 
-    def call(self, texts, training=None):
+    def call(self, texts, training=None) -> tf.Tensor:
         framed = self.preprocessor(texts)
         logits, _ = self.forward(framed.ids, framed.lengths, training=training)
         return self.head_spec.probabilities_tf(logits)
@@ -234,15 +246,15 @@ class MLSTMClassifier(keras.Model):
     # a list of labels (as scikit-learn takes them) an array. A dataset keeps
     # its own order: Keras's default `shuffle=True` would only warn that it
     # ignores it.
-    def fit(self, x=None, y=None, *args, **kwargs):
+    def fit(self, x=None, y=None, *args, **kwargs) -> keras.callbacks.History:
         if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not given by position
             kwargs.setdefault("shuffle", False)
         return super().fit(_texts_tensor(x), _labels_array(y), *args, **kwargs)
 
-    def evaluate(self, x=None, y=None, *args, **kwargs):
+    def evaluate(self, x=None, y=None, *args, **kwargs) -> float | list | dict:
         return super().evaluate(_texts_tensor(x), _labels_array(y), *args, **kwargs)
 
-    def predict(self, x, *args, **kwargs):
+    def predict(self, x, *args, **kwargs) -> np.ndarray:
         return super().predict(_texts_tensor(x), *args, **kwargs)
 
     # === From a run folder ===
@@ -257,7 +269,7 @@ class MLSTMClassifier(keras.Model):
         head_dropout=0.0,
         max_length=256,
         classes=None,
-    ):
+    ) -> "MLSTMClassifier":
         """A classifier on the model of a run folder, as a Keras model of raw texts.
 
         Of a finished `tf-mlstm-finetune` run: `from_finetune_run`, the
@@ -321,7 +333,7 @@ class MLSTMClassifier(keras.Model):
         return model
 
     @classmethod
-    def from_finetune_run(cls, model_dir, num_classes=None, num_labels=None):
+    def from_finetune_run(cls, model_dir, num_classes=None, num_labels=None) -> "MLSTMClassifier":
         """The classifier a finished `tf-mlstm-finetune` run trained, in float32.
 
         Its encoder, head and decision thresholds as `tf-mlstm-classify` and
@@ -371,7 +383,7 @@ class MLSTMClassifier(keras.Model):
         model.encoder.head.trainable = False  # as in `from_run` of a language model
         return model
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             {
@@ -392,7 +404,7 @@ class MLSTMClassifier(keras.Model):
         return config
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config) -> "MLSTMClassifier":
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         lm_head_trainable = config.pop("lm_head_trainable", True)
@@ -424,7 +436,7 @@ def _implied_head(outputs, softmax):
     return HeadSpec(MULTILABEL, tuple(range(outputs)), (0.5,) * outputs)
 
 
-def finetuned_head_spec(config, results):
+def finetuned_head_spec(config, results) -> HeadSpec:
     """The `HeadSpec` of a finished fine-tuning run (its config and results dicts)."""
     label_keys = split_keys(config["label_key"])
     # Runs from before K-class fine-tuning have no "kind": binary or multi-label.
@@ -435,7 +447,7 @@ def finetuned_head_spec(config, results):
     return HeadSpec(kind, (0, 1) if kind == BINARY else label_keys, thresholds)
 
 
-def lm_loss_per_text(model, hidden, ids, lengths):
+def lm_loss_per_text(model, hidden, ids, lengths) -> tf.Tensor:
     """Mean next-byte cross-entropy (nats) over each text's own bytes: [B]."""
     ids = tf.cast(ids, tf.int32)
     valid = _valid_mask(ids, lengths)
@@ -449,7 +461,7 @@ def lm_loss_per_text(model, hidden, ids, lengths):
 # === Prediction ===
 
 
-def predict_probabilities(model, split, max_length, batch_size=64, progress=False):
+def predict_probabilities(model, split, max_length, batch_size=64, progress=False) -> np.ndarray:
     """Probabilities of `model` for every text of `split`: [N, K] float32.
 
     Sigmoid outputs (one per label), or one softmax over K classes. `split` is
@@ -467,7 +479,7 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
     )
 
 
-def predict_features(model, texts, max_length, batch_size=64, progress=False):
+def predict_features(model, texts, max_length, batch_size=64, progress=False) -> np.ndarray:
     """The head's input features of `model` for normalized `texts`: [N, D] float32."""
     return _batched(
         lambda i, n: model.text_features(i, n, training=False)[0],

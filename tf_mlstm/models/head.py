@@ -35,6 +35,17 @@ class HeadSpec:
         head (negative first), the K classes, or the L label names.
       thresholds: binary: () for 0.5 on the logit, or the positive class's
         probability threshold; multilabel: the L thresholds; multiclass: ().
+
+    Example:
+
+    >>> spec = HeadSpec.of(("negative", "positive"), thresholds=(0.7,))
+    >>> spec.kind, spec.outputs
+    ('binary', 1)
+    >>> probabilities = spec.probabilities([[0.0], [2.0]])
+    >>> probabilities.round(2).tolist()
+    [[0.5, 0.5], [0.12, 0.88]]
+    >>> spec.decide(probabilities).tolist()
+    ['negative', 'positive']
     """
 
     kind: str
@@ -57,20 +68,20 @@ class HeadSpec:
             raise ValueError(f"a binary head has two classes, got {self.classes}")
 
     @classmethod
-    def of(cls, classes, multilabel=False, thresholds=()):
+    def of(cls, classes, multilabel=False, thresholds=()) -> "HeadSpec":
         """The spec of a head by its outputs: multilabel, else binary for two classes."""
         if multilabel:
             return cls(MULTILABEL, classes, thresholds)
         return cls(BINARY if len(classes) == 2 else MULTICLASS, classes, thresholds)
 
     @property
-    def outputs(self):
+    def outputs(self) -> int:
         """Logits per row: 1 for binary, else K or L."""
         return 1 if self.kind == BINARY else len(self.classes)
 
     # === NumPy ===
 
-    def probabilities(self, logits):
+    def probabilities(self, logits) -> np.ndarray:
         """[N, C] probabilities of [N, outputs] logits ([N] for binary too)."""
         logits = np.asarray(logits, np.float64)
         if self.kind == BINARY:
@@ -78,7 +89,7 @@ class HeadSpec:
             return np.stack([1.0 - positive, positive], axis=1)
         return expit(logits) if self.kind == MULTILABEL else softmax(logits, axis=1)
 
-    def decide(self, probabilities, logits=None):
+    def decide(self, probabilities, logits=None) -> np.ndarray:
         """Decisions from `probabilities` (as `probabilities` returns them).
 
         Args:
@@ -104,14 +115,14 @@ class HeadSpec:
 
     # === The graph ===
 
-    def probabilities_tf(self, logits):
+    def probabilities_tf(self, logits) -> tf.Tensor:
         """`probabilities` in the graph: float32 [N, C] of [N, outputs] logits."""
         if self.kind == BINARY:
             positive = tf.sigmoid(logits[:, 0])
             return tf.stack([1.0 - positive, positive], axis=1)
         return tf.sigmoid(logits) if self.kind == MULTILABEL else tf.nn.softmax(logits, axis=1)
 
-    def decide_tf(self, logits):
+    def decide_tf(self, logits) -> tf.Tensor:
         """`decide` in the graph, from the logits.
 
         Returns:

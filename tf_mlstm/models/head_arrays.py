@@ -18,7 +18,7 @@ from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import FEATURE_KINDS
 
 
-def model_kinds(feature_kinds):
+def model_kinds(feature_kinds) -> tuple[str, ...]:
     """The feature kinds of `feature_kinds` the language model computes (all but `tfidf`)."""
     return tuple(k for k in feature_kinds if k != words.NGRAM_KIND)
 
@@ -58,6 +58,17 @@ class ClassifierHead:
       ngram_terms: with the `tfidf` kind (last of `feature_kinds`): the V
         n-grams, in column order.
       ngram_idf: [V] their inverse document frequencies.
+
+    Example:
+
+    >>> import numpy as np
+    >>> head = ClassifierHead(
+    ...     feature_kinds=("cell",), mean=np.zeros(4), scale=np.ones(4),
+    ...     weights=np.array([[1.0, 0.0, 0.0, -1.0]]), bias=0.0, classes=("neg", "pos"),
+    ... )
+    >>> head.check(hidden_size=4)
+    >>> head.binary, head.head_spec.kind
+    (True, 'binary')
     """
 
     feature_kinds: tuple
@@ -78,21 +89,21 @@ class ClassifierHead:
     ngram_idf: np.ndarray | None = None
 
     @property
-    def model_kinds(self):
+    def model_kinds(self) -> tuple[str, ...]:
         """The feature kinds the language model computes (all but `tfidf`)."""
         return model_kinds(self.feature_kinds)
 
     @property
-    def binary(self):
+    def binary(self) -> bool:
         """Two classes, one logit."""
         return self.head_spec.kind == BINARY
 
     @property
-    def head_spec(self):
+    def head_spec(self) -> HeadSpec:
         """The `models.head.HeadSpec`: how the logits become decisions."""
         return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
 
-    def check(self, hidden_size):
+    def check(self, hidden_size: int) -> None:
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
         known = FEATURE_KINDS + (words.NGRAM_KIND,)
         unknown = [k for k in self.feature_kinds if k not in known]

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from tf_mlstm import rundir
+from tf_mlstm.layers import MLSTM
 from tf_mlstm.models.backbone import VOCAB_SIZE
 from tf_mlstm.models.backbone import MLSTMBackbone
 
@@ -67,40 +68,45 @@ class MLSTMLanguageModel(keras.Model):
 
     # === The backbone's ===
     @property
-    def hidden_size(self):
+    def hidden_size(self) -> int:
+        """The backbone's mLSTM units."""
         return self.backbone.hidden_size
 
     @property
-    def embedding_size(self):
+    def embedding_size(self) -> int:
+        """The backbone's byte embedding width."""
         return self.backbone.embedding_size
 
     @property
-    def weight_norm(self):
+    def weight_norm(self) -> bool:
+        """Whether the backbone's mLSTM kernels are weight-normalized."""
         return self.backbone.weight_norm
 
     @property
-    def embedding(self):
+    def embedding(self) -> keras.layers.Embedding:
+        """The backbone's byte embedding layer."""
         return self.backbone.embedding
 
     @property
-    def mlstm(self):
+    def mlstm(self) -> MLSTM:
+        """The backbone's mLSTM layer."""
         return self.backbone.mlstm
 
-    def encode(self, ids, initial_state=None, valid=None, training=None, **options):
+    def encode(self, ids, initial_state=None, valid=None, training=None, **options) -> tuple:
         """`MLSTMBackbone.encode`: hidden states (or pooled statistics) and [h, c]."""
         return self.backbone.encode(ids, initial_state, valid=valid, training=training, **options)
 
-    def initial_state(self, batch_size):
+    def initial_state(self, batch_size) -> list[tf.Tensor]:
         """Zero [h, c] for `batch_size` rows in the compute dtype."""
         return self.backbone.initial_state(batch_size)
 
     # === Layers ===
-    def build(self, input_shape=None):
+    def build(self, input_shape=None) -> None:
         self.backbone.build()
         self.head.build((None, None, self.hidden_size))
         self.built = True
 
-    def call(self, ids, initial_state=None, training=None):
+    def call(self, ids, initial_state=None, training=None) -> tuple:
         outputs, state = self.encode(ids, initial_state, training=training)
         logits = tf.cast(self.head(outputs), tf.float32)
         return logits, state
@@ -115,7 +121,7 @@ class MLSTMLanguageModel(keras.Model):
         return children
 
     @classmethod
-    def from_train_config(cls, config, precision=None):
+    def from_train_config(cls, config, precision=None) -> "MLSTMLanguageModel":
         """Builds the model a `TrainConfig` describes, in its precision policy.
 
         Args:
@@ -139,7 +145,7 @@ class MLSTMLanguageModel(keras.Model):
         return model
 
     @classmethod
-    def from_run(cls, model_dir, checkpoint=None, precision="float32"):
+    def from_run(cls, model_dir, checkpoint=None, precision="float32") -> "MLSTMLanguageModel":
         """The trained model of a run folder: how the library loads one.
 
         The run's `TrainConfig` (`rundir.read_config`) gives the backbone's
@@ -173,11 +179,11 @@ class MLSTMLanguageModel(keras.Model):
         return model
 
     # === Config ===
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), **self.backbone.architecture()}
 
 
-def bits_per_char_from_logits(logits, targets, weights=None):
+def bits_per_char_from_logits(logits, targets, weights=None) -> tuple[tf.Tensor, tf.Tensor]:
     """Summed cross-entropy in bits and the number of characters scored.
 
     Args:

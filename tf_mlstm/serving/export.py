@@ -18,7 +18,7 @@ from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer.probe import logistic
 
 
-def export(config):
+def export(config) -> dict:
     """Exports the model (and classifier) of `config` as a new version.
 
     Args:
@@ -63,7 +63,7 @@ def export(config):
         raise
 
 
-def fine_tuned_head(model_dir):
+def fine_tuned_head(model_dir: str) -> tuple[ClassifierHead, dict]:
     """(`ClassifierHead`, its metadata) of a finished `tf-mlstm-finetune` run."""
     tuned = finetune.load_finetuned_model(model_dir)
     head = ClassifierHead(**tuned.serving_head_arrays())
@@ -81,7 +81,7 @@ def fine_tuned_head(model_dir):
     return head, metadata
 
 
-def probe_head(classifier, source):
+def probe_head(classifier, source: str) -> tuple[ClassifierHead, dict]:
     """(`ClassifierHead`, its metadata) of a `LogisticClassifier` read from `source`."""
     head = classifier.serving_head()
     metadata = {

@@ -83,7 +83,15 @@ EXPORTER = "tf_mlstm"
 
 
 class ExportDirError(errors.InvalidValueError):
-    """The export folder holds something this module did not write."""
+    """The export folder holds something this module did not write.
+
+    Example:
+
+    >>> from tf_mlstm.serving import saved_model
+    >>> error = saved_model.ExportDirError("runs/reviews: holds 'notes.txt'")
+    >>> isinstance(error, ValueError)
+    True
+    """
 
 
 class ServingModule(tf.Module):
@@ -100,6 +108,15 @@ class ServingModule(tf.Module):
     Raises:
       ValueError: the classifier does not fit the model, or a limit is not
         positive.
+
+    Example:
+
+    >>> from tf_mlstm.models import MLSTMLanguageModel
+    >>> module = ServingModule(MLSTMLanguageModel.from_run(model_dir), window=8)
+    >>> sorted(module.signatures())
+    ['featurize', 'generate', 'score', 'serving_default']
+    >>> module.score(tf.constant(["Great phone."]))["chars"].numpy()
+    array([12.], dtype=float32)
     """
 
     def __init__(
@@ -175,7 +192,7 @@ class ServingModule(tf.Module):
                 autograph=False,
             )
 
-    def limits(self):
+    def limits(self) -> dict[str, int]:
         """The request limits, as recorded in the export metadata."""
         return {
             "max_text_bytes": self.max_text_bytes,
@@ -207,12 +224,14 @@ class ServingModule(tf.Module):
         return framed.ids, framed.valid
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-    def featurize(self, text):
+    def featurize(self, text) -> dict[str, tf.Tensor]:
+        """The `featurize` signature: {kind: [N, H] float32} of [N] raw texts."""
         ids, valid = self._ids(text, "featurize")
         return featurize.featurize_ids(self.model, ids, valid, self.window)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-    def score(self, text):
+    def score(self, text) -> dict[str, tf.Tensor]:
+        """The `score` signature: `bits_per_char` [N] and `chars` [N] of [N] raw texts."""
         ids, valid = self._ids(text, "score")
         bits, chars = featurize.score_ids(self.model, ids, valid, self.window)
         # An empty text has no byte to score: NaN, never a perfect 0 bits/char.
@@ -231,7 +250,8 @@ class ServingModule(tf.Module):
         ],
         autograph=False,
     )
-    def generate(self, prompt, length, temperature, seed):
+    def generate(self, prompt, length, temperature, seed) -> dict[str, tf.Tensor]:
+        """The `generate` signature: {"text": [N]}, each prompt's sampled continuation."""
         checks = [
             tf.debugging.assert_non_negative(length, message="generate: length must be >= 0"),
             tf.debugging.assert_positive(temperature, message="generate: temperature must be > 0"),
@@ -293,7 +313,7 @@ class ServingModule(tf.Module):
                 outputs["neuron"] = x[:, self.classifier.neuron]
         return outputs
 
-    def signatures(self):
+    def signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
         """The signatures to export, by name."""
         signatures = {
             "featurize": self.featurize,
@@ -306,7 +326,7 @@ class ServingModule(tf.Module):
         return signatures
 
 
-def generated_text(ids):
+def generated_text(ids) -> tf.Tensor:
     """Sampled bytes [N, L] -> [N] tf.string, up to the first `DOC_START` or pad.
 
     Invalid UTF-8 (a multi-byte character cut short) becomes U+FFFD.
@@ -321,7 +341,7 @@ def generated_text(ids):
     )
 
 
-def checkpoint_step(checkpoint):
+def checkpoint_step(checkpoint: str) -> int:
     """The global step of a checkpoint: the version its export gets.
 
     Args:
@@ -347,7 +367,7 @@ def checkpoint_step(checkpoint):
     )
 
 
-def is_export(path):
+def is_export(path: str) -> bool:
     """Whether `path` is a SavedModel folder that `export_saved_model` wrote.
 
     Recognized by `saved_model.pb` beside `assets.extra/meta.json` naming this
@@ -366,7 +386,7 @@ def is_export(path):
     return isinstance(meta, dict) and (meta.get("exporter") == EXPORTER or "config" in meta)
 
 
-def check_export_base(base_dir):
+def check_export_base(base_dir: str) -> None:
     """Raises unless `base_dir` is absent, empty, or holds only our exports.
 
     What may be there: numbered version folders that `is_export` recognizes,
@@ -402,7 +422,7 @@ def check_export_base(base_dir):
         )
 
 
-def export_saved_model(module, base_dir, version, metadata=None):
+def export_saved_model(module, base_dir, version, metadata=None) -> str:
     """Writes a SavedModel with the module's signatures as `base_dir/<version>`.
 
     TensorFlow Serving serves the highest numbered folder of `base_dir`. The
@@ -449,7 +469,7 @@ def export_trained_model(
     metadata=None,
     precision="float32",
     allow_other_model=False,
-):
+) -> dict:
     """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
 
     Args:

@@ -26,7 +26,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.config import TransferConfig  # noqa: F401 (run_transfer's argument)
+from tf_mlstm.config import TransferConfig
 from tf_mlstm.models import language_model
 from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
@@ -46,7 +46,7 @@ ALL = 0
 """`num_labeled` value meaning every training example."""
 
 
-def parse_num_labeled(spec):
+def parse_num_labeled(spec: str) -> tuple[int, ...]:
     """Parses a `--num_labeled` list such as "10,100,1000,all".
 
     Args:
@@ -117,7 +117,7 @@ def _read_data(config):
     return make_data(config, train, {"train": fit, **splits}, held_out)
 
 
-def make_data(config, train, splits, held_out):
+def make_data(config, train, splits, held_out) -> _Data:
     """The `_Data` of splits already read: dict "train" (the fit rows), "val", maybe "test".
 
     Checks the classes (`_training_classes`) as a run does before featurizing.
@@ -155,7 +155,9 @@ def _training_classes(config, splits):
     return classes
 
 
-def featurize(config, model, data, fingerprint=None):
+def featurize(
+    config, model, data, fingerprint=None
+) -> tuple[dict, dict, ngrams_lib.NgramVocabulary | None]:
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
     The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
@@ -223,7 +225,7 @@ def featurize(config, model, data, fingerprint=None):
     return features, timings, vocabulary
 
 
-def c_grid_of(config, kinds):
+def c_grid_of(config, kinds) -> tuple[float, ...]:
     """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
 
     `fit_lib.WORDS_C_GRID` reaches 10x further up than the default grid:
@@ -248,7 +250,7 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
     }
 
 
-def choice_folds(config, data):
+def choice_folds(config, data) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
     With fewer than `selection_lib.CV_MAX_VALIDATION` validation rows (and
@@ -349,7 +351,7 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     return (checked["C"],), record
 
 
-def fit_features(config, features, data, hidden, vocabulary=None):
+def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
     """Chooses the feature kinds (`--features`, or on validation) and fits the classifier.
 
     What `run_transfer` does between featurizing and writing; `tools/tfidf_baseline.py
@@ -573,7 +575,7 @@ def _warnings(sweep, selection, curve, majority, c_choice=None):
     return found
 
 
-def run_transfer(config):
+def run_transfer(config: TransferConfig) -> dict:
     """Runs the experiment `config` describes and writes its outputs.
 
     Args:

@@ -17,6 +17,8 @@ joined by ";") and `probability_<label>` for each label.
 
 import csv
 import itertools
+from collections.abc import Callable
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -38,7 +40,7 @@ def load_predictor(
     precision="float32",
     model=None,
     allow_other_model=False,
-):
+) -> tuple[Callable, tuple]:
     """The model of `model_dir` and a classifier, as one function of texts.
 
     Args:
@@ -107,7 +109,9 @@ def _finetuned_predictor(model_dir, batch_size):
     return predict, tuned.classes
 
 
-def classify_in_chunks(predict, classes, spec, text_keys, chunk_texts, stdin=None):
+def classify_in_chunks(
+    predict, classes, spec, text_keys, chunk_texts, stdin=None
+) -> Iterator[tuple]:
     """Classifies the texts of `spec` (`text_input.iter_texts`) `chunk_texts` at a time.
 
     Memory holds one chunk of texts and their features, whatever the size of
@@ -153,7 +157,21 @@ def classify_in_chunks(predict, classes, spec, text_keys, chunk_texts, stdin=Non
 
 
 class PredictionsCsv:
-    """Writes the predictions CSV (columns: see the module doc) a chunk at a time."""
+    """Writes the predictions CSV (columns: see the module doc) a chunk at a time.
+
+    Example:
+
+    >>> import io
+    >>> from tf_mlstm.transfer.predict import PredictionsCsv
+    >>> out = io.StringIO()
+    >>> writer = PredictionsCsv(out, classes=("negative", "positive"), multilabel=False)
+    >>> writer.write(lines=[1, 2], probabilities=[[0.2, 0.8], [0.9, 0.1]],
+    ...              labels=["positive", "negative"])
+    >>> print(out.getvalue(), end="")
+    index,line,probability,label
+    0,1,0.800000,positive
+    1,2,0.100000,negative
+    """
 
     def __init__(self, stream, classes, multilabel):
         self._writer = csv.writer(stream, lineterminator="\n")
@@ -169,7 +187,7 @@ class PredictionsCsv:
         else:
             self._writer.writerow(["index", "line", "label", *columns])
 
-    def write(self, lines, probabilities, labels):
+    def write(self, lines, probabilities, labels) -> None:
         """Appends the rows of one chunk and flushes them."""
         for line, row, label in zip(lines, np.asarray(probabilities), np.asarray(labels)):
             if self._multilabel:
@@ -184,7 +202,7 @@ class PredictionsCsv:
         self._stream.flush()
 
 
-def write_predictions_csv(stream, lines, probabilities, labels, classes=(0, 1)):
+def write_predictions_csv(stream, lines, probabilities, labels, classes=(0, 1)) -> None:
     """Writes the whole predictions CSV to `stream` at once (see `PredictionsCsv`)."""
     writer = PredictionsCsv(stream, classes, np.asarray(labels).ndim == 2)
     writer.write(lines, probabilities, labels)
