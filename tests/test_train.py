@@ -18,6 +18,7 @@ from conftest import skip_unless_ci
 
 from _commands import run_in_one_process
 from _models import PINNED_FLAGS
+from tf_mlstm import errors
 from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -357,7 +358,10 @@ def test_glob_train_data_validates_on_the_validation_split_not_the_training_file
     train, validation = _resolve(f"{tmp_path}/data/train-*")
     assert train == paths["train"] and validation == paths["validation"]
     assert _resolve(tmp_path / "data") == (train, validation)
-    with pytest.raises(ValueError, match=r"takes in 2 held-out shards such as .*test-00000"):
+    # A Python caller reads the argument's name; a binary's user, the flag's.
+    with pytest.raises(ValueError, match=r"^train_data=.* takes in 2 held-out shards such as "):
+        _resolve(f"{tmp_path}/data/*.tfrecord")
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"^--train_data=.* takes in 2 "):
         _resolve(f"{tmp_path}/data/*.tfrecord")
 
 
@@ -419,6 +423,17 @@ def test_raw_text_without_a_default_text_field_names_the_fields_to_choose_from(t
         data_files.check_converted("validation_data", str(corpus))
     lists = f"{corpus},{corpus}"
     with pytest.raises(ValueError, match=rf"--output_dir={tmp_path}/posts_tfrecords`"):
+        data_files.check_converted("train_data", lists)
+    # The command to run names flags; the setting is named as its reader wrote it.
+    output = f"{tmp_path}/posts_tfrecords"
+    with pytest.raises(ValueError, match=rf"^train_data={lists} .*then pass train_data={output}$"):
+        data_files.check_converted("train_data", lists)
+    with (
+        errors.naming_flags(),
+        pytest.raises(
+            ValueError, match=rf"^--train_data={lists} .*then pass --train_data={output}$"
+        ),
+    ):
         data_files.check_converted("train_data", lists)
 
 

@@ -570,7 +570,8 @@ class LogisticClassifier:
         if tf.io.gfile.isdir(path):
             raise errors.InvalidValueError(
                 f"{path} is a folder, not a classifier file (a tf-mlstm-finetune run is given "
-                "as --model_dir, without --classifier)"
+                f"as {errors.setting_name('model_dir')}, without "
+                f"{errors.setting_name('classifier')})"
             )
         with tf.io.gfile.GFile(path) as f:
             return cls.from_json(f.read(), source=path)

@@ -25,6 +25,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm.config.choices import SENTIMENTS
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.models.kinds import CELL_KINDS
 from tf_mlstm.models.kinds import HIDDEN_KINDS
 
@@ -127,7 +128,7 @@ def neuron_from_classifier(path, tool, hidden_size=None):
             f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
             f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
             f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
-            "takes a two-class classifier's, or a unit with --neuron"
+            f"takes a two-class classifier's, or a unit with {_name('neuron')}"
         )
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)
@@ -145,14 +146,15 @@ def neuron_from_classifier(path, tool, hidden_size=None):
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
             f"{classifier.ngrams.terms[unit]!r}, not a unit of the model (a classifier on "
             f"tfidf alone); {tool} works on units of the model (a classifier fitted with "
-            "--features=auto or a model kind); choose a unit with --neuron instead of --classifier"
+            f"{_name('features')}=auto or a model kind); choose a unit with {_name('neuron')} "
+            f"instead of {_name('classifier')}"
         )
     if kind not in CELL_KINDS + HIDDEN_KINDS:
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
             f"{unit}, the spread of the hidden state, which no held value gives; {tool} works on "
-            f"the kinds {', '.join(CELL_KINDS + HIDDEN_KINDS)}; choose a unit with --neuron "
-            "instead of --classifier"
+            f"the kinds {', '.join(CELL_KINDS + HIDDEN_KINDS)}; choose a unit with "
+            f"{_name('neuron')} instead of {_name('classifier')}"
         )
     return SentimentNeuron(
         source=path,
@@ -165,13 +167,13 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     )
 
 
-def resolve_unit(neuron, flag_unit, flag_name="--neuron"):
+def resolve_unit(neuron, flag_unit, flag_name="neuron") -> int | None:
     """The unit to use: an explicit flag wins over the classifier's neuron.
 
     Args:
       neuron: a `SentimentNeuron`, or None (no classifier).
       flag_unit: the flag's value, None when it was not given.
-      flag_name: the flag, for the log.
+      flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
       The unit (the flag's when given, else the neuron's), or None when
@@ -183,12 +185,16 @@ def resolve_unit(neuron, flag_unit, flag_name="--neuron"):
         return neuron.unit
     if flag_unit != neuron.unit:
         logging.warning(
-            "%s=%d overrides unit %d, %s.", flag_name, flag_unit, neuron.unit, neuron.describe()
+            "%s=%d overrides unit %d, %s.",
+            _name(flag_name),
+            flag_unit,
+            neuron.unit,
+            neuron.describe(),
         )
     return flag_unit
 
 
-def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value"):
+def resolve_value(neuron, unit, flag_value, sentiment, flag_name="neuron_value") -> float:
     """The value to hold `unit` at: an explicit flag wins over the classifier's.
 
     Args:
@@ -196,7 +202,7 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
       unit: the unit that will be held (`resolve_unit`'s result).
       flag_value: the flag's value, None when it was not given.
       sentiment: the side of the neuron to hold ("positive"/"negative").
-      flag_name: the flag, for the log.
+      flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
       The flag's value when given; else, when `unit` is the neuron's unit,
@@ -208,7 +214,10 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
     if neuron is None or unit != neuron.unit:
         if neuron is not None and flag_value is None:
             logging.warning(
-                "Unit %d is not %s: holding it at 0.0 (set %s).", unit, neuron.describe(), flag_name
+                "Unit %d is not %s: holding it at 0.0 (set %s).",
+                unit,
+                neuron.describe(),
+                _name(flag_name),
             )
         return 0.0 if flag_value is None else float(flag_value)
     wanted = neuron.value_for(sentiment)
@@ -217,7 +226,7 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
     if flag_value != wanted:
         logging.warning(
             "%s=%g overrides %g, the %s side of %s.",
-            flag_name,
+            _name(flag_name),
             flag_value,
             wanted,
             sentiment,
@@ -252,7 +261,9 @@ def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
     value = resolve_value(neuron, unit, flag_value, sentiment or "positive")
     hidden_state = neuron is not None and neuron.hidden_state
     if unit >= 0:
-        origin = neuron.describe() if neuron is not None and unit == neuron.unit else "--neuron"
+        origin = (
+            neuron.describe() if neuron is not None and unit == neuron.unit else _name("neuron")
+        )
         state = "hidden" if hidden_state else "cell"
         logging.info("Holding %s unit %d at %.6g (%s).", state, unit, value, origin)
     return unit, value, hidden_state
@@ -280,10 +291,12 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool):
     neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
     unit = resolve_unit(neuron, flag_unit)
     if unit is None:
-        raise errors.InvalidValueError("no unit to draw: give --neuron or --classifier.")
+        raise errors.InvalidValueError(
+            f"no unit to draw: give {_name('neuron')} or {_name('classifier')}."
+        )
     if neuron is None or unit != neuron.unit:
         state = neuron.state if neuron is not None else "cell"
-        logging.info("Drawing %s unit %d (--neuron).", state, unit)
+        logging.info("Drawing %s unit %d (%s).", state, unit, _name("neuron"))
         return unit, 1, neuron
     logging.info("Drawing %s unit %d, %s.", neuron.state, unit, neuron.describe())
     return unit, neuron.sign, neuron
