@@ -6,6 +6,7 @@ record reads the same in every binary.
 
 import contextlib
 import dataclasses
+import sys
 
 from absl import flags
 from absl import logging
@@ -113,29 +114,38 @@ def _one_type(annotation):
     return options[0] if len(options) == 1 else annotation
 
 
-def define_fields(defaults, names, choices=None):
+def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=()) -> None:
     """Defines a flag for each field `names` of the config `defaults`, derived from the field.
 
     The flag's name is the field's, its default the field's value in
     `defaults`, its type the field's (bool, int, float, str), and its help the
     field's documentation (`field_help`); a field with `choices` is an enum,
-    one that may hold several values (a tuple) a comma-separated list.
+    one that may hold several values (a tuple) a comma-separated list. The
+    flags belong to the module that calls this (`--helpfull` lists them under
+    it), as if it had defined them itself.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig`, ...).
       names: the fields, in the order `--help` lists them.
       choices: field name -> the values it may take (`tf_mlstm.config.choices`).
+      lower_bounds: field name -> the least value its (int or float) flag takes.
+      no_default: fields whose flag has no default (None): a required flag, or
+        one whose absence the binary resolves.
     """
+    caller = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    module = {"module_name": sys.argv[0] if caller == "__main__" else caller}
     config_class = type(defaults)
     types = {field.name: field.type for field in dataclasses.fields(config_class)}
     for name in names:
-        default, help_text = getattr(defaults, name), field_help(config_class, name)
+        default = None if name in no_default else getattr(defaults, name)
+        help_text = field_help(config_class, name)
+        bound = {"lower_bound": lower_bounds[name]} if lower_bounds and name in lower_bounds else {}
         if choices and name in choices:
-            flags.DEFINE_enum(name, default, list(choices[name]), help_text)
+            flags.DEFINE_enum(name, default, list(choices[name]), help_text, **module)
         elif _one_type(types[name]) in _DEFINE_BY_TYPE:
-            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text)
+            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text, **bound, **module)
         else:  # a key list: a tuple, or a str or list that may hold several
-            flags.DEFINE_list(name, default, help_text)
+            flags.DEFINE_list(name, default, help_text, **module)
 
 
 def define_text_key(help_text="Keys/columns holding the text, tried in order."):

@@ -52,45 +52,27 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import choices
 from tf_mlstm.config.binaries import ClassifyConfig
 
 FLAGS = flags.FLAGS
 
 
-def define_classify_flags():
-    """Defines every tf-mlstm-classify flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string(
-        "model_dir",
-        None,
-        _flags.field_help(ClassifyConfig, "model_dir"),
+_REQUIRED = ("model_dir", "input", "output")
+"""The flags without which the binary does not start."""
+
+
+def define_classify_flags() -> None:
+    """Defines every tf-mlstm-classify flag from `ClassifyConfig` (`run` marks required ones)."""
+    defaults = ClassifyConfig(model_dir="", classifier="", input="", output="")
+    _flags.define_fields(
+        defaults, ("model_dir", "classifier", "input", "output"), no_default=_REQUIRED
     )
-    flags.DEFINE_string(
-        "classifier",
-        "",
-        _flags.field_help(ClassifyConfig, "classifier"),
-    )
-    flags.DEFINE_string("input", None, _flags.field_help(ClassifyConfig, "input"))
-    flags.DEFINE_string("output", None, _flags.field_help(ClassifyConfig, "output"))
-    defaults = ClassifyConfig("", "", "", "")
     _flags.define_text_key(_flags.field_help(ClassifyConfig, "text_key"))
-    flags.DEFINE_integer(
-        "batch_size", defaults.batch_size, _flags.field_help(ClassifyConfig, "batch_size")
-    )
-    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ClassifyConfig, "window"))
-    _flags.define_feature_precision(
-        defaults.precision,
-        " Unset: the precision the classifier's features were fitted in (recorded in "
-        "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
-        help_text=_flags.field_help(ClassifyConfig, "precision"),
-    )
-    _flags.define_allow_other_model(
-        help_text=_flags.field_help(ClassifyConfig, "allow_other_model")
-    )
-    _flags.define_overwrite("--output", help_text=_flags.field_help(ClassifyConfig, "overwrite"))
-    flags.DEFINE_integer(
-        "chunk_texts",
-        defaults.chunk_texts,
-        _flags.field_help(ClassifyConfig, "chunk_texts"),
+    _flags.define_fields(
+        defaults,
+        ("batch_size", "window", "precision", "allow_other_model", "overwrite", "chunk_texts"),
+        choices={"precision": choices.PRECISION_CHOICES},
     )
 
 
@@ -208,7 +190,7 @@ def run():
         define_classify_flags,
         main,
         ClassifyConfig,
-        required=["model_dir", "input", "output"],
+        required=list(_REQUIRED),
     )
 
 

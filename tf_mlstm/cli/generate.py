@@ -33,44 +33,30 @@ from tf_mlstm.config.choices import SENTIMENTS
 FLAGS = flags.FLAGS
 
 
-def define_generate_flags():
-    """Defines every tf-mlstm-generate flag (all optional; `run` marks required ones)."""
+_REQUIRED = ("model_dir",)
+"""The flags without which the binary does not start."""
+
+
+def define_generate_flags() -> None:
+    """Defines every tf-mlstm-generate flag from `GenerateConfig` (`run` marks required ones)."""
     defaults = GenerateConfig(model_dir="")
-    flags.DEFINE_string("model_dir", None, _flags.field_help(GenerateConfig, "model_dir"))
-    flags.DEFINE_string("prompt", defaults.prompt, _flags.field_help(GenerateConfig, "prompt"))
-    flags.DEFINE_integer("length", defaults.length, _flags.field_help(GenerateConfig, "length"))
-    flags.DEFINE_float(
-        "temperature", defaults.temperature, _flags.field_help(GenerateConfig, "temperature")
-    )
-    flags.DEFINE_integer("seed", defaults.seed, _flags.field_help(GenerateConfig, "seed"))
-    flags.DEFINE_integer(
-        "neuron",
-        defaults.neuron,
-        _flags.field_help(GenerateConfig, "neuron"),
-    )
-    flags.DEFINE_float(
-        "neuron_value",
-        defaults.neuron_value,
-        _flags.field_help(GenerateConfig, "neuron_value"),
-    )
-    flags.DEFINE_string(
-        "classifier",
-        defaults.classifier,
-        _flags.field_help(GenerateConfig, "classifier"),
-    )
-    flags.DEFINE_enum(
-        "sentiment",
-        defaults.sentiment,
-        list(SENTIMENTS),
-        _flags.field_help(GenerateConfig, "sentiment"),
-    )
-    flags.DEFINE_integer(
-        "num_samples", defaults.num_samples, _flags.field_help(GenerateConfig, "num_samples")
-    )
-    flags.DEFINE_boolean(
-        "stop_at_end",
-        defaults.stop_at_end,
-        _flags.field_help(GenerateConfig, "stop_at_end"),
+    _flags.define_fields(
+        defaults,
+        (
+            "model_dir",
+            "prompt",
+            "length",
+            "temperature",
+            "seed",
+            "neuron",
+            "neuron_value",
+            "classifier",
+            "sentiment",
+            "num_samples",
+            "stop_at_end",
+        ),
+        choices={"sentiment": SENTIMENTS},
+        no_default=_REQUIRED,
     )
 
 
@@ -139,7 +125,9 @@ def main(config):
 
 def run():
     """Entry point of `tf-mlstm-generate`."""
-    _main.run_binary(__name__, define_generate_flags, main, GenerateConfig, required=["model_dir"])
+    _main.run_binary(
+        __name__, define_generate_flags, main, GenerateConfig, required=list(_REQUIRED)
+    )
 
 
 if __name__ == "__main__":

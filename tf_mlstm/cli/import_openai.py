@@ -25,10 +25,14 @@ from tf_mlstm.config.binaries import ImportConfig
 FLAGS = flags.FLAGS
 
 
-def define_import_flags():
-    """Defines every tf-mlstm-import-openai flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string("weights_dir", None, _flags.field_help(ImportConfig, "weights_dir"))
-    flags.DEFINE_string("model_dir", None, _flags.field_help(ImportConfig, "model_dir"))
+_REQUIRED = ("weights_dir", "model_dir")
+"""The flags without which the binary does not start."""
+
+
+def define_import_flags() -> None:
+    """Defines every tf-mlstm-import-openai flag from `ImportConfig` (both required)."""
+    defaults = ImportConfig(weights_dir="", model_dir="")
+    _flags.define_fields(defaults, ("weights_dir", "model_dir"), no_default=_REQUIRED)
 
 
 def check_before_work(flag_values):
@@ -53,9 +57,7 @@ def main(config):
 
 def run():
     """Entry point of `tf-mlstm-import-openai`."""
-    _main.run_binary(
-        __name__, define_import_flags, main, ImportConfig, required=["weights_dir", "model_dir"]
-    )
+    _main.run_binary(__name__, define_import_flags, main, ImportConfig, required=list(_REQUIRED))
 
 
 if __name__ == "__main__":

@@ -32,44 +32,29 @@ from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config.binaries import VISUALIZE_OUTPUT_NAME
 from tf_mlstm.config.binaries import VisualizeConfig
+from tf_mlstm.data.fields import TEXT_MODES
 
 FLAGS = flags.FLAGS
 
 
-def define_visualize_flags():
-    """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
-    defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
-    flags.DEFINE_string("model_dir", None, _flags.field_help(VisualizeConfig, "model_dir"))
-    flags.DEFINE_integer(
-        "neuron",
-        None,
-        _flags.field_help(VisualizeConfig, "neuron"),
-    )
-    flags.DEFINE_string(
-        "classifier",
-        defaults.classifier,
-        _flags.field_help(VisualizeConfig, "classifier"),
-    )
-    flags.DEFINE_string("input", None, _flags.field_help(VisualizeConfig, "input"))
-    flags.DEFINE_string("output_dir", None, _flags.field_help(VisualizeConfig, "output_dir"))
-    _flags.define_overwrite(
-        "--output_dir's neuron_N files", help_text=_flags.field_help(VisualizeConfig, "overwrite")
+_REQUIRED = ("model_dir", "input", "output_dir")
+"""The flags without which the binary does not start."""
+
+
+def define_visualize_flags() -> None:
+    """Defines every tf-mlstm-visualize flag from `VisualizeConfig` (`run` marks required ones)."""
+    defaults = VisualizeConfig(model_dir="", neuron=None, input="", output_dir="")
+    _flags.define_fields(
+        defaults,
+        ("model_dir", "neuron", "classifier", "input", "output_dir", "overwrite"),
+        no_default=_REQUIRED,
     )
     _flags.define_text_key(_flags.field_help(VisualizeConfig, "text_key"))
-    flags.DEFINE_enum(
-        "text_mode",
-        defaults.text_mode,
-        ["line", "file"],
-        _flags.field_help(VisualizeConfig, "text_mode"),
+    _flags.define_fields(
+        defaults,
+        ("text_mode", "max_texts", "max_chars", "width", "scale"),
+        choices={"text_mode": TEXT_MODES},
     )
-    flags.DEFINE_integer(
-        "max_texts", defaults.max_texts, _flags.field_help(VisualizeConfig, "max_texts")
-    )
-    flags.DEFINE_integer(
-        "max_chars", defaults.max_chars, _flags.field_help(VisualizeConfig, "max_chars")
-    )
-    flags.DEFINE_integer("width", defaults.width, _flags.field_help(VisualizeConfig, "width"))
-    flags.DEFINE_float("scale", defaults.scale, _flags.field_help(VisualizeConfig, "scale"))
 
 
 def check_before_work(flag_values):
@@ -160,7 +145,7 @@ def run():
         define_visualize_flags,
         main,
         VisualizeConfig,
-        required=["model_dir", "input", "output_dir"],
+        required=list(_REQUIRED),
     )
 
 
