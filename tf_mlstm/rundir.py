@@ -79,12 +79,12 @@ RESUME_FIXED = preflight.RESUME_FIXED
 RunDirError = preflight.RunDirError
 
 
-def checkpoint_dir(model_dir):
+def checkpoint_dir(model_dir) -> str:
     """The checkpoint folder of a run."""
     return os.path.join(model_dir, CHECKPOINT_SUBDIR)
 
 
-def export_dir(model_dir):
+def export_dir(model_dir) -> str:
     """The SavedModel folder of a run."""
     return os.path.join(model_dir, EXPORT_SUBDIR)
 
@@ -92,12 +92,12 @@ def export_dir(model_dir):
 is_finetune_run = preflight.is_finetune_run
 
 
-def carried_state_dir(model_dir):
+def carried_state_dir(model_dir) -> str:
     """The folder of the workers' carried recurrent states."""
     return os.path.join(model_dir, CARRIED_STATE_SUBDIR)
 
 
-def input_state_dir(model_dir, worker):
+def input_state_dir(model_dir, worker) -> str:
     """The folder of one worker's saved input positions."""
     return os.path.join(model_dir, INPUT_STATE_SUBDIR, f"worker-{worker}")
 
@@ -114,7 +114,7 @@ check_folder_kind = preflight.check_folder_kind
 # === Config files ===
 
 
-def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
+def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE) -> object:
     """Reads a config file of a run.
 
     Args:
@@ -142,7 +142,7 @@ def read_config(model_dir, config_class=TrainConfig, name=CONFIG_FILE):
         ) from None
 
 
-def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None):
+def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None) -> None:
     """Writes `config.to_json()` to `model_dir/name` atomically.
 
     Args:
@@ -168,7 +168,7 @@ def _write_text(path, text, staged):
         f.write(text)
 
 
-def read_finetune_run(model_dir):
+def read_finetune_run(model_dir) -> tuple[dict, dict]:
     """The config and results of a finished fine-tuning run, as read from its files.
 
     Returns:
@@ -186,12 +186,12 @@ def read_finetune_run(model_dir):
     )
 
 
-def write_results(model_dir, results):
+def write_results(model_dir, results) -> None:
     """Writes the results dict to `model_dir/results.json` atomically."""
     fileio.write_json_atomic(os.path.join(model_dir, RESULTS_FILE), results)
 
 
-def check_resumed_config(model_dir, config, name=CONFIG_FILE):
+def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict:
     """Compares a resumed run's config with the one its checkpoints were written under.
 
     Changes of budget and bookkeeping (steps, learning rate, logging, data) are
@@ -240,7 +240,7 @@ def _flag_value(value):
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
-def begin_run(model_dir, configs, chief=True, extras=None):
+def begin_run(model_dir, configs, chief=True, extras=None) -> None:
     """Starts or resumes a training run in `model_dir`.
 
     The chief takes the run lock (held until the process exits); when the
@@ -303,7 +303,7 @@ def _read_lock(path):
     return record if isinstance(record, dict) else {}
 
 
-def acquire_lock(model_dir):
+def acquire_lock(model_dir) -> str:
     """Takes `model_dir`'s run lock for this process, until it exits.
 
     The lock file holds host, pid and start time of its holder. A lock of a
@@ -360,7 +360,7 @@ def acquire_lock(model_dir):
     return path
 
 
-def release_locks():
+def release_locks() -> None:
     """Removes the run locks this process holds (run at exit; safe to call twice)."""
     for path, record in list(_HELD.items()):
         try:
@@ -374,13 +374,13 @@ def release_locks():
 # === Checkpoints ===
 
 
-def checkpoint_step(prefix):
+def checkpoint_step(prefix) -> int:
     """The step a checkpoint prefix (`.../ckpt-<step>`) was saved at; -1 if none."""
     match = re.search(r"-(\d+)$", prefix)
     return int(match.group(1)) if match else -1
 
 
-def list_checkpoints(directory):
+def list_checkpoints(directory) -> list[str]:
     """The checkpoint prefixes in `directory`, newest first.
 
     Both the `checkpoint` state file's list and the `*.index` files count, so
@@ -407,12 +407,12 @@ def list_checkpoints(directory):
     return sorted(prefixes, key=checkpoint_step, reverse=True)
 
 
-def first_line(error):
+def first_line(error) -> str:
     text = getattr(error, "message", None) or str(error) or type(error).__name__
     return text.strip().splitlines()[0][:300]
 
 
-def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None):
+def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None) -> str | None:
     """Restores the newest intact checkpoint of `directory` into `checkpoint`.
 
     A checkpoint whose files are missing or damaged is skipped with a warning
@@ -496,7 +496,7 @@ def _never_finished(directory, names):
     return not tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
 
 
-def restore_model(checkpoint, model_dir, prefix=None):
+def restore_model(checkpoint, model_dir, prefix=None) -> str:
     """Restores a trained model (`checkpoint`'s objects) from a run folder.
 
     What every `from_run` loads through: the newest intact checkpoint of
@@ -531,7 +531,7 @@ def restore_model(checkpoint, model_dir, prefix=None):
     return restored
 
 
-def weights_checksum(variables):
+def weights_checksum(variables) -> str:
     """SHA-256 (hex, 16 digits) of the variables' values, in order.
 
     The fingerprint of a model: results.json records it for the weights a
@@ -548,7 +548,7 @@ class OtherModelError(RunDirError):
     """A classifier applied to model weights other than those it was fitted on."""
 
 
-def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_model=False):
+def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_model=False) -> None:
     """Checks that `model` has the weights a classifier was fitted on.
 
     Args:

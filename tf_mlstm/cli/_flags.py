@@ -7,6 +7,7 @@ record reads the same in every binary.
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Iterator
 
 from absl import flags
 from absl import logging
@@ -29,7 +30,7 @@ DEPRECATED_ALIASES = {}
 
 
 @contextlib.contextmanager
-def one_commands_flags():
+def one_commands_flags() -> Iterator[None]:
     """Undoes what one binary run in this process did to the flags, when it ends.
 
     For running several binaries one after another in one process (the
@@ -47,7 +48,7 @@ def one_commands_flags():
         DEPRECATED_ALIASES.update(aliases)
 
 
-def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
+def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS) -> None:
     """Defines `--old_name` as a deprecated spelling of the existing flag `--name`.
 
     The alias parses like `--name` and sets its value (so a required `--name`
@@ -148,7 +149,7 @@ def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=(
             flags.DEFINE_list(name, default, help_text, **module)
 
 
-def define_text_key(help_text="Keys/columns holding the text, tried in order."):
+def define_text_key(help_text="Keys/columns holding the text, tried in order.") -> None:
     """`--text_key`: a comma-separated list, `TEXT_KEYS` by default."""
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
 
@@ -156,7 +157,7 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
 text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
-def define_feature_precision(default="auto", note="", help_text=None):
+def define_feature_precision(default="auto", note="", help_text=None) -> None:
     """`--precision` of the binaries that compute features (transfer, classify).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -176,7 +177,7 @@ def define_feature_precision(default="auto", note="", help_text=None):
     )
 
 
-def define_overwrite(output_flag, fv=None, help_text=None):
+def define_overwrite(output_flag, fv=None, help_text=None) -> None:
     """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -193,7 +194,7 @@ def define_overwrite(output_flag, fv=None, help_text=None):
     )
 
 
-def define_allow_other_model(help_text=None):
+def define_allow_other_model(help_text=None) -> None:
     """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -208,7 +209,7 @@ def define_allow_other_model(help_text=None):
     )
 
 
-def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None):
+def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None) -> str:
     """`choice`, with `auto` measured for `model_dir`'s model at this batch shape (logged)."""
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
 
@@ -216,7 +217,7 @@ def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=No
     return features.resolve_precision(choice, model_dir, **shape)
 
 
-def define_runner_flags(defaults):
+def define_runner_flags(defaults) -> None:
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 
     Optimization (rate, warmup, decay, clipping), the step and time budget,
@@ -260,7 +261,7 @@ def define_runner_flags(defaults):
     define_distribution_flags(defaults)
 
 
-def define_distribution_flags(defaults):
+def define_distribution_flags(defaults) -> None:
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
     define_fields(
         defaults,

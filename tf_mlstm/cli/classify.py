@@ -43,6 +43,7 @@ the classifier was fitted in (as tf-mlstm-export serves it).
 import contextlib
 import itertools
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 from absl import flags
@@ -76,7 +77,7 @@ def define_classify_flags() -> None:
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the classifier, the input and the output, before TensorFlow starts.
 
     (`preflight`.) A folder as `--output` would be met only when the
@@ -94,7 +95,7 @@ def check_before_work(flag_values):
     outputs.refuse_existing("--output", fv.output, fv.overwrite)
 
 
-def load_predictor(config):
+def load_predictor(config) -> tuple:
     """The model and classifier of `config`, as one function of texts.
 
     Returns:
@@ -129,7 +130,7 @@ def load_predictor(config):
     )
 
 
-def classify_chunks(config, stdin=None):
+def classify_chunks(config, stdin=None) -> Iterator[tuple]:
     """`predict.classify_in_chunks` of `config`'s model, classifier and input.
 
     Yields:
@@ -144,7 +145,7 @@ def classify_chunks(config, stdin=None):
     )
 
 
-def classify(config, stdin=None):
+def classify(config, stdin=None) -> tuple:
     """Classifies all of `config.input` at once (see `classify_chunks`).
 
     Returns:
@@ -157,7 +158,7 @@ def classify(config, stdin=None):
     return lines, probabilities, labels, chunks[0][3]
 
 
-def main(config):
+def main(config) -> None:
     """Classifies the input a chunk at a time, writing each chunk's rows as it goes.
 
     The model, the classifier and the first chunk of the input are checked
@@ -183,7 +184,7 @@ def main(config):
     logging.info("Classified %d texts -> %s", writer.rows, config.output)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-classify`."""
     _main.run_binary(
         __name__,

@@ -36,13 +36,13 @@ def define_eval_flags() -> None:
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model and the data, before TensorFlow starts (`preflight`)."""
     preflight.check_trained_model(flag_values.model_dir)
     preflight.check_input_files("data", flag_values.data, folders=True)
 
 
-def main(config):
+def main(config) -> dict:
     """Scores the data; returns the final line's object."""
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
@@ -56,7 +56,7 @@ def main(config):
     return {"bits_per_char": result["bits_per_char"], "chars": result["chars"]}
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-eval`."""
     _main.run_binary(__name__, define_eval_flags, main, EvalConfig, required=list(_REQUIRED))
 

@@ -65,7 +65,7 @@ def define_export_flags() -> None:
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the classifier and the export folder, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     preflight.check_trained_model(fv.model_dir)
@@ -73,14 +73,14 @@ def check_before_work(flag_values):
     preflight.check_output_dir("export_dir", fv.export_dir)
 
 
-def export(config):
+def export(config) -> dict:
     """Exports the model (and classifier) of `config`: `tf_mlstm.serving.export.export`."""
     from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
 
     return export_lib.export(config)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-export`."""
     _main.run_binary(__name__, define_export_flags, export, ExportConfig, required=list(_REQUIRED))
 

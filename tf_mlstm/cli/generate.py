@@ -60,13 +60,13 @@ def define_generate_flags() -> None:
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model and the classifier, before TensorFlow starts (`preflight`)."""
     preflight.check_trained_model(flag_values.model_dir)
     preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
 
 
-def generate_texts(config, model=None, sampler=None):
+def generate_texts(config, model=None, sampler=None) -> list[str]:
     """Samples `config.num_samples` continuations of the prompt.
 
     Args:
@@ -114,7 +114,7 @@ def generate_texts(config, model=None, sampler=None):
     )
 
 
-def main(config):
+def main(config) -> None:
     """Prints the samples."""
     texts = generate_texts(config)
     for index, text in enumerate(texts):
@@ -123,7 +123,7 @@ def main(config):
         print(text)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-generate`."""
     _main.run_binary(
         __name__, define_generate_flags, main, GenerateConfig, required=list(_REQUIRED)

@@ -35,7 +35,7 @@ def define_import_flags() -> None:
     _flags.define_fields(defaults, ("weights_dir", "model_dir"), no_default=_REQUIRED)
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The release's folder and the new run folder, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     if fv.weights_dir and not preflight.isdir(fv.weights_dir):
@@ -48,14 +48,14 @@ def check_before_work(flag_values):
         preflight.check_folder_kind(fv.model_dir, "model_dir", "tf-mlstm-import-openai", (None,))
 
 
-def main(config):
+def main(config) -> dict:
     """Converts the arrays; returns the summary."""
     from tf_mlstm import api  # pylint: disable=g-import-not-at-top
 
     return api.import_openai_weights(config.weights_dir, config.model_dir)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-import-openai`."""
     _main.run_binary(__name__, define_import_flags, main, ImportConfig, required=list(_REQUIRED))
 

@@ -57,7 +57,7 @@ def define_visualize_flags() -> None:
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the classifier and the output folder, before TensorFlow starts (`preflight`).
 
     `--input` is literal text or files, told apart by what exists: not checked here.
@@ -85,7 +85,7 @@ def _names_files(spec):
     )
 
 
-def read_texts(config):
+def read_texts(config) -> list[str]:
     """The raw texts `--input` names, cut to `max_chars` characters.
 
     Args:
@@ -113,7 +113,7 @@ def read_texts(config):
     return [text[: config.max_chars] for text in texts]
 
 
-def main(config):
+def main(config) -> dict:
     """Draws the unit over the texts; returns the written files."""
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import neuron as neuron_lib  # pylint: disable=g-import-not-at-top
@@ -138,7 +138,7 @@ def main(config):
     return {kind: written[kind] for kind in ("html", "png", "json")}
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-visualize`."""
     _main.run_binary(
         __name__,

@@ -43,7 +43,7 @@ ALL = 0
 """`num_labeled` value meaning every training example."""
 
 
-def parse_num_labeled(spec):
+def parse_num_labeled(spec) -> tuple[int, ...]:
     """Parses a `--num_labeled` list such as "10,100,1000,all".
 
     Args:
@@ -116,7 +116,7 @@ def _read_data(config):
     return make_data(config, train, {"train": fit, **splits}, held_out)
 
 
-def make_data(config, train, splits, held_out):
+def make_data(config, train, splits, held_out) -> "_Data":
     """The `_Data` of splits already read: dict "train" (the fit rows), "val", maybe "test".
 
     Checks the classes (`_training_classes`) as a run does before featurizing.
@@ -158,7 +158,7 @@ def _training_classes(config, splits):
     return classes
 
 
-def featurize(config, model, data, fingerprint=None):
+def featurize(config, model, data, fingerprint=None) -> tuple[dict, dict, object]:
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
     The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
@@ -226,7 +226,7 @@ def featurize(config, model, data, fingerprint=None):
     return features, timings, vocabulary
 
 
-def c_grid_of(config, kinds):
+def c_grid_of(config, kinds) -> tuple:
     """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
 
     `logistic.WORDS_C_GRID` reaches 10x further up than the default grid:
@@ -251,7 +251,7 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
     }
 
 
-def choice_folds(config, data):
+def choice_folds(config, data) -> list | None:
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
     With fewer than `logistic.CV_MAX_VALIDATION` validation rows (and
@@ -346,7 +346,7 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     return (checked["C"],), record
 
 
-def fit_features(config, features, data, hidden, vocabulary=None):
+def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
     """Chooses the feature kinds (`--features`, or on validation) and fits the classifier.
 
     What `run_transfer` does between featurizing and writing; `tools/tfidf_baseline.py
@@ -561,7 +561,7 @@ def _warnings(sweep, selection, curve, majority, c_choice=None):
     return found
 
 
-def run_transfer(config):
+def run_transfer(config) -> dict:
     """Runs the experiment `config` describes and writes its outputs.
 
     Args:

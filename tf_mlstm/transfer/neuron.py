@@ -61,16 +61,16 @@ class SentimentNeuron:
     hidden_size: int
 
     @property
-    def state(self):
+    def state(self) -> str:
         """ "cell" or "hidden": the state the unit is held and drawn in."""
         return "cell" if self.kind in CELL_KINDS else "hidden"
 
     @property
-    def hidden_state(self):
+    def hidden_state(self) -> bool:
         """Whether the unit is a hidden-state one (`sampling`'s `hidden_state`)."""
         return self.state == "hidden"
 
-    def value_for(self, sentiment="positive", spreads=HOLD_SPREADS):
+    def value_for(self, sentiment="positive", spreads=HOLD_SPREADS) -> float:
         """The value that puts the neuron `spreads` deviations into `sentiment`'s side.
 
         Args:
@@ -91,7 +91,7 @@ class SentimentNeuron:
         direction = 1 if sentiment == "positive" else -1
         return float(self.threshold + direction * self.sign * spreads * self.spread)
 
-    def describe(self):
+    def describe(self) -> str:
         """A short phrase for logs: which feature, which unit, which direction."""
         return (
             f"the sentiment neuron of {self.source} ({self.kind} of {self.state} unit {self.unit}, "
@@ -99,7 +99,7 @@ class SentimentNeuron:
         )
 
 
-def neuron_from_classifier(path, tool, hidden_size=None):
+def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     """Reads the sentiment neuron of a classifier.json.
 
     Args:
@@ -235,7 +235,9 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="neuron_value")
     return float(flag_value)
 
 
-def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
+def held_unit(
+    classifier, hidden_size, flag_unit, flag_value, sentiment, tool
+) -> tuple[int, float, bool]:
     """The (unit, value) generation holds, from a classifier file and the flags.
 
     Args:
@@ -269,7 +271,7 @@ def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
     return unit, value, hidden_state
 
 
-def drawn_unit(classifier, hidden_size, flag_unit, tool):
+def drawn_unit(classifier, hidden_size, flag_unit, tool) -> tuple:
     """The (unit, sign) a heat map draws, from a classifier file and `--neuron`.
 
     Args:
