@@ -490,7 +490,7 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
     assert (tmp_path / "m" / "export" / "4" / "saved_model.pb").exists()
 
 
-def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
+def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path, caplog):
     from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
@@ -499,8 +499,16 @@ def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
     stats = json.loads((pathlib.Path(data) / "stats.json").read_text())["splits"]["train"]
     files = tfrecord.split_files(data, "train")
     config = TrainConfig(train_data=data, batch_size=8, seq_length=32, epochs=2.5).validate()
+    caplog.set_level("INFO")
     planned = data_files.steps_for_epochs(config, files)
     assert planned.max_steps == -(-int(2.5 * stats["bytes"]) // (8 * 32))
+    # The log names the arguments to a Python caller, the flags to a binary's user.
+    assert f"epochs=2.5: {stats['bytes']} training characters" in caplog.text
+    assert f"a step -> max_steps={planned.max_steps}." in caplog.text
+    assert "--epochs" not in caplog.text
+    with errors.naming_flags():
+        data_files.steps_for_epochs(config, files)
+    assert f"--epochs=2.5: {stats['bytes']} training characters" in caplog.text
     assert data_files.steps_for_epochs(dataclasses.replace(config, epochs=0), files) == (
         dataclasses.replace(config, epochs=0)
     )

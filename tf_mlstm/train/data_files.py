@@ -165,10 +165,12 @@ def steps_for_epochs(config, train_files) -> TrainConfig:
     per_step = config.batch_size * config.seq_length
     steps = max(1, math.ceil(config.epochs * chars / per_step))
     logging.info(
-        "--epochs=%g: %d training characters / %d a step -> --max_steps=%d.",
+        "%s=%g: %d training characters / %d a step -> %s=%d.",
+        _name("epochs"),
         config.epochs,
         chars,
         per_step,
+        _name("max_steps"),
         steps,
     )
     return dataclasses.replace(config, max_steps=steps).validate()
