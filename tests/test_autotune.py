@@ -23,6 +23,7 @@ from test_hardware import V100
 from test_hardware import _machine
 
 from _models import tiny_train_config
+from tf_mlstm import errors
 from tf_mlstm.train import autotune
 from tf_mlstm.train.autotune import Candidate
 
@@ -214,7 +215,9 @@ def test_short_runs_use_the_table_unless_the_cache_knows():
     assert autotune.worth_measuring(30, 10**6, 4) == (True, "")
     assert autotune.worth_measuring(0, 600, 4) == (True, "")
     allowed, why = autotune.worth_measuring(0, 10, 2)
-    assert not allowed and why == "--max_steps=10 is too short to pay for measuring (< 100)"
+    assert not allowed and why == "max_steps=10 is too short to pay for measuring (< 100)"
+    with errors.naming_flags():  # a binary's user reads the flag
+        assert autotune.worth_measuring(0, 10, 2)[1].startswith("--max_steps=10 is too short")
     assert not autotune.worth_measuring(1, 10**6, 2)[0]  # 3 s of a 1-minute budget
     clock = FakeClock()
     build = fake_build(clock, {})  # would fail: nothing may be built

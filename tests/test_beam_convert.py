@@ -25,6 +25,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
+from tf_mlstm import errors  # noqa: E402
 from tf_mlstm.beam import convert as beam_convert  # noqa: E402
 from tf_mlstm.cli import make_tfrecords  # noqa: E402
 from tf_mlstm.data import convert  # noqa: E402
@@ -220,10 +221,15 @@ def test_a_killed_launcher_leaves_a_folder_training_refuses(tmp_path, monkeypatc
 
 
 def test_max_documents_is_refused_under_a_runner(tmp_path):
-    with pytest.raises(ValueError, match=r"^--max_documents cannot be used with --runner: "):
-        beam_convert.convert_with_beam(
-            _config(demo.DEMO_CORPUS, tmp_path, max_documents=5), "DirectRunner"
-        )
+    # A Python caller reads the arguments' names; a binary's user, the flags'.
+    config = _config(demo.DEMO_CORPUS, tmp_path, max_documents=5)
+    with pytest.raises(ValueError, match=r"^max_documents cannot be used with runner: "):
+        beam_convert.convert_with_beam(config, "DirectRunner")
+    with (
+        errors.naming_flags(),
+        pytest.raises(ValueError, match=r"^--max_documents cannot be used with --runner: "),
+    ):
+        beam_convert.convert_with_beam(config, "DirectRunner")
     assert not os.listdir(tmp_path)
 
 

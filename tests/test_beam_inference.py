@@ -25,6 +25,7 @@ pytest.importorskip(
 )
 
 from _models import write_untrained_model_dir  # noqa: E402
+from tf_mlstm import errors  # noqa: E402
 from tf_mlstm.beam import inference  # noqa: E402
 from tf_mlstm.cli import classify as classify_cli  # noqa: E402
 from tf_mlstm.cli import classify_beam  # noqa: E402
@@ -206,6 +207,15 @@ def test_a_corrupt_input_is_one_error_line_and_no_output(exported, tmp_path, wor
 
 
 @pytest.mark.slow
+def test_an_output_prefix_naming_a_folder_names_the_argument_or_the_flag(tmp_path):
+    # A Python caller reads the argument's name; a binary's user, the flag's.
+    folder = f"{tmp_path}/"
+    with pytest.raises(ValueError, match=r"^output '.*' names a folder; give a prefix"):
+        inference.classify_with_beam("unused", "unused.csv", folder, "DirectRunner")
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"^--output '.*' names a folder"):
+        inference.classify_with_beam("unused", "unused.csv", folder, "DirectRunner")
+
+
 def test_an_output_over_an_input_is_one_line_before_the_pipeline(tmp_path):
     earlier = tmp_path / "scores-00000-of-00001.jsonl"
     earlier.write_bytes(b'{"text": "a text to classify"}\n')

@@ -240,12 +240,12 @@ def test_a_classifier_refuses_other_weights_of_the_same_size(tmp_path, caplog):
         rundir.OtherModelError,
         match=rf"classifier {tmp_path}/classifier.json was fitted on other model weights "
         rf"\(sha256 {fingerprint}\) than those of {other_dir} \(\w{{16}}\): give the "
-        "--model_dir it was fitted on, .* or pass --allow_other_model",
+        "model_dir it was fitted on, .* or pass allow_other_model",
     ):
         classify_cli.main(_config(tmp_path, other_dir))
     caplog.set_level("WARNING")
     classify_cli.main(_config(tmp_path, other_dir, allow_other_model=True))
-    assert "applied anyway (--allow_other_model)" in caplog.text
+    assert "applied anyway (allow_other_model)" in caplog.text
 
 
 def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):

@@ -268,8 +268,8 @@ def test_a_resumed_run_keeps_its_head_and_classes(tmp_path):
     base = dict(init_model_dir="m", train_data="t", model_dir=str(tmp_path), head_hidden=8)
     (tmp_path / FINETUNE_CONFIG_FILE).write_text(finetune.FinetuneConfig(**base).to_json())
     for change, message in [
-        (dict(head_hidden=16), "--head_hidden=16 .saved 8."),
-        (dict(label_map="1:a,2:b"), "--label_map=1:a,2:b .saved ."),
+        (dict(head_hidden=16), ": head_hidden=16 .saved 8."),
+        (dict(label_map="1:a,2:b"), ": label_map=1:a,2:b .saved ."),
     ]:
         config = finetune.FinetuneConfig(**dict(base, **change))
         with pytest.raises(ValueError, match=message):
@@ -289,7 +289,7 @@ def test_a_config_saved_before_the_features_rename_reads_and_resumes(tmp_path):
     config = read_config(str(tmp_path), finetune.FinetuneConfig, FINETUNE_CONFIG_FILE)
     assert config.features == "mean,max" and config.feature_kinds == ("mean", "max")
     assert check_resumed_config(str(tmp_path), config, FINETUNE_CONFIG_FILE) == {}
-    with pytest.raises(ValueError, match=r"--features=cell \(saved mean,max\)"):
+    with pytest.raises(ValueError, match=r": features=cell \(saved mean,max\)"):
         check_resumed_config(str(tmp_path), finetune.FinetuneConfig(**base), FINETUNE_CONFIG_FILE)
 
 
@@ -298,7 +298,7 @@ def test_a_bad_label_map_or_a_single_class_is_one_clear_error(tmp_path):
     base = dict(init_model_dir="unused", train_data=train, model_dir=str(tmp_path / "run"))
     for label_map, message in [
         ("1:neg,2", "label_map entry 2 .'2'. is not VALUE:CLASS"),
-        ("1:neg,2:neg,3:pos", r"train.jsonl:\d+: 'stars' is [45], which --label_map does not name"),
+        ("1:neg,2:neg,3:pos", r"train.jsonl:\d+: 'stars' is [45], which label_map does not name"),
     ]:
         config = finetune.FinetuneConfig(**base, label_key="stars", label_map=label_map)
         with pytest.raises(ValueError, match=message):

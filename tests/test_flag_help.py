@@ -60,6 +60,41 @@ def test_a_flag_s_help_is_its_field_s_documentation(module):
     assert checked >= 2
 
 
+# The binaries whose every flag is derived from its field (`_flags.define_fields`).
+DERIVED = ("eval", "classify", "export", "generate", "visualize", "import_openai")
+# A field without a default whose flag has one: empty = the fine-tuned head of --model_dir.
+FLAG_DEFAULTS = {("ClassifyConfig", "classifier"): ""}
+
+
+@pytest.mark.parametrize("module", DERIVED)
+def test_a_flag_s_default_is_its_field_s_and_its_binary_lists_it(module):
+    define, config_class = BINARIES[module]
+    name = f"tf_mlstm.cli.{module}"
+    with _flags.one_commands_flags():
+        getattr(importlib.import_module(name), define)()
+        own = {flag.name for flag in flags.FLAGS.get_flags_for_module(name)}
+        for field in dataclasses.fields(config_class):
+            flag = flags.FLAGS[field.name]
+            if (config_class.__name__, field.name) in FLAG_DEFAULTS:
+                assert flag.default == FLAG_DEFAULTS[config_class.__name__, field.name]
+            elif field.default is dataclasses.MISSING:  # required, or resolved later
+                assert flag.default is None, field.name
+            else:
+                wanted = list(field.default) if isinstance(field.default, tuple) else field.default
+                assert flag.default == wanted, field.name
+            # `--helpfull` lists it under the binary; a shared one (`--text_key`), under _flags.
+            assert (field.name in own) == (field.name != "text_key"), field.name
+
+
+def test_eval_s_sizes_keep_their_bounds():
+    with _flags.one_commands_flags():
+        importlib.import_module("tf_mlstm.cli.eval").define_eval_flags()
+        for name, bound in (("batch_size", 1), ("seq_length", 1), ("max_batches", 0)):
+            assert flags.FLAGS[name].parser.lower_bound == bound, name
+        with pytest.raises(flags.IllegalFlagValueError, match="batch_size"):
+            flags.FLAGS(["eval", "--model_dir=m", "--data=d", "--batch_size=0"])
+
+
 def test_a_field_named_in_a_doc_reads_as_the_argument_to_python_and_the_flag_in_help():
     doc = base.field_doc(config.TrainConfig, "lr_scaling")
     assert doc == "Scale `lr` by global batch / `lr_base_batch`."

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk_metrics
 
+from tf_mlstm import errors
 from tf_mlstm.transfer import labeled
 
 
@@ -77,7 +78,10 @@ def test_label_map_turns_star_values_into_named_classes(tmp_path):
     ordered = "5:top,4:top,3:mid,9:never,1:low"
     data = labeled.read_labeled(stars, ["reviewText"], "overall", label_map=ordered)
     assert data.classes() == ("top", "mid", "low")
-    with pytest.raises(ValueError, match=r"stars.jsonl:2: 'overall' is 3, which --label_map"):
+    # A Python caller reads the argument's name; a binary's user, the flag's.
+    with pytest.raises(ValueError, match=r"stars.jsonl:2: 'overall' is 3, which label_map"):
+        labeled.read_labeled(stars, ["reviewText"], "overall", label_map="5:top,4:top,1:low")
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"is 3, which --label_map does"):
         labeled.read_labeled(stars, ["reviewText"], "overall", label_map="5:top,4:top,1:low")
     # Text values match case-insensitively; integer class names give integer classes.
     table = _csv(tmp_path / "t.csv", ["sentence", "mood"], [["a", "Pos"], ["b", "neg "]])

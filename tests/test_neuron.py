@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 from _commands import run_in_one_process
 from _models import write_untrained_model_dir
+from tf_mlstm import errors
 from tf_mlstm.cli import generate
 from tf_mlstm.cli import visualize as visualize_cli
 from tf_mlstm.models import sampling
@@ -111,14 +112,19 @@ def test_flags_override_and_conflicts_are_logged(setup, caplog):
     assert "Holding cell unit 5 at" in caplog.text and "cell_mean of cell unit 5" in caplog.text
     caplog.clear()
     assert neuron_lib.held_unit(paths["plus"], HIDDEN, UNIT, 0.5, None, "t") == (UNIT, 0.5, False)
-    assert "--neuron_value=0.5 overrides" in caplog.text
+    # A Python caller reads the arguments' names; a binary's user (below), the flags'.
+    assert "neuron_value=0.5 overrides" in caplog.text and "--neuron_value" not in caplog.text
     caplog.clear()
     assert neuron_lib.held_unit(paths["plus"], HIDDEN, 2, None, None, "t") == (2, 0.0, False)
-    assert "--neuron=2 overrides unit 5" in caplog.text
+    assert " neuron=2 overrides unit 5" in caplog.text
     assert neuron_lib.held_unit(paths["plus"], HIDDEN, -1, None, None, "t") == (-1, 0.0, False)
     assert neuron_lib.held_unit("", HIDDEN, None, None, None, "t") == (-1, 0.0, False)
     assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, None, "t")[:2] == (UNIT, -1)
     assert neuron_lib.drawn_unit(paths["minus"], HIDDEN, 3, "t")[:2] == (3, 1)
+    with pytest.raises(ValueError, match=r"^no unit to draw: give neuron or classifier\.$"):
+        neuron_lib.drawn_unit("", HIDDEN, None, "t")
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"give --neuron or --classifier"):
+        neuron_lib.drawn_unit("", HIDDEN, None, "t")
 
 
 def test_bad_classifier_files(setup, tmp_path):

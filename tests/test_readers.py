@@ -397,7 +397,7 @@ def test_csv_record_limit_bounds_an_open_quote(tmp_path):
     assert [d.text for d in docs] == [f"row {i}" for i in range(200)]
     assert log.counts == {"record_too_long": 1}
     assert log.examples["record_too_long"][0].startswith(
-        f"{path}:2: record longer than --max_document_bytes=100 over "
+        f"{path}:2: record longer than max_document_bytes=100 over "
     )
 
 

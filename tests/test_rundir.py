@@ -1,5 +1,6 @@
 """The run folder: config checks on resume, the run lock, intact checkpoints, exact state."""
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -16,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from _models import write_untrained_model_dir
+from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
@@ -69,14 +71,21 @@ def test_resume_refuses_a_new_shape_or_precision_and_logs_safe_changes(tmp_path,
     rundir.begin_run(model_dir, {rundir.CONFIG_FILE: saved})
     _fake_checkpoint(model_dir)
     changed = dataclasses.replace(saved, hidden_size=64, precision="mixed_bfloat16", lr=1e-3)
-    with pytest.raises(
-        rundir.RunDirError,
-        match=r"holds checkpoints of another model or precision \(config.json\): "
-        r"--hidden_size=64 \(saved 32\), --precision=mixed_bfloat16 \(saved float32\)\. ",
-    ):
-        rundir.begin_run(model_dir, {rundir.CONFIG_FILE: changed})
+    # A Python caller reads the arguments' names; a binary's user, the flags'.
+    for prefix, names in (("", contextlib.nullcontext()), ("--", errors.naming_flags())):
+        with (
+            names,
+            pytest.raises(
+                rundir.RunDirError,
+                match=r"holds checkpoints of another model or precision \(config.json\): "
+                rf"{prefix}hidden_size=64 \(saved 32\), {prefix}precision=mixed_bfloat16 "
+                rf"\(saved float32\)\. Resume with the saved values, or use a new "
+                rf"{prefix}model_dir\.$",
+            ),
+        ):
+            rundir.begin_run(model_dir, {rundir.CONFIG_FILE: changed})
     assert rundir.read_config(model_dir) == saved  # untouched
-    with pytest.raises(rundir.RunDirError, match="--weight_norm=False \\(saved True\\)"):
+    with pytest.raises(rundir.RunDirError, match=": weight_norm=False \\(saved True\\)"):
         rundir.begin_run(
             model_dir, {rundir.CONFIG_FILE: dataclasses.replace(saved, weight_norm=False)}
         )
@@ -86,8 +95,11 @@ def test_resume_refuses_a_new_shape_or_precision_and_logs_safe_changes(tmp_path,
     rundir.begin_run(model_dir, {rundir.CONFIG_FILE: longer})
     assert rundir.read_config(model_dir) == longer
     logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "--max_steps 16 -> 24" in logged and "--lr 0.005 -> 0.001" in logged
-    assert "--log_every_steps 25 -> 5" in logged
+    assert "(config.json): log_every_steps 25 -> 5, lr 0.005 -> 0.001, max_steps 16 -> 24" in logged
+    caplog.clear()
+    with errors.naming_flags():
+        rundir.begin_run(model_dir, {rundir.CONFIG_FILE: dataclasses.replace(longer, lr=1e-2)})
+    assert "(config.json): --lr 0.001 -> 0.01." in caplog.text
 
 
 def test_finetune_resume_rules(tmp_path):
@@ -97,7 +109,7 @@ def test_finetune_resume_rules(tmp_path):
     configs = {rundir.CONFIG_FILE: base, rundir.FINETUNE_CONFIG_FILE: saved}
     rundir.begin_run(model_dir, configs)
     _fake_checkpoint(model_dir)
-    with pytest.raises(rundir.RunDirError, match=r"--lm_loss_weight=0.5 \(saved 0.0\)"):
+    with pytest.raises(rundir.RunDirError, match=r": lm_loss_weight=0.5 \(saved 0.0\)"):
         rundir.begin_run(
             model_dir,
             {
@@ -105,7 +117,7 @@ def test_finetune_resume_rules(tmp_path):
                 rundir.FINETUNE_CONFIG_FILE: dataclasses.replace(saved, lm_loss_weight=0.5),
             },
         )
-    with pytest.raises(rundir.RunDirError, match=r"\(config.json\): --hidden_size=32 \(saved 16\)"):
+    with pytest.raises(rundir.RunDirError, match=r"\(config.json\): hidden_size=32 \(saved 16\)"):
         rundir.begin_run(model_dir, {**configs, rundir.CONFIG_FILE: TrainConfig(hidden_size=32)})
     rundir.begin_run(
         model_dir, {**configs, rundir.FINETUNE_CONFIG_FILE: dataclasses.replace(saved, max_steps=5)}
@@ -413,7 +425,7 @@ def test_each_kind_of_folder_is_told_by_its_own_file_and_refused_where_it_does_n
         rundir.check_folder_kind(path, "model_dir", "tf-mlstm-train", train)
     with pytest.raises(
         rundir.RunDirError,
-        match=rf"^--model_dir={data} is a tf-mlstm-make-tfrecords data folder \(it holds "
+        match=rf"^model_dir={data} is a tf-mlstm-make-tfrecords data folder \(it holds "
         rf"stats.json\), and tf-mlstm-train takes a new folder or a language-model run there: "
         rf"tf-mlstm-train takes it as --train_data={data}, tf-mlstm-eval as --data={data}\.$",
     ):
@@ -444,5 +456,5 @@ def test_a_fine_tuning_run_writes_config_json_last(tmp_path, monkeypatch):
 def test_a_symlink_loop_as_a_new_run_folder_is_one_line(tmp_path):
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    with pytest.raises(ValueError, match=rf"^--model_dir={loop}: a symbolic link to {loop}, which"):
+    with pytest.raises(ValueError, match=rf"^model_dir={loop}: a symbolic link to {loop}, which"):
         rundir.check_folder_kind(str(loop), "model_dir", "tf-mlstm-train", (None,))

@@ -22,6 +22,7 @@ import tensorflow as tf
 from _models import PINNED_FLAGS
 from _models import run
 from _models import train_command
+from tf_mlstm import errors
 from tf_mlstm.train import strategy as strategy_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -101,9 +102,12 @@ def test_a_cluster_description_a_one_machine_strategy_would_ignore_is_refused(
     with pytest.raises(
         ValueError,
         match=rf"TF_CONFIG describes a cluster of 2 tasks \(this is worker 1\), but "
-        rf"--distribution_strategy={strategy} trains on this machine alone, .*: pass "
-        r"--distribution_strategy=multi_worker, or unset TF_CONFIG$",
+        rf"distribution_strategy={strategy} trains on this machine alone, .*: pass "
+        r"distribution_strategy=multi_worker, or unset TF_CONFIG$",
     ):
+        strategy_lib.get_distribution_strategy(strategy)
+    # A binary's user reads the flags (the binary itself: the test below).
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"pass --distribution_strategy="):
         strategy_lib.get_distribution_strategy(strategy)
     # Inconsistent (a task outside its cluster): refused too, not ignored.
     monkeypatch.setenv("TF_CONFIG", _tf_config(["10.0.0.1:2222"], index=3))
@@ -141,8 +145,8 @@ def test_several_slurm_tasks_under_a_one_machine_strategy_are_refused(monkeypatc
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
     with pytest.raises(
         ValueError,
-        match=r"task 2 of 4 of a Slurm job step, .*--distribution_strategy=multi_worker "
-        r"--cluster_resolver=slurm, or start one task$",
+        match=r"task 2 of 4 of a Slurm job step, .* distribution_strategy=multi_worker "
+        r"cluster_resolver=slurm, or start one task$",
     ):
         strategy_lib.get_distribution_strategy("default")
 

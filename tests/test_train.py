@@ -18,6 +18,7 @@ from conftest import skip_unless_ci
 
 from _commands import run_in_one_process
 from _models import PINNED_FLAGS
+from tf_mlstm import errors
 from tf_mlstm.config import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -357,7 +358,10 @@ def test_glob_train_data_validates_on_the_validation_split_not_the_training_file
     train, validation = _resolve(f"{tmp_path}/data/train-*")
     assert train == paths["train"] and validation == paths["validation"]
     assert _resolve(tmp_path / "data") == (train, validation)
-    with pytest.raises(ValueError, match=r"takes in 2 held-out shards such as .*test-00000"):
+    # A Python caller reads the argument's name; a binary's user, the flag's.
+    with pytest.raises(ValueError, match=r"^train_data=.* takes in 2 held-out shards such as "):
+        _resolve(f"{tmp_path}/data/*.tfrecord")
+    with errors.naming_flags(), pytest.raises(ValueError, match=r"^--train_data=.* takes in 2 "):
         _resolve(f"{tmp_path}/data/*.tfrecord")
 
 
@@ -420,6 +424,17 @@ def test_raw_text_without_a_default_text_field_names_the_fields_to_choose_from(t
     lists = f"{corpus},{corpus}"
     with pytest.raises(ValueError, match=rf"--output_dir={tmp_path}/posts_tfrecords`"):
         data_files.check_converted("train_data", lists)
+    # The command to run names flags; the setting is named as its reader wrote it.
+    output = f"{tmp_path}/posts_tfrecords"
+    with pytest.raises(ValueError, match=rf"^train_data={lists} .*then pass train_data={output}$"):
+        data_files.check_converted("train_data", lists)
+    with (
+        errors.naming_flags(),
+        pytest.raises(
+            ValueError, match=rf"^--train_data={lists} .*then pass --train_data={output}$"
+        ),
+    ):
+        data_files.check_converted("train_data", lists)
 
 
 def test_tfrecord_data_is_told_from_raw_files_by_content_not_only_by_name(tmp_path):
@@ -475,7 +490,7 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
     assert (tmp_path / "m" / "export" / "4" / "saved_model.pb").exists()
 
 
-def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
+def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path, caplog):
     from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
@@ -484,8 +499,16 @@ def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path):
     stats = json.loads((pathlib.Path(data) / "stats.json").read_text())["splits"]["train"]
     files = tfrecord.split_files(data, "train")
     config = TrainConfig(train_data=data, batch_size=8, seq_length=32, epochs=2.5).validate()
+    caplog.set_level("INFO")
     planned = data_files.steps_for_epochs(config, files)
     assert planned.max_steps == -(-int(2.5 * stats["bytes"]) // (8 * 32))
+    # The log names the arguments to a Python caller, the flags to a binary's user.
+    assert f"epochs=2.5: {stats['bytes']} training characters" in caplog.text
+    assert f"a step -> max_steps={planned.max_steps}." in caplog.text
+    assert "--epochs" not in caplog.text
+    with errors.naming_flags():
+        data_files.steps_for_epochs(config, files)
+    assert f"--epochs=2.5: {stats['bytes']} training characters" in caplog.text
     assert data_files.steps_for_epochs(dataclasses.replace(config, epochs=0), files) == (
         dataclasses.replace(config, epochs=0)
     )

@@ -22,6 +22,7 @@ from sklearn.preprocessing import StandardScaler
 from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
+from tf_mlstm import errors
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.cli import visualize as visualize_cli
@@ -328,7 +329,10 @@ def test_select_feature_kinds_picks_the_informative_group():
 
 def test_num_labeled_is_parsed():
     assert experiment.parse_num_labeled("all, 100,10") == (10, 100, experiment.ALL)
-    with pytest.raises(ValueError, match="integers >= 2 or 'all'"):
+    # A Python caller reads the argument's name; a binary's user, the flag's.
+    with pytest.raises(ValueError, match="^num_labeled entries must be integers >= 2 or 'all'"):
+        experiment.parse_num_labeled("10,ten")
+    with errors.naming_flags(), pytest.raises(ValueError, match="^--num_labeled entries must"):
         experiment.parse_num_labeled("10,ten")
 
 
@@ -563,7 +567,7 @@ def test_run_transfer_errors(tmp_path, review_csvs):
     (model_dir / "results.json").write_text('{"step": 20}')
     with pytest.raises(
         ValueError,
-        match=r"--output_dir=.*/m is a model folder \(it holds config.json\); writing here "
+        match=r"^output_dir=.*/m is a model folder \(it holds config.json\); writing here "
         r"would replace the run's results.json: give a folder of its own, e.g. .*/m/transfer",
     ):
         experiment.run_transfer(

@@ -28,6 +28,7 @@ import socket
 from tf_mlstm import errors
 from tf_mlstm.data.fields import INCOMPLETE_MARKER
 from tf_mlstm.data.fields import split_keys
+from tf_mlstm.errors import setting_name as _name
 
 # === The run folder's layout (see tf_mlstm/rundir.py) ===
 
@@ -216,7 +217,7 @@ def check_folder_kind(path, flag, command, accept) -> None:
         the command that fits it.
     """
     if None in accept:  # a folder the command makes
-        check_link_leads_somewhere(path, f"--{flag}={path}")
+        check_link_leads_somewhere(path, f"{_name(flag)}={path}")
     kind, evidence = folder_kind(path)
     if kind in accept:
         return
@@ -226,10 +227,10 @@ def check_folder_kind(path, flag, command, accept) -> None:
     if kind is None:
         raise FileNotFoundError(
             f"{path}: no {CONFIG_FILE}, so no trained model; {command} takes "
-            f"{' or '.join(wanted)} as --{flag}"
+            f"{' or '.join(wanted)} as {_name(flag)}"
         )
     raise RunDirError(
-        f"--{flag}={path} is {a(kind)} (it holds {evidence}), and {command} takes "
+        f"{_name(flag)}={path} is {a(kind)} (it holds {evidence}), and {command} takes "
         f"{' or '.join(wanted)} there: {use_of(kind, path)}."
     )
 
@@ -242,7 +243,9 @@ def missing_config_error(model_dir, name=CONFIG_FILE) -> FileNotFoundError:
             f"{model_dir}: no {name}: it is {a(kind)} (it holds {evidence}), not a "
             f"trained model; {use_of(kind, model_dir)}."
         )
-    return FileNotFoundError(f"{model_dir}: no {name}; is it a tf-mlstm-train --model_dir?")
+    return FileNotFoundError(
+        f"{model_dir}: no {name}; is it a tf-mlstm-train {_name('model_dir')}?"
+    )
 
 
 def check_trained_model(model_dir, flag="model_dir") -> None:
@@ -258,11 +261,12 @@ def check_trained_model(model_dir, flag="model_dir") -> None:
     """
     if not exists(model_dir):
         raise errors.MissingFileError(
-            f"--{flag}={model_dir} does not exist, so no trained model ({CONFIG_FILE}) is there; "
-            "give a tf-mlstm-train or tf-mlstm-finetune --model_dir"
+            f"{_name(flag)}={model_dir} does not exist, so no trained model ({CONFIG_FILE}) "
+            "is there; "
+            f"give a tf-mlstm-train or tf-mlstm-finetune {_name('model_dir')}"
         )
     if not isdir(model_dir):
-        raise errors.MissingFileError(f"--{flag}={model_dir} is a file, not a run folder")
+        raise errors.MissingFileError(f"{_name(flag)}={model_dir} is a file, not a run folder")
     if not exists(os.path.join(model_dir, CONFIG_FILE)):
         raise missing_config_error(model_dir)
 
@@ -275,9 +279,9 @@ def check_finetune_run(model_dir) -> None:
     """
     if not is_finetune_run(model_dir):
         raise errors.InvalidValueError(
-            f"--model_dir={model_dir} is not a finished tf-mlstm-finetune run (no "
+            f"{_name('model_dir')}={model_dir} is not a finished tf-mlstm-finetune run (no "
             f"{FINETUNE_CONFIG_FILE} and {RESULTS_FILE}); give "
-            "--classifier=classifier.json for a tf-mlstm-transfer classifier"
+            f"{_name('classifier')}=classifier.json for a tf-mlstm-transfer classifier"
         )
 
 
@@ -295,7 +299,7 @@ def check_not_run_dir(path, flag) -> None:
     for name in (CONFIG_FILE, CHECKPOINT_SUBDIR):
         if exists(os.path.join(path, name)):
             raise RunDirError(
-                f"--{flag}={path} is a model folder (it holds {name}); writing here would "
+                f"{_name(flag)}={path} is a model folder (it holds {name}); writing here would "
                 f"replace the run's {RESULTS_FILE}: give a folder of its own, e.g. "
                 f"{os.path.join(path, 'transfer')}."
             )
@@ -342,7 +346,7 @@ def refused_changes(saved, new, name) -> list[str]:
             key = fixed[field] or (lambda v: v)
             if key(saved[field]) != key(new[field]):
                 refused.append(
-                    f"--{field}={_flag_value(new[field])} (saved {_flag_value(saved[field])})"
+                    f"{_name(field)}={_flag_value(new[field])} (saved {_flag_value(saved[field])})"
                 )
     return refused
 
@@ -351,7 +355,8 @@ def resume_refused_error(model_dir, name, refused) -> RunDirError:
     """The error for a resume that changes the settings `refused` (see `refused_changes`)."""
     return RunDirError(
         f"{model_dir} holds checkpoints of another model or precision ({name}): "
-        f"{', '.join(refused)}. Resume with the saved values, or use a new --model_dir."
+        f"{', '.join(refused)}. Resume with the saved values, or use a new "
+        f"{_name('model_dir')}."
     )
 
 
@@ -452,7 +457,8 @@ def in_use_error(model_dir, record) -> RunDirError:
     """The error for a run folder whose lock the live run `record` holds."""
     return RunDirError(
         f"{model_dir} is in use by another run ({describe_holder(record)}): stop it or use "
-        f"another --model_dir; if that run is gone, delete {os.path.join(model_dir, LOCK_FILE)}."
+        f"another {_name('model_dir')}; if that run is gone, delete "
+        f"{os.path.join(model_dir, LOCK_FILE)}."
     )
 
 
@@ -481,7 +487,7 @@ def _pieces(spec):
 
 def _check_readable(flag, path):
     if not _remote(path) and not os.access(path, os.R_OK):
-        raise errors.InvalidValueError(f"--{flag}: cannot read {path} (permission denied)")
+        raise errors.InvalidValueError(f"{_name(flag)}: cannot read {path} (permission denied)")
 
 
 def check_input_files(flag, spec, folders=False) -> None:
@@ -508,15 +514,17 @@ def check_input_files(flag, spec, folders=False) -> None:
             else:
                 matches = [m for m in glob.glob(piece) if folders or not os.path.isdir(m)]
             if not matches:
-                raise errors.MissingFileError(f"--{flag}: input pattern matches no files: {piece}")
+                raise errors.MissingFileError(
+                    f"{_name(flag)}: input pattern matches no files: {piece}"
+                )
             continue
         if not exists(piece):
             what = "input file or folder" if folders else "input file"
-            raise errors.MissingFileError(f"--{flag}: {what} not found: {piece}")
+            raise errors.MissingFileError(f"{_name(flag)}: {what} not found: {piece}")
         if isdir(piece):
             if not folders:
                 raise errors.InvalidValueError(
-                    f"--{flag}: input is a directory: {piece} (give a glob such as "
+                    f"{_name(flag)}: input is a directory: {piece} (give a glob such as "
                     f"{piece.rstrip('/')}/*.jsonl)"
                 )
             continue
@@ -538,9 +546,9 @@ def check_input_file(flag, path, what="file") -> None:
     if not path:
         return
     if not exists(path):
-        raise errors.MissingFileError(f"--{flag}: {what} not found: {path}")
+        raise errors.MissingFileError(f"{_name(flag)}: {what} not found: {path}")
     if isdir(path):
-        raise errors.InvalidValueError(f"--{flag}={path} is a folder, not a {what}")
+        raise errors.InvalidValueError(f"{_name(flag)}={path} is a folder, not a {what}")
     _check_readable(flag, path)
 
 
@@ -566,11 +574,11 @@ def _writable_place(flag, path, kind):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise errors.InvalidValueError(
-            f"--{flag}={path}: {parent} is a file, so the {kind} cannot be made there"
+            f"{_name(flag)}={path}: {parent} is a file, so the {kind} cannot be made there"
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise errors.InvalidValueError(
-            f"--{flag}={path}: cannot write in {parent} ({_why_unwritable(parent)})"
+            f"{_name(flag)}={path}: cannot write in {parent} ({_why_unwritable(parent)})"
         )
 
 
@@ -592,12 +600,12 @@ def check_output_file(flag, path) -> None:
         return
     if os.path.isdir(path):
         raise errors.InvalidValueError(
-            f"--{flag}={path} is a folder; give the path of the file to write, e.g. "
+            f"{_name(flag)}={path} is a folder; give the path of the file to write, e.g. "
             f"{os.path.join(path, 'scores.csv')}"
         )
     if os.path.lexists(path) and not os.access(path, os.W_OK):
         raise errors.InvalidValueError(
-            f"--{flag}={path}: cannot write it ({_why_unwritable(path)})"
+            f"{_name(flag)}={path}: cannot write it ({_why_unwritable(path)})"
         )
     _writable_place(flag, path, "file")
 
@@ -616,7 +624,7 @@ def check_output_prefix(flag, prefix) -> None:
         return
     if os.path.isdir(prefix):
         raise errors.InvalidValueError(
-            f"--{flag}={prefix} is a folder; give a prefix of file names in it, e.g. "
+            f"{_name(flag)}={prefix} is a folder; give a prefix of file names in it, e.g. "
             f"{os.path.join(prefix, 'part')}"
         )
     _writable_place(flag, prefix, "files")
@@ -638,7 +646,7 @@ def check_saved_model(flag, path) -> None:
         else "<export_dir>/<version>"
     )
     raise errors.MissingFileError(
-        f"--{flag}={path}: no SavedModel there (no saved_model.pb); give the version folder "
+        f"{_name(flag)}={path}: no SavedModel there (no saved_model.pb); give the version folder "
         f"that tf-mlstm-export wrote ({instead})"
     )
 
@@ -655,13 +663,13 @@ def check_output_dir(flag, path) -> None:
     """
     if not path or _remote(path):
         return
-    check_link_leads_somewhere(path, f"--{flag}={path}")
+    check_link_leads_somewhere(path, f"{_name(flag)}={path}")
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise errors.InvalidValueError(f"--{flag}={path} is a file, not a folder")
+        raise errors.InvalidValueError(f"{_name(flag)}={path} is a file, not a folder")
     if os.path.isdir(path):
         if not os.access(path, os.W_OK | os.X_OK):
             raise errors.InvalidValueError(
-                f"--{flag}={path}: cannot write in it ({_why_unwritable(path)})"
+                f"{_name(flag)}={path}: cannot write in it ({_why_unwritable(path)})"
             )
         return
     _writable_place(flag, path, "folder")

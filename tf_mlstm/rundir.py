@@ -60,6 +60,7 @@ from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import preflight
 from tf_mlstm.config import TrainConfig
+from tf_mlstm.errors import setting_name as _name
 
 C = TypeVar("C")  # the config dataclass `read_config` builds
 
@@ -231,7 +232,8 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple
             model_dir,
             name,
             ", ".join(
-                f"--{k} {_flag_value(old)} -> {_flag_value(v)}" for k, (old, v) in changed.items()
+                f"{_name(k)} {_flag_value(old)} -> {_flag_value(v)}"
+                for k, (old, v) in changed.items()
             ),
         )
     return changed
@@ -353,7 +355,7 @@ def acquire_lock(model_dir: str) -> str:
     if holder != record:
         raise RunDirError(
             f"{model_dir} is in use by another run ({_describe_holder(holder or {})}) that "
-            "started at the same moment: use another --model_dir."
+            f"started at the same moment: use another {_name('model_dir')}."
         )
     if not _HELD:
         atexit.register(release_locks)
@@ -583,10 +585,10 @@ def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_mode
     )
     if not allow_other_model:
         raise OtherModelError(
-            f"{message}: give the --model_dir it was fitted on, refit it with "
-            "tf-mlstm-transfer, or pass --allow_other_model to apply it anyway"
+            f"{message}: give the {_name('model_dir')} it was fitted on, refit it with "
+            f"tf-mlstm-transfer, or pass {_name('allow_other_model')} to apply it anyway"
         )
-    logging.warning("%s; applied anyway (--allow_other_model).", message)
+    logging.warning("%s; applied anyway (%s).", message, _name("allow_other_model"))
 
 
 check_not_run_dir = preflight.check_not_run_dir

@@ -200,8 +200,9 @@ def convert_with_beam(
     """
     if config.max_documents:
         raise errors.InvalidValueError(
-            "--max_documents cannot be used with --runner: a Beam pipeline has no stream "
-            "order to cut it at; convert a part of the input instead"
+            f"{errors.setting_name('max_documents')} cannot be used with "
+            f"{errors.setting_name('runner')}: a Beam pipeline has no stream order to cut it at; "
+            "convert a part of the input instead"
         )
     options = beam_options.pipeline_options(runner, pipeline_args)
     start = time.monotonic()

@@ -314,7 +314,8 @@ def classify_with_beam(
     folder, base = os.path.split(output)
     if not base:
         raise errors.InvalidValueError(
-            f"--output {output!r} names a folder; give a prefix of file names in it "
+            f"{errors.setting_name('output')} {output!r} names a folder; give a prefix of file "
+            "names in it "
             f"(e.g. {os.path.join(output, 'part')})"
         )
     paths = readers.expand_inputs(inputs)

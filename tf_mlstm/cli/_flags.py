@@ -6,6 +6,8 @@ record reads the same in every binary.
 
 import contextlib
 import dataclasses
+import sys
+from collections.abc import Iterator
 
 from absl import flags
 from absl import logging
@@ -28,7 +30,7 @@ DEPRECATED_ALIASES = {}
 
 
 @contextlib.contextmanager
-def one_commands_flags():
+def one_commands_flags() -> Iterator[None]:
     """Undoes what one binary run in this process did to the flags, when it ends.
 
     For running several binaries one after another in one process (the
@@ -46,7 +48,7 @@ def one_commands_flags():
         DEPRECATED_ALIASES.update(aliases)
 
 
-def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS):
+def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS) -> None:
     """Defines `--old_name` as a deprecated spelling of the existing flag `--name`.
 
     The alias parses like `--name` and sets its value (so a required `--name`
@@ -113,32 +115,41 @@ def _one_type(annotation):
     return options[0] if len(options) == 1 else annotation
 
 
-def define_fields(defaults, names, choices=None):
+def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=()) -> None:
     """Defines a flag for each field `names` of the config `defaults`, derived from the field.
 
     The flag's name is the field's, its default the field's value in
     `defaults`, its type the field's (bool, int, float, str), and its help the
     field's documentation (`field_help`); a field with `choices` is an enum,
-    one that may hold several values (a tuple) a comma-separated list.
+    one that may hold several values (a tuple) a comma-separated list. The
+    flags belong to the module that calls this (`--helpfull` lists them under
+    it), as if it had defined them itself.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig`, ...).
       names: the fields, in the order `--help` lists them.
       choices: field name -> the values it may take (`tf_mlstm.config.choices`).
+      lower_bounds: field name -> the least value its (int or float) flag takes.
+      no_default: fields whose flag has no default (None): a required flag, or
+        one whose absence the binary resolves.
     """
+    caller = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    module = {"module_name": sys.argv[0] if caller == "__main__" else caller}
     config_class = type(defaults)
     types = {field.name: field.type for field in dataclasses.fields(config_class)}
     for name in names:
-        default, help_text = getattr(defaults, name), field_help(config_class, name)
+        default = None if name in no_default else getattr(defaults, name)
+        help_text = field_help(config_class, name)
+        bound = {"lower_bound": lower_bounds[name]} if lower_bounds and name in lower_bounds else {}
         if choices and name in choices:
-            flags.DEFINE_enum(name, default, list(choices[name]), help_text)
+            flags.DEFINE_enum(name, default, list(choices[name]), help_text, **module)
         elif _one_type(types[name]) in _DEFINE_BY_TYPE:
-            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text)
+            _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text, **bound, **module)
         else:  # a key list: a tuple, or a str or list that may hold several
-            flags.DEFINE_list(name, default, help_text)
+            flags.DEFINE_list(name, default, help_text, **module)
 
 
-def define_text_key(help_text="Keys/columns holding the text, tried in order."):
+def define_text_key(help_text="Keys/columns holding the text, tried in order.") -> None:
     """`--text_key`: a comma-separated list, `TEXT_KEYS` by default."""
     flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
 
@@ -146,7 +157,7 @@ def define_text_key(help_text="Keys/columns holding the text, tried in order."):
 text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
-def define_feature_precision(default="auto", note="", help_text=None):
+def define_feature_precision(default="auto", note="", help_text=None) -> None:
     """`--precision` of the binaries that compute features (transfer, classify).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -166,7 +177,7 @@ def define_feature_precision(default="auto", note="", help_text=None):
     )
 
 
-def define_overwrite(output_flag, fv=None, help_text=None):
+def define_overwrite(output_flag, fv=None, help_text=None) -> None:
     """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -183,7 +194,7 @@ def define_overwrite(output_flag, fv=None, help_text=None):
     )
 
 
-def define_allow_other_model(help_text=None):
+def define_allow_other_model(help_text=None) -> None:
     """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export).
 
     Its help is `help_text` (the config field's documentation) when given.
@@ -198,7 +209,7 @@ def define_allow_other_model(help_text=None):
     )
 
 
-def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None):
+def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=None) -> str:
     """`choice`, with `auto` measured for `model_dir`'s model at this batch shape (logged)."""
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
 
@@ -206,7 +217,7 @@ def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=No
     return features.resolve_precision(choice, model_dir, **shape)
 
 
-def define_runner_flags(defaults):
+def define_runner_flags(defaults) -> None:
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 
     Optimization (rate, warmup, decay, clipping), the step and time budget,
@@ -250,7 +261,7 @@ def define_runner_flags(defaults):
     define_distribution_flags(defaults)
 
 
-def define_distribution_flags(defaults):
+def define_distribution_flags(defaults) -> None:
     """How the work is spread: strategy, all-reduce, cluster, GPUs, collective timeout."""
     define_fields(
         defaults,

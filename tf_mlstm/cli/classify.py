@@ -43,6 +43,7 @@ the classifier was fitted in (as tf-mlstm-export serves it).
 import contextlib
 import itertools
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 from absl import flags
@@ -52,49 +53,31 @@ from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import choices
 from tf_mlstm.config.binaries import ClassifyConfig
 
 FLAGS = flags.FLAGS
 
 
-def define_classify_flags():
-    """Defines every tf-mlstm-classify flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string(
-        "model_dir",
-        None,
-        _flags.field_help(ClassifyConfig, "model_dir"),
+_REQUIRED = ("model_dir", "input", "output")
+"""The flags without which the binary does not start."""
+
+
+def define_classify_flags() -> None:
+    """Defines every tf-mlstm-classify flag from `ClassifyConfig` (`run` marks required ones)."""
+    defaults = ClassifyConfig(model_dir="", classifier="", input="", output="")
+    _flags.define_fields(
+        defaults, ("model_dir", "classifier", "input", "output"), no_default=_REQUIRED
     )
-    flags.DEFINE_string(
-        "classifier",
-        "",
-        _flags.field_help(ClassifyConfig, "classifier"),
-    )
-    flags.DEFINE_string("input", None, _flags.field_help(ClassifyConfig, "input"))
-    flags.DEFINE_string("output", None, _flags.field_help(ClassifyConfig, "output"))
-    defaults = ClassifyConfig("", "", "", "")
     _flags.define_text_key(_flags.field_help(ClassifyConfig, "text_key"))
-    flags.DEFINE_integer(
-        "batch_size", defaults.batch_size, _flags.field_help(ClassifyConfig, "batch_size")
-    )
-    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ClassifyConfig, "window"))
-    _flags.define_feature_precision(
-        defaults.precision,
-        " Unset: the precision the classifier's features were fitted in (recorded in "
-        "classifier.json; float32 for files without it), as tf-mlstm-export serves it.",
-        help_text=_flags.field_help(ClassifyConfig, "precision"),
-    )
-    _flags.define_allow_other_model(
-        help_text=_flags.field_help(ClassifyConfig, "allow_other_model")
-    )
-    _flags.define_overwrite("--output", help_text=_flags.field_help(ClassifyConfig, "overwrite"))
-    flags.DEFINE_integer(
-        "chunk_texts",
-        defaults.chunk_texts,
-        _flags.field_help(ClassifyConfig, "chunk_texts"),
+    _flags.define_fields(
+        defaults,
+        ("batch_size", "window", "precision", "allow_other_model", "overwrite", "chunk_texts"),
+        choices={"precision": choices.PRECISION_CHOICES},
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the classifier, the input and the output, before TensorFlow starts.
 
     (`preflight`.) A folder as `--output` would be met only when the
@@ -112,7 +95,7 @@ def check_before_work(flag_values):
     outputs.refuse_existing("--output", fv.output, fv.overwrite)
 
 
-def load_predictor(config):
+def load_predictor(config) -> tuple:
     """The model and classifier of `config`, as one function of texts.
 
     Returns:
@@ -147,7 +130,7 @@ def load_predictor(config):
     )
 
 
-def classify_chunks(config, stdin=None):
+def classify_chunks(config, stdin=None) -> Iterator[tuple]:
     """`predict.classify_in_chunks` of `config`'s model, classifier and input.
 
     Yields:
@@ -162,7 +145,7 @@ def classify_chunks(config, stdin=None):
     )
 
 
-def classify(config, stdin=None):
+def classify(config, stdin=None) -> tuple:
     """Classifies all of `config.input` at once (see `classify_chunks`).
 
     Returns:
@@ -175,7 +158,7 @@ def classify(config, stdin=None):
     return lines, probabilities, labels, chunks[0][3]
 
 
-def main(config):
+def main(config) -> None:
     """Classifies the input a chunk at a time, writing each chunk's rows as it goes.
 
     The model, the classifier and the first chunk of the input are checked
@@ -201,14 +184,14 @@ def main(config):
     logging.info("Classified %d texts -> %s", writer.rows, config.output)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-classify`."""
     _main.run_binary(
         __name__,
         define_classify_flags,
         main,
         ClassifyConfig,
-        required=["model_dir", "input", "output"],
+        required=list(_REQUIRED),
     )
 
 

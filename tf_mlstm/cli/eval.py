@@ -11,7 +11,6 @@ document and reset between documents, as in training. The last line printed
 is one JSON object: {"bits_per_char": ..., "chars": ...}.
 """
 
-from absl import flags
 from absl import logging
 
 from tf_mlstm import preflight
@@ -20,36 +19,30 @@ from tf_mlstm.cli import _main
 from tf_mlstm.config import EvalConfig
 from tf_mlstm.data import fields
 
+_REQUIRED = ("model_dir", "data")
+"""The flags without which the binary does not start."""
 
-def define_eval_flags():
-    flags.DEFINE_string("model_dir", None, _flags.field_help(EvalConfig, "model_dir"))
-    flags.DEFINE_string("data", None, _flags.field_help(EvalConfig, "data"))
+
+def define_eval_flags() -> None:
+    """Defines every tf-mlstm-eval flag from `EvalConfig` (`run` marks required ones)."""
+    defaults = EvalConfig(model_dir="", data="")
+    _flags.define_fields(defaults, ("model_dir", "data"), no_default=_REQUIRED)
     _flags.define_text_key(_flags.field_help(EvalConfig, "text_key"))
-    flags.DEFINE_enum(
-        "text_mode",
-        "line",
-        list(fields.TEXT_MODES),
-        _flags.field_help(EvalConfig, "text_mode"),
-    )
-    flags.DEFINE_enum("split", "test", list(fields.SPLITS), _flags.field_help(EvalConfig, "split"))
-    flags.DEFINE_integer(
-        "batch_size", 32, _flags.field_help(EvalConfig, "batch_size"), lower_bound=1
-    )
-    flags.DEFINE_integer(
-        "seq_length", 256, _flags.field_help(EvalConfig, "seq_length"), lower_bound=1
-    )
-    flags.DEFINE_integer(
-        "max_batches", 0, _flags.field_help(EvalConfig, "max_batches"), lower_bound=0
+    _flags.define_fields(
+        defaults,
+        ("text_mode", "split", "batch_size", "seq_length", "max_batches"),
+        choices={"text_mode": fields.TEXT_MODES, "split": fields.SPLITS},
+        lower_bounds={"batch_size": 1, "seq_length": 1, "max_batches": 0},
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model and the data, before TensorFlow starts (`preflight`)."""
     preflight.check_trained_model(flag_values.model_dir)
     preflight.check_input_files("data", flag_values.data, folders=True)
 
 
-def main(config):
+def main(config) -> dict:
     """Scores the data; returns the final line's object."""
     from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
 
@@ -63,9 +56,9 @@ def main(config):
     return {"bits_per_char": result["bits_per_char"], "chars": result["chars"]}
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-eval`."""
-    _main.run_binary(__name__, define_eval_flags, main, EvalConfig, required=["model_dir", "data"])
+    _main.run_binary(__name__, define_eval_flags, main, EvalConfig, required=list(_REQUIRED))
 
 
 if __name__ == "__main__":

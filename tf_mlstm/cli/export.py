@@ -35,46 +35,37 @@ from absl import flags
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.config import choices
 from tf_mlstm.config.binaries import ExportConfig
 
 FLAGS = flags.FLAGS
 
 
-def define_export_flags():
-    """Defines every tf-mlstm-export flag (all optional; `run` marks required ones)."""
-    defaults = ExportConfig("", "")
-    flags.DEFINE_string("model_dir", None, _flags.field_help(ExportConfig, "model_dir"))
-    flags.DEFINE_string(
-        "export_dir",
-        None,
-        _flags.field_help(ExportConfig, "export_dir"),
-    )
-    flags.DEFINE_string(
-        "classifier",
-        defaults.classifier,
-        _flags.field_help(ExportConfig, "classifier"),
-    )
-    flags.DEFINE_integer("window", defaults.window, _flags.field_help(ExportConfig, "window"))
-    flags.DEFINE_integer(
-        "max_text_bytes",
-        defaults.max_text_bytes,
-        _flags.field_help(ExportConfig, "max_text_bytes"),
-    )
-    flags.DEFINE_integer(
-        "max_generate_length",
-        defaults.max_generate_length,
-        _flags.field_help(ExportConfig, "max_generate_length"),
-    )
-    _flags.define_feature_precision(
-        defaults.precision,
-        " Unset: with --classifier, the precision its features were fitted in (recorded in "
-        "classifier.json), else float32. 'auto' decides by this machine, not the server's.",
-        help_text=_flags.field_help(ExportConfig, "precision"),
-    )
-    _flags.define_allow_other_model(help_text=_flags.field_help(ExportConfig, "allow_other_model"))
+_REQUIRED = ("model_dir", "export_dir")
+"""The flags without which the binary does not start."""
 
 
-def check_before_work(flag_values):
+def define_export_flags() -> None:
+    """Defines every tf-mlstm-export flag from `ExportConfig` (`run` marks required ones)."""
+    defaults = ExportConfig(model_dir="", export_dir="")
+    _flags.define_fields(
+        defaults,
+        (
+            "model_dir",
+            "export_dir",
+            "classifier",
+            "window",
+            "max_text_bytes",
+            "max_generate_length",
+            "precision",
+            "allow_other_model",
+        ),
+        choices={"precision": choices.PRECISION_CHOICES},
+        no_default=_REQUIRED,
+    )
+
+
+def check_before_work(flag_values) -> None:
     """The model, the classifier and the export folder, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     preflight.check_trained_model(fv.model_dir)
@@ -82,18 +73,16 @@ def check_before_work(flag_values):
     preflight.check_output_dir("export_dir", fv.export_dir)
 
 
-def export(config):
+def export(config) -> dict:
     """Exports the model (and classifier) of `config`: `tf_mlstm.serving.export.export`."""
     from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
 
     return export_lib.export(config)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-export`."""
-    _main.run_binary(
-        __name__, define_export_flags, export, ExportConfig, required=["model_dir", "export_dir"]
-    )
+    _main.run_binary(__name__, define_export_flags, export, ExportConfig, required=list(_REQUIRED))
 
 
 if __name__ == "__main__":

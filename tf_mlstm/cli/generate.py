@@ -33,54 +33,40 @@ from tf_mlstm.config.choices import SENTIMENTS
 FLAGS = flags.FLAGS
 
 
-def define_generate_flags():
-    """Defines every tf-mlstm-generate flag (all optional; `run` marks required ones)."""
+_REQUIRED = ("model_dir",)
+"""The flags without which the binary does not start."""
+
+
+def define_generate_flags() -> None:
+    """Defines every tf-mlstm-generate flag from `GenerateConfig` (`run` marks required ones)."""
     defaults = GenerateConfig(model_dir="")
-    flags.DEFINE_string("model_dir", None, _flags.field_help(GenerateConfig, "model_dir"))
-    flags.DEFINE_string("prompt", defaults.prompt, _flags.field_help(GenerateConfig, "prompt"))
-    flags.DEFINE_integer("length", defaults.length, _flags.field_help(GenerateConfig, "length"))
-    flags.DEFINE_float(
-        "temperature", defaults.temperature, _flags.field_help(GenerateConfig, "temperature")
-    )
-    flags.DEFINE_integer("seed", defaults.seed, _flags.field_help(GenerateConfig, "seed"))
-    flags.DEFINE_integer(
-        "neuron",
-        defaults.neuron,
-        _flags.field_help(GenerateConfig, "neuron"),
-    )
-    flags.DEFINE_float(
-        "neuron_value",
-        defaults.neuron_value,
-        _flags.field_help(GenerateConfig, "neuron_value"),
-    )
-    flags.DEFINE_string(
-        "classifier",
-        defaults.classifier,
-        _flags.field_help(GenerateConfig, "classifier"),
-    )
-    flags.DEFINE_enum(
-        "sentiment",
-        defaults.sentiment,
-        list(SENTIMENTS),
-        _flags.field_help(GenerateConfig, "sentiment"),
-    )
-    flags.DEFINE_integer(
-        "num_samples", defaults.num_samples, _flags.field_help(GenerateConfig, "num_samples")
-    )
-    flags.DEFINE_boolean(
-        "stop_at_end",
-        defaults.stop_at_end,
-        _flags.field_help(GenerateConfig, "stop_at_end"),
+    _flags.define_fields(
+        defaults,
+        (
+            "model_dir",
+            "prompt",
+            "length",
+            "temperature",
+            "seed",
+            "neuron",
+            "neuron_value",
+            "classifier",
+            "sentiment",
+            "num_samples",
+            "stop_at_end",
+        ),
+        choices={"sentiment": SENTIMENTS},
+        no_default=_REQUIRED,
     )
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model and the classifier, before TensorFlow starts (`preflight`)."""
     preflight.check_trained_model(flag_values.model_dir)
     preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
 
 
-def generate_texts(config, model=None, sampler=None):
+def generate_texts(config, model=None, sampler=None) -> list[str]:
     """Samples `config.num_samples` continuations of the prompt.
 
     Args:
@@ -128,7 +114,7 @@ def generate_texts(config, model=None, sampler=None):
     )
 
 
-def main(config):
+def main(config) -> None:
     """Prints the samples."""
     texts = generate_texts(config)
     for index, text in enumerate(texts):
@@ -137,9 +123,11 @@ def main(config):
         print(text)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-generate`."""
-    _main.run_binary(__name__, define_generate_flags, main, GenerateConfig, required=["model_dir"])
+    _main.run_binary(
+        __name__, define_generate_flags, main, GenerateConfig, required=list(_REQUIRED)
+    )
 
 
 if __name__ == "__main__":

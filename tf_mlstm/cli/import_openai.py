@@ -25,13 +25,17 @@ from tf_mlstm.config.binaries import ImportConfig
 FLAGS = flags.FLAGS
 
 
-def define_import_flags():
-    """Defines every tf-mlstm-import-openai flag (all optional; `run` marks required ones)."""
-    flags.DEFINE_string("weights_dir", None, _flags.field_help(ImportConfig, "weights_dir"))
-    flags.DEFINE_string("model_dir", None, _flags.field_help(ImportConfig, "model_dir"))
+_REQUIRED = ("weights_dir", "model_dir")
+"""The flags without which the binary does not start."""
 
 
-def check_before_work(flag_values):
+def define_import_flags() -> None:
+    """Defines every tf-mlstm-import-openai flag from `ImportConfig` (both required)."""
+    defaults = ImportConfig(weights_dir="", model_dir="")
+    _flags.define_fields(defaults, ("weights_dir", "model_dir"), no_default=_REQUIRED)
+
+
+def check_before_work(flag_values) -> None:
     """The release's folder and the new run folder, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     if fv.weights_dir and not preflight.isdir(fv.weights_dir):
@@ -44,18 +48,16 @@ def check_before_work(flag_values):
         preflight.check_folder_kind(fv.model_dir, "model_dir", "tf-mlstm-import-openai", (None,))
 
 
-def main(config):
+def main(config) -> dict:
     """Converts the arrays; returns the summary."""
     from tf_mlstm import api  # pylint: disable=g-import-not-at-top
 
     return api.import_openai_weights(config.weights_dir, config.model_dir)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-import-openai`."""
-    _main.run_binary(
-        __name__, define_import_flags, main, ImportConfig, required=["weights_dir", "model_dir"]
-    )
+    _main.run_binary(__name__, define_import_flags, main, ImportConfig, required=list(_REQUIRED))
 
 
 if __name__ == "__main__":

@@ -32,47 +32,32 @@ from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config.binaries import VISUALIZE_OUTPUT_NAME
 from tf_mlstm.config.binaries import VisualizeConfig
+from tf_mlstm.data.fields import TEXT_MODES
 
 FLAGS = flags.FLAGS
 
 
-def define_visualize_flags():
-    """Defines every tf-mlstm-visualize flag (all optional; `run` marks required ones)."""
-    defaults = VisualizeConfig(model_dir="", neuron=0, input="", output_dir="")
-    flags.DEFINE_string("model_dir", None, _flags.field_help(VisualizeConfig, "model_dir"))
-    flags.DEFINE_integer(
-        "neuron",
-        None,
-        _flags.field_help(VisualizeConfig, "neuron"),
-    )
-    flags.DEFINE_string(
-        "classifier",
-        defaults.classifier,
-        _flags.field_help(VisualizeConfig, "classifier"),
-    )
-    flags.DEFINE_string("input", None, _flags.field_help(VisualizeConfig, "input"))
-    flags.DEFINE_string("output_dir", None, _flags.field_help(VisualizeConfig, "output_dir"))
-    _flags.define_overwrite(
-        "--output_dir's neuron_N files", help_text=_flags.field_help(VisualizeConfig, "overwrite")
+_REQUIRED = ("model_dir", "input", "output_dir")
+"""The flags without which the binary does not start."""
+
+
+def define_visualize_flags() -> None:
+    """Defines every tf-mlstm-visualize flag from `VisualizeConfig` (`run` marks required ones)."""
+    defaults = VisualizeConfig(model_dir="", neuron=None, input="", output_dir="")
+    _flags.define_fields(
+        defaults,
+        ("model_dir", "neuron", "classifier", "input", "output_dir", "overwrite"),
+        no_default=_REQUIRED,
     )
     _flags.define_text_key(_flags.field_help(VisualizeConfig, "text_key"))
-    flags.DEFINE_enum(
-        "text_mode",
-        defaults.text_mode,
-        ["line", "file"],
-        _flags.field_help(VisualizeConfig, "text_mode"),
+    _flags.define_fields(
+        defaults,
+        ("text_mode", "max_texts", "max_chars", "width", "scale"),
+        choices={"text_mode": TEXT_MODES},
     )
-    flags.DEFINE_integer(
-        "max_texts", defaults.max_texts, _flags.field_help(VisualizeConfig, "max_texts")
-    )
-    flags.DEFINE_integer(
-        "max_chars", defaults.max_chars, _flags.field_help(VisualizeConfig, "max_chars")
-    )
-    flags.DEFINE_integer("width", defaults.width, _flags.field_help(VisualizeConfig, "width"))
-    flags.DEFINE_float("scale", defaults.scale, _flags.field_help(VisualizeConfig, "scale"))
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the classifier and the output folder, before TensorFlow starts (`preflight`).
 
     `--input` is literal text or files, told apart by what exists: not checked here.
@@ -100,7 +85,7 @@ def _names_files(spec):
     )
 
 
-def read_texts(config):
+def read_texts(config) -> list[str]:
     """The raw texts `--input` names, cut to `max_chars` characters.
 
     Args:
@@ -128,7 +113,7 @@ def read_texts(config):
     return [text[: config.max_chars] for text in texts]
 
 
-def main(config):
+def main(config) -> dict:
     """Draws the unit over the texts; returns the written files."""
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import visualize  # pylint: disable=g-import-not-at-top
@@ -153,14 +138,14 @@ def main(config):
     return {kind: written[kind] for kind in ("html", "png", "json")}
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-visualize`."""
     _main.run_binary(
         __name__,
         define_visualize_flags,
         main,
         VisualizeConfig,
-        required=["model_dir", "input", "output_dir"],
+        required=list(_REQUIRED),
     )
 
 

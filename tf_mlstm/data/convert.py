@@ -38,6 +38,7 @@ from tf_mlstm import fileio
 from tf_mlstm.config.convert import ConvertConfig  # noqa: F401 (the library's name for it)
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import byte_unit
 
@@ -76,7 +77,8 @@ def _prepare_output_dir(config: ConvertConfig) -> None:
         if entries and not config.overwrite:
             raise FileExistsError(
                 f"output directory {output_dir} is not empty ({len(entries)} entries, such as "
-                f"{entries[0].rstrip('/')}): pass --overwrite to replace its data, or choose "
+                f"{entries[0].rstrip('/')}): pass {_name('overwrite')} to replace its data, or "
+                "choose "
                 "another directory"
             )
     elif tf.io.gfile.exists(output_dir):
@@ -109,7 +111,10 @@ def _remove_old(config: ConvertConfig) -> None:
             removed += 1
     if removed:
         logging.info(
-            "--overwrite: removed %d files of a former conversion in %s", removed, output_dir
+            "%s: removed %d files of a former conversion in %s",
+            _name("overwrite"),
+            removed,
+            output_dir,
         )
 
 

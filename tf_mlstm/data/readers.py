@@ -630,7 +630,8 @@ class _RecordFields:
             RECORD_TOO_LONG,
             path,
             line,
-            f"{what} of {length:,} bytes is longer than --max_document_bytes={self.max_bytes:,}",
+            f"{what} of {length:,} bytes is longer than "
+            f"{errors.setting_name('max_document_bytes')}={self.max_bytes:,}",
         )
 
     def document(
@@ -826,7 +827,8 @@ class _CsvLines:
             lines = len(self._record)
             raise _BadRecord(
                 RECORD_TOO_LONG,
-                f"record longer than --max_document_bytes={self._max_bytes:,}"
+                "record longer than "
+                f"{errors.setting_name('max_document_bytes')}={self._max_bytes:,}"
                 + (
                     f" over {lines} lines (a quote left open?); the lines after its first "
                     "were read on"

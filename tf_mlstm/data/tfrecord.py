@@ -304,7 +304,8 @@ def split_counts(files: Sequence[str], split: str) -> dict[str, int]:
         if not tf.io.gfile.exists(stats_path):
             raise errors.InvalidValueError(
                 f"{folder}: no stats.json to count the {split} characters from; convert the "
-                "corpus with tf-mlstm-make-tfrecords, or give --max_steps instead."
+                f"corpus with tf-mlstm-make-tfrecords, or give {errors.setting_name('max_steps')} "
+                "instead."
             )
         with tf.io.gfile.GFile(stats_path) as f:
             record = json.load(f).get("splits", {}).get(split)

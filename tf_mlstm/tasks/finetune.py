@@ -184,8 +184,10 @@ class FinetuneTask(Task):
         else:
             train, validation = labeled.split_off(train, config.validation_fraction, config.seed)
             logging.info(
-                "Validation: %d texts held out of --train_data (--validation_fraction=%g).",
+                "Validation: %d texts held out of %s (%s=%g).",
                 len(validation.texts),
+                errors.setting_name("train_data"),
+                errors.setting_name("validation_fraction"),
                 config.validation_fraction,
             )
         self.splits = {"train": train, "validation": validation}
@@ -205,7 +207,12 @@ class FinetuneTask(Task):
         self.train_ids, self.train_lengths = framed.ids, framed.lengths
         cut = int(framed.truncated.sum())
         if cut:
-            logging.info("Cut %d training texts to --max_length=%d bytes.", cut, config.max_length)
+            logging.info(
+                "Cut %d training texts to %s=%d bytes.",
+                cut,
+                errors.setting_name("max_length"),
+                config.max_length,
+            )
 
     def _encoder(self):
         """The language model to fine-tune, in the run's precision, with the base weights."""

@@ -105,7 +105,8 @@ class LanguageModelTask(Task):
         read, named, matches = pipeline.source_census(self.train_files, rules)
         if read and not named:
             raise errors.InvalidValueError(
-                f"--source_repeats needs records that name their source file, but the "
+                f"{errors.setting_name('source_repeats')} needs records that name their source "
+                "file, but the "
                 f"first {read} records of {self.train_files[0]} name none: convert the corpus "
                 "again with this version of tf-mlstm-make-tfrecords."
             )

@@ -37,6 +37,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.train import hardware
 
 CACHE_FILE = "autotune.json"
@@ -339,11 +340,13 @@ def worth_measuring(max_minutes, max_steps, count) -> tuple[bool, str]:
     if max_minutes > 0:
         cap = time_cap_s(max_minutes)
         if cap < MIN_MEASURE_S:
-            return False, f"--max_minutes={max_minutes:g} leaves {cap:.1f} s to measure in"
+            return False, f"{_name('max_minutes')}={max_minutes:g} leaves {cap:.1f} s to measure in"
         return True, ""
     needed = MIN_STEPS_FACTOR * count * (WARMUP_STEPS + TIMED_STEPS)
     if max_steps < needed:
-        return False, f"--max_steps={max_steps} is too short to pay for measuring (< {needed})"
+        return False, (
+            f"{_name('max_steps')}={max_steps} is too short to pay for measuring (< {needed})"
+        )
     return True, ""
 
 

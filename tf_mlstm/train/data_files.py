@@ -20,6 +20,7 @@ from tf_mlstm.data import demo
 from tf_mlstm.data import fields
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.errors import setting_name as _name
 
 
 def resolve_data(config) -> tuple[list[str], list[str]]:
@@ -56,7 +57,7 @@ def resolve_data(config) -> tuple[list[str], list[str]]:
     ]
     if held_out:
         raise errors.InvalidValueError(
-            f"--train_data={train_data} takes in {len(held_out)} held-out shards such as "
+            f"{_name('train_data')}={train_data} takes in {len(held_out)} held-out shards such as "
             f"{held_out[0]}: give the data folder, or a glob of its train-* shards"
         )
     train_files = _with_records(train_files, train_data, "train")
@@ -119,9 +120,10 @@ def check_converted(flag, spec) -> None:
     if keys is not None and not set(keys) & set(fields.TEXT_KEYS):
         key_flag = f" --text_key=<the text field, one of: {', '.join(keys)}>"
     raise errors.InvalidValueError(
-        f"--{flag}={spec} names raw corpus files ({first}), and training reads TFRecord shards: "
+        f"{_name(flag)}={spec} names raw corpus files ({first}), and training reads TFRecord "
+        "shards: "
         f"convert them once with `tf-mlstm-make-tfrecords --input={spec}{key_flag} "
-        f"--output_dir={output}`, then pass --{flag}={output}"
+        f"--output_dir={output}`, then pass {_name(flag)}={output}"
     )
 
 
@@ -163,10 +165,12 @@ def steps_for_epochs(config, train_files) -> TrainConfig:
     per_step = config.batch_size * config.seq_length
     steps = max(1, math.ceil(config.epochs * chars / per_step))
     logging.info(
-        "--epochs=%g: %d training characters / %d a step -> --max_steps=%d.",
+        "%s=%g: %d training characters / %d a step -> %s=%d.",
+        _name("epochs"),
         config.epochs,
         chars,
         per_step,
+        _name("max_steps"),
         steps,
     )
     return dataclasses.replace(config, max_steps=steps).validate()

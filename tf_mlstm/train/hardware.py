@@ -336,7 +336,8 @@ def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
         return choice == "true", "set explicitly"
     if choice != AUTO:
         raise errors.InvalidValueError(
-            f"--jit_compile must be one of auto, true, false; got {choice!r}."
+            f"{errors.setting_name('jit_compile')} must be one of auto, true, false; "
+            f"got {choice!r}."
         )
     if precision not in PRECISIONS:
         raise errors.InvalidValueError(
@@ -429,7 +430,8 @@ def resolve_run_config(config, recorded_config_path, hardware=None, decide=None)
             precision, reason = recorded, f"recorded in {recorded_config_path}"
         else:
             logging.warning(
-                "--precision=%s changes the precision of the run in %s, started in %s.",
+                "%s=%s changes the precision of the run in %s, started in %s.",
+                errors.setting_name("precision"),
                 precision,
                 os.path.dirname(recorded_config_path) or ".",
                 recorded,
@@ -460,6 +462,6 @@ def resolve_run_config(config, recorded_config_path, hardware=None, decide=None)
             if config.precision != AUTO:
                 raise
             raise errors.InvalidValueError(
-                f"{e} (--precision=auto chose {precision}: {reason})"
+                f"{e} ({errors.setting_name('precision')}=auto chose {precision}: {reason})"
             ) from None
     return resolved

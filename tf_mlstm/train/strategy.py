@@ -54,6 +54,7 @@ from tensorflow.python.eager import context as tf_context
 from tf_mlstm import errors
 from tf_mlstm.config import ALL_REDUCE
 from tf_mlstm.config import STRATEGIES
+from tf_mlstm.errors import setting_name as _name
 
 CLUSTER_RESOLVERS = ("tf_config", "slurm")
 
@@ -199,16 +200,17 @@ def check_no_unused_cluster(strategy, environ) -> None:
             task = config["task"]
             raise errors.InvalidValueError(
                 f"TF_CONFIG describes a cluster of {tasks} tasks (this is {task['type']} "
-                f"{task['index']}), but --distribution_strategy={strategy} trains on this "
-                "machine alone, so every task would train a model of its own: pass "
-                "--distribution_strategy=multi_worker, or unset TF_CONFIG"
+                f"{task['index']}), but {_name('distribution_strategy')}={strategy} trains on "
+                "this machine alone, so every task would train a model of its own: pass "
+                f"{_name('distribution_strategy')}=multi_worker, or unset TF_CONFIG"
             )
     slurm_tasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or ""
     if environ.get("SLURM_PROCID") is not None and slurm_tasks.isdigit() and int(slurm_tasks) > 1:
         raise errors.InvalidValueError(
             f"this is task {environ['SLURM_PROCID']} of {slurm_tasks} of a Slurm job step, but "
-            f"--distribution_strategy={strategy} trains on this machine alone: pass "
-            "--distribution_strategy=multi_worker --cluster_resolver=slurm, or start one task"
+            f"{_name('distribution_strategy')}={strategy} trains on this machine alone: pass "
+            f"{_name('distribution_strategy')}=multi_worker {_name('cluster_resolver')}=slurm, "
+            "or start one task"
         )
 
 

@@ -68,7 +68,8 @@ def parse_num_labeled(spec: str) -> tuple[int, ...]:
             counts.add(int(piece))
         else:
             raise errors.InvalidValueError(
-                f"--num_labeled entries must be integers >= 2 or 'all', got {piece!r}"
+                f"{errors.setting_name('num_labeled')} entries must be integers >= 2 or 'all', "
+                f"got {piece!r}"
             )
     return tuple(sorted(counts - {ALL})) + ((ALL,) if ALL in counts else ())
 
@@ -111,7 +112,8 @@ def _read_data(config):
     if held_out:
         fit, splits["val"] = labeled.split_off(train, config.validation_fraction, config.seed)
         logging.info(
-            "No --validation_data: validating on %d rows held out of the training data",
+            "No %s: validating on %d rows held out of the training data",
+            errors.setting_name("validation_data"),
             len(splits["val"]),
         )
     return make_data(config, train, {"train": fit, **splits}, held_out)
@@ -148,7 +150,11 @@ def _training_classes(config, splits):
         )
     missing = [c for c in fit.class_order or () if c not in classes]
     if missing:
-        logging.warning("Classes %s of --label_map have no training example: left out", missing)
+        logging.warning(
+            "Classes %s of %s have no training example: left out",
+            missing,
+            errors.setting_name("label_map"),
+        )
     for name in ("val", "test"):
         if name in splits:
             labeled.encode_classes(splits[name], classes)

@@ -233,7 +233,8 @@ class _LabelParser:
             label = self.label_map.lookup(value)
             if label is None:
                 raise errors.InvalidValueError(
-                    f"{doc.source}:{doc.line}: {key!r} is {value!r}, which --label_map does not "
+                    f"{doc.source}:{doc.line}: {key!r} is {value!r}, which "
+                    f"{errors.setting_name('label_map')} does not "
                     f"name (it names {', '.join(self.label_map.values())})"
                 )
         else:

@@ -36,6 +36,7 @@ from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm.config.choices import SENTIMENTS
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.models.kinds import CELL_KINDS
 from tf_mlstm.models.kinds import FEATURE_KINDS
 from tf_mlstm.models.kinds import HIDDEN_KINDS
@@ -162,16 +163,16 @@ class SentimentNeuron:
     hidden_size: int
 
     @property
-    def state(self):
+    def state(self) -> str:
         """ "cell" or "hidden": the state the unit is held and drawn in."""
         return "cell" if self.kind in CELL_KINDS else "hidden"
 
     @property
-    def hidden_state(self):
+    def hidden_state(self) -> bool:
         """Whether the unit is a hidden-state one (`sampling`'s `hidden_state`)."""
         return self.state == "hidden"
 
-    def value_for(self, sentiment="positive", spreads=HOLD_SPREADS):
+    def value_for(self, sentiment="positive", spreads=HOLD_SPREADS) -> float:
         """The value that puts the neuron `spreads` deviations into `sentiment`'s side.
 
         Args:
@@ -192,7 +193,7 @@ class SentimentNeuron:
         direction = 1 if sentiment == "positive" else -1
         return float(self.threshold + direction * self.sign * spreads * self.spread)
 
-    def describe(self):
+    def describe(self) -> str:
         """A short phrase for logs: which feature, which unit, which direction."""
         return (
             f"the sentiment neuron of {self.source} ({self.kind} of {self.state} unit {self.unit}, "
@@ -200,7 +201,7 @@ class SentimentNeuron:
         )
 
 
-def neuron_from_classifier(path, tool, hidden_size=None):
+def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     """Reads the sentiment neuron of a classifier.json.
 
     Args:
@@ -230,7 +231,7 @@ def neuron_from_classifier(path, tool, hidden_size=None):
             f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
             f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
             f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
-            "takes a two-class classifier's, or a unit with --neuron"
+            f"takes a two-class classifier's, or a unit with {_name('neuron')}"
         )
     if not classifier.neurons:
         raise errors.InvalidValueError(
@@ -253,14 +254,15 @@ def neuron_from_classifier(path, tool, hidden_size=None):
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
             f"{classifier.ngrams.terms[unit]!r}, not a unit of the model (a classifier on "
             f"tfidf alone); {tool} works on units of the model (a classifier fitted with "
-            "--features=auto or a model kind); choose a unit with --neuron instead of --classifier"
+            f"{_name('features')}=auto or a model kind); choose a unit with {_name('neuron')} "
+            f"instead of {_name('classifier')}"
         )
     if kind not in CELL_KINDS + HIDDEN_KINDS:
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the {kind!r} feature of unit "
             f"{unit}, the spread of the hidden state, which no held value gives; {tool} works on "
-            f"the kinds {', '.join(CELL_KINDS + HIDDEN_KINDS)}; choose a unit with --neuron "
-            "instead of --classifier"
+            f"the kinds {', '.join(CELL_KINDS + HIDDEN_KINDS)}; choose a unit with "
+            f"{_name('neuron')} instead of {_name('classifier')}"
         )
     return SentimentNeuron(
         source=path,
@@ -273,13 +275,13 @@ def neuron_from_classifier(path, tool, hidden_size=None):
     )
 
 
-def resolve_unit(neuron, flag_unit, flag_name="--neuron"):
+def resolve_unit(neuron, flag_unit, flag_name="neuron") -> int | None:
     """The unit to use: an explicit flag wins over the classifier's neuron.
 
     Args:
       neuron: a `SentimentNeuron`, or None (no classifier).
       flag_unit: the flag's value, None when it was not given.
-      flag_name: the flag, for the log.
+      flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
       The unit (the flag's when given, else the neuron's), or None when
@@ -291,12 +293,16 @@ def resolve_unit(neuron, flag_unit, flag_name="--neuron"):
         return neuron.unit
     if flag_unit != neuron.unit:
         logging.warning(
-            "%s=%d overrides unit %d, %s.", flag_name, flag_unit, neuron.unit, neuron.describe()
+            "%s=%d overrides unit %d, %s.",
+            _name(flag_name),
+            flag_unit,
+            neuron.unit,
+            neuron.describe(),
         )
     return flag_unit
 
 
-def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value"):
+def resolve_value(neuron, unit, flag_value, sentiment, flag_name="neuron_value") -> float:
     """The value to hold `unit` at: an explicit flag wins over the classifier's.
 
     Args:
@@ -304,7 +310,7 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
       unit: the unit that will be held (`resolve_unit`'s result).
       flag_value: the flag's value, None when it was not given.
       sentiment: the side of the neuron to hold ("positive"/"negative").
-      flag_name: the flag, for the log.
+      flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
       The flag's value when given; else, when `unit` is the neuron's unit,
@@ -316,7 +322,10 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
     if neuron is None or unit != neuron.unit:
         if neuron is not None and flag_value is None:
             logging.warning(
-                "Unit %d is not %s: holding it at 0.0 (set %s).", unit, neuron.describe(), flag_name
+                "Unit %d is not %s: holding it at 0.0 (set %s).",
+                unit,
+                neuron.describe(),
+                _name(flag_name),
             )
         return 0.0 if flag_value is None else float(flag_value)
     wanted = neuron.value_for(sentiment)
@@ -325,7 +334,7 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
     if flag_value != wanted:
         logging.warning(
             "%s=%g overrides %g, the %s side of %s.",
-            flag_name,
+            _name(flag_name),
             flag_value,
             wanted,
             sentiment,
@@ -334,7 +343,9 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="--neuron_value
     return float(flag_value)
 
 
-def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
+def held_unit(
+    classifier, hidden_size, flag_unit, flag_value, sentiment, tool
+) -> tuple[int, float, bool]:
     """The (unit, value) generation holds, from a classifier file and the flags.
 
     Args:
@@ -360,13 +371,15 @@ def held_unit(classifier, hidden_size, flag_unit, flag_value, sentiment, tool):
     value = resolve_value(neuron, unit, flag_value, sentiment or "positive")
     hidden_state = neuron is not None and neuron.hidden_state
     if unit >= 0:
-        origin = neuron.describe() if neuron is not None and unit == neuron.unit else "--neuron"
+        origin = (
+            neuron.describe() if neuron is not None and unit == neuron.unit else _name("neuron")
+        )
         state = "hidden" if hidden_state else "cell"
         logging.info("Holding %s unit %d at %.6g (%s).", state, unit, value, origin)
     return unit, value, hidden_state
 
 
-def drawn_unit(classifier, hidden_size, flag_unit, tool):
+def drawn_unit(classifier, hidden_size, flag_unit, tool) -> tuple:
     """The (unit, sign) a heat map draws, from a classifier file and `--neuron`.
 
     Args:
@@ -388,10 +401,12 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool):
     neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
     unit = resolve_unit(neuron, flag_unit)
     if unit is None:
-        raise errors.InvalidValueError("no unit to draw: give --neuron or --classifier.")
+        raise errors.InvalidValueError(
+            f"no unit to draw: give {_name('neuron')} or {_name('classifier')}."
+        )
     if neuron is None or unit != neuron.unit:
         state = neuron.state if neuron is not None else "cell"
-        logging.info("Drawing %s unit %d (--neuron).", state, unit)
+        logging.info("Drawing %s unit %d (%s).", state, unit, _name("neuron"))
         return unit, 1, neuron
     logging.info("Drawing %s unit %d, %s.", neuron.state, unit, neuron.describe())
     return unit, neuron.sign, neuron
