@@ -203,8 +203,7 @@ def pytest_addoption(parser):
 # start, a peer's heartbeat, a collective's time-out, a checkpoint to appear).
 # On a 2-core AMD EPYC with AVX2 only, the whole suite kept the CPU busy 1.72
 # cores on average with three workers and 1.97 with four (CPU-seconds of every
-# test and its subprocesses over the run's span): the suite took 19.7 minutes
-# with four; the CPU-seconds it used would take about 21 with three. Earlier, on an AVX-512 machine,
+# test and its subprocesses over the run's span). Earlier, on an AVX-512 machine,
 # three workers took 13.8 minutes against 17.4 with two. `--maxprocesses`
 # still caps it, and PYTEST_XDIST_AUTO_NUM_WORKERS still overrides it (xdist's
 # own hook).
