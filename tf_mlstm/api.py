@@ -23,11 +23,9 @@ training and export meet, as they import neither each other); the binaries
 call it, it never imports them.
 """
 
-import contextlib
 import dataclasses
 import json
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -191,13 +189,7 @@ def export(config) -> dict:
     from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
 
     config = _validated(config)
-    with _argument_names():
-        return export_lib.export(config)
-
-
-# A config's checks name its fields as the binaries' flags (`--lr`); a field
-# is the argument of the same name here.
-_FLAG = re.compile(r"(?<![\w-])--(\w+)")
+    return export_lib.export(config)
 
 
 def _validated(config):
@@ -210,15 +202,6 @@ def _validated(config):
         return config.validate()
     except errors.InvalidValueError as e:
         raise errors.InvalidValueError(f"{type(config).__name__}: {e}") from None
-
-
-@contextlib.contextmanager
-def _argument_names():
-    """A library error naming a flag (`--export_dir=X`) names the argument (`export_dir=X`)."""
-    try:
-        yield
-    except errors.InvalidValueError as e:
-        raise type(e)(_FLAG.sub(r"\1", str(e))) from None
 
 
 def import_openai_weights(weights_dir, model_dir) -> dict:

@@ -30,7 +30,7 @@ def export(config) -> dict:
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: `--export_dir` holds something this tool did not write, or a
+      ValueError: `export_dir` holds something this tool did not write, or a
         classifier does not fit the model.
     """
     try:
@@ -56,7 +56,7 @@ def export(config) -> dict:
             allow_other_model=config.allow_other_model,
         )
     except saved_model.ExportDirError as e:
-        raise errors.InvalidValueError(f"--export_dir={e}") from None
+        raise errors.InvalidValueError(f"{errors.setting_name('export_dir')}={e}") from None
     except ValueError as e:
         if config.classifier and str(e).startswith("classifier "):
             raise errors.InvalidValueError(f"{config.classifier}: {e}") from e
