@@ -453,7 +453,8 @@ def _raise(error):
 def _peer(kind):
     """The runner's `PeerWorkerError` for a collective that failed with `kind`."""
     failed = kind(None, None, "Collective ops is aborted by: task /job:worker/task:1 heartbeat")
-    return run_errors.peer_failure(failed, 0, 7, 30, "runs/r1/checkpoints/ckpt-6")
+    with errors.naming_flags():  # as in a binary: the flags' names
+        return run_errors.peer_failure(failed, 0, 7, 30, "runs/r1/checkpoints/ckpt-6")
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,41 @@ def test_non_finite_float_flags_are_refused(name, value):
         FinetuneConfig(**base, **{name: value}).validate()
 
 
+@pytest.mark.parametrize("prefix", ["", "--"])
+def test_the_runner_s_own_lines_name_the_argument_to_python_and_the_flag_to_a_binary(prefix):
+    """Divergence and a peer past its time-out name settings as the caller wrote them:
+    `max_nonfinite_steps=2` from Python, `--max_nonfinite_steps=2` in a binary
+    (`errors.naming_flags`, which every binary enters)."""
+    import contextlib  # pylint: disable=g-import-not-at-top
+
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm import errors  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import cadence  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import run_errors  # pylint: disable=g-import-not-at-top
+
+    with errors.naming_flags() if prefix else contextlib.nullcontext():
+        with pytest.raises(run_errors.TrainingDivergedError) as diverged:
+            cadence.count_nonfinite(
+                step=7,
+                run=1,
+                finite=False,
+                norm=float("nan"),
+                last_saved=4,
+                max_nonfinite_steps=2,
+                writers=[],
+                strategy=tf.distribute.get_strategy(),
+            )
+        late = tf.errors.DeadlineExceededError(None, None, "collective timed out")
+        peer = str(run_errors.peer_failure(late, 0, 7, 30, None))
+    message = str(diverged.value)
+    assert f"(steps 6 to 7, {prefix}max_nonfinite_steps=2)" in message
+    assert f"Lower {prefix}lr or {prefix}clip_norm (or check the input)" in message
+    assert f"did not reach the all-reduce within {prefix}collective_timeout_s=30 " in peer
+    if not prefix:
+        assert "--" not in message + peer
+
+
 def test_a_run_of_non_finite_steps_stops_in_one_line_and_the_last_checkpoint_is_finite(
     tmp_path, data_dir
 ):
@@ -124,10 +159,10 @@ def test_a_run_of_non_finite_steps_stops_in_one_line_and_the_last_checkpoint_is_
     assert errors.is_user_error(diverged.value) and "\n" not in message
     assert message == (
         "training diverged: 3 non-finite steps in a row (steps 5 to 7, "
-        "--max_nonfinite_steps=3); no update was applied and the last checkpoint (ckpt-4) "
-        "holds the last finite weights. Lower --lr or --clip_norm (or check the input) "
+        "max_nonfinite_steps=3); no update was applied and the last checkpoint (ckpt-4) "
+        "holds the last finite weights. Lower lr or clip_norm (or check the input) "
         "before resuming."
-    )
+    )  # a Python caller's words: the config's fields (a binary's user reads the flags)
     # No update applied: the weights in memory are still those of step 4.
     _assert_unchanged(at_step_4, resumed.model.weights)
     run = tmp_path / "run"

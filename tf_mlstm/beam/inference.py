@@ -239,7 +239,7 @@ def check_saved_model(export_dir: str, signature: str) -> None:
     if signature not in names:
         raise errors.InvalidValueError(
             f"{export_dir}: has no {signature!r} signature (it has {names}); export it with "
-            "--classifier for 'classify'"
+            f"{errors.setting_name('classifier')} for 'classify'"
         )
 
 

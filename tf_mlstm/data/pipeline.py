@@ -128,8 +128,8 @@ def document_dataset(
         if len(files) < n:
             raise errors.InvalidValueError(
                 f"{len(files)} shard files cannot feed {n} input pipelines (one "
-                "per worker): convert the corpus with --num_shards >= the number "
-                "of workers."
+                f"per worker): convert the corpus with {errors.setting_name('num_shards')} >= the "
+                "number of workers."
             )
         files = files[i::n]
     ds = tf.data.Dataset.from_tensor_slices(files)

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm.config import profile_bounds
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.train import stop_signals
 from tf_mlstm.train import strategy as strategy_lib
 from tf_mlstm.train.run_errors import TrainingDivergedError
@@ -172,7 +173,7 @@ def count_nonfinite(
       finite: whether the step was finite (applied).
       norm: its all-reduced gradient norm (logged).
       last_saved: the last checkpointed step, or -1.
-      max_nonfinite_steps: the `--max_nonfinite_steps` in force.
+      max_nonfinite_steps: the `max_nonfinite_steps` in force.
       writers: the run's summary writers (flushed before the run stops).
       strategy: the run's strategy (a last synchronization before it stops).
 
@@ -201,9 +202,9 @@ def count_nonfinite(
     kept = f"ckpt-{last_saved}" if last_saved >= 0 else "none yet"
     raise TrainingDivergedError(
         f"training diverged: {run} non-finite steps in a row (steps {step - run + 1} to "
-        f"{step}, --max_nonfinite_steps={max_nonfinite_steps}); no update was "
+        f"{step}, {_name('max_nonfinite_steps')}={max_nonfinite_steps}); no update was "
         f"applied and the last checkpoint ({kept}) holds the last finite weights. Lower "
-        "--lr or --clip_norm (or check the input) before resuming."
+        f"{_name('lr')} or {_name('clip_norm')} (or check the input) before resuming."
     )
 
 

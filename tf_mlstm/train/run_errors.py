@@ -61,7 +61,7 @@ def peer_failure(
       error: the TensorFlow error.
       worker: this worker's index.
       step: the step it stops at.
-      collective_timeout_s: the `--collective_timeout_s` in force.
+      collective_timeout_s: the `collective_timeout_s` in force.
       latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
 
     Returns:
@@ -70,7 +70,7 @@ def peer_failure(
     what = "stopped"
     if isinstance(error, tf.errors.DeadlineExceededError):
         what = (
-            "did not reach the all-reduce within --collective_timeout_s="
+            f"did not reach the all-reduce within {errors.setting_name('collective_timeout_s')}="
             f"{collective_timeout_s:g} (stuck, or far slower)"
         )
     return strategy_lib.PeerWorkerError(

@@ -147,7 +147,7 @@ class Runner:
         replicas = self.strategy.num_replicas_in_sync
         if config.batch_size % replicas:
             raise errors.InvalidValueError(
-                f"--batch_size={config.batch_size} (global) must be a "
+                f"{errors.setting_name('batch_size')}={config.batch_size} (global) must be a "
                 f"multiple of the {replicas} replicas."
             )
         self.per_replica_batch = config.batch_size // replicas
@@ -429,12 +429,13 @@ class Runner:
         if saved.get("step") != step:
             return None
         logging.info(
-            "%s already finished at step %d (--max_steps=%d): %s left as it was; raise "
-            "--max_steps to train on.",
+            "%s already finished at step %d (%s=%d): %s left as it was; raise %s to train on.",
             self.config.model_dir,
             step,
+            errors.setting_name("max_steps"),
             self.config.max_steps,
             path,
+            errors.setting_name("max_steps"),
         )
         return {**saved, "finished_earlier": True}
 
