@@ -66,8 +66,8 @@ def _shards(folder):
 
 def _config(inputs, out, **kwargs):
     kwargs.setdefault("num_shards", 3)
-    kwargs.setdefault("split_weights", (8, 1, 1))
-    return convert.ConvertConfig(inputs=inputs, output_dir=str(out), **kwargs)
+    kwargs.setdefault("split", (8, 1, 1))
+    return convert.ConvertConfig(input=inputs, output_dir=str(out), **kwargs)
 
 
 def _both(inputs, tmp_path, pipeline_args=(), **kwargs):
@@ -98,7 +98,7 @@ def _assert_same_output(single, beam, tmp_path):
 
 
 def test_the_demo_corpus_converts_to_the_same_shards(tmp_path):
-    single, beam = _both(demo.DEMO_CORPUS, tmp_path, num_shards=4, split_weights=demo.DEMO_SPLIT)
+    single, beam = _both(demo.DEMO_CORPUS, tmp_path, num_shards=4, split=demo.DEMO_SPLIT)
     assert single["records"] == 269 and all(s["records"] for s in single["splits"].values())
     _assert_same_output(single, beam, tmp_path)
 
@@ -137,8 +137,8 @@ def test_bad_records_are_skipped_and_counted_alike_on_two_workers(tmp_path):
         inputs,
         tmp_path,
         TWO_WORKERS,
-        text_keys=("text", "sentence"),
-        interleave=False,
+        text_key=("text", "sentence"),
+        interleave_inputs=False,
         gzip=True,
     )
     assert single["skipped"]["by_reason"] == {
@@ -153,7 +153,7 @@ def test_bad_records_are_skipped_and_counted_alike_on_two_workers(tmp_path):
     _assert_same_output(single, beam, tmp_path)
     # On one worker in this process, the very same bytes as on two.
     again = beam_convert.convert_with_beam(
-        _config(inputs, tmp_path / "again", text_keys=("text", "sentence"), gzip=True),
+        _config(inputs, tmp_path / "again", text_key=("text", "sentence"), gzip=True),
         "DirectRunner",
     )
     assert again["skipped"] == beam["skipped"]
@@ -169,7 +169,7 @@ def test_a_slice_of_a_shared_corpus_converts_to_the_same_shards(tmp_path, shared
         (slice_dir / "unsup.jsonl").write_bytes(b"".join(next(f) for _ in range(1500)))
     inputs = f"{slice_dir}/unsup.jsonl,{shared_data}/amazon/electronics.jsonl"
     single, beam = _both(
-        inputs, tmp_path, num_shards=5, split_weights=(50, 1, 1), text_keys=("reviewText", "text")
+        inputs, tmp_path, num_shards=5, split=(50, 1, 1), text_key=("reviewText", "text")
     )
     assert single["records"] == 3500 and single["skipped"]["total"] == 0
     _assert_same_output(single, beam, tmp_path)
@@ -304,7 +304,7 @@ def test_the_binary_runs_on_two_local_workers(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     single = convert.convert(
-        _config(demo.DEMO_CORPUS, tmp_path / "single", num_shards=4, split_weights=demo.DEMO_SPLIT)
+        _config(demo.DEMO_CORPUS, tmp_path / "single", num_shards=4, split=demo.DEMO_SPLIT)
     )
     written = json.loads((out / "stats.json").read_text())
     assert written["splits"] == single["splits"] and written["records"] == 269

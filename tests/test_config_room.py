@@ -109,6 +109,11 @@ def test_every_config_module_and_name_imports_without_tensorflow():
             "solver=lbfgs fits only penalty=l2, not l1",
         ),
         (lambda: config.EvalConfig(model_dir="m", data="d", text_key=()), "text_key must name"),
+        # The conversion checks when constructed (`validate` is never reached).
+        (
+            lambda: config.ConvertConfig(input="a.jsonl", output_dir="o", split=(8, 0, 1)),
+            r"split must be three positive integers",
+        ),
     ],
 )
 def test_a_config_error_names_the_argument_to_python_and_the_flag_to_a_binary(build, message):

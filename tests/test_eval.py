@@ -53,10 +53,10 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     # The same corpus converted to TFRecords gives the same figure.
     convert.convert(
         convert.ConvertConfig(
-            inputs=str(corpus),
+            input=str(corpus),
             output_dir=str(tmp_path / "tf"),
             num_shards=1,
-            split_weights=(1, 1, 1),
+            split=(1, 1, 1),
         )
     )
     proc = _eval(
@@ -139,7 +139,7 @@ def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
     out = tmp_path / "tf"
     convert.convert(
         convert.ConvertConfig(
-            inputs=str(corpus), output_dir=str(out), num_shards=1, split_weights=(1000, 1, 1)
+            input=str(corpus), output_dir=str(out), num_shards=1, split=(1000, 1, 1)
         )
     )
     assert json.loads((out / "stats.json").read_text())["splits"]["test"]["records"] == 0

@@ -163,6 +163,9 @@ def test_every_config_field_is_set_by_the_flag_of_its_name(binaries):
 
     fields = {f.name for f in dataclasses.fields(experiment.TransferConfig)}
     assert fields - {"progress"} <= set(binaries["transfer"]["flags"])
+    # So does tf-mlstm-make-tfrecords (it wraps its config for `--runner`).
+    fields = {f.name for f in dataclasses.fields(settings.ConvertConfig)}
+    assert fields - {"progress_interval_s"} <= set(binaries["make_tfrecords"]["flags"])
 
 
 def test_old_spellings_are_only_deprecated_aliases_of_the_new(binaries):

@@ -237,7 +237,7 @@ def test_config_from_flags(tmp_path):
         )
     )
     assert config.text_keys == ("reviewText", "text")
-    assert config.split_weights == (98, 1, 1)
+    assert config.split == (98, 1, 1)
     assert config.gzip and config.num_shards == 100 and config.max_documents == 0
     assert config.stats_path == os.path.join(str(tmp_path), "stats.json")
     with pytest.raises(AttributeError):
@@ -268,7 +268,7 @@ def test_convert_max_documents(tmp_path):
     corpus.write_text("".join(f"line {i}\n" for i in range(50)), encoding="utf-8")
     stats = convert.convert(
         convert.ConvertConfig(
-            inputs=str(corpus), output_dir=str(tmp_path / "out"), num_shards=2, max_documents=7
+            input=str(corpus), output_dir=str(tmp_path / "out"), num_shards=2, max_documents=7
         )
     )
     assert stats["records"] == 7
@@ -453,7 +453,7 @@ def test_writer_through_part_files_discards_them_on_error(tmp_path):
 
 def _convert(tmp_path, inputs, out, **kwargs):
     kwargs.setdefault("num_shards", 2)
-    return convert.convert(convert.ConvertConfig(inputs=str(inputs), output_dir=str(out), **kwargs))
+    return convert.convert(convert.ConvertConfig(input=str(inputs), output_dir=str(out), **kwargs))
 
 
 def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
@@ -465,7 +465,7 @@ def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match=r"out is not empty \(1 entries, such as notes\.md\)"):
         _convert(tmp_path, corpus, out)
     assert os.listdir(out) == ["notes.md"]  # Untouched.
-    _convert(tmp_path, corpus, out, overwrite=True, split_weights=(1, 1, 1))
+    _convert(tmp_path, corpus, out, overwrite=True, split=(1, 1, 1))
     first = sorted(os.listdir(out))
     assert "validation-00000-of-00002.tfrecord" in first
     assert tfrecord.INCOMPLETE_MARKER not in first
@@ -505,13 +505,13 @@ def test_a_failed_overwrite_leaves_the_earlier_data_byte_identical(tmp_path):
     data = gzip.compress(good.read_bytes() * 40)
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(readers.InputError, match="truncated or corrupt gzip"):
-        _convert(tmp_path, f"{good},{cut}", out, overwrite=True, interleave=False)
+        _convert(tmp_path, f"{good},{cut}", out, overwrite=True, interleave_inputs=False)
     # The new shards were staged; the old data set is as it was, and readable.
     assert _tree(out) == before
     assert tfrecord.split_files(str(out), "train")
     # No documents at all (a wrong text key): the same.
     with pytest.raises(convert.NoDocumentsError, match=rf"{out} is as it was$"):
-        _convert(tmp_path, good, out, overwrite=True, text_keys=("body",))
+        _convert(tmp_path, good, out, overwrite=True, text_key=("body",))
     assert _tree(out) == before
     # A successful overwrite replaces it, and leaves no staging folder behind.
     _convert(tmp_path, f"{good},{good}", out, overwrite=True)

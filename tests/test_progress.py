@@ -149,7 +149,7 @@ def test_conversion_reports_progress_in_input_bytes(tmp_path, caplog):
     corpus = _corpus(tmp_path)
     stats = convert.convert(
         convert.ConvertConfig(
-            inputs=str(corpus),
+            input=str(corpus),
             output_dir=str(tmp_path / "out"),
             num_shards=1,
             progress_interval_s=1e-9,
@@ -175,7 +175,7 @@ def test_conversion_with_max_documents_counts_records(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     convert.convert(
         convert.ConvertConfig(
-            inputs=str(_corpus(tmp_path)),
+            input=str(_corpus(tmp_path)),
             output_dir=str(tmp_path / "out"),
             num_shards=1,
             max_documents=7,
@@ -206,10 +206,10 @@ def test_evaluation_reports_progress_against_the_expected_chars(tmp_path, caplog
     out = tmp_path / "out"
     convert.convert(
         convert.ConvertConfig(
-            inputs=str(_corpus(tmp_path)),
+            input=str(_corpus(tmp_path)),
             output_dir=str(out),
             num_shards=1,
-            split_weights=(1, 1, 1),
+            split=(1, 1, 1),
         )
     )
     files = tfrecord.split_files(str(out), "test")

@@ -584,9 +584,9 @@ def run_convert(path, output_dir):
     from tf_mlstm.data import convert
 
     config = convert.ConvertConfig(
-        inputs=path,
+        input=path,
         output_dir=output_dir,
-        text_keys=("text", "reviewText"),
+        text_key=("text", "reviewText"),
         num_shards=4,
         max_documents=FLAGS.convert_max_documents,
     )

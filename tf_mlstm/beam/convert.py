@@ -83,9 +83,7 @@ class _ReadFile(beam.DoFn):
         self._staging = staging
 
     def setup(self):
-        self._assignment = tfrecord.ShardAssignment(
-            self._config.num_shards, self._config.split_weights
-        )
+        self._assignment = tfrecord.ShardAssignment(self._config.num_shards, self._config.split)
 
     def process(self, element: tuple[int, str]) -> Iterator[tuple[tuple[int, int], str]]:
         index, path = element
@@ -206,9 +204,9 @@ def convert_with_beam(
         )
     options = beam_options.pipeline_options(runner, pipeline_args)
     start = time.monotonic()
-    paths = readers.expand_inputs(config.inputs)
+    paths = readers.expand_inputs(config.input)
     compression = "GZIP" if config.gzip else None
-    shard_counts = tfrecord.split_shard_counts(config.num_shards, config.split_weights)
+    shard_counts = tfrecord.split_shard_counts(config.num_shards, config.split)
 
     def write(staging, skip_log, read_stats):
         counts_dir = os.path.join(staging, _INPUT_COUNTS_SUBDIR)

@@ -115,7 +115,9 @@ def _one_type(annotation):
     return options[0] if len(options) == 1 else annotation
 
 
-def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=()) -> None:
+def define_fields(
+    defaults, names, choices=None, lower_bounds=None, no_default=(), flag_values=None
+) -> None:
     """Defines a flag for each field `names` of the config `defaults`, derived from the field.
 
     The flag's name is the field's, its default the field's value in
@@ -132,9 +134,13 @@ def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=(
       lower_bounds: field name -> the least value its (int or float) flag takes.
       no_default: fields whose flag has no default (None): a required flag, or
         one whose absence the binary resolves.
+      flag_values: where to define them (`flags.FLAGS` when None; a binary with
+        `--runner` defines its flags on a fresh `FlagValues` too).
     """
     caller = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
     module = {"module_name": sys.argv[0] if caller == "__main__" else caller}
+    if flag_values is not None:
+        module["flag_values"] = flag_values
     config_class = type(defaults)
     types = {field.name: field.type for field in dataclasses.fields(config_class)}
     for name in names:
@@ -146,12 +152,16 @@ def define_fields(defaults, names, choices=None, lower_bounds=None, no_default=(
         elif _one_type(types[name]) in _DEFINE_BY_TYPE:
             _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text, **bound, **module)
         else:  # a key list: a tuple, or a str or list that may hold several
-            flags.DEFINE_list(name, default, help_text, **module)
+            listed = list(default) if isinstance(default, tuple) else default
+            flags.DEFINE_list(name, listed, help_text, **module)
 
 
-def define_text_key(help_text="Keys/columns holding the text, tried in order.") -> None:
-    """`--text_key`: a comma-separated list, `TEXT_KEYS` by default."""
-    flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text)
+def define_text_key(
+    help_text="Keys/columns holding the text, tried in order.", flag_values=None
+) -> None:
+    """`--text_key`: a comma-separated list, `TEXT_KEYS` by default (on `flag_values`)."""
+    kwargs = {} if flag_values is None else {"flag_values": flag_values}
+    flags.DEFINE_list("text_key", list(TEXT_KEYS), help_text, **kwargs)
 
 
 text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.

@@ -68,85 +68,34 @@ class BeamConversion:
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Defines this binary's flags; all optional here, `run` marks the required ones.
+    """Defines this binary's flags from `ConvertConfig`; `run` marks the required ones.
 
     Args:
         flag_values: Where to define them (tests pass a fresh `FlagValues`).
     """
     fv = flag_values
-    flags.DEFINE_string(
-        "input",
-        None,
-        "Comma-separated input files and globs: .jsonl/.json (JSON lines), .csv, .tsv, "
-        "anything else plain text; each may end in .gz.",
-        flag_values=fv,
+    defaults = ConvertConfig(input="-", output_dir="-")
+    _flags.define_fields(
+        defaults, ("input", "output_dir"), no_default=_REQUIRED_FLAGS, flag_values=fv
     )
-    flags.DEFINE_string("output_dir", None, "Directory for the TFRecord shards.", flag_values=fv)
-    flags.DEFINE_list(
-        "text_key",
-        list(_flags.TEXT_KEYS),
-        "Comma-separated JSON keys / CSV columns of the text; the first present one wins.",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "label_key",
-        None,
-        "JSON key / CSV column of an integer label (0/1, pos/neg); records without a valid "
-        "label are then skipped. Default: no labels.",
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "rating_key",
-        None,
-        "JSON key / CSV column of a numeric rating. Default: 'overall' or 'rating' if present.",
-        flag_values=fv,
-    )
-    flags.DEFINE_enum(
-        "text_mode",
-        "line",
-        list(fields.TEXT_MODES),
-        "Plain-text inputs: one document per line, or per file.",
-        flag_values=fv,
-    )
-    flags.DEFINE_integer(
-        "num_shards", 100, "Number of train shards.", lower_bound=1, flag_values=fv
-    )
-    flags.DEFINE_list(
-        "split",
-        ["1000", "1", "1"],
-        "Relative sizes of the train,validation,test splits: three positive integers.",
-        flag_values=fv,
-    )
-    flags.DEFINE_bool(
-        "gzip", False, "Write GZIP-compressed shards (*.tfrecord.gz).", flag_values=fv
-    )
-    flags.DEFINE_bool(
-        "interleave_inputs",
-        True,
-        "Spread every input file over the whole output (files are often one per "
-        "category); false reads them one after another.",
-        flag_values=fv,
-    )
-    flags.DEFINE_integer(
-        "max_documents",
-        0,
-        "Stop after this many documents; 0 converts all.",
-        lower_bound=0,
-        flag_values=fv,
-    )
-    _flags.define_overwrite("--output_dir", fv)
-    flags.DEFINE_integer(
-        "max_document_bytes",
-        fields.DEFAULT_MAX_DOCUMENT_BYTES,
-        "Longest input record in bytes (a line; a CSV record; a file with --text_mode=file); "
-        "longer ones are skipped and counted, never held in memory.",
-        lower_bound=1,
-        flag_values=fv,
-    )
-    flags.DEFINE_string(
-        "stats_file",
-        None,
-        "JSON stats file. Default: <output_dir>/stats.json.",
+    _flags.define_text_key(_flags.field_help(ConvertConfig, "text_key"), flag_values=fv)
+    _flags.define_fields(
+        defaults,
+        (
+            "label_key",
+            "rating_key",
+            "text_mode",
+            "num_shards",
+            "split",
+            "gzip",
+            "interleave_inputs",
+            "max_documents",
+            "overwrite",
+            "max_document_bytes",
+            "stats_file",
+        ),
+        choices={"text_mode": fields.TEXT_MODES},
+        lower_bounds={"num_shards": 1, "max_documents": 0, "max_document_bytes": 1},
         flag_values=fv,
     )
     flags.DEFINE_string(
@@ -161,11 +110,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
 
 
-def parse_split(value: list[str]) -> tuple[int, int, int]:
+def parse_split(value: list[str] | list[int]) -> tuple[int, int, int]:
     """Parses `--split`.
 
     Args:
-        value: The --split list, for example ["1000", "1", "1"].
+        value: The --split list, for example ["1000", "1", "1"] (its default: ints).
 
     Returns:
         The (train, validation, test) weights.
@@ -173,17 +122,17 @@ def parse_split(value: list[str]) -> tuple[int, int, int]:
     Raises:
         app.UsageError: If `value` is not three positive integers.
     """
-    pieces = [piece.strip() for piece in value]
+    pieces = [str(piece).strip() for piece in value]
     if len(pieces) != 3 or not all(piece.isdecimal() and int(piece) > 0 for piece in pieces):
         raise app.UsageError(
             f"--split must be three positive integers train,validation,test "
-            f"(e.g. 1000,1,1), got {','.join(value)!r}"
+            f"(e.g. 1000,1,1), got {','.join(pieces)!r}"
         )
     return tuple(int(piece) for piece in pieces)
 
 
 def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
-    """Validates the parsed flags into the conversion config.
+    """Validates the parsed flags into the conversion config (each flag its field's).
 
     Args:
         flag_values: Parsed flags, as defined by `define_flags`.
@@ -198,23 +147,21 @@ def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
     outputs.refuse_existing("--output_dir", flag_values.output_dir, flag_values.overwrite)
-    split_weights = parse_split(flag_values.split)
+    values = {
+        field.name: flag_values[field.name].value
+        for field in dataclasses.fields(ConvertConfig)
+        if field.name in flag_values
+    }
     try:
         return ConvertConfig(
-            inputs=flag_values.input,
-            output_dir=flag_values.output_dir,
-            text_keys=text_keys,
-            label_key=flag_values.label_key or None,
-            rating_key=flag_values.rating_key or None,
-            text_mode=flag_values.text_mode,
-            num_shards=flag_values.num_shards,
-            split_weights=split_weights,
-            gzip=flag_values.gzip,
-            max_documents=flag_values.max_documents,
-            interleave=flag_values.interleave_inputs,
-            stats_file=flag_values.stats_file or None,
-            overwrite=flag_values.overwrite,
-            max_document_bytes=flag_values.max_document_bytes,
+            **{
+                **values,
+                "text_key": text_keys,
+                "split": parse_split(flag_values.split),
+                "label_key": flag_values.label_key or None,
+                "rating_key": flag_values.rating_key or None,
+                "stats_file": flag_values.stats_file or None,
+            }
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from e

@@ -12,36 +12,41 @@ from tf_mlstm import errors
 from tf_mlstm.data.fields import DEFAULT_MAX_DOCUMENT_BYTES
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import TEXT_MODES
+from tf_mlstm.data.fields import split_keys
+from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 
 
 @dataclasses.dataclass(frozen=True)
 class ConvertConfig:
-    """Everything one conversion needs.
+    """Everything one conversion needs. Field names match the flags.
 
     Attributes:
-        inputs: Comma-separated input paths and globs (see
-            `readers.expand_inputs`).
-        output_dir: Directory for the shards and, by default, the stats file.
-        text_keys: JSON keys / CSV columns of the text, first present wins.
-        label_key: Key of an integer label; None for no labels.
-        rating_key: Key of a rating; None reads "overall" or "rating" if present.
-        text_mode: Plain-text files: "line" (a document per line) or "file".
+        input: Comma-separated input files and globs: .jsonl/.json (JSON lines), .csv, .tsv,
+            anything else plain text; each may end in .gz.
+        output_dir: Directory for the TFRecord shards and, by default, the stats file.
+        text_key: JSON keys / CSV columns of the text, tried in order: the first present one
+            wins.
+        label_key: JSON key / CSV column of an integer label (0/1, pos/neg); records without
+            a valid label are then skipped. Unset: no labels.
+        rating_key: JSON key / CSV column of a numeric rating. Unset: 'overall' or 'rating' if
+            present.
+        text_mode: Plain-text inputs: one document per line, or per file.
         num_shards: Number of train shards.
-        split_weights: Positive weights (train, validation, test).
-        gzip: Write GZIP-compressed shards.
-        max_documents: Stop after this many documents; 0 for all.
-        interleave: Spread every input file over the whole output (see
-            `readers.read_documents`) rather than one file after another.
-        stats_file: Where to write the JSON stats; None for
-            `<output_dir>/stats.json`.
-        overwrite: Replace the shards and stats of a non-empty output folder
-            (other files there are left alone); otherwise such a folder is
-            refused.
-        max_document_bytes: Longest input record, in bytes (see
-            `readers.read_documents`); longer ones are skipped and counted.
-        progress_interval_s: Seconds between progress log lines when stderr
-            is not a terminal (on one, a bar is redrawn in place).
+        split: Relative sizes of the train, validation and test splits: three positive
+            integers.
+        gzip: Write GZIP-compressed shards (*.tfrecord.gz).
+        max_documents: Stop after this many documents; 0 converts all.
+        interleave_inputs: Spread every input file over the whole output (files are often one
+            per category); false reads them one after another.
+        stats_file: JSON stats file. Unset: <output_dir>/stats.json.
+        overwrite: Replace the shards and stats of a non-empty `output_dir` (other files there
+            are left alone; a failed run leaves them as they were); without it such a folder
+            is refused before any work.
+        max_document_bytes: Longest input record in bytes (a line; a CSV record; a whole file
+            when `text_mode` is file); longer ones are skipped and counted, never held in memory.
+        progress_interval_s: Seconds between progress log lines when stderr is not a terminal
+            (on one, a bar is redrawn in place).
 
     Raises:
         ValueError: If a field is out of range.
@@ -49,57 +54,66 @@ class ConvertConfig:
     Example:
 
     >>> from tf_mlstm.config import ConvertConfig
-    >>> config = ConvertConfig(inputs="reviews/*.json.gz", output_dir="shards", num_shards=4)
-    >>> config.split_weights, config.text_keys
+    >>> config = ConvertConfig(input="reviews/*.json.gz", output_dir="shards", num_shards=4)
+    >>> config.split, config.text_keys
     ((1000, 1, 1), ('reviewText', 'text', 'sentence'))
     """
 
-    inputs: str
+    input: str
     output_dir: str
-    text_keys: tuple[str, ...] = TEXT_KEYS
+    text_key: tuple = TEXT_KEYS  # or one comma-separated string
     label_key: str | None = None
     rating_key: str | None = None
     text_mode: str = "line"
     num_shards: int = 100
-    split_weights: tuple[int, int, int] = (1000, 1, 1)
+    split: tuple[int, int, int] = (1000, 1, 1)
     gzip: bool = False
     max_documents: int = 0
-    interleave: bool = True
+    interleave_inputs: bool = True
     stats_file: str | None = None
     overwrite: bool = False
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
     progress_interval_s: float = DEFAULT_LOG_INTERVAL_S
 
     def __post_init__(self):
-        if not self.inputs.strip(" ,"):
-            raise errors.InvalidValueError("inputs must name at least one file or glob")
+        if not self.input.strip(" ,"):
+            raise errors.InvalidValueError(f"{_name('input')} must name at least one file or glob")
         if not self.output_dir:
-            raise errors.InvalidValueError("output_dir must not be empty")
-        if not self.text_keys or not all(self.text_keys):
-            raise errors.InvalidValueError(
-                f"text_keys must be non-empty names, got {self.text_keys}"
-            )
+            raise errors.InvalidValueError(f"{_name('output_dir')} must not be empty")
+        if not self.text_keys:
+            raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key")
         if self.text_mode not in TEXT_MODES:
             raise errors.InvalidValueError(
-                f"text_mode must be one of {TEXT_MODES}, got {self.text_mode!r}"
+                f"{_name('text_mode')} must be one of {TEXT_MODES}, got {self.text_mode!r}"
             )
         if self.num_shards < 1:
-            raise errors.InvalidValueError(f"num_shards must be >= 1, got {self.num_shards}")
-        if len(self.split_weights) != 3 or not all(w > 0 for w in self.split_weights):
             raise errors.InvalidValueError(
-                f"split_weights must be three positive integers (train, validation, test), "
-                f"got {self.split_weights}"
+                f"{_name('num_shards')} must be >= 1, got {self.num_shards}"
+            )
+        if len(self.split) != 3 or not all(
+            isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in self.split
+        ):
+            raise errors.InvalidValueError(
+                f"{_name('split')} must be three positive integers (train, validation, test), "
+                f"got {self.split}"
             )
         if self.max_documents < 0:
-            raise errors.InvalidValueError(f"max_documents must be >= 0, got {self.max_documents}")
+            raise errors.InvalidValueError(
+                f"{_name('max_documents')} must be >= 0, got {self.max_documents}"
+            )
         if self.max_document_bytes < 1:
             raise errors.InvalidValueError(
-                f"max_document_bytes must be >= 1, got {self.max_document_bytes}"
+                f"{_name('max_document_bytes')} must be >= 1, got {self.max_document_bytes}"
             )
         if self.progress_interval_s <= 0:
             raise errors.InvalidValueError(
-                f"progress_interval_s must be > 0, got {self.progress_interval_s}"
+                f"{_name('progress_interval_s')} must be > 0, got {self.progress_interval_s}"
             )
+
+    @property
+    def text_keys(self) -> tuple[str, ...]:
+        """The `text_key` list as a tuple, blanks left out."""
+        return split_keys(self.text_key)
 
     @property
     def stats_path(self) -> str:

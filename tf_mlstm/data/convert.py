@@ -173,7 +173,7 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
             set.
     """
     start = time.monotonic()
-    paths = readers.expand_inputs(config.inputs)
+    paths = readers.expand_inputs(config.input)
 
     def write(staging, skip_log, read_stats):
         progress = _progress(config, paths)
@@ -206,7 +206,7 @@ def run_staged(
 
     Args:
         config: What to read and where to write.
-        paths: The input files (`readers.expand_inputs` of `config.inputs`).
+        paths: The input files (`readers.expand_inputs` of `config.input`).
         start: `time.monotonic()` when the conversion began.
         write: Writes the shards (see `WriteShards`).
 
@@ -257,7 +257,7 @@ def _open_writer(config: ConvertConfig, folder: str) -> tfrecord.ShardedWriter:
     return tfrecord.ShardedWriter(
         folder,
         num_train_shards=config.num_shards,
-        split_weights=config.split_weights,
+        split_weights=config.split,
         compression=_compression(config),
     )
 
@@ -281,7 +281,7 @@ def read_documents(
         text_mode=config.text_mode,
         skip_log=skip_log,
         read_stats=read_stats,
-        interleave=config.interleave,
+        interleave=config.interleave_inputs,
         max_document_bytes=config.max_document_bytes,
     )
 
@@ -341,8 +341,7 @@ def _conversion_stats(
     """The stats file's content (see `convert`)."""
     seconds = time.monotonic() - start
     warnings = [
-        f"the {split} split received no documents ({records} in all, split weights "
-        f"{config.split_weights})"
+        f"the {split} split received no documents ({records} in all, split weights {config.split})"
         for split in tfrecord.SPLITS
         if records and not splits[split]["records"]
     ]

@@ -32,10 +32,10 @@ def build_demo_tfrecords(output_dir) -> str:
     private = f"{output_dir}.tmp-{os.getpid()}"
     convert.convert(
         convert.ConvertConfig(
-            inputs=DEMO_CORPUS,
+            input=DEMO_CORPUS,
             output_dir=private,
             num_shards=DEMO_SHARDS,
-            split_weights=DEMO_SPLIT,
+            split=DEMO_SPLIT,
         )
     )
     try:
