@@ -42,7 +42,7 @@ FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()
 
 
-def define_finetune_flags():
+def define_finetune_flags() -> None:
     """Defines every tf-mlstm-finetune flag (all optional; `run` marks required ones)."""
     flags.DEFINE_string(
         "init_model_dir", None, _flags.field_help(finetune_lib.FinetuneConfig, "init_model_dir")
@@ -81,7 +81,7 @@ def define_finetune_flags():
     _flags.define_deprecated_alias("feature", "features")  # the spelling of earlier releases
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The run folders, the data and a resume's head, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     preflight.check_output_dir("model_dir", fv.model_dir)
@@ -98,7 +98,7 @@ def check_before_work(flag_values):
     )
 
 
-def main(config):
+def main(config) -> dict:
     """Fine-tunes; returns the results without the per-step history."""
     from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
 
@@ -107,7 +107,7 @@ def main(config):
     return results
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-finetune`."""
     _main.run_binary(
         __name__,

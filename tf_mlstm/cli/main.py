@@ -23,7 +23,7 @@ PREFIX = "tf-mlstm-"
 _UMBRELLA = "tf-mlstm"
 
 
-def binaries():
+def binaries() -> dict[str, str]:
     """The subcommands: {"make-tfrecords": "tf_mlstm.cli.make_tfrecords", ...}, sorted."""
     package = importlib.import_module("tf_mlstm.cli")
     found = {}
@@ -34,7 +34,7 @@ def binaries():
     return dict(sorted(found.items()))
 
 
-def summary(module_name):
+def summary(module_name) -> str:
     """The first line of a binary's docstring, without its "tf-mlstm-x: " prefix."""
     spec = importlib.util.find_spec(module_name)
     with open(spec.origin, encoding="utf-8") as source:
@@ -44,7 +44,7 @@ def summary(module_name):
     return rest if sep and head.startswith(PREFIX) else first
 
 
-def usage():
+def usage() -> str:
     """`tf-mlstm --help`: how to call it and the subcommands, one line each."""
     names = binaries()
     width = max(map(len, names))
@@ -59,7 +59,7 @@ def usage():
     return "\n".join(lines)
 
 
-def run(argv=None):
+def run(argv=None) -> None:
     """Entry point of `tf-mlstm`: runs `tf-mlstm-COMMAND` with the rest of the arguments."""
     argv = list(sys.argv if argv is None else argv)
     command = argv[1] if len(argv) > 1 else None

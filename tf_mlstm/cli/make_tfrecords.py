@@ -60,6 +60,18 @@ class BeamConversion:
         config: The conversion.
         runner: The Beam runner's name.
         pipeline_args: The flags this binary does not define, for Beam.
+
+    Example:
+
+    >>> from tf_mlstm.cli.make_tfrecords import BeamConversion
+    >>> from tf_mlstm.config import ConvertConfig
+    >>> job = BeamConversion(
+    ...     ConvertConfig(input="reviews.jsonl", output_dir="shards"),
+    ...     runner="DirectRunner",
+    ...     pipeline_args=("--direct_num_workers=2",),
+    ... )
+    >>> job.runner, job.config.num_shards
+    ('DirectRunner', 100)
     """
 
     config: ConvertConfig

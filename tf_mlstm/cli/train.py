@@ -31,18 +31,18 @@ FLAGS = flags.FLAGS
 _DEFAULTS = config_lib.TrainConfig()
 
 
-def define_data_flags():
+def define_data_flags() -> None:
     _flags.define_fields(
         _DEFAULTS,
         ("train_data", "validation_data", "model_dir", "shuffle_buffer", "source_repeats"),
     )
 
 
-def define_model_flags():
+def define_model_flags() -> None:
     _flags.define_fields(_DEFAULTS, ("hidden_size", "embedding_size", "weight_norm"))
 
 
-def define_optimization_flags():
+def define_optimization_flags() -> None:
     _flags.define_fields(
         _DEFAULTS,
         ("seq_length", "batch_size", "lr_scaling", "lr_base_batch", "max_lr", "total_steps"),
@@ -50,13 +50,13 @@ def define_optimization_flags():
     )
 
 
-def define_budget_flags():
+def define_budget_flags() -> None:
     _flags.define_fields(
         _DEFAULTS, ("epochs", "eval_batches", "sample_every_steps", "sample_length", "export")
     )
 
 
-def define_train_flags():
+def define_train_flags() -> None:
     """Defines every tf-mlstm-train flag."""
     define_data_flags()
     define_model_flags()
@@ -65,7 +65,7 @@ def define_train_flags():
     _flags.define_runner_flags(_DEFAULTS)
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The run folder, the data and a resume's model, before TensorFlow starts (`preflight`).
 
     A mistake here would otherwise be met after TensorFlow's start-up, the
@@ -84,7 +84,7 @@ def check_before_work(flag_values):
     )
 
 
-def main(config):
+def main(config) -> dict:
     """Trains, evaluates and exports; returns the results."""
     # Imported after flag parsing: TensorFlow start-up is slow and noisy.
     from tf_mlstm import api  # pylint: disable=g-import-not-at-top
@@ -95,7 +95,7 @@ def main(config):
     return results
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-train`."""
     _main.run_binary(__name__, define_train_flags, main, config_lib.TrainConfig)
 

@@ -51,7 +51,7 @@ from tf_mlstm.config import choices
 FLAGS = flags.FLAGS
 
 
-def define_transfer_flags():
+def define_transfer_flags() -> None:
     """Defines every tf-mlstm-transfer flag (all optional; `run` marks required ones)."""
     flags.DEFINE_string("model_dir", None, _flags.field_help(TransferConfig, "model_dir"))
     flags.DEFINE_string("train_data", None, _flags.field_help(TransferConfig, "train_data"))
@@ -108,7 +108,7 @@ def _floats(values, name):
         ) from None
 
 
-def config_from_flags():
+def config_from_flags() -> TransferConfig:
     """One frozen, validated `TransferConfig` from FLAGS.
 
     Raises:
@@ -156,7 +156,7 @@ def config_from_flags():
     return config
 
 
-def headline(results):
+def headline(results) -> dict:
     """The one-line JSON summary printed last."""
     line = {
         "test_accuracy": results["test_accuracy"],
@@ -185,7 +185,7 @@ def headline(results):
     return line
 
 
-def neuron_note(results, split):
+def neuron_note(results, split) -> str:
     """The sentiment neuron's accuracy on `split`, in parentheses, for a binary task's log line.
 
     Returns "" for other tasks, whose neurons are per class or label (results.json).
@@ -195,7 +195,7 @@ def neuron_note(results, split):
     return f" (sentiment neuron alone {results['neuron'][f'{split}_accuracy']:.4f})"
 
 
-def check_before_work(flag_values):
+def check_before_work(flag_values) -> None:
     """The model, the data and the output folder, before TensorFlow starts (`preflight`).
 
     `--precision=auto` loads the model and measures it while the config is
@@ -211,7 +211,7 @@ def check_before_work(flag_values):
     preflight.check_not_run_dir(fv.output_dir, "output_dir")
 
 
-def main(config):
+def main(config) -> dict:
     """Fits and scores the classifier; returns the headline numbers."""
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
@@ -224,7 +224,7 @@ def main(config):
     return headline(results)
 
 
-def run():
+def run() -> None:
     """Entry point of `tf-mlstm-transfer`."""
     _main.run_binary(
         __name__,

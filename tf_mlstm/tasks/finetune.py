@@ -77,6 +77,20 @@ class FinetuneTask(Task):
 
     Args:
       config: a validated `FinetuneConfig`.
+
+    Example:
+
+    >>> from tf_mlstm.config import FinetuneConfig
+    >>> from tf_mlstm.tasks.finetune import FinetuneTask
+    >>> config = FinetuneConfig(
+    ...     init_model_dir=model_dir, train_data="reviews.jsonl", model_dir="tuned"
+    ... ).validate()
+    >>> task = FinetuneTask(config)
+    >>> task.title, task.config_file, task.labels
+    ('Fine-tuning', 'finetune_config.json', ('label',))
+    >>> probe = task.measurement(rows=4)  # what `auto` precision times: one sigmoid
+    >>> probe.shape["task"], probe.shape["outputs"], probe.shape["softmax"]
+    ('finetune', 1, False)
     """
 
     title = "Fine-tuning"
@@ -513,6 +527,18 @@ class SyntheticFinetuneTask(FinetuneTask):
       base_config: the base model's `TrainConfig`.
       outputs: the head's outputs.
       softmax: whether they are one softmax (K classes) or sigmoids.
+
+    Example:
+
+    >>> from tf_mlstm.config import FinetuneConfig, TrainConfig
+    >>> from tf_mlstm.tasks.finetune import SyntheticFinetuneTask
+    >>> config = FinetuneConfig(
+    ...     init_model_dir="base", train_data="reviews.jsonl", model_dir="tuned", max_length=16
+    ... )
+    >>> task = SyntheticFinetuneTask(config, TrainConfig(), outputs=3, softmax=True)
+    >>> batch = next(iter(task.dataset(None, rows=2)))  # random rows of 3 classes
+    >>> batch["ids"].shape.as_list(), batch["labels"].shape.as_list()
+    ([2, 16], [2])
     """
 
     def __init__(self, config, base_config, outputs, softmax):

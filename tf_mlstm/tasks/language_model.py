@@ -70,6 +70,18 @@ class LanguageModelTask(Task):
       config: a validated `TrainConfig`.
       train_files: training TFRecord shards.
       validation_files: validation shards (may be empty).
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> from tf_mlstm.tasks.language_model import LanguageModelTask
+    >>> config = TrainConfig(hidden_size=16, seq_length=32).validate()
+    >>> task = LanguageModelTask(config, ["data/train-00000-of-00001.tfrecord"], [])
+    >>> task.carried_state_shape(rows=4), task.describe()
+    ((4, 16), ' x 32 chars')
+
+    `train.runner.Runner(task, config).train()` trains it (see the `Runner`
+    example).
     """
 
     title = "Training"
@@ -272,6 +284,15 @@ class SyntheticLanguageModelTask(LanguageModelTask):
 
     Args:
       config: the `TrainConfig` of the candidate (its precision and XLA).
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
+    >>> task = SyntheticLanguageModelTask(TrainConfig(seq_length=8))
+    >>> batch = next(iter(task.dataset(None, rows=2)))
+    >>> batch["inputs"].shape.as_list(), batch["inputs"].dtype.name
+    ([2, 8], 'uint8')
     """
 
     def __init__(self, config):

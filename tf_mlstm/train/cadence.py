@@ -34,6 +34,16 @@ class Window:
       total: the statistics summed over its steps (float64), None before the first.
       steps: steps in the window.
       paused: seconds of checkpoints and evaluations in the window.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.train.cadence import Window
+    >>> window = Window(start=0.0)
+    >>> window.add(np.array([2.0, 10.0]))  # one step's (bits, chars)
+    >>> window.add(np.array([1.0, 6.0]))
+    >>> window.steps, window.total.tolist()
+    (2, [3.0, 16.0])
     """
 
     def __init__(self, start: float) -> None:
@@ -62,6 +72,19 @@ class Pauses:
     A progress line's rate leaves these pauses out and its ETA adds the ones
     still due, each at the mean time its kind has taken in this launch, so the
     ETA neither jumps up after an evaluation nor forgets the ones ahead.
+
+    Example:
+
+    >>> import time
+    >>> from tf_mlstm.train.cadence import CHECKPOINT, Pauses, Window
+    >>> pauses, window = Pauses(), Window(start=time.monotonic())
+    >>> with pauses.timed(CHECKPOINT, window):
+    ...     time.sleep(0.01)  # a checkpoint is written here
+    >>> window.paused >= 0.01
+    True
+    >>> # Logged at step 10 of 30: its own checkpoint, 20's and 30's are still due.
+    >>> round(pauses.ahead(10, 30, {CHECKPOINT: 10}) / window.paused)
+    3
     """
 
     def __init__(self) -> None:
@@ -121,12 +144,19 @@ def format_duration(seconds: float) -> str:
 
 
 class Profiler:
-    """Starts and stops the TensorBoard profiler at the `--profile_steps` bounds (the chief only).
+    """Starts and stops the TensorBoard profiler at the `profile_steps` bounds (the chief only).
 
     Args:
-      profile_steps: the `--profile_steps` value.
+      profile_steps: the `profile_steps` setting ("START,END", or "" for none).
       chief: whether this worker is the chief (the one that profiles).
       logdir: where the profile goes (the training summaries' folder).
+
+    Example:
+
+    >>> from tf_mlstm.train.cadence import Profiler
+    >>> profiler = Profiler("10,12", chief=False, logdir="run/train")
+    >>> for step in range(9, 13):  # the chief would profile steps 11 and 12
+    ...     profiler.at(step)  # any other worker never starts the profiler
     """
 
     def __init__(self, profile_steps: str, chief: bool, logdir: str) -> None:

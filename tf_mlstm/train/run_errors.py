@@ -36,6 +36,13 @@ class PreemptedError(RuntimeError):
     Attributes:
       step: the step of that checkpoint.
       exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
+
+    Example:
+
+    >>> from tf_mlstm.train.run_errors import EXIT_INTERRUPTED, PreemptedError
+    >>> error = PreemptedError("stopped by Ctrl-C after step 7", 7, EXIT_INTERRUPTED)
+    >>> error.step, error.exit_status
+    (7, 130)
     """
 
     def __init__(self, message: str, step: int, exit_status: int = EXIT_PREEMPTED) -> None:
@@ -45,7 +52,16 @@ class PreemptedError(RuntimeError):
 
 
 class TrainingDivergedError(errors.UserError, RuntimeError):
-    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite."""
+    """Too many non-finite steps in a row: the run stops, its checkpoints stay finite.
+
+    Example:
+
+    >>> from tf_mlstm import errors
+    >>> from tf_mlstm.train.run_errors import TrainingDivergedError
+    >>> error = TrainingDivergedError("training diverged: 3 non-finite steps in a row")
+    >>> errors.is_user_error(error)  # one line and exit status 1 in a binary
+    True
+    """
 
 
 def peer_failure(

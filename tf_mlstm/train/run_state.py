@@ -49,6 +49,29 @@ class RunState:
       carried: the per-replica [h, c] (distributed values), or [].
       iterator: see Args.
       checkpoint_dir: the shared checkpoint folder.
+
+    Example:
+
+    >>> import os
+    >>> import tensorflow as tf
+    >>> from tf_mlstm.train.run_state import RunState
+    >>> step = tf.Variable(0, dtype=tf.int64)
+    >>> def run_state(iterator):
+    ...     return RunState(
+    ...         tf.train.Checkpoint(step=step), step, iterator, {"data": "range(10)"},
+    ...         state_shape=None, state_dtype=tf.float32, model_dir="run", keep=2,
+    ...         strategy=tf.distribute.get_strategy(), worker=0, local_replicas=1,
+    ...     )
+    >>> state = run_state(iter(tf.data.Dataset.range(10)))
+    >>> int(next(state.iterator))
+    0
+    >>> _ = step.assign(1)
+    >>> state.save()  # step 1, and the input read up to it
+    >>> int(next(state.iterator))
+    1
+    >>> resumed = run_state(iter(tf.data.Dataset.range(10)))  # a relaunch
+    >>> os.path.basename(resumed.restore()), int(step.numpy()), int(next(resumed.iterator))
+    ('ckpt-1', 1, 1)
     """
 
     def __init__(

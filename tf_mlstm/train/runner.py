@@ -49,6 +49,7 @@ import tempfile
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -94,6 +95,19 @@ class Runner:
     Raises:
       ValueError: the global batch does not divide over the replicas, or the
         task rejects its inputs.
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
+    >>> from tf_mlstm.train.runner import Runner
+    >>> config = TrainConfig(
+    ...     model_dir="run", hidden_size=8, embedding_size=4, seq_length=8, batch_size=2,
+    ...     max_steps=2, precision="float32", jit_compile="false", sample_every_steps=0,
+    ... ).validate()
+    >>> results = Runner(SyntheticLanguageModelTask(config), config).train()
+    >>> results["step"], results["stopped_by"]
+    (2, 'max_steps')
     """
 
     def __init__(self, task, config, strategy=None):
@@ -277,7 +291,7 @@ class Runner:
             self.local_replicas,
         )
 
-    def summary_writer(self, name):
+    def summary_writer(self, name) -> tf.summary.SummaryWriter:
         """The summary writer of `model_dir/name` (a temporary folder off the chief)."""
         return self._writers.get(name)
 
@@ -298,7 +312,9 @@ class Runner:
             skipped=self.skipped,
         )
 
-    def train_step(self, stop=False, preempted=False, planned_end=0):
+    def train_step(
+        self, stop=False, preempted=False, planned_end=0
+    ) -> tuple[np.ndarray, str | None, float, bool]:
         """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
 
         Args:
@@ -328,17 +344,17 @@ class Runner:
 
     # === Checkpoints ===
 
-    def save(self):
+    def save(self) -> None:
         """Checkpoints the step (see `RunState.save`)."""
         self.run_state.save()
 
-    def restore(self):
+    def restore(self) -> str | None:
         """Restores the newest checkpoint with this worker's state; returns its path or None."""
         return self.run_state.restore()
 
     # === The run ===
 
-    def train(self, finalize=True):
+    def train(self, finalize=True) -> dict:
         """Runs to `max_steps` or the time budget; returns the results dict.
 
         Args:
@@ -573,7 +589,7 @@ class Runner:
             if scale is not None:
                 tf.summary.scalar("loss_scale", float(scale.numpy()))
 
-    def learning_rate(self):
+    def learning_rate(self) -> float:
         """The current learning rate as a float."""
         lr = self.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)

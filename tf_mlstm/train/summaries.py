@@ -23,6 +23,16 @@ class SummaryWriters:
     Args:
       model_dir: the run folder.
       strategy: the run's strategy.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from tf_mlstm.train.summaries import SummaryWriters
+    >>> writers = SummaryWriters("run", tf.distribute.get_strategy())
+    >>> with writers.get("train").as_default(step=1):
+    ...     _ = tf.summary.scalar("loss", 0.5)
+    >>> writers.paths(), len(writers.writers())
+    (['run/train'], 1)
     """
 
     def __init__(self, model_dir: str, strategy: object) -> None:

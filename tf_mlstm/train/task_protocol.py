@@ -32,6 +32,20 @@ class TaskContext:
         step, e.g. to seed dropout, so that a resumed run repeats it).
       summary_writer: `summary_writer(name)` -> the TensorBoard writer of
         `model_dir/name` (a temporary folder off the chief).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from tf_mlstm.train.summaries import SummaryWriters
+    >>> from tf_mlstm.train.task_protocol import TaskContext
+    >>> strategy = tf.distribute.get_strategy()
+    >>> context = TaskContext(
+    ...     strategy=strategy, chief=True, worker=0, num_workers=1, local_replicas=1,
+    ...     per_replica_batch=4, step=tf.Variable(0, dtype=tf.int64),
+    ...     summary_writer=SummaryWriters("run", strategy).get,
+    ... )
+    >>> context.per_replica_batch * context.local_replicas * context.num_workers  # global
+    4
     """
 
     strategy: object
@@ -54,6 +68,19 @@ class Task:
     `loss` inside the compiled step, `progress` at each log line, the
     `periodic` callbacks, and `results` at the end. Subclasses override what
     they need; the defaults are "nothing".
+
+    Example:
+
+    >>> from tf_mlstm.train.task_protocol import Task
+    >>> class Constant(Task):  # what a task must give: here only its rate
+    ...     def learning_rate(self):
+    ...         return 0.1
+    >>> task = Constant()
+    >>> task.title, task.learning_rate(), task.periodic(), task.carried_state_shape(4)
+    ('Training', 0.1, [], None)
+
+    `tasks.language_model.LanguageModelTask` and `tasks.finetune.FinetuneTask`
+    are the two real ones; the `Runner` example trains one.
     """
 
     #: What the start line calls this run ("Training", "Fine-tuning").
