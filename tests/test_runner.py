@@ -130,6 +130,32 @@ def test_the_runner_s_own_lines_name_the_argument_to_python_and_the_flag_to_a_bi
         assert "--" not in message + peer
 
 
+@pytest.mark.parametrize("prefix", ["", "--"])
+def test_a_batch_the_replicas_do_not_divide_names_the_argument_or_the_flag(
+    prefix, mirrored_on_cpus, tmp_path
+):
+    import contextlib  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm import errors  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    config = TrainConfig(
+        **{**TINY, "batch_size": 3},
+        model_dir=str(tmp_path / "run"),
+        precision="float32",
+        max_steps=1,
+        distribution_strategy="mirrored",
+    ).validate()
+    replicas = len(mirrored_on_cpus)
+    with errors.naming_flags() if prefix else contextlib.nullcontext():
+        with pytest.raises(
+            errors.InvalidValueError,
+            match=rf"^{prefix}batch_size=3 \(global\) must be a multiple of the {replicas} repl",
+        ):
+            Runner(SyntheticLanguageModelTask(config), config)
+
+
 def test_a_run_of_non_finite_steps_stops_in_one_line_and_the_last_checkpoint_is_finite(
     tmp_path, data_dir
 ):
