@@ -19,6 +19,17 @@ does not offer, and any environment variable read while TensorFlow loads
 (each value of those gets its own server). `TF_MLSTM_TESTS_NO_FORK=1` makes
 every command a plain subprocess, to compare.
 
+A forked command that itself starts `python -m tf_mlstm.cli.<binary>` (the
+local cluster launcher starting its workers) forks that binary from its own
+interpreter in turn, which has TensorFlow imported and not started: the
+worker sheds what the launcher added (its flags, descriptors, signal
+handlers and logging set-up), gets its own arguments, environment and
+standard streams, and ends through the interpreter's own exit, as a fresh
+process would. Such a worker's /proc environ and cmdline stay the
+launcher's. A binary whose PYTHONPATH holds a start-up hook
+(`sitecustomize.py`, a test's injected fault) or whose start-up environment
+differs starts fresh.
+
 `run` and `Popen` take `subprocess.run`'s and `subprocess.Popen`'s
 arguments; a test that checks TensorFlow's start-up itself keeps using
 `subprocess`.
@@ -63,6 +74,7 @@ _SERVER = textwrap.dedent(
     import json, os, runpy, select, sys
 
     requests, replies = int(sys.argv[1]), int(sys.argv[2])
+    START_ENV = json.loads(sys.argv[3])
     # TensorFlow's import and device probe as a binary's quiet start makes them (tf_mlstm._quiet).
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -82,6 +94,17 @@ _SERVER = textwrap.dedent(
         os.write(replies, (json.dumps(message) + "\\n").encode())
 
 
+    def run_main(argv, module, script):
+        sys.argv = list(argv)
+        if module:
+            sys.path[0] = os.getcwd()
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            script = os.path.abspath(script)
+            sys.path[0] = os.path.dirname(script)
+            runpy.run_path(script, run_name="__main__")
+
+
     def child(request, opened):
         os.close(requests)
         os.close(replies)
@@ -93,14 +116,144 @@ _SERVER = textwrap.dedent(
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        sys.argv = list(request["argv"])
-        if request["module"]:
-            sys.path[0] = os.getcwd()
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-        else:
-            script = os.path.abspath(request["script"])
-            sys.path[0] = os.path.dirname(script)
-            runpy.run_path(script, run_name="__main__")
+        fork_binaries_it_starts()
+        run_main(request["argv"], request["module"], request["script"])
+
+
+    def fork_binaries_it_starts():
+        # A command that itself starts `python -m tf_mlstm.cli.<binary>` (the local cluster
+        # launcher starting its workers) forks it from its own warm interpreter, which has
+        # imported TensorFlow and not started it. What the command had when it started is
+        # what its forks shed: the flags and descriptors it added, its signal handlers.
+        import ctypes, io, logging, signal, subprocess, traceback
+        from absl import app, flags
+
+        known_flags, known_fds = set(flags.FLAGS), set(os.listdir("/proc/self/fd"))
+        start = {name: os.environ.get(name) for name in START_ENV}
+
+        def forkable(args, env, shell, executable, options):
+            if shell or executable or isinstance(args, (str, bytes, os.PathLike)):
+                return None
+            argv = [os.fspath(arg) for arg in args]
+            if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+                return None
+            if not argv[2].startswith("tf_mlstm.cli.") or any(
+                arg.startswith(("--verbosity", "-v")) for arg in argv[3:]
+            ):
+                return None
+            if any(env.get(name) != value for name, value in start.items()):
+                return None  # read as TensorFlow loads: a fresh start reads them
+            path = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+            hooks = ("sitecustomize.py", "usercustomize.py")
+            if any(os.path.exists(os.path.join(p, hook)) for p in path for hook in hooks):
+                return None  # a start-up hook (a test's injected fault) runs in a fresh start
+            return None if any(options) else argv
+
+        def stream(fd, like):
+            unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+            raw = io.FileIO(fd, "w", closefd=False)
+            wrapped = io.TextIOWrapper(
+                raw if unbuffered else io.BufferedWriter(raw),
+                encoding=like.encoding,
+                errors=like.errors,
+                write_through=unbuffered,
+            )
+            return wrapped
+
+        def forked_main(argv, env, cwd, fds, process_group, new_session):
+            code = 1
+            try:
+                for sig in signal.valid_signals():
+                    if callable(signal.getsignal(sig)) and sig != signal.SIGINT:
+                        signal.signal(sig, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                if new_session:
+                    os.setsid()
+                elif process_group is not None and process_group >= 0:
+                    os.setpgid(0, process_group)
+                for target, fd in enumerate(fds):
+                    if fd != -1:
+                        os.dup2(fd, target)
+                for fd in set(os.listdir("/proc/self/fd")) - known_fds:
+                    if int(fd) > 2:
+                        try:
+                            os.close(int(fd))
+                        except OSError:
+                            pass
+                sys.stdout, sys.stderr = stream(1, sys.stdout), stream(2, sys.stderr)
+                sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
+                for name in set(flags.FLAGS) - known_flags:
+                    delattr(flags.FLAGS, name)
+                flags.FLAGS.unparse_flags()
+                # absl's `app.run` sets up its flags and logging once per process: again here.
+                app._run_init.done = False
+                app._register_and_parse_flags_with_usage.done = False
+                app._define_help_flags_called = False
+                root = logging.getLogger()
+                for handler in list(root.handlers):
+                    root.removeHandler(handler)
+                root.setLevel(logging.WARNING)
+                if env is not None:
+                    os.environ.clear()
+                    os.environ.update(env)
+                if cwd is not None:
+                    os.chdir(cwd)
+                try:
+                    run_main(argv[2:], argv[2], None)
+                    code = 0
+                except SystemExit as e:
+                    if e.code is None or isinstance(e.code, int):
+                        code = e.code or 0
+                    else:
+                        print(e.code, file=sys.stderr)
+            except KeyboardInterrupt:
+                traceback.print_exc()
+                code = -signal.SIGINT  # as Python ends on an uncaught Ctrl-C: by the signal
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                for out in (sys.stdout, sys.stderr):
+                    try:
+                        out.flush()
+                    except Exception:
+                        pass
+                if code < 0:
+                    signal.signal(-code, signal.SIG_DFL)
+                    os.kill(os.getpid(), -code)
+                # The interpreter's own end (threads joined, atexit, TensorFlow's teardown, as
+                # when `__main__` returns), never back into the stack of the process it forked.
+                ctypes.pythonapi.Py_Exit(ctypes.c_int(code))
+
+        class ForkedBinary(subprocess.Popen):
+            def _execute_child(
+                self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+                startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
+                errread, errwrite, restore_signals, gid, gids, uid, umask,
+                start_new_session, process_group,
+            ):
+                unsupported = [preexec_fn, pass_fds, gid, gids, uid, umask not in (-1, None)]
+                argv = forkable(
+                    args, os.environ if env is None else env, shell, executable, unsupported
+                )
+                if argv is None:
+                    return super()._execute_child(
+                        args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+                        startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread,
+                        c2pwrite, errread, errwrite, restore_signals, gid, gids, uid,
+                        umask, start_new_session, process_group,
+                    )
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    fds = (p2cread, c2pwrite, errwrite)
+                    forked_main(argv, env, cwd, fds, process_group, start_new_session)
+                self.pid = pid
+                self.forked = True
+                self._child_created = True
+                self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+        subprocess.Popen = ForkedBinary
 
 
     def open_stdio(stdio):
@@ -161,7 +314,14 @@ class _Server:
         requests_read, self._requests = os.pipe()
         self._replies, replies_write = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, str(requests_read), str(replies_write)],
+            [
+                sys.executable,
+                "-c",
+                _SERVER,
+                str(requests_read),
+                str(replies_write),
+                json.dumps(_START_ENV),
+            ],
             pass_fds=(requests_read, replies_write),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import pathlib
 import random
 import re
 import signal
@@ -17,7 +18,6 @@ import types
 
 import _forkserver
 import keras
-import local_cluster
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -51,6 +51,8 @@ from tf_mlstm.transfer import predict
 from tf_mlstm.transfer.probe import fit as fit_lib
 
 _WORDS = ("the", "movie", "was", "plot", "acting", "it", "really", "quite", "and", "story")
+
+LAUNCHER = pathlib.Path(__file__).resolve().parent.parent / "tools" / "launch_local_workers.py"
 
 
 def _write_task(path, count, seed):
@@ -497,8 +499,11 @@ def test_an_mlp_head_with_dropout_resumes_exactly(task, tmp_path):
 @pytest.mark.slow
 def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    out, err = io.StringIO(), io.StringIO()
     command = [
+        sys.executable,
+        str(LAUNCHER),
+        "--num_workers=2",
+        "--",
         sys.executable,
         "-m",
         "tf_mlstm.cli.finetune",
@@ -511,13 +516,11 @@ def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
         "--max_steps=20",
         "--log_every_steps=5",
     ]
-    status = local_cluster.run_local_workers(
-        command, num_workers=2, forward_signals=False, stdout=out, stderr=err
-    )
-    assert status == 0, err.getvalue()[-3000:]
+    done = _forkserver.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
     results = [
         json.loads(line.split("] ", 1)[1])
-        for line in out.getvalue().splitlines()
+        for line in done.stdout.splitlines()
         if line.startswith("[worker ")
     ]
     assert len(results) == 2
@@ -527,7 +530,7 @@ def test_finetune_two_workers_on_loopback(task, tmp_path, monkeypatch):
     assert results[0]["validation"]["accuracy"] >= 0.95
     # No --validation_data: 10% of the 320 training texts were held out.
     assert results[0]["train_examples"] == 288 and results[0]["validation"]["examples"] == 32
-    losses = re.findall(r"\[worker (\d)\].*step (\d+)/20  loss ([0-9.]+)", err.getvalue())
+    losses = re.findall(r"\[worker (\d)\].*step (\d+)/20  loss ([0-9.]+)", done.stderr)
     by_worker = [sorted((s, v) for w, s, v in losses if w == k) for k in "01"]
     assert len(by_worker[0]) == 4 and by_worker[0] == by_worker[1]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())

@@ -128,3 +128,67 @@ def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeyp
         done = _forkserver.run(args, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
         assert started[-1] == args
+
+
+# A launcher in miniature: its own flag, then the binaries it
+# starts the way tools/local_cluster.py starts workers.
+_LAUNCHER = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    from absl import app, flags
+
+    flags.DEFINE_integer("num_workers", 2, "the launcher's own flag")
+
+
+    def main(argv):
+        binary = [sys.executable, "-m", "tf_mlstm.cli.eval"]
+        said = {}
+        for name, args in (
+            ("missing", ["--model_dir=no_such_run", "--data=x"]),
+            ("its_flag", ["--num_workers=2"]),
+        ):
+            proc = subprocess.Popen(
+                binary + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0
+            )
+            out, err = proc.communicate(timeout=120)
+            said[name] = {
+                "forked": getattr(proc, "forked", False),
+                "code": proc.returncode,
+                "err": err.decode()[-400:],
+            }
+        hooked = dict(os.environ, PYTHONPATH=argv[1])
+        proc = subprocess.Popen(binary + ["--help"], stdout=subprocess.PIPE, env=hooked)
+        proc.communicate(timeout=120)
+        said["hooked"] = {"forked": getattr(proc, "forked", False), "code": proc.returncode}
+        print(json.dumps(said))
+
+
+    app.run(main)
+    """
+)
+
+
+def test_a_forked_launcher_forks_the_binaries_it_starts_each_as_a_fresh_process(tmp_path):
+    """Workers forked from the launcher's warm interpreter: their own exit status and
+    output, the binary's flags only (not the launcher's), a start-up hook honoured."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(_LAUNCHER)
+    hooked = tmp_path / "hooked"
+    hooked.mkdir()
+    (hooked / "sitecustomize.py").write_text("")
+    done = _forkserver.run(
+        [sys.executable, str(launcher), str(hooked)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_env(TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    missing, its_flag = said["missing"], said["its_flag"]
+    assert missing["forked"] and its_flag["forked"]
+    assert missing["code"] == 1 and "no_such_run" in missing["err"], missing
+    # The launcher's flag is not the binary's: a fresh process would not know it either.
+    assert its_flag["code"] == 1 and "num_workers" in its_flag["err"], its_flag
+    # A start-up hook on PYTHONPATH runs only in a fresh start: that binary is exec'd.
+    assert said["hooked"] == {"forked": False, "code": 0}

@@ -144,15 +144,15 @@ def _training_line(text):
 
 
 def _worker_pids(launcher_pid):
-    """{worker index: pid} of the launcher's children, from their TF_CONFIG."""
-    pids = {}
+    """{worker index: pid} of the launcher's children.
+
+    The launcher starts worker i as its i-th child, and the kernel lists a
+    thread's children in the order they were made (not by pid, which wraps).
+    A worker forked from a warm interpreter (tests/_forkserver.py) keeps the
+    environment it was forked with in /proc, so its TF_CONFIG is not there.
+    """
     with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    for pid in children:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-        pids[json.loads(env[b"TF_CONFIG"])["task"]["index"]] = pid
-    return pids
+        return dict(enumerate(int(p) for p in f.read().split()))
 
 
 def _latest_checkpoint_step(model_dir):
