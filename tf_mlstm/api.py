@@ -387,12 +387,13 @@ def _checked_classifier(classifier):
 
 def _check_classifier_fits(fitted, classifier, model, model_dir):
     """Refuses a classifier fitted on a model of another size or other weights."""
-    if model.hidden_size != fitted.hidden_size:
+    if model.hidden_size != fitted.report.hidden_size:
         raise errors.InvalidValueError(
-            f"classifier={classifier!r} was fitted on a {fitted.hidden_size}-unit model, but "
-            f"model_dir={model_dir!r} has {model.hidden_size} units"
+            f"classifier={classifier!r} was fitted on a {fitted.report.hidden_size}-unit model, "
+            f"but model_dir={model_dir!r} has {model.hidden_size} units"
         )
-    if fitted.weights_sha256 and fitted.weights_sha256 != rundir.weights_checksum(model.weights):
+    fitted_sha256 = fitted.head.weights_sha256
+    if fitted_sha256 and fitted_sha256 != rundir.weights_checksum(model.weights):
         raise errors.InvalidValueError(
             f"classifier={classifier!r} was fitted on other model weights than those of "
             f"model_dir={model_dir!r}: load the model it was fitted on, or refit it with "

@@ -223,26 +223,29 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
     from tf_mlstm.models.head import BINARY  # pylint: disable=import-outside-toplevel
+    from tf_mlstm.models.head import MULTILABEL  # pylint: disable=import-outside-toplevel
     from tf_mlstm.transfer.probe import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
-    if classifier.kind != BINARY:
+    spec, report = classifier.head.head_spec, classifier.report
+    if spec.kind != BINARY:
+        multilabel = spec.kind == MULTILABEL
         raise errors.InvalidValueError(
-            f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
-            f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
-            f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
+            f"{path}: a {spec.kind} classifier ({len(spec.classes)} "
+            f"{'labels' if multilabel else 'classes'}) has a neuron per "
+            f"{'label' if multilabel else 'class'}, not one sentiment neuron; {tool} "
             f"takes a two-class classifier's, or a unit with {_name('neuron')}"
         )
-    if not classifier.neurons:
+    if not report.neurons:
         raise errors.InvalidValueError(
             f"{path}: {classifier.no_neuron}; {tool} works on units of the model; choose a unit "
             "with --neuron instead of --classifier"
         )
     index = classifier.neuron.index
     kind, unit = classifier.describe(index)
-    if hidden_size is not None and classifier.hidden_size != hidden_size:
+    if hidden_size is not None and report.hidden_size != hidden_size:
         raise errors.InvalidValueError(
-            f"{path}: fitted on a {classifier.hidden_size}-unit model, but the model has "
+            f"{path}: fitted on a {report.hidden_size}-unit model, but the model has "
             f"{hidden_size} units"
         )
     if classifier.neuron.sign not in (1, -1):
@@ -252,7 +255,7 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     if kind == "tfidf":
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
-            f"{classifier.ngrams.terms[unit]!r}, not a unit of the model (a classifier on "
+            f"{classifier.head.ngram_terms[unit]!r}, not a unit of the model (a classifier on "
             f"tfidf alone); {tool} works on units of the model (a classifier fitted with "
             f"{_name('features')}=auto or a model kind); choose a unit with {_name('neuron')} "
             f"instead of {_name('classifier')}"
@@ -270,8 +273,8 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
         unit=int(unit),
         sign=int(classifier.neuron.sign),
         threshold=float(classifier.neuron.threshold),
-        spread=float(classifier.scale[index]),
-        hidden_size=int(classifier.hidden_size),
+        spread=float(classifier.head.scale[index]),
+        hidden_size=int(report.hidden_size),
     )
 
 
