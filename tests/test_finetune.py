@@ -25,6 +25,7 @@ import tensorflow as tf
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
+from tf_mlstm import rundir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
@@ -691,7 +692,7 @@ _SERVE_CLASSIFY = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
+def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path, monkeypatch):
     model_dir = tmp_path / "run"
     config = _three_class_config(
         task,
@@ -725,8 +726,16 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     with pytest.raises(ValueError, match="is a folder, not a classifier file .a tf-mlstm-finetune"):
         classify_cli.classify(classify_cli.ClassifyConfig(str(model_dir), str(model_dir), "-", "-"))
 
-    # tf-mlstm-export: classify served from a process that never imports tf_mlstm.
+    # tf-mlstm-export: classify served from a process that never imports tf_mlstm. The run
+    # is loaded once (encoder and head from one checkpoint), and its encoder is exported.
+    restored = []
+    restore_model = rundir.restore_model
+    monkeypatch.setattr(
+        rundir, "restore_model", lambda *args: restored.append(args[1]) or restore_model(*args)
+    )
     done = export_cli.export(export_cli.ExportConfig(str(model_dir), str(tmp_path / "export")))
+    assert restored == [str(model_dir)]
+    monkeypatch.undo()
     assert "classify" in done["signatures"]
     meta_path = os.path.join(done["export_dir"], "assets.extra", "meta.json")
     with open(meta_path) as f:

@@ -42,7 +42,6 @@ Ctrl-C ends the process at once (status 130), without that checkpoint.
 """
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -420,11 +419,8 @@ class Runner:
         """
         if step < self.config.max_steps:
             return None
-        path = os.path.join(self.config.model_dir, rundir.RESULTS_FILE)
-        try:
-            with tf.io.gfile.GFile(path) as f:
-                saved = json.load(f)
-        except (tf.errors.NotFoundError, ValueError):
+        saved = rundir.read_results(self.config.model_dir)
+        if saved is None:
             return None  # Killed before its results: evaluate and write them now.
         if saved.get("step") != step:
             return None
@@ -434,7 +430,7 @@ class Runner:
             self.config.model_dir,
             step,
             self.config.max_steps,
-            path,
+            rundir.RESULTS_FILE,
         )
         return {**saved, "finished_earlier": True}
 
