@@ -38,8 +38,6 @@ BEING_RESTRUCTURED = frozenset(
         "tf_mlstm/train/runner.py",
         "tf_mlstm/train/summaries.py",
         "tf_mlstm/train/task_protocol.py",
-        "tf_mlstm/transfer/finetune.py",
-        "tf_mlstm/transfer/probe/",
     }
 )
 

@@ -72,7 +72,7 @@ THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 FinetuneConfig = settings.FinetuneConfig
 
 
-def finetune(config):
+def finetune(config) -> dict:
     """Fine-tunes per `config`; returns the results dict (see `Runner.train`).
 
     The runner checks the inputs first (a missing one is the only line on

@@ -24,6 +24,7 @@ into a record and back, and reads and writes the file.
 """
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def _neuron_record(classifier, neuron):
     }
 
 
-def to_json(classifier):
+def to_json(classifier) -> str:
     """A JSON document holding every field of `classifier`; floats round-trip exactly.
 
     A binary classifier keeps version 1's fields (`classes`, `bias` and
@@ -111,7 +112,7 @@ def to_json(classifier):
     return json.dumps(record)
 
 
-def from_json(text, build, source="classifier"):
+def from_json(text, build, source="classifier") -> Any:
     """Rebuilds a classifier from `to_json` output (any version of `READ_VERSIONS`).
 
     Args:
@@ -194,14 +195,14 @@ def _head_and_report(record):
     return head, report
 
 
-def save(classifier, path):
+def save(classifier, path) -> None:
     """Writes `to_json(classifier)` to `path` atomically (through `tf.io.gfile`)."""
     from tf_mlstm import fileio  # pylint: disable=import-outside-toplevel
 
     fileio.write_text_atomic(path, to_json(classifier))
 
 
-def load(path, build):
+def load(path, build) -> Any:
     """Reads a classifier written by `save` (`build` as `from_json`'s).
 
     Raises:
@@ -221,7 +222,7 @@ def load(path, build):
         return from_json(f.read(), build, source=path)
 
 
-def json_value(value):
+def json_value(value) -> Any:
     """A class as JSON keeps it: a Python int or str (never a NumPy scalar)."""
     return value.item() if isinstance(value, np.generic) else value
 

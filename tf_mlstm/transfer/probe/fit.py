@@ -64,7 +64,7 @@ NGRAM_BLOCK_MIN = 1024
 before the fit (see `fit_logistic`)."""
 
 
-def standardizer(x):
+def standardizer(x) -> tuple[np.ndarray, np.ndarray]:
     """Column mean and scale of `x` [N, D]; a constant column gets scale 1."""
     x = np.asarray(x, np.float64)
     mean = x.mean(axis=0)
@@ -72,7 +72,7 @@ def standardizer(x):
     return mean, np.where(scale > 1e-12, scale, 1.0)
 
 
-def resolve_solver(penalty, solver, num_classes=2):
+def resolve_solver(penalty, solver, num_classes=2) -> str:
     """The solver for `penalty` and `num_classes` ("auto" picks one).
 
     Raises:
@@ -249,7 +249,7 @@ def fit_logistic(
     progress=None,
     title=None,
     label_c=None,
-):
+) -> tuple[LogisticClassifier, list]:
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
     Args:
@@ -404,7 +404,7 @@ def _fingerprint(train_x, train_y, val_x, val_y, settings):
     return digest.hexdigest()
 
 
-def block_standardizer(x, dense_width):
+def block_standardizer(x, dense_width) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale of features `x` whose first `dense_width` columns are the model's.
 
     The model's columns get their training mean and standard deviation
@@ -427,7 +427,7 @@ def block_standardizer(x, dense_width):
     )
 
 
-def standardize(x, mean, scale, dense_width):
+def standardize(x, mean, scale, dense_width) -> np.ndarray | sparse.csr_matrix:
     """(x - mean) / scale: float64 [N, D], or CSR when `x` is sparse (its n-grams scaled only)."""
     if not sparse.issparse(x):
         return (np.asarray(x, np.float64) - mean) / scale

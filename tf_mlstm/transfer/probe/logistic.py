@@ -36,7 +36,8 @@ from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer.probe import file_format
-from tf_mlstm.transfer.probe.report import FitReport  # noqa: F401  (the report's home is its own)
+from tf_mlstm.transfer.probe.report import FitReport  # noqa: F401  (a classifier's half)
+from tf_mlstm.transfer.probe.threshold import Threshold
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -100,7 +101,7 @@ class LogisticClassifier:
         return ngrams_lib.NgramVocabulary(tuple(self.head.ngram_terms), self.head.ngram_idf)
 
     @property
-    def neuron(self):
+    def neuron(self) -> Threshold:
         """The sentiment neuron of a binary classifier.
 
         Raises:
@@ -119,7 +120,7 @@ class LogisticClassifier:
         return self.report.neurons[0]
 
     @property
-    def no_neuron(self):
+    def no_neuron(self) -> str:
         """Why the classifier has no neurons, in a phrase; "" when it has them.
 
         The neurons are units of the model: a classifier on word n-grams alone
@@ -136,23 +137,23 @@ class LogisticClassifier:
         return "no sentiment neuron: the neurons were not searched for"
 
     @property
-    def score_name(self):
+    def score_name(self) -> str:
         """The metric `score` reports: "accuracy", or "jaccard" for multilabel."""
         return "jaccard" if self.head.head_spec.kind == MULTILABEL else "accuracy"
 
-    def predict_proba(self, x):
+    def predict_proba(self, x) -> np.ndarray:
         """Probabilities: [N, K] over the classes (binary [N, 2]), or [N, L] per label."""
         return self.head.probabilities(x)
 
-    def predict(self, x):
+    def predict(self, x) -> np.ndarray:
         """Predicted classes [N] (from the head's classes), or [N, L] 0/1 labels."""
         return self.head.predict(x)
 
-    def accuracy(self, x, labels):
+    def accuracy(self, x, labels) -> float:
         """Fraction of predictions equal to `labels` (multilabel: over every label)."""
         return float(np.mean(self.predict(x) == np.asarray(labels)))
 
-    def score(self, x, labels):
+    def score(self, x, labels) -> float:
         """`score_name` of the predictions: accuracy, or Jaccard (samples)."""
         if self.head.head_spec.kind != MULTILABEL:
             return self.accuracy(x, labels)
@@ -162,7 +163,7 @@ class LogisticClassifier:
             )
         )
 
-    def metrics(self, x, labels):
+    def metrics(self, x, labels) -> dict:
         """`labeled.class_metrics` or `labeled.label_metrics` of the predictions."""
         spec = self.head.head_spec
         if spec.kind == MULTILABEL:
@@ -171,12 +172,12 @@ class LogisticClassifier:
         predicted, _ = encode_labels(self.predict(x), spec.classes)
         return labeled.class_metrics(true, predicted, spec.classes)
 
-    def neuron_accuracy(self, x, labels):
+    def neuron_accuracy(self, x, labels) -> float:
         """Accuracy of the sentiment neuron's threshold alone (binary)."""
         predicted = np.asarray(self.head.head_spec.classes)[self.neuron.predict01(x)]
         return float(np.mean(predicted == np.asarray(labels)))
 
-    def neuron_report(self, splits):
+    def neuron_report(self, splits) -> list[dict]:
         """Each row's neuron and how well it separates its class (or label).
 
         Args:
@@ -209,7 +210,7 @@ class LogisticClassifier:
         return rows
 
     @property
-    def output_names(self):
+    def output_names(self) -> tuple:
         """What each row of `weights` (and each neuron) stands for: a class or a label.
 
         Binary: the second (positive) class alone; multiclass: every class;
@@ -218,7 +219,7 @@ class LogisticClassifier:
         spec = self.head.head_spec
         return spec.classes[1:] if spec.kind == BINARY else spec.classes
 
-    def targets(self, labels):
+    def targets(self, labels) -> np.ndarray:
         """[N, R] 0/1 targets of the rows: each label, or each class against the rest."""
         labels = np.asarray(labels)
         if self.head.head_spec.kind == MULTILABEL:
@@ -226,12 +227,12 @@ class LogisticClassifier:
         return (labels[:, None] == np.asarray(self.output_names)[None, :]).astype(np.int64)
 
     @property
-    def nonzero_weights(self):
+    def nonzero_weights(self) -> int:
         """Number of features with a non-zero weight (in any row)."""
         return int(np.count_nonzero(np.any(self._weights != 0, axis=0)))
 
     @property
-    def num_features(self):
+    def num_features(self) -> int:
         """D, the width of the features."""
         return int(self._weights.shape[1])
 
@@ -240,13 +241,13 @@ class LogisticClassifier:
         """The head's weights as [R, D]."""
         return np.reshape(self.head.weights, (-1, np.shape(self.head.mean)[0]))
 
-    def describe(self, index):
+    def describe(self, index) -> tuple[str, int]:
         """(kind, unit) of feature column `index`."""
         return features_lib.describe_feature(
             index, self.head.feature_kinds, self.report.hidden_size
         )
 
-    def top_units(self, count=10):
+    def top_units(self, count=10) -> list[dict]:
         """The `count` features with the largest |weight| (in any row), non-zero only.
 
         Returns:
@@ -275,12 +276,12 @@ class LogisticClassifier:
 
     # === The file (`file_format`) ===
 
-    def to_json(self):
+    def to_json(self) -> str:
         """classifier.json's text (`file_format.to_json`)."""
         return file_format.to_json(self)
 
     @classmethod
-    def from_json(cls, text, source="classifier"):
+    def from_json(cls, text, source="classifier") -> "LogisticClassifier":
         """Rebuilds a classifier from `to_json` output (every format version).
 
         Raises:
@@ -293,12 +294,12 @@ class LogisticClassifier:
         head.check(report.hidden_size)
         return cls(head, report)
 
-    def save(self, path):
+    def save(self, path) -> None:
         """Writes `to_json()` to `path` atomically (through `tf.io.gfile`)."""
         file_format.save(self, path)
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path) -> "LogisticClassifier":
         """Reads a classifier written by `save`.
 
         Raises:
@@ -308,7 +309,7 @@ class LogisticClassifier:
         return file_format.load(path, cls._checked)
 
 
-def encode_labels(labels, classes=None, what="labels"):
+def encode_labels(labels, classes=None, what="labels") -> tuple[np.ndarray, tuple]:
     """Maps labels to class indices.
 
     Args:
@@ -340,7 +341,7 @@ def encode_labels(labels, classes=None, what="labels"):
     return np.array([index[value] for value in labels.tolist()], np.int64), tuple(classes)
 
 
-def majority_baseline(classifier, train_y, val_x, val_y):
+def majority_baseline(classifier, train_y, val_x, val_y) -> dict:
     """How the classifier compares on validation with always predicting the majority.
 
     Single-label: the most common training class, scored by accuracy;

@@ -58,7 +58,7 @@ NEURON_CANDIDATES = 10
 """Units by |weight| and by |correlation| considered for a neuron."""
 
 
-def neuron_columns(kinds, hidden_size):
+def neuron_columns(kinds, hidden_size) -> np.ndarray | None:
     """The feature columns a neuron is chosen among: units of the model, cell state first.
 
     The sentiment neuron is a unit of the model that `tf-mlstm-generate`
@@ -90,7 +90,7 @@ def neuron_columns(kinds, hidden_size):
 
 def find_neuron(
     train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False, columns=None
-):
+) -> Threshold:
     """The single feature whose best threshold classifies the training rows best.
 
     The candidates are the features (among `columns`) with the largest
@@ -152,6 +152,15 @@ class SentimentNeuron:
       spread: the feature's standard deviation over the training texts
         (the classifier's standardizer scale; 1 for a constant feature).
       hidden_size: units of the model the classifier was fitted on.
+
+    Example:
+
+    >>> neuron = SentimentNeuron(
+    ...     source="classifier.json", kind="cell_mean", unit=3, sign=-1, threshold=0.2,
+    ...     spread=0.5, hidden_size=16,
+    ... )
+    >>> neuron.state, neuron.value_for("positive"), neuron.value_for("negative")
+    ('cell', -0.8, 1.2)
     """
 
     source: str
