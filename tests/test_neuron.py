@@ -371,6 +371,13 @@ def test_words_alone_store_no_neuron_and_say_so(tmp_path, classes):
             r"choose a unit with --neuron",
         ):
             neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+    else:  # a neuron per class, none of them one sentiment neuron
+        with pytest.raises(
+            ValueError,
+            match=r"classifier.json: a multiclass classifier of 3 classes has one neuron per "
+            r"class, not one sentiment neuron; tf-mlstm-generate takes a two-class classifier's",
+        ):
+            neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
 
 
 def test_transfer_results_of_words_alone_state_the_missing_neuron(tmp_path):

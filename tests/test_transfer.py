@@ -704,7 +704,7 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     assert list(rows[0]) == ["index", "line", "label"] + [f"probability_{c}" for c in classes]
     assert [row["label"] for row in rows] == list(labels)
     # A generation or heat-map tool asks for one sentiment neuron: one clear line.
-    with pytest.raises(ValueError, match="a multiclass classifier \\(3 classes\\) has a neuron"):
+    with pytest.raises(ValueError, match="a multiclass classifier of 3 classes has one neuron per"):
         neuron_lib.neuron_from_classifier(str(out / "classifier.json"), "tf-mlstm-generate")
 
 

@@ -12,8 +12,6 @@ encoder is the model exported.
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
-from tf_mlstm.models.head import BINARY
-from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.serving import saved_model
 from tf_mlstm.transfer import features
@@ -72,37 +70,36 @@ def export(config) -> dict:
 
 def fine_tuned_head(tuned, source: str) -> tuple[ClassifierHead, dict]:
     """(`ClassifierHead`, its metadata) of a loaded `FinetunedClassifier` of run `source`."""
-    head = tuned.head
-    spec = head.head_spec
+    config = tuned.config
     metadata = {
-        "source": source,
-        "task": spec.kind,
         "fine_tuned": True,
-        "feature_kinds": list(head.feature_kinds),
-        "classes": list(spec.classes),
-        "head_hidden": tuned.config.head_hidden,
-        "max_length": tuned.config.max_length,
+        "head_hidden": config.head_hidden,
+        "max_length": config.max_length,
     }
-    if spec.thresholds:
-        metadata["thresholds"] = [float(t) for t in spec.thresholds]
-    return head, metadata
+    head = tuned.head
+    return head, _metadata(head, source, metadata)
 
 
 def probe_head(classifier, source: str) -> tuple[ClassifierHead, dict]:
     """(`ClassifierHead`, its metadata) of a `LogisticClassifier` read from `source`."""
-    head = classifier.head
+    metadata = {"C": classifier.report.C, "nonzero_weights": classifier.nonzero_weights}
+    if classifier.head.binary and classifier.report.neurons:
+        kind, unit = classifier.describe(classifier.neuron.index)
+        metadata["neuron"] = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
+    return classifier.head, _metadata(classifier.head, source, metadata)
+
+
+def _metadata(head, source, fitted):
+    """meta.json's "classifier": where `head` came from, its kind, features and classes,
+    its thresholds (when it has any), and what `fitted` adds."""
     spec = head.head_spec
     metadata = {
         "source": source,
         "task": spec.kind,
         "feature_kinds": list(head.feature_kinds),
         "classes": list(spec.classes),
-        "C": classifier.report.C,
-        "nonzero_weights": classifier.nonzero_weights,
+        **fitted,
     }
-    if spec.kind == BINARY and classifier.report.neurons:
-        kind, unit = classifier.describe(classifier.neuron.index)
-        metadata["neuron"] = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
-    if spec.kind == MULTILABEL:
-        metadata["thresholds"] = list(spec.thresholds)
-    return head, metadata
+    if spec.thresholds:
+        metadata["thresholds"] = [float(t) for t in spec.thresholds]
+    return metadata

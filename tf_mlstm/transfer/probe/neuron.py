@@ -231,36 +231,30 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
-    from tf_mlstm.models.head import BINARY  # pylint: disable=import-outside-toplevel
-    from tf_mlstm.models.head import MULTILABEL  # pylint: disable=import-outside-toplevel
     from tf_mlstm.transfer.probe import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
-    spec, report = classifier.head.head_spec, classifier.report
-    if spec.kind != BINARY:
-        multilabel = spec.kind == MULTILABEL
-        raise errors.InvalidValueError(
-            f"{path}: a {spec.kind} classifier ({len(spec.classes)} "
-            f"{'labels' if multilabel else 'classes'}) has a neuron per "
-            f"{'label' if multilabel else 'class'}, not one sentiment neuron; {tool} "
-            f"takes a two-class classifier's, or a unit with {_name('neuron')}"
-        )
-    if not report.neurons:
-        raise errors.InvalidValueError(
-            f"{path}: {classifier.no_neuron}; {tool} works on units of the model; choose a unit "
-            "with --neuron instead of --classifier"
-        )
-    index = classifier.neuron.index
+    report = classifier.report
+    try:
+        neuron = classifier.neuron
+    except errors.InvalidValueError as e:
+        if not classifier.head.binary:  # a neuron per class or label
+            advice = f"{tool} takes a two-class classifier's, or a unit with {_name('neuron')}"
+        else:
+            advice = (
+                f"{tool} works on units of the model; choose a unit with --neuron instead of "
+                "--classifier"
+            )
+        raise errors.InvalidValueError(f"{path}: {e}; {advice}") from None
+    index = neuron.index
     kind, unit = classifier.describe(index)
     if hidden_size is not None and report.hidden_size != hidden_size:
         raise errors.InvalidValueError(
             f"{path}: fitted on a {report.hidden_size}-unit model, but the model has "
             f"{hidden_size} units"
         )
-    if classifier.neuron.sign not in (1, -1):
-        raise errors.InvalidValueError(
-            f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1"
-        )
+    if neuron.sign not in (1, -1):
+        raise errors.InvalidValueError(f"{path}: the neuron's sign is {neuron.sign}, not +1 or -1")
     if kind == "tfidf":
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
@@ -280,8 +274,8 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
         source=path,
         kind=kind,
         unit=int(unit),
-        sign=int(classifier.neuron.sign),
-        threshold=float(classifier.neuron.threshold),
+        sign=int(neuron.sign),
+        threshold=float(neuron.threshold),
         spread=float(classifier.head.scale[index]),
         hidden_size=int(report.hidden_size),
     )
