@@ -77,6 +77,8 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
         f.write("\nfrom tf_mlstm.tasks import language_model\n")  # one task reaching another
     with open(package / "cli" / "eval.py", "a", encoding="utf-8") as f:
         f.write("\nfrom tf_mlstm.tasks import finetune\n")  # a task run past the entry points
+    with open(package / "models" / "head_arrays.py", "a", encoding="utf-8") as f:
+        f.write("\nimport sklearn\n")  # the served head needing the fit's library
     (package / "undeclared.py").write_text('"""A module no layer names."""\n')
 
     done = _lint_imports(tmp_path)
@@ -95,6 +97,7 @@ def test_import_contracts_catch_each_kind_of_violation(tmp_path):
     assert "tf_mlstm.config.convert -> tf_mlstm.data.words" in out
     assert "tf_mlstm.tasks.finetune is not allowed to import tf_mlstm.tasks.language_model" in out
     assert "- tf_mlstm.cli.eval -> tf_mlstm.tasks.finetune" in out
+    assert "tf_mlstm.models.head_arrays -> sklearn" in out
     assert "- tf_mlstm.undeclared" in out  # the layers contract is exhaustive
 
 

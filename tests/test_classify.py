@@ -227,10 +227,10 @@ def test_a_classifier_refuses_other_weights_of_the_same_size(tmp_path, caplog):
     model_dir, classifier, _ = _fitted(tmp_path)
     _, model = write_untrained_model_dir(model_dir, seed=0)  # the same weights again
     fingerprint = rundir.weights_checksum(model.weights)
-    recorded = dataclasses.replace(classifier, weights_sha256=fingerprint, precision="float32")
+    recorded = classifier.fitted_on(fingerprint, "float32")
     recorded.save(str(tmp_path / "classifier.json"))
     record = logistic.LogisticClassifier.load(str(tmp_path / "classifier.json"))
-    assert (record.weights_sha256, record.precision) == (fingerprint, "float32")
+    assert (record.head.weights_sha256, record.head.precision) == (fingerprint, "float32")
     other_dir, other = write_untrained_model_dir(tmp_path / "other", seed=1)
     assert other.hidden_size == model.hidden_size
     _write_reviews(tmp_path)
@@ -253,9 +253,7 @@ def test_classify_featurizes_in_the_precision_of_the_fit(tmp_path, monkeypatch):
     from tf_mlstm.models import language_model
 
     model_dir, classifier, _ = _fitted(tmp_path)
-    dataclasses.replace(classifier, precision="mixed_bfloat16").save(
-        str(tmp_path / "classifier.json")
-    )
+    classifier.fitted_on(precision="mixed_bfloat16").save(str(tmp_path / "classifier.json"))
     _write_reviews(tmp_path)
     asked = []
 
@@ -281,9 +279,7 @@ def test_the_cli_answers_another_model_in_one_line_and_keeps_the_csv(tmp_path):
     model_dir, classifier, _ = _fitted(tmp_path)
     _, model = write_untrained_model_dir(model_dir, seed=0)
     fingerprint = rundir.weights_checksum(model.weights)
-    dataclasses.replace(classifier, weights_sha256=fingerprint).save(
-        str(tmp_path / "classifier.json")
-    )
+    classifier.fitted_on(fingerprint).save(str(tmp_path / "classifier.json"))
     other_dir, _ = write_untrained_model_dir(tmp_path / "other", seed=1)
     _write_reviews(tmp_path)
     (tmp_path / "scores.csv").write_bytes(b"an earlier result\n")

@@ -25,6 +25,7 @@ import tensorflow as tf
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
+from tf_mlstm import rundir
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import export as export_cli
 from tf_mlstm.data import framing
@@ -35,7 +36,7 @@ from tf_mlstm.models.classifier import frame_left_padded
 from tf_mlstm.models.classifier import lm_loss_per_text
 from tf_mlstm.models.classifier import predict_features
 from tf_mlstm.models.classifier import predict_probabilities
-from tf_mlstm.models.head_arrays import ClassifierHead
+from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import SEQUENCE_KINDS
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
@@ -171,7 +172,7 @@ def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     assert saved["step"] == 30 and set(saved["thresholds"]) == {"label"}
     # The saved classifier reproduces the validation accuracy...
     tuned = finetune.load_finetuned_model(str(model_dir))
-    assert tuned.kind == "binary" and tuned.classes == (0, 1)
+    assert tuned.model.head_spec.kind == "binary" and tuned.model.head_spec.classes == (0, 1)
     config = tuned.config
     validation = labeled.read_labeled(task["validation"], config.text_keys, config.label_keys)
     probabilities = tuned.predict_proba(validation.texts)
@@ -340,11 +341,13 @@ def test_head_dropout_is_seeded_and_only_in_training():
     model = MLSTMClassifier(_small_encoder(), 3, softmax=True, head_hidden=8, head_dropout=0.5)
     assert set(model.head_layers()) == {"classifier", "head_hidden"}
     features = np.ones((4, 12), np.float32)
-    inference = model.head(features)
-    np.testing.assert_allclose(model.head(features, training=False), inference)
-    first = model.head(features, training=True, dropout_seed=[3, 0])
-    np.testing.assert_allclose(model.head(features, training=True, dropout_seed=[3, 0]), first)
-    assert not np.allclose(model.head(features, training=True, dropout_seed=[4, 0]), first)
+    inference = model.head_logits(features)
+    np.testing.assert_allclose(model.head_logits(features, training=False), inference)
+    first = model.head_logits(features, training=True, dropout_seed=[3, 0])
+    np.testing.assert_allclose(
+        model.head_logits(features, training=True, dropout_seed=[3, 0]), first
+    )
+    assert not np.allclose(model.head_logits(features, training=True, dropout_seed=[4, 0]), first)
     assert not np.allclose(first, inference)
     probabilities = model.probabilities(inference)
     np.testing.assert_allclose(np.sum(probabilities, axis=1), 1.0, rtol=1e-6)
@@ -391,7 +394,7 @@ def test_a_probe_head_starts_as_the_logistic_regression_on_the_starting_features
         penalty="l2",
         classes=classes,
     )
-    assert job.probe["C"] == regression.C
+    assert job.probe["C"] == regression.report.C
     want = regression.predict_proba(x["validation"])
     if job.kind == "binary":
         want = want[:, 1:]
@@ -455,7 +458,8 @@ def test_three_classes_with_a_label_map_and_an_mlp_head_learn_and_load(task, tmp
         assert set(results[split]["per_class"]) == {"neg", "neutral", "pos"}
         assert results[split]["macro_f1"] >= 0.85
     tuned = finetune.load_finetuned_model(str(model_dir))
-    assert tuned.kind == "multiclass" and tuned.classes == ("neg", "neutral", "pos")
+    spec = tuned.model.head_spec
+    assert spec.kind == "multiclass" and spec.classes == ("neg", "neutral", "pos")
     validation = labeled.read_labeled(
         config.validation_data, config.text_keys, "stars", label_map=config.label_map
     )
@@ -643,16 +647,23 @@ _SERVING_TEXTS = [
 )
 def test_the_classify_signature_computes_the_fine_tuned_head(kind, classes, feature, head_hidden):
     outputs = 1 if kind == "binary" else len(classes)
+    thresholds = () if kind == "multiclass" else tuple(np.linspace(0.3, 0.6, outputs).tolist())
     model = MLSTMClassifier(
-        _small_encoder(), outputs, feature, kind == "multiclass", head_hidden, head_dropout=0.5
+        _small_encoder(),
+        outputs,
+        feature,
+        kind == "multiclass",
+        head_hidden,
+        head_dropout=0.5,
+        head_spec=HeadSpec(kind, classes, thresholds),
     )
     rng = np.random.default_rng(0)
     for variable in model.classifier.weights:  # biases away from 0 too
         variable.assign(rng.normal(size=variable.shape).astype(np.float32))
-    thresholds = None if kind == "multiclass" else np.linspace(0.3, 0.6, outputs, dtype=np.float32)
     config = finetune.FinetuneConfig(features=feature, head_hidden=head_hidden, max_length=20)
-    tuned = finetune.FinetunedClassifier(model, config, kind, classes, thresholds)
-    head = ClassifierHead(**tuned.serving_head_arrays())
+    tuned = finetune.FinetunedClassifier(model, config)
+    head = tuned.head
+    assert head.head_spec is model.head_spec  # the model's, not a copy rebuilt from its parts
     module = saved_model.ServingModule(model.encoder, classifier=head)
     served = module.classify(tf.constant(_SERVING_TEXTS))
     texts = [normalize_text(t) for t in _SERVING_TEXTS]
@@ -684,7 +695,7 @@ _SERVE_CLASSIFY = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
+def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path, monkeypatch):
     model_dir = tmp_path / "run"
     config = _three_class_config(
         task,
@@ -718,8 +729,16 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     with pytest.raises(ValueError, match="is a folder, not a classifier file .a tf-mlstm-finetune"):
         classify_cli.classify(classify_cli.ClassifyConfig(str(model_dir), str(model_dir), "-", "-"))
 
-    # tf-mlstm-export: classify served from a process that never imports tf_mlstm.
+    # tf-mlstm-export: classify served from a process that never imports tf_mlstm. The run
+    # is loaded once (encoder and head from one checkpoint), and its encoder is exported.
+    restored = []
+    restore_model = rundir.restore_model
+    monkeypatch.setattr(
+        rundir, "restore_model", lambda *args: restored.append(args[1]) or restore_model(*args)
+    )
     done = export_cli.export(export_cli.ExportConfig(str(model_dir), str(tmp_path / "export")))
+    assert restored == [str(model_dir)]
+    monkeypatch.undo()
     assert "classify" in done["signatures"]
     meta_path = os.path.join(done["export_dir"], "assets.extra", "meta.json")
     with open(meta_path) as f:
@@ -739,7 +758,7 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path):
     np.testing.assert_allclose(
         keras_model.predict(texts, verbose=0), result["probabilities"], atol=1e-5
     )
-    assert keras_model.head_spec == tuned.head
+    assert keras_model.head_spec == tuned.model.head_spec == tuned.head.head_spec
     with pytest.raises(ValueError, match="a fine-tuned multiclass classifier of 3 classes, not"):
         MLSTMClassifier.from_run(str(model_dir), num_classes=2)
 

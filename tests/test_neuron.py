@@ -82,14 +82,14 @@ def test_neuron_unit_sign_kind_and_held_value(setup):
     assert (minus.kind, minus.unit, minus.sign) == ("cell_max", UNIT, -1)
     loaded = logistic.LogisticClassifier.load(paths["minus"])
     assert minus.threshold == loaded.neuron.threshold
-    assert minus.spread == loaded.scale[HIDDEN + UNIT] > 1.0
+    assert minus.spread == loaded.head.scale[HIDDEN + UNIT] > 1.0
     for neuron, path in ((plus, paths["plus"]), (minus, paths["minus"])):
         classifier = logistic.LogisticClassifier.load(path)
         for sentiment, want in (("positive", 1), ("negative", 0)):
             value = neuron.value_for(sentiment)
             assert abs(value - neuron.threshold) == pytest.approx(2 * neuron.spread)
             # A text whose feature has the held value is on `sentiment`'s side.
-            row = np.zeros((1, len(classifier.mean)))
+            row = np.zeros((1, len(classifier.head.mean)))
             row[0, classifier.neuron.index] = value
             assert classifier.neuron.predict01(row)[0] == want
     assert minus.value_for("positive") < minus.threshold < minus.value_for("negative")
@@ -347,10 +347,10 @@ def test_words_alone_store_no_neuron_and_say_so(tmp_path, classes):
     classifier, _ = fit_lib.fit_logistic(
         x, labels, x, labels, ("tfidf",), HIDDEN, c_grid=(1.0,), ngrams=vocabulary
     )
-    assert classifier.neurons == () and classifier.score(x, labels) == 1.0
+    assert classifier.report.neurons == () and classifier.score(x, labels) == 1.0
     assert classifier.neuron_report({"train": (x, labels)}) == []
     assert "no unit of the model" in classifier.no_neuron
-    assert classifier.serving_head().neuron == -1
+    assert classifier.head.neuron == -1
     path = str(tmp_path / "classifier.json")
     classifier.save(path)
     record = json.loads(open(path, encoding="utf-8").read())
@@ -361,7 +361,7 @@ def test_words_alone_store_no_neuron_and_say_so(tmp_path, classes):
     else:
         assert record["neurons"] == []
     loaded = logistic.LogisticClassifier.load(path)
-    assert loaded.neurons == () and loaded.serving_head().neuron == -1
+    assert loaded.report.neurons == () and loaded.head.neuron == -1
     np.testing.assert_array_equal(loaded.predict(x), classifier.predict(x))
     if classes == 2:
         with pytest.raises(
@@ -369,6 +369,13 @@ def test_words_alone_store_no_neuron_and_say_so(tmp_path, classes):
             match=r"classifier.json: no sentiment neuron: the features \(tfidf\) hold no unit "
             r"of the model, only word n-grams; tf-mlstm-generate works on units of the model; "
             r"choose a unit with --neuron",
+        ):
+            neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
+    else:  # a neuron per class, none of them one sentiment neuron
+        with pytest.raises(
+            ValueError,
+            match=r"classifier.json: a multiclass classifier of 3 classes has one neuron per "
+            r"class, not one sentiment neuron; tf-mlstm-generate takes a two-class classifier's",
         ):
             neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
 

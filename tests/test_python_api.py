@@ -3,7 +3,6 @@
 The examples of docs/python.md run too, in order, in a temporary folder.
 """
 
-import dataclasses
 import importlib
 import json
 import os
@@ -206,7 +205,7 @@ def _fitted_classifier(model_dir, path):
     labels = np.array([1, 0, 1, 0] * 3)
     fitted, _ = fit_lib.fit_logistic(x, labels, x, labels, ("cell",), model.hidden_size)
     fingerprint = rundir.weights_checksum(model.weights)  # as tf_mlstm.probe records it
-    dataclasses.replace(fitted, weights_sha256=fingerprint).save(str(path))
+    fitted.fitted_on(fingerprint).save(str(path))
     return str(path)
 
 

@@ -458,3 +458,40 @@ def test_a_symlink_loop_as_a_new_run_folder_is_one_line(tmp_path):
     loop.symlink_to(loop)
     with pytest.raises(ValueError, match=rf"^model_dir={loop}: a symbolic link to {loop}, which"):
         rundir.check_folder_kind(str(loop), "model_dir", "tf-mlstm-train", (None,))
+
+
+# === The one gateway to a run folder's files ===
+
+
+def test_results_read_back_or_none_when_there_are_none_to_read(tmp_path):
+    assert rundir.read_results(str(tmp_path)) is None
+    rundir.write_results(str(tmp_path), {"step": 4, "bits_per_char": 2.5})
+    assert rundir.read_results(str(tmp_path)) == {"step": 4, "bits_per_char": 2.5}
+    for text in ("{ cut short", "[4]"):  # not what `write_results` writes: no results
+        (tmp_path / rundir.RESULTS_FILE).write_text(text)
+        assert rundir.read_results(str(tmp_path)) is None
+
+
+def test_only_the_run_folder_module_joins_a_run_folders_file_names_to_it():
+    """Every run-folder file is read and written through rundir (preflight, below it, checks
+    the names TensorFlow-free): no other module builds the path of one from a model_dir."""
+    import re  # pylint: disable=import-outside-toplevel
+
+    names = ("CONFIG_FILE", "FINETUNE_CONFIG_FILE", "RESULTS_FILE", "OPENAI_IMPORT_FILE")
+    names += ("LOCK_FILE",)
+    literals = [re.escape(repr(getattr(rundir, name))[1:-1]) for name in names]
+    file_name = "|".join([*names, *(f"[\"']{literal}[\"']" for literal in literals)])
+    joined = re.compile(r"os\.path\.join\(\s*[\w.]*model_dir\s*,\s*[\w.]*(" + file_name + ")")
+    package = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tf_mlstm")
+    found = []
+    for folder, _, files in os.walk(package):
+        for name in files:
+            path = os.path.join(folder, name)
+            relative = os.path.relpath(path, package)
+            if not name.endswith(".py") or relative in ("rundir.py", "preflight.py"):
+                continue
+            with open(path, encoding="utf-8") as f:
+                found += [f"{relative}: {m.group(0)}" for m in joined.finditer(f.read())]
+    assert not found, found
+    assert joined.search("os.path.join(config.model_dir, rundir.RESULTS_FILE)")
+    assert joined.search('os.path.join(model_dir, "openai_import.json")')

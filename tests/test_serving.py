@@ -92,7 +92,7 @@ def test_generate_signature_matches_sample_text(small_model):
 def test_classify_signature_matches_the_python_classifier(small_model):
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(small_model, texts, np.array([1, 0, 0, 1, 0, 1]))
-    module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+    module = saved_model.ServingModule(small_model, classifier=classifier.head)
     assert sorted(module.signatures()) == [
         "classify",
         "featurize",
@@ -122,12 +122,15 @@ def test_classify_signature_serves_k_classes_and_several_labels(small_model):
         x, several, x, several, ("cell",), 16, penalty="l2", classes=("a", "b", "c")
     )
     for classifier, predicted in ((three, "label"), (labels, "labels")):
-        module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+        module = saved_model.ServingModule(small_model, classifier=classifier.head)
         out = module.classify(tf.constant(TEXTS))
         assert sorted(out) == sorted(["probabilities", "classes", predicted])
         want = classifier.predict_proba(x[:3])
         np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
-        assert out["classes"].numpy().tolist() == [[c.encode() for c in classifier.classes]] * 3
+        assert (
+            out["classes"].numpy().tolist()
+            == [[c.encode() for c in classifier.head.head_spec.classes]] * 3
+        )
         got = out[predicted].numpy()
         if predicted == "label":
             got = got.astype(str)
@@ -216,7 +219,7 @@ def test_saved_model_serves_in_a_fresh_process(tmp_path_factory, tmp_path):
     bits = np.array(served["bits_per_char"])
     assert bits.shape == (3,) and np.all((bits > 0) & (bits < 9))
     assert served["chars"] == [float(len(t.encode("utf-8"))) for t in texts[:3]]
-    x = features.concat_features(ours, classifier.feature_kinds)
+    x = features.concat_features(ours, classifier.head.feature_kinds)
     np.testing.assert_allclose(served["probabilities"], classifier.predict_proba(x), atol=1e-5)
     np.testing.assert_allclose(served["probability"], classifier.predict_proba(x)[:, 1], atol=1e-5)
     assert served["label"] == classifier.predict(x).tolist()
@@ -333,7 +336,7 @@ def test_signatures_enforce_the_export_limits(small_model):
 def test_empty_batches_and_empty_texts(small_model):
     texts = [normalize_text(t) for t in TEXTS] * 2
     classifier = _fit_classifier(small_model, texts, np.array([1, 0, 0, 1, 0, 1]))
-    module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+    module = saved_model.ServingModule(small_model, classifier=classifier.head)
     none = tf.constant([], tf.string)
     for kind, value in module.featurize(none).items():
         assert value.shape == (0, small_model.hidden_size), kind
@@ -480,23 +483,25 @@ def _python_probabilities(classifier, model, texts):
     """What tf-mlstm-classify computes for raw `texts`."""
     texts = [normalize_text(t) for t in texts]
     computed = {"tfidf": classifier.ngrams.transform(texts)}
-    if classifier.model_kinds:
+    if classifier.head.model_kinds:
         computed.update(features.TextFeaturizer(model)(texts))
-    return classifier.predict_proba(features.concat_features(computed, classifier.feature_kinds))
+    return classifier.predict_proba(
+        features.concat_features(computed, classifier.head.feature_kinds)
+    )
 
 
 def test_classify_signature_computes_ngrams_from_the_stored_vocabulary(small_model):
     labels = np.array(["neg", "pos", "mid", "pos", "neg"] * 2, object)
     classifier = _ngram_classifier(small_model, ("tfidf",), labels)
-    assert classifier.kind == "multiclass" and len(classifier.ngrams) > 5
-    module = saved_model.ServingModule(small_model, classifier=classifier.serving_head())
+    assert classifier.head.head_spec.kind == "multiclass" and len(classifier.ngrams) > 5
+    module = saved_model.ServingModule(small_model, classifier=classifier.head)
     out = module.classify(tf.constant(NGRAM_TEXTS + ["unseen words only"]))
     want = _python_probabilities(classifier, small_model, NGRAM_TEXTS + ["unseen words only"])
     np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
     assert out["label"].numpy().astype(str).tolist() == list(
-        classifier.classes[i] for i in np.argmax(want, 1)
+        classifier.head.head_spec.classes[i] for i in np.argmax(want, 1)
     )
-    head = classifier.serving_head()
+    head = classifier.head
     bad = dataclasses.replace(head, ngram_terms=head.ngram_terms[:-1])
     with pytest.raises(ValueError, match="IDF values for"):
         saved_model.ServingModule(small_model, classifier=bad)
@@ -538,7 +543,7 @@ def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
     texts = [normalize_text(t) for t in NGRAM_TEXTS]
     x = features.concat_features(
         {"tfidf": classifier.ngrams.transform(texts), **features.TextFeaturizer(model)(texts)},
-        classifier.feature_kinds,
+        classifier.head.feature_kinds,
     )
     np.testing.assert_allclose(
         served["neuron"], threshold_lib.column(x, classifier.neuron.index), atol=1e-5

@@ -158,12 +158,12 @@ def test_fit_logistic_defaults_to_the_solver_and_reports_a_capped_fit(monkeypatc
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", progress=False
     )
     assert all(row["converged"] for row in sweep)
-    ours = classifier.weights
+    ours = classifier.head.weights
     lbfgs, _ = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l2", solver="lbfgs"
     )
-    assert lbfgs.C == classifier.C
-    np.testing.assert_allclose(ours, lbfgs.weights, atol=2e-3 * np.abs(ours).max())
+    assert lbfgs.report.C == classifier.report.C
+    np.testing.assert_allclose(ours, lbfgs.head.weights, atol=2e-3 * np.abs(ours).max())
     monkeypatch.setitem(fit_lib.MAX_ITER, "batch", 2)
     with caplog.at_level("WARNING"):
         _, capped = fit_lib.fit_logistic(
@@ -179,13 +179,16 @@ def test_multilabel_fits_every_label_and_reports_each(monkeypatch):
     classifier, sweep = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l1", progress=False
     )
-    assert classifier.multilabel and classifier.weights.shape == (3, 40)
+    assert (classifier.head.head_spec.kind == "multilabel") and classifier.head.weights.shape == (
+        3,
+        40,
+    )
     assert [row["label"] for row in sweep] == [f"label_{k}" for k in range(3) for _ in range(9)]
     assert all(row["converged"] for row in sweep)
     liblinear, _ = fit_lib.fit_logistic(
         x[:240], y[:240], x[240:], y[240:], ("cell",), 40, penalty="l1", solver="liblinear"
     )
-    assert liblinear.C == classifier.C
+    assert liblinear.report.C == classifier.report.C
 
 
 def _progress_lines(caplog):
@@ -251,4 +254,4 @@ def test_the_final_fit_of_the_chosen_kinds_reuses_the_selection_s_sweep(caplog):
             train_x, labels[::-1][:150], val_x, labels[150:], kinds, 4, penalty="l2"
         )
     assert "is the one feature selection made" not in caplog.text
-    assert not np.array_equal(other.weights, again.weights)
+    assert not np.array_equal(other.head.weights, again.head.weights)

@@ -191,7 +191,7 @@ def test_sweep_finds_the_informative_unit():
     assert classifier.accuracy(test_x, test_labels) > 0.85
     assert classifier.neuron_accuracy(test_x, test_labels) > 0.85
     best = max(row["val_accuracy"] for row in sweep)
-    assert classifier.C == min(row["C"] for row in sweep if row["val_accuracy"] == best)
+    assert classifier.report.C == min(row["C"] for row in sweep if row["val_accuracy"] == best)
     # saga agrees on the unit.
     saga, _ = fit_lib.fit_logistic(x, labels, val_x, val_labels, ("cell",), 50, solver="saga")
     assert saga.neuron.index == 17
@@ -211,8 +211,8 @@ def test_l2_penalty_keeps_every_weight_and_finds_the_unit():
     other, _ = fit_lib.fit_logistic(
         x, labels, val_x, val_labels, ("cell",), 50, penalty="l2", solver="liblinear"
     )
-    assert other.C == dense.C
-    np.testing.assert_allclose(other.weights, dense.weights, atol=0.02)
+    assert other.report.C == dense.report.C
+    np.testing.assert_allclose(other.head.weights, dense.head.weights, atol=0.02)
     with pytest.raises(ValueError, match="the lbfgs solver fits only the l2 penalty, not l1"):
         fit_lib.fit_logistic(x, labels, val_x, val_labels, ("cell",), 50, solver="lbfgs")
     with pytest.raises(ValueError, match="penalty must be one of"):
@@ -223,7 +223,7 @@ def test_neuron_with_negative_sign_and_other_labels():
     x, labels = _synthetic(0)
     labels = np.where(labels == 1, 3, 7)  # unit 17 is high for label 3: the negative class
     classifier, _ = fit_lib.fit_logistic(x, labels, x, labels, ("hidden",), 50)
-    assert classifier.classes == (3, 7)
+    assert classifier.head.head_spec.classes == (3, 7)
     assert classifier.neuron.index == 17 and classifier.neuron.sign == -1
     assert set(classifier.predict(x)) <= {3, 7}
     assert classifier.accuracy(x, labels) > 0.9
@@ -238,13 +238,17 @@ def test_three_classes_fit_a_multinomial_with_a_unit_per_class():
     classifier, sweep = fit_lib.fit_logistic(
         x[:200], labels[:200], x[200:], labels[200:], ("cell",), 12, classes=tuple(names)
     )
-    assert classifier.kind == "multiclass" and classifier.classes == ("low", "mid", "high")
-    assert classifier.weights.shape == (3, 12) and len(sweep) == len(fit_lib.DEFAULT_C_GRID)
+    assert classifier.head.head_spec.kind == "multiclass" and classifier.head.head_spec.classes == (
+        "low",
+        "mid",
+        "high",
+    )
+    assert classifier.head.weights.shape == (3, 12) and len(sweep) == len(fit_lib.DEFAULT_C_GRID)
     probabilities = classifier.predict_proba(x[200:])
     assert probabilities.shape == (100, 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
     assert classifier.accuracy(x[200:], labels[200:]) > 0.85
-    assert [n.index for n in classifier.neurons][0::2] == [2, 7]
+    assert [n.index for n in classifier.report.neurons][0::2] == [2, 7]
     with pytest.raises(ValueError, match="a multiclass classifier of 3 classes has one neuron"):
         _ = classifier.neuron
     with pytest.raises(ValueError, match="liblinear solver fits two classes, not 3"):
@@ -344,10 +348,10 @@ def test_classifier_file_round_trip(tmp_path):
     loaded = logistic.LogisticClassifier.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
     assert loaded.neuron == classifier.neuron
-    assert (loaded.feature_kinds, loaded.classes, loaded.C) == (
+    assert (loaded.head.feature_kinds, loaded.head.head_spec.classes, loaded.report.C) == (
         ("cell", "max"),
         (0, 1),
-        classifier.C,
+        classifier.report.C,
     )
     record = json.loads(open(path, encoding="utf-8").read())
     assert record["neuron"]["kind"] == "cell" and record["neuron"]["unit"] == 17
@@ -471,10 +475,11 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     # The same texts through the transfer classifier directly.
     classifier = logistic.LogisticClassifier.load(str(out / "classifier.json"))
     # In the precision the fit recorded (auto's choice on this machine), as classify does.
-    assert classifier.precision == chosen
+    assert classifier.head.precision == chosen
     model = MLSTMLanguageModel.from_run(str(model_dir), precision=chosen)
     x = features.concat_features(
-        features.TextFeaturizer(model)(["A wonderful film.", "Boring."]), classifier.feature_kinds
+        features.TextFeaturizer(model)(["A wonderful film.", "Boring."]),
+        classifier.head.feature_kinds,
     )
     np.testing.assert_allclose(probabilities, classifier.predict_proba(x), atol=1e-6)
     assert labels.tolist() == classifier.predict(x).tolist()
@@ -620,7 +625,7 @@ def test_run_transfer_without_val_holds_out_train(tmp_path, review_csvs):
     # make the pooled features of an untrained model, is standardized to 0 and gets 0).
     classifier = logistic.LogisticClassifier.load(results["files"]["classifier"])
     assert results["features"] == classifier.num_features
-    assert results["nonzero_weights"] == np.count_nonzero(classifier.scale != 1.0)
+    assert results["nonzero_weights"] == np.count_nonzero(classifier.head.scale != 1.0)
     assert results["data"]["train"]["examples"] == 40
     assert results["data"]["train"]["fit_examples"] == 36
     assert results["data"]["val"] == {"held_out_of_train": True, "examples": 4}
@@ -699,7 +704,7 @@ def test_three_classes_through_transfer_and_classify(tmp_path_factory, tmp_path)
     assert list(rows[0]) == ["index", "line", "label"] + [f"probability_{c}" for c in classes]
     assert [row["label"] for row in rows] == list(labels)
     # A generation or heat-map tool asks for one sentiment neuron: one clear line.
-    with pytest.raises(ValueError, match="a multiclass classifier \\(3 classes\\) has a neuron"):
+    with pytest.raises(ValueError, match="a multiclass classifier of 3 classes has one neuron per"):
         neuron_lib.neuron_from_classifier(str(out / "classifier.json"), "tf-mlstm-generate")
 
 
@@ -750,7 +755,9 @@ def test_several_labels_through_transfer_and_classify(tmp_path_factory, tmp_path
     )
     assert probabilities.shape == (2, 3) and labels.shape == (2, 3)
     classifier = logistic.LogisticClassifier.load(str(tmp_path / "out" / "classifier.json"))
-    np.testing.assert_array_equal(labels, probabilities > np.array(classifier.thresholds))
+    np.testing.assert_array_equal(
+        labels, probabilities > np.array(classifier.head.head_spec.thresholds)
+    )
     out_csv = io.StringIO()
     predict.write_predictions_csv(out_csv, lines, probabilities, labels, classes)
     rows = list(csv.DictReader(out_csv.getvalue().splitlines()))
@@ -912,8 +919,8 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
         vocabulary.terms.index("superb"),
     )
     # The n-gram columns keep mean 0 and one scale (1 / sqrt(1024) beside 8 model units).
-    np.testing.assert_array_equal(classifier.mean[8:], 0.0)
-    np.testing.assert_allclose(classifier.scale[8:], 1 / 32)
+    np.testing.assert_array_equal(classifier.head.mean[8:], 0.0)
+    np.testing.assert_allclose(classifier.head.scale[8:], 1 / 32)
     # A word is the best single feature, but the neuron is a unit of the model.
     assert classifier.describe(classifier.neuron.index)[0] == "cell"
     path = str(tmp_path / "classifier.json")
@@ -922,22 +929,27 @@ def test_ngrams_and_model_features_fit_one_regression_and_round_trip(tmp_path):
     assert record["version"] == 3 and record["ngrams"]["terms"] == list(vocabulary.terms)
     loaded = logistic.LogisticClassifier.load(path)
     np.testing.assert_array_equal(loaded.predict_proba(x), classifier.predict_proba(x))
-    assert loaded.ngrams.terms == vocabulary.terms and loaded.model_kinds == ("cell",)
+    assert loaded.ngrams.terms == vocabulary.terms and loaded.head.model_kinds == ("cell",)
     assert neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate").kind == "cell"
     # On the words alone there is no unit of the model: no neuron (test_neuron.py), and a
     # file written when the best n-gram was stored as one is refused by generation.
     words_only, _ = fit_lib.fit_logistic(
         x[:120, 8:], labels[:120], x[120:, 8:], labels[120:], ("tfidf",), 8, ngrams=vocabulary
     )
-    assert words_only.neurons == ()
+    assert words_only.report.neurons == ()
     superb = vocabulary.terms.index("superb")
-    dataclasses.replace(words_only, neurons=(threshold_lib.Threshold(superb, 1, 0.1),)).save(path)
+    stored = (threshold_lib.Threshold(superb, 1, 0.1),)
+    report = dataclasses.replace(words_only.report, neurons=stored)
+    dataclasses.replace(words_only, report=report).save(path)
     with pytest.raises(
         ValueError, match=r"the word n-gram 'superb', not a unit of the model \(a class"
     ):
         neuron_lib.neuron_from_classifier(path, "tf-mlstm-generate")
     # The sparse path gives what the same features give dense.
-    dense = logistic.LogisticClassifier(**{**classifier.__dict__, "feature_kinds": ("cell", "max")})
+    dense_head = dataclasses.replace(
+        classifier.head, feature_kinds=("cell", "max"), ngram_terms=(), ngram_idf=None
+    )
+    dense = logistic.LogisticClassifier(dense_head, classifier.report)
     np.testing.assert_allclose(
         dense.predict_proba(x.toarray()), classifier.predict_proba(x), rtol=1e-12
     )
@@ -999,7 +1011,10 @@ def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, c
     classifier, sweep = fit_lib.fit_logistic(
         x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2"
     )
-    assert classifier.kind == "multiclass" and len(classifier.classes) == 6
+    assert (
+        classifier.head.head_spec.kind == "multiclass"
+        and len(classifier.head.head_spec.classes) == 6
+    )
     assert all(row["converged"] for row in sweep)
     assert all(0 < row["iterations"] <= fit_lib.MAX_ITER["batch"] for row in sweep)
     # Each fit starts from the last: a cold start at the largest C needs more iterations.
@@ -1011,8 +1026,8 @@ def test_sweep_warm_starts_and_reports_iterations_and_convergence(monkeypatch, c
     scored, _ = fit_lib.fit_logistic(
         x[:240], labels[:240], x[240:], labels[240:], ("cell",), 40, penalty="l2", neurons=False
     )
-    assert scored.neurons == () and len(classifier.neurons) == 6
-    np.testing.assert_array_equal(scored.weights, classifier.weights)
+    assert scored.report.neurons == () and len(classifier.report.neurons) == 6
+    np.testing.assert_array_equal(scored.head.weights, classifier.head.weights)
     monkeypatch.setitem(fit_lib.MAX_ITER, "batch", 2)
     with caplog.at_level("WARNING"):
         _, capped = fit_lib.fit_logistic(

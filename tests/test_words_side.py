@@ -108,7 +108,7 @@ def test_transfer_chooses_by_cross_validation_below_the_validation_size_and_fits
     )
     assert kinds == ("cell", "hidden") and selection["by"] == "cross_validation"
     assert c_choice["folds"] == 5 and c_choice["rows"] == len(train_y) + len(val_y)
-    assert [row["C"] for row in sweep] == [c_choice["C"]] == [classifier.C]
+    assert [row["C"] for row in sweep] == [c_choice["C"]] == [classifier.report.C]
     # The classifier is fitted on the training rows alone.
     assert splits["train"][0].shape[0] == len(train_y)
     # --cv_folds=0: the validation split alone chooses (here, wrongly).
@@ -194,10 +194,10 @@ def test_a_multi_label_task_chooses_each_labels_c_by_cross_validation_on_small_v
     for name, c in zip(("a", "b"), c_choice["C"]):
         per_c = c_choice["per_C"][name]
         assert c == max(per_c, key=per_c.get) and set(per_c) == set(fit_lib.DEFAULT_C_GRID)
-    assert classifier.C == c_choice["C"]
+    assert classifier.report.C == c_choice["C"]
     assert {row["C"] for row in sweep} == set(c_choice["C"])
     # --cv_folds=0: validation chooses each label's C.
     *_, c_choice, _, classifier, _, _ = experiment.fit_features(
         dataclasses.replace(config, cv_folds=0), feats, data, 8
     )
-    assert c_choice is None and set(classifier.C) <= set(fit_lib.DEFAULT_C_GRID)
+    assert c_choice is None and set(classifier.report.C) <= set(fit_lib.DEFAULT_C_GRID)

@@ -24,7 +24,6 @@ call it, it never imports them.
 """
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -227,12 +226,11 @@ def import_openai_weights(weights_dir, model_dir) -> dict:
         config or checkpoints.
     """
     checkpoints = rundir.checkpoint_dir(model_dir)
-    source_path = os.path.join(model_dir, rundir.OPENAI_IMPORT_FILE)
     # checkpoints/ without openai_import.json is another tool's; with it and
     # without config.json, what an import killed between its renames left.
     for existing, ours in ((rundir.CONFIG_FILE, False), (rundir.CHECKPOINT_SUBDIR, True)):
-        if tf.io.gfile.exists(os.path.join(model_dir, existing)) and not (
-            ours and tf.io.gfile.exists(source_path)
+        if rundir.holds(model_dir, existing) and not (
+            ours and rundir.holds(model_dir, rundir.OPENAI_IMPORT_FILE)
         ):
             raise errors.InvalidValueError(
                 f"{model_dir}: already holds {existing}; import into a new folder"
@@ -258,19 +256,17 @@ def import_openai_weights(weights_dir, model_dir) -> dict:
     # siblings the same command removes. config.json last: a folder with one
     # holds a complete model.
     with fileio.write_errors(model_dir), fileio.Staged() as staged:
-        staged_source = staged.path(source_path)
         staged_checkpoints = staged.path(checkpoints)
         tf.io.gfile.makedirs(staged_checkpoints)
         saved = tf.train.Checkpoint(model=model).save(os.path.join(staged_checkpoints, "ckpt"))
         openai_weights.check_round_trip(saved, model)
-        with tf.io.gfile.GFile(staged_source, "w") as f:
-            source = {
-                "source": "openai/generating-reviews-discovering-sentiment",
-                "weights_dir": weights_dir,
-                "hidden_size": hidden,
-                "embedding_size": embed,
-            }
-            f.write(json.dumps(source, indent=2, sort_keys=True) + "\n")
+        source = {
+            "source": "openai/generating-reviews-discovering-sentiment",
+            "weights_dir": weights_dir,
+            "hidden_size": hidden,
+            "embedding_size": embed,
+        }
+        rundir.write_openai_import(model_dir, source, staged=staged)
         rundir.write_config(model_dir, config, staged=staged)
     checkpoint = os.path.join(checkpoints, os.path.basename(saved))
     logging.info("Imported %s into %s (%s).", weights_dir, model_dir, checkpoint)
@@ -344,7 +340,7 @@ def load(
     for name, value in (("batch_size", batch_size), ("window", window)):
         errors.check_int32(name, value)
     _check_exists("model_dir", model_dir)
-    if not tf.io.gfile.exists(os.path.join(model_dir, rundir.CONFIG_FILE)):
+    if not rundir.holds(model_dir, rundir.CONFIG_FILE):
         raise errors.MissingFileError(
             f"model_dir={model_dir!r} holds no {rundir.CONFIG_FILE}: not a run folder of "
             "tf_mlstm.pretrain or tf_mlstm.finetune"
@@ -387,12 +383,13 @@ def _checked_classifier(classifier):
 
 def _check_classifier_fits(fitted, classifier, model, model_dir):
     """Refuses a classifier fitted on a model of another size or other weights."""
-    if model.hidden_size != fitted.hidden_size:
+    if model.hidden_size != fitted.report.hidden_size:
         raise errors.InvalidValueError(
-            f"classifier={classifier!r} was fitted on a {fitted.hidden_size}-unit model, but "
-            f"model_dir={model_dir!r} has {model.hidden_size} units"
+            f"classifier={classifier!r} was fitted on a {fitted.report.hidden_size}-unit model, "
+            f"but model_dir={model_dir!r} has {model.hidden_size} units"
         )
-    if fitted.weights_sha256 and fitted.weights_sha256 != rundir.weights_checksum(model.weights):
+    fitted_sha256 = fitted.head.weights_sha256
+    if fitted_sha256 and fitted_sha256 != rundir.weights_checksum(model.weights):
         raise errors.InvalidValueError(
             f"classifier={classifier!r} was fitted on other model weights than those of "
             f"model_dir={model_dir!r}: load the model it was fitted on, or refit it with "

@@ -87,6 +87,11 @@ def checkpoint_dir(model_dir: str) -> str:
     return os.path.join(model_dir, CHECKPOINT_SUBDIR)
 
 
+def holds(model_dir: str, name: str) -> bool:
+    """Whether the run folder holds the file or folder `name` (one of the names above)."""
+    return tf.io.gfile.exists(os.path.join(model_dir, name))
+
+
 def export_dir(model_dir: str) -> str:
     """The SavedModel folder of a run."""
     return os.path.join(model_dir, EXPORT_SUBDIR)
@@ -192,6 +197,31 @@ def read_finetune_run(model_dir: str) -> tuple[dict, dict]:
 def write_results(model_dir: str, results: dict) -> None:
     """Writes the results dict to `model_dir/results.json` atomically."""
     fileio.write_json_atomic(os.path.join(model_dir, RESULTS_FILE), results)
+
+
+def read_results(model_dir: str) -> dict | None:
+    """The results.json a run wrote when it ended, or None when there is none to read.
+
+    None also for a file that is not a JSON object: its writes are atomic, so
+    such a file was not written by `write_results`.
+    """
+    try:
+        results = fileio.read_json(os.path.join(model_dir, RESULTS_FILE))
+    except (FileNotFoundError, tf.errors.NotFoundError, ValueError):
+        return None
+    return results if isinstance(results, dict) else None
+
+
+def write_openai_import(model_dir: str, source: dict, staged=None) -> None:
+    """Writes openai_import.json, where an imported run's weights came from.
+
+    Args:
+      model_dir: the run folder.
+      source: {key: JSON value}: the release, its folder, the model's sizes.
+      staged: a `fileio.Staged` the file is written through, or None: in place now.
+    """
+    text = json.dumps(source, indent=2, sort_keys=True) + "\n"
+    _write_text(os.path.join(model_dir, OPENAI_IMPORT_FILE), text, staged)
 
 
 def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple]:

@@ -168,7 +168,7 @@ def _summary(classifier, sweep):
     for row in sweep:  # multilabel: the most any label took at each C
         iterations[row["C"]] = max(iterations.get(row["C"], 0), row["iterations"])
     return {
-        "kinds": list(classifier.feature_kinds),
+        "kinds": list(classifier.head.feature_kinds),
         "width": classifier.num_features,
         "val": round(classifier_score(sweep, metric), 4),
         "not_converged": sorted({float(f"{r['C']:.3g}") for r in sweep if not r["converged"]}),
@@ -246,7 +246,7 @@ def run_transfer(splits, hidden, solver, penalty, sizes, tag):
         **tag,
         "what": "total",
         "chosen": list(kinds),
-        "C": classifier.C,
+        "C": classifier.report.C,
         **scores,
         "sweeps": len(rows),
         "not_converged_sweeps": sum(bool(r["not_converged"]) for r in rows),
@@ -279,7 +279,7 @@ def run_sweep(splits, hidden, solver, penalty, kinds, tag):
     )
     seconds, cpu = clock.lap()
     row = {**tag, **_summary(classifier, sweep), "seconds": seconds, "cpu_seconds": cpu}
-    row["C"] = classifier.C
+    row["C"] = classifier.report.C
     for name, (_, labels) in splits.items():
         if name != "train":
             row[f"{name}_{classifier.score_name}"] = round(

@@ -241,9 +241,9 @@ def run_project_words(train, val, test, config):
         transfer, features, data, 0, vocabulary
     )
     result = {
-        "task": classifier.kind,
+        "task": classifier.head.head_spec.kind,
         "kinds": list(kinds),
-        "C": classifier.C,
+        "C": classifier.report.C,
         "features": len(vocabulary),
         "C_by": "validation" if c_choice is None else f"{c_choice['folds']}-fold cross-validation",
         "fit_seconds": round(seconds, 2),

@@ -114,7 +114,7 @@ def load_predictor(config) -> tuple:
     choice = config.precision
     if config.classifier and not choice:
         # As the classifier's features were fitted (float32 for files without the record).
-        choice = logistic.LogisticClassifier.load(config.classifier).precision or "float32"
+        choice = logistic.LogisticClassifier.load(config.classifier).head.precision or "float32"
     precision = (
         _flags.resolve_feature_precision(choice, config.model_dir, config.batch_size, config.window)
         if config.classifier

@@ -204,8 +204,8 @@ class MLSTMClassifier(keras.Model):
         """Softmax or sigmoid of `logits`, as the head was trained."""
         return tf.nn.softmax(logits) if self.softmax else tf.sigmoid(logits)
 
-    def head(self, features, training=None, dropout_seed=None) -> tf.Tensor:
-        """Logits [B, K] float32 from [B, H] features."""
+    def head_logits(self, features, training=None, dropout_seed=None) -> tf.Tensor:
+        """Logits [B, K] float32 of the head layers on [B, H] features."""
         x = features
         if self.hidden_layer is not None:
             x = self.hidden_layer(x)
@@ -234,7 +234,7 @@ class MLSTMClassifier(keras.Model):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """(logits [B, K] float32, hidden [B, T, H]) of left-padded rows (the runner's step)."""
         features, hidden = self.text_features(ids, lengths, training=training)
-        return self.head(features, training=training, dropout_seed=dropout_seed), hidden
+        return self.head_logits(features, training=training, dropout_seed=dropout_seed), hidden
 
     def call(self, texts, training=None) -> tf.Tensor:
         framed = self.preprocessor(texts)
@@ -333,8 +333,10 @@ class MLSTMClassifier(keras.Model):
         return model
 
     @classmethod
-    def from_finetune_run(cls, model_dir, num_classes=None, num_labels=None) -> "MLSTMClassifier":
-        """The classifier a finished `tf-mlstm-finetune` run trained, in float32.
+    def from_finetune_run(
+        cls, model_dir, num_classes=None, num_labels=None, precision="float32"
+    ) -> "MLSTMClassifier":
+        """The classifier a finished `tf-mlstm-finetune` run trained, in float32 by default.
 
         Its encoder, head and decision thresholds as `tf-mlstm-classify` and
         the exported `classify` signature use them, restored together from
@@ -343,6 +345,8 @@ class MLSTMClassifier(keras.Model):
         Args:
           model_dir: a finished `tf-mlstm-finetune` run folder.
           num_classes, num_labels: if given, what the run must have.
+          precision: the policy the encoder computes in (float32: what
+            `tf-mlstm-classify` uses; the head is float32 under every policy).
 
         Returns:
           A built `MLSTMClassifier`; its encoder's `run_config` and
@@ -365,7 +369,7 @@ class MLSTMClassifier(keras.Model):
                     f"not {name}={value}"
                 )
         train_config = rundir.read_config(model_dir)
-        encoder = MLSTMLanguageModel.from_train_config(train_config, precision="float32")
+        encoder = MLSTMLanguageModel.from_train_config(train_config, precision=precision)
         model = cls(
             encoder,
             spec.outputs,
@@ -472,6 +476,25 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
     return _batched(
         lambda i, n: model.probabilities(model.forward(i, n, training=False)[0]),
         getattr(split, "texts", split),
+        max_length,
+        batch_size,
+        progress,
+        "Predicting",
+    )
+
+
+def predict_served_probabilities(
+    model, texts, max_length, batch_size=64, progress=False
+) -> np.ndarray:
+    """The probabilities `model` serves for normalized `texts`: [N, C] float32.
+
+    Those of `call` and of the SavedModel's `classify` signature
+    (`HeadSpec.probabilities_tf` of the logits): binary [N, 2] (negative,
+    positive), K classes [N, K], L labels [N, L].
+    """
+    return _batched(
+        lambda i, n: model.head_spec.probabilities_tf(model.forward(i, n, training=False)[0]),
+        texts,
         max_length,
         batch_size,
         progress,

@@ -1,19 +1,23 @@
-"""`ClassifierHead`: a fitted classifier head as plain arrays, for serving.
+"""`ClassifierHead`: a fitted classifier head as plain arrays, its weights and its `HeadSpec`.
 
-The shape both classifiers take when they leave Python: the logistic
-probe (`transfer.probe`) and a fine-tuned `MLSTMClassifier`
-(`transfer.finetune`) each give one, and the SavedModel's `classify`
-signature (`export.saved_model`) runs it in the graph. How its outputs become
-decisions is its `HeadSpec` (`models.head`).
+The one head every classifier of the project is: the logistic probe
+(`transfer.probe`, whose fit gives one and a fit report) and a fine-tuned
+`MLSTMClassifier` (`transfer.finetune`) each give one; `tf-mlstm-classify`
+and the Python API run it in NumPy (`probabilities`, `predict`), the
+SavedModel's `classify` signature (`serving.saved_model`) in the graph. How
+its logits become probabilities and decisions is its `head_spec`
+(`models.head.HeadSpec`), the only place that says it.
 """
 
 import dataclasses
 
 import numpy as np
+from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm.data import words
 from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.head import HeadSpec
 from tf_mlstm.models.kinds import FEATURE_KINDS
 
@@ -25,12 +29,13 @@ def model_kinds(feature_kinds) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ClassifierHead:
-    """A classifier on standardized features, as plain arrays.
+    """A classifier on standardized features: its weights as plain arrays, and its `HeadSpec`.
 
     The transfer tools build one from a fitted logistic regression or a
-    fine-tuned head, and the SavedModel's `classify` signature runs it; it
-    lives with the models, with no scikit-learn in it, so neither the export
-    nor the transfer code depends on the other.
+    fine-tuned head; `probabilities` and `predict` run it in NumPy and the
+    SavedModel's `classify` signature in the graph. It lives with the models,
+    with no scikit-learn in it, so neither the export nor the transfer code
+    depends on the other.
 
     Attributes:
       feature_kinds: which of `kinds.FEATURE_KINDS` are concatenated, in order.
@@ -41,13 +46,12 @@ class ClassifierHead:
         second class's logit), K for K > 2 classes (softmax), L for L labels
         (a sigmoid each). [D] is one row.
       bias: [R] output intercepts (a number for one row).
-      classes: the class values (ints or names), in probability-column order;
-        multilabel: the label names.
+      head_spec: the `HeadSpec`: the kind, the classes (or label names) in
+        probability-column order, and the decision thresholds (binary: ()
+        for 0.5 on the logit, or the positive class's probability threshold;
+        multilabel: the L thresholds).
       neuron: index into the D features of the sentiment neuron (binary; -1
         for none).
-      multilabel: the rows are independent 0/1 labels.
-      thresholds: multilabel: the L probability thresholds; binary: () for
-        0.5, or the one threshold of the positive class's probability.
       hidden_weights: None, or [U, D]: a ReLU layer before the output layer.
       hidden_bias: [U] with `hidden_weights`.
       max_length: framed bytes per text read (document start included), as a
@@ -62,13 +66,21 @@ class ClassifierHead:
     Example:
 
     >>> import numpy as np
+    >>> import numpy as np
+    >>> from tf_mlstm.models.head import HeadSpec
     >>> head = ClassifierHead(
     ...     feature_kinds=("cell",), mean=np.zeros(4), scale=np.ones(4),
-    ...     weights=np.array([[1.0, 0.0, 0.0, -1.0]]), bias=0.0, classes=("neg", "pos"),
+    ...     weights=np.array([[1.0, 0.0, 0.0, -1.0]]), bias=0.0,
+    ...     head_spec=HeadSpec.of(("neg", "pos")),
     ... )
     >>> head.check(hidden_size=4)
     >>> head.binary, head.head_spec.kind
     (True, 'binary')
+    >>> features = np.array([[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 3.0]])
+    >>> head.probabilities(features).round(2).tolist()
+    [[0.12, 0.88], [0.95, 0.05]]
+    >>> head.predict(features).tolist()
+    ['pos', 'neg']
     """
 
     feature_kinds: tuple
@@ -76,10 +88,8 @@ class ClassifierHead:
     scale: np.ndarray
     weights: np.ndarray
     bias: float | np.ndarray
-    classes: tuple = (0, 1)
+    head_spec: HeadSpec = HeadSpec(BINARY, (0, 1))
     neuron: int = 0
-    multilabel: bool = False
-    thresholds: tuple = ()
     hidden_weights: np.ndarray | None = None
     hidden_bias: np.ndarray | None = None
     max_length: int = 0
@@ -98,10 +108,33 @@ class ClassifierHead:
         """Two classes, one logit."""
         return self.head_spec.kind == BINARY
 
-    @property
-    def head_spec(self) -> HeadSpec:
-        """The `models.head.HeadSpec`: how the logits become decisions."""
-        return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
+    # === NumPy ===
+
+    def logits(self, x) -> np.ndarray:
+        """Float64 logits of features `x` [N, D] (dense, or scipy sparse): [N, R].
+
+        One row per output: binary 1, multiclass K, multilabel L.
+        """
+        if sparse.issparse(x):
+            # The centering folded into the bias keeps the n-gram columns sparse.
+            weights = np.asarray(self.weights, np.float64).reshape(-1, np.shape(self.mean)[0])
+            folded = weights / self.scale
+            shift = np.reshape(self.bias, -1) - (self.mean / self.scale) @ weights.T
+            return np.asarray(x.astype(np.float64) @ folded.T) + shift
+        inputs = (np.asarray(x, np.float64) - self.mean) / self.scale
+        if self.hidden_weights is not None:
+            inputs = np.maximum(inputs @ np.asarray(self.hidden_weights).T + self.hidden_bias, 0.0)
+        weights = np.asarray(self.weights, np.float64).reshape(-1, inputs.shape[1])
+        return inputs @ weights.T + np.reshape(self.bias, -1)
+
+    def probabilities(self, x) -> np.ndarray:
+        """[N, C] probabilities of features `x` (`HeadSpec.probabilities`)."""
+        return self.head_spec.probabilities(self.logits(x))
+
+    def predict(self, x) -> np.ndarray:
+        """Decisions for features `x` (`HeadSpec.decide`): [N] classes, or [N, L] 0/1."""
+        logits = self.logits(x)
+        return self.head_spec.decide(self.head_spec.probabilities(logits), logits)
 
     def check(self, hidden_size: int) -> None:
         """Raises ValueError unless the arrays fit a model of `hidden_size` units."""
@@ -127,7 +160,8 @@ class ClassifierHead:
                 f"{len(self.ngram_terms)} n-gram terms"
             )
         width = hidden_size * len(self.model_kinds) + len(self.ngram_terms)
-        rows = 1 if self.binary else len(self.classes)
+        spec = self.head_spec
+        rows = spec.outputs
         inputs = width
         shapes = {"mean": ((width,),), "scale": ((width,),)}
         if self.hidden_weights is not None:
@@ -147,17 +181,9 @@ class ClassifierHead:
             raise errors.InvalidValueError(
                 f"classifier bias has {np.size(self.bias)} values, not {rows}"
             )
-        if len(self.classes) < 2 and not self.multilabel:
+        if len(spec.classes) < 2 and spec.kind != MULTILABEL:
             raise errors.InvalidValueError(
-                f"classifier classes {list(self.classes)}: two or more needed"
-            )
-        if self.binary and len(self.thresholds) > 1:
-            raise errors.InvalidValueError(
-                f"classifier has {len(self.thresholds)} thresholds for one binary label"
-            )
-        if self.multilabel and len(self.thresholds) != len(self.classes):
-            raise errors.InvalidValueError(
-                f"classifier has {len(self.thresholds)} thresholds for {len(self.classes)} labels"
+                f"classifier classes {list(spec.classes)}: two or more needed"
             )
         if self.binary and self.neuron != -1 and not 0 <= self.neuron < width:
             raise errors.InvalidValueError(

@@ -2,15 +2,16 @@
 
 What `tf-mlstm-export` and `tf_mlstm.export` do with an `ExportConfig`: the
 `classify` head is a `tf-mlstm-transfer` classifier.json (`--classifier`), or
-a fine-tuned run's own head (a `tf-mlstm-finetune` run without one), turned
-into the plain arrays `serving.saved_model` serves; what was fitted is
-recorded in the export's meta.json under "classifier"; the model and the
-signatures are `saved_model.export_trained_model`.
+a fine-tuned run's own head (a `tf-mlstm-finetune` run without one): in
+both cases a `models.head_arrays.ClassifierHead`, the plain arrays
+`serving.saved_model` serves; what was fitted is recorded in the export's
+meta.json under "classifier"; the model and the signatures are
+`saved_model.export_trained_model`. A fine-tuned run is loaded once: its
+encoder is the model exported.
 """
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
-from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.serving import saved_model
 from tf_mlstm.transfer import features
@@ -36,14 +37,17 @@ def export(config) -> dict:
     try:
         # Before anything is loaded: a wrong folder is answered at once.
         saved_model.check_export_base(config.export_dir)
-        head, metadata, precision = None, {}, config.precision or "float32"
-        if not config.classifier and rundir.is_finetune_run(config.model_dir):
-            head, metadata["classifier"] = fine_tuned_head(config.model_dir)
-        elif config.classifier:
+        head, metadata, model, precision = None, {}, None, config.precision
+        if config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head, metadata["classifier"] = probe_head(classifier, config.classifier)
             # Served as it was fitted, unless asked otherwise.
-            precision = config.precision or classifier.precision or "float32"
+            precision = precision or classifier.head.precision
+        precision = features.resolve_precision(precision or "float32")
+        if not config.classifier and rundir.is_finetune_run(config.model_dir):
+            tuned = finetune.load_finetuned_model(config.model_dir, precision)
+            head, metadata["classifier"] = fine_tuned_head(tuned, config.model_dir)
+            model = tuned.model.encoder  # the run loaded once: its encoder is exported
         return saved_model.export_trained_model(
             config.model_dir,
             config.export_dir,
@@ -52,8 +56,9 @@ def export(config) -> dict:
             max_text_bytes=config.max_text_bytes,
             max_generate_length=config.max_generate_length,
             metadata=metadata,
-            precision=features.resolve_precision(precision),
+            precision=precision,
             allow_other_model=config.allow_other_model,
+            model=model,
         )
     except saved_model.ExportDirError as e:
         raise errors.InvalidValueError(f"{errors.setting_name('export_dir')}={e}") from None
@@ -63,38 +68,38 @@ def export(config) -> dict:
         raise
 
 
-def fine_tuned_head(model_dir: str) -> tuple[ClassifierHead, dict]:
-    """(`ClassifierHead`, its metadata) of a finished `tf-mlstm-finetune` run."""
-    tuned = finetune.load_finetuned_model(model_dir)
-    head = ClassifierHead(**tuned.serving_head_arrays())
+def fine_tuned_head(tuned, source: str) -> tuple[ClassifierHead, dict]:
+    """(`ClassifierHead`, its metadata) of a loaded `FinetunedClassifier` of run `source`."""
+    config = tuned.config
     metadata = {
-        "source": model_dir,
-        "task": tuned.kind,
         "fine_tuned": True,
-        "feature_kinds": list(tuned.model.feature_kinds),
-        "classes": list(tuned.classes),
-        "head_hidden": tuned.config.head_hidden,
-        "max_length": tuned.config.max_length,
+        "head_hidden": config.head_hidden,
+        "max_length": config.max_length,
     }
-    if tuned.thresholds is not None:
-        metadata["thresholds"] = tuned.thresholds.tolist()
-    return head, metadata
+    head = tuned.head
+    return head, _metadata(head, source, metadata)
 
 
 def probe_head(classifier, source: str) -> tuple[ClassifierHead, dict]:
     """(`ClassifierHead`, its metadata) of a `LogisticClassifier` read from `source`."""
-    head = classifier.serving_head()
-    metadata = {
-        "source": source,
-        "task": classifier.kind,
-        "feature_kinds": list(classifier.feature_kinds),
-        "classes": list(classifier.classes),
-        "C": classifier.C,
-        "nonzero_weights": classifier.nonzero_weights,
-    }
-    if classifier.kind == BINARY and classifier.neurons:
+    metadata = {"C": classifier.report.C, "nonzero_weights": classifier.nonzero_weights}
+    if classifier.head.binary and classifier.report.neurons:
         kind, unit = classifier.describe(classifier.neuron.index)
         metadata["neuron"] = {"index": classifier.neuron.index, "kind": kind, "unit": unit}
-    if classifier.multilabel:
-        metadata["thresholds"] = list(classifier.thresholds)
-    return head, metadata
+    return classifier.head, _metadata(classifier.head, source, metadata)
+
+
+def _metadata(head, source, fitted):
+    """meta.json's "classifier": where `head` came from, its kind, features and classes,
+    its thresholds (when it has any), and what `fitted` adds."""
+    spec = head.head_spec
+    metadata = {
+        "source": source,
+        "task": spec.kind,
+        "feature_kinds": list(head.feature_kinds),
+        "classes": list(spec.classes),
+        **fitted,
+    }
+    if spec.thresholds:
+        metadata["thresholds"] = [float(t) for t in spec.thresholds]
+    return metadata

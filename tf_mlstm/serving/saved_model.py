@@ -150,7 +150,7 @@ class ServingModule(tf.Module):
             self.classifier_scale = tf.Variable(
                 np.asarray(classifier.scale, np.float32), trainable=False, name="classifier_scale"
             )
-            rows = 1 if classifier.binary else len(classifier.classes)
+            rows = classifier.head_spec.outputs
             self.classifier_weights = tf.Variable(
                 np.asarray(classifier.weights, np.float32).reshape(rows, -1),
                 trainable=False,
@@ -166,9 +166,10 @@ class ServingModule(tf.Module):
                 self.ngram_idf = tf.Variable(
                     np.asarray(classifier.ngram_idf, np.float32), trainable=False, name="ngram_idf"
                 )
-            self.classifier_names = tf.constant([str(c) for c in classifier.classes])
-            if all(isinstance(c, (int, np.integer)) for c in classifier.classes):
-                self.classifier_classes = tf.constant(np.asarray(classifier.classes, np.int64))
+            classes = classifier.head_spec.classes
+            self.classifier_names = tf.constant([str(c) for c in classes])
+            if all(isinstance(c, (int, np.integer)) for c in classes):
+                self.classifier_classes = tf.constant(np.asarray(classes, np.int64))
             else:
                 self.classifier_classes = self.classifier_names
             self.classifier_hidden = None
@@ -469,6 +470,7 @@ def export_trained_model(
     metadata=None,
     precision="float32",
     allow_other_model=False,
+    model=None,
 ) -> dict:
     """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
 
@@ -485,6 +487,9 @@ def export_trained_model(
         one a classifier's features were fitted in); outputs are float32.
       allow_other_model: export a classifier fitted on other weights (with a
         warning) instead of refusing it.
+      model: the run's language model, already loaded in `precision` by its
+        `from_run` (with `run_config` and `run_checkpoint`; a fine-tuned
+        run's encoder), or None: loaded here.
 
     Returns:
       dict with `export_dir` (the version folder), `version` and
@@ -498,7 +503,8 @@ def export_trained_model(
         other weights: `rundir.OtherModelError`), or a bad limit.
     """
     check_export_base(base_dir)
-    model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
+    if model is None:
+        model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
     train_config, checkpoint = model.run_config, model.run_checkpoint
     if classifier is not None:
         classifier.check(model.hidden_size)

@@ -169,14 +169,15 @@ class FinetuneTask(Task):
             threshold_metric=config.threshold_metric,
         )
         metrics = classifier.metrics(x["validation"], y["validation"])
-        self.probe = {"C": classifier.C, "validation": metrics}
+        self.probe = {"C": classifier.report.C, "validation": metrics}
         logging.info(
             "Head from a linear probe: C %s, validation accuracy %.4f.",
-            classifier.C,
+            classifier.report.C,
             metrics["accuracy"],
         )
-        kernel = (classifier.weights / classifier.scale).T
-        bias = classifier.bias - classifier.weights @ (classifier.mean / classifier.scale)
+        head = classifier.head
+        kernel = (head.weights / head.scale).T
+        bias = head.bias - head.weights @ (head.mean / head.scale)
         return kernel, bias
 
     def _load_data(self):

@@ -42,7 +42,6 @@ Ctrl-C ends the process at once (status 130), without that checkpoint.
 """
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -436,11 +435,8 @@ class Runner:
         """
         if step < self.config.max_steps:
             return None
-        path = os.path.join(self.config.model_dir, rundir.RESULTS_FILE)
-        try:
-            with tf.io.gfile.GFile(path) as f:
-                saved = json.load(f)
-        except (tf.errors.NotFoundError, ValueError):
+        saved = rundir.read_results(self.config.model_dir)
+        if saved is None:
             return None  # Killed before its results: evaluate and write them now.
         if saved.get("step") != step:
             return None
@@ -450,7 +446,7 @@ class Runner:
             step,
             errors.setting_name("max_steps"),
             self.config.max_steps,
-            path,
+            rundir.RESULTS_FILE,
             errors.setting_name("max_steps"),
         )
         return {**saved, "finished_earlier": True}

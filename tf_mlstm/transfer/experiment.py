@@ -28,6 +28,8 @@ from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.config import TransferConfig
 from tf_mlstm.models import language_model
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.transfer import feature_cache
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
@@ -418,7 +420,7 @@ def _labeled_curve(config, full, splits, data, hidden):
         if requested == ALL or requested >= len(labels):
             classifier, rows = full, len(labels)
         else:
-            if full.multilabel:
+            if full.head.head_spec.kind == MULTILABEL:
                 subset = labeled.random_subsample(len(labels), requested, config.seed)
                 if any(len(np.unique(column)) < 2 for column in labels[subset].T):
                     logging.warning("%d labeled examples miss a label's 0 or 1: skipped", requested)
@@ -429,17 +431,17 @@ def _labeled_curve(config, full, splits, data, hidden):
                 x[subset],
                 labels[subset],
                 *splits["val"],
-                full.feature_kinds,
+                full.head.feature_kinds,
                 hidden,
-                title=f"{len(subset)} labeled examples ({','.join(full.feature_kinds)})",
-                **_fit_kwargs(config, data, full.ngrams, full.feature_kinds),
+                title=f"{len(subset)} labeled examples ({','.join(full.head.feature_kinds)})",
+                **_fit_kwargs(config, data, full.ngrams, full.head.feature_kinds),
             )
             rows = len(subset)
         if curve and curve[-1]["num_labeled"] == rows:
             continue
         row = {
             "num_labeled": rows,
-            "C": classifier.C,
+            "C": classifier.report.C,
             "nonzero_weights": classifier.nonzero_weights,
         }
         if classifier is not full:
@@ -465,25 +467,26 @@ def _write_plots(config, classifier, splits, curve, staged):
     split = "test" if "test" in splits else "val"
     x, labels = splits[split]
     files = {}
-    if classifier.neurons:  # none on word n-grams alone (results.json's no_neuron)
+    neurons, spec = classifier.report.neurons, classifier.head.head_spec
+    if neurons:  # none on word n-grams alone (results.json's no_neuron)
         files["neuron_histogram"] = os.path.join(config.output_dir, NEURON_PLOT)
         path = staged.path(files["neuron_histogram"])
-    if classifier.kind == "binary" and classifier.neurons:
+    if spec.kind == BINARY and neurons:
         neuron = classifier.neuron
         kind, unit = classifier.describe(neuron.index)
         plots.neuron_histogram(
             path,
             threshold_lib.column(x, neuron.index),
             labels,
-            classifier.classes,
+            spec.classes,
             neuron.threshold,
             title=f"unit {unit} ({kind}), {split} accuracy "
             f"{classifier.neuron_accuracy(x, labels):.3f}",
         )
-    elif classifier.neurons:
+    elif neurons:
         targets = classifier.targets(labels)
         panels = []
-        for k, (name, neuron) in enumerate(zip(classifier.output_names, classifier.neurons)):
+        for k, (name, neuron) in enumerate(zip(classifier.output_names, neurons)):
             kind, unit = classifier.describe(neuron.index)
             title = f"{name}: unit {unit} ({kind})"
             panels.append(
@@ -504,10 +507,11 @@ def _write_plots(config, classifier, splits, curve, staged):
 
 def _results(data, classifier, splits):
     """The results.json fields that describe the fitted classifier and its scores."""
+    spec, neurons = classifier.head.head_spec, classifier.report.neurons
     results = {
-        "task": classifier.kind,
-        ("labels" if classifier.multilabel else "classes"): list(classifier.classes),
-        "C": classifier.C,
+        "task": spec.kind,
+        ("labels" if spec.kind == MULTILABEL else "classes"): list(spec.classes),
+        "C": classifier.report.C,
         "metrics": {name: classifier.metrics(x, y) for name, (x, y) in splits.items()},
         "nonzero_weights": classifier.nonzero_weights,
         "features": classifier.num_features,
@@ -516,14 +520,14 @@ def _results(data, classifier, splits):
     }
     for name in ("train", "val", "test"):
         results[f"{name}_accuracy"] = classifier.accuracy(*splits[name]) if name in splits else None
-    if classifier.multilabel:
-        results["thresholds"] = dict(zip(classifier.classes, classifier.thresholds))
-    if not classifier.neurons:
+    if spec.kind == MULTILABEL:
+        results["thresholds"] = dict(zip(spec.classes, spec.thresholds))
+    if not neurons:
         results["no_neuron"] = classifier.no_neuron
         logging.info("%s.", classifier.no_neuron.capitalize())
-    if classifier.kind == "binary":
+    if spec.kind == BINARY:
         results["neuron"] = None
-    if classifier.kind == "binary" and classifier.neurons:
+    if spec.kind == BINARY and neurons:
         neuron = {
             key: value
             for key, value in results["neurons"][0].items()
@@ -606,9 +610,7 @@ def run_transfer(config: TransferConfig) -> dict:
         config, features, data, model.hidden_size, vocabulary
     )
     majority = logistic.majority_baseline(classifier, splits["train"][1], *splits["val"])
-    classifier = dataclasses.replace(
-        classifier, weights_sha256=fingerprint, precision=config.precision
-    )
+    classifier = classifier.fitted_on(fingerprint, config.precision)
     curve = _labeled_curve(config, classifier, splits, data, model.hidden_size)
     # All outputs are renamed in together at the end: a failure leaves earlier ones as they were.
     with fileio.Staged() as staged:
@@ -616,7 +618,7 @@ def run_transfer(config: TransferConfig) -> dict:
         results = {
             "model_dir": config.model_dir,
             "hidden_size": model.hidden_size,
-            "weights_sha256": classifier.weights_sha256,
+            "weights_sha256": classifier.head.weights_sha256,
             "config": {
                 k: list(v) if isinstance(v, tuple) else v
                 for k, v in dataclasses.asdict(config).items()

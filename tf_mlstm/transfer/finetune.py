@@ -60,11 +60,8 @@ import numpy as np
 from tf_mlstm import config as settings
 from tf_mlstm import rundir
 from tf_mlstm.models.classifier import MLSTMClassifier
-from tf_mlstm.models.classifier import predict_probabilities
-from tf_mlstm.models.head import BINARY
-from tf_mlstm.models.head import MULTICLASS
-from tf_mlstm.models.head import MULTILABEL
-from tf_mlstm.models.head import HeadSpec
+from tf_mlstm.models.classifier import predict_served_probabilities
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 from tf_mlstm.tasks.finetune import FinetuneTask
 from tf_mlstm.train.runner import Runner
@@ -75,7 +72,7 @@ THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 FinetuneConfig = settings.FinetuneConfig
 
 
-def finetune(config):
+def finetune(config) -> dict:
     """Fine-tunes per `config`; returns the results dict (see `Runner.train`).
 
     The runner checks the inputs first (a missing one is the only line on
@@ -90,72 +87,76 @@ def finetune(config):
 class FinetunedClassifier:
     """A finished fine-tuning run, ready to classify (see `load_finetuned_model`).
 
+    What it classifies with is the model's: the kind, classes and thresholds
+    of `model.head_spec`, the weights of its head layers (`head`, the same
+    `ClassifierHead` a logistic probe gives, as the SavedModel serves it).
+
     Attributes:
       model: the float32 `MLSTMClassifier`.
-      config: its `FinetuneConfig`.
-      kind: BINARY, MULTICLASS or MULTILABEL.
-      classes: the probability columns' names: for MULTICLASS the K classes,
-        for MULTILABEL the label keys, for BINARY the classes (0, 1).
-      thresholds: [K] float32 sigmoid thresholds (BINARY: one), or None
-        for MULTICLASS.
+      config: its `FinetuneConfig` (texts are read cut to its `max_length`).
+
+    Example:
+
+    >>> from tf_mlstm.models.classifier import MLSTMClassifier
+    >>> from tf_mlstm.models.language_model import MLSTMLanguageModel
+    >>> model = MLSTMClassifier(MLSTMLanguageModel.from_run(model_dir), 1, "mean")
+    >>> tuned = FinetunedClassifier(model, FinetuneConfig(features="mean", max_length=16))
+    >>> probabilities = tuned.predict_proba(["good", "bad"])
+    >>> probabilities.shape, tuned.predict(probabilities).shape
+    ((2, 2), (2,))
+    >>> tuned.head.head_spec == model.head_spec, tuned.head.max_length
+    (True, 16)
     """
 
     model: MLSTMClassifier
     config: FinetuneConfig
-    kind: str
-    classes: tuple
-    thresholds: np.ndarray | None
 
-    def predict_proba(self, texts, batch_size=64, progress=False):
-        """[N, C] probabilities of normalized `texts`: C = 2 for BINARY (negative,
-        positive), the K classes' softmax, or the L labels' sigmoids."""
-        outputs = predict_probabilities(
+    def predict_proba(self, texts, batch_size=64, progress=False) -> np.ndarray:
+        """[N, C] probabilities of normalized `texts` (`HeadSpec.probabilities_tf`): C = 2
+        for binary (negative, positive), the K classes' softmax, or the L labels' sigmoids."""
+        return predict_served_probabilities(
             self.model, texts, self.config.max_length, batch_size, progress
         )
-        if self.kind == BINARY:
-            outputs = np.concatenate([1.0 - outputs, outputs], axis=1)
-        return outputs
+
+    def predict(self, probabilities) -> np.ndarray:
+        """The predictions for `predict_proba`'s output: [N] classes, or [N, L] 0/1."""
+        return self.model.head_spec.decide(probabilities)
 
     @property
-    def head(self):
-        """The `models.head.HeadSpec`: how the probabilities become decisions."""
-        thresholds = () if self.thresholds is None else tuple(self.thresholds.tolist())
-        return HeadSpec(self.kind, self.classes, thresholds)
-
-    def predict(self, probabilities):
-        """The predictions for `predict_proba`'s output: [N] classes, or [N, L] 0/1."""
-        return self.head.decide(probabilities)
-
-    def serving_head_arrays(self):
-        """The head as the fields of an `models.head_arrays.ClassifierHead`.
+    def head(self) -> ClassifierHead:
+        """The fine-tuned head as a `models.head_arrays.ClassifierHead`, as it is served.
 
         The features are the fine-tuned ones unstandardized (mean 0, scale 1),
         read from each text's first `max_length` framed bytes as in training.
         """
-        width = self.model.encoder.hidden_size * len(self.model.feature_kinds)
-        fields = {
-            "feature_kinds": self.model.feature_kinds,
-            "mean": np.zeros(width, np.float32),
-            "scale": np.ones(width, np.float32),
-            "weights": self.model.classifier.kernel.numpy().T,
-            "bias": self.model.classifier.bias.numpy(),
-            "classes": tuple(self.classes),
-            "neuron": -1,
-            "multilabel": self.kind == MULTILABEL,
-            "thresholds": () if self.thresholds is None else tuple(self.thresholds.tolist()),
-            "max_length": self.config.max_length,
-        }
-        if self.model.hidden_layer is not None:
-            fields["hidden_weights"] = self.model.hidden_layer.kernel.numpy().T
-            fields["hidden_bias"] = self.model.hidden_layer.bias.numpy()
-        return fields
+        model = self.model
+        width = model.encoder.hidden_size * len(model.feature_kinds)
+        hidden = {}
+        if model.hidden_layer is not None:
+            hidden = {
+                "hidden_weights": model.hidden_layer.kernel.numpy().T,
+                "hidden_bias": model.hidden_layer.bias.numpy(),
+            }
+        return ClassifierHead(
+            feature_kinds=model.feature_kinds,
+            mean=np.zeros(width, np.float32),
+            scale=np.ones(width, np.float32),
+            weights=model.classifier.kernel.numpy().T,
+            bias=model.classifier.bias.numpy(),
+            head_spec=model.head_spec,
+            neuron=-1,
+            max_length=self.config.max_length,
+            **hidden,
+        )
 
 
-def load_finetuned_model(model_dir):
-    """Rebuilds a fine-tuned classifier in float32 from its newest checkpoint.
+def load_finetuned_model(model_dir, precision="float32") -> FinetunedClassifier:
+    """Rebuilds a fine-tuned classifier from its newest checkpoint.
 
     Args:
       model_dir: a `tf-mlstm-finetune` --model_dir.
+      precision: the policy its encoder computes in (float32: what
+        `tf-mlstm-classify` uses; the head stays float32).
 
     Returns:
       A `FinetunedClassifier`.
@@ -164,8 +165,6 @@ def load_finetuned_model(model_dir):
       InvalidValueError: the folder holds no finished fine-tuning run.
       FileNotFoundError: it holds no checkpoint.
     """
-    model = MLSTMClassifier.from_finetune_run(model_dir)
+    model = MLSTMClassifier.from_finetune_run(model_dir, precision=precision)
     config = rundir.read_config(model_dir, FinetuneConfig, FINETUNE_CONFIG_FILE)
-    spec = model.head_spec
-    thresholds = np.array(spec.thresholds, np.float32) if spec.kind != MULTICLASS else None
-    return FinetunedClassifier(model, config, spec.kind, spec.classes, thresholds)
+    return FinetunedClassifier(model, config)

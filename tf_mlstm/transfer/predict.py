@@ -72,30 +72,32 @@ def load_predictor(
     if not classifier:
         return _finetuned_predictor(model_dir, batch_size)
     fitted = logistic.LogisticClassifier.load(classifier)
+    head = fitted.head
     if model is None:
         model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)
-    if model.hidden_size != fitted.hidden_size:
+    if model.hidden_size != fitted.report.hidden_size:
         raise errors.InvalidValueError(
-            f"{classifier}: fitted on a {fitted.hidden_size}-unit model, but "
+            f"{classifier}: fitted on a {fitted.report.hidden_size}-unit model, but "
             f"{model_dir} has {model.hidden_size} units"
         )
-    rundir.check_fitted_model(
-        model, fitted.weights_sha256, classifier, model_dir, allow_other_model
-    )
+    rundir.check_fitted_model(model, head.weights_sha256, classifier, model_dir, allow_other_model)
     # Callers that predict in chunks report progress for all of them, not each alone.
     featurizer = None
-    if fitted.model_kinds:
-        featurizer = features.TextFeaturizer(model, batch_size, window, fitted.model_kinds)
+    if head.model_kinds:
+        featurizer = features.TextFeaturizer(model, batch_size, window, head.model_kinds)
+    ngrams = fitted.ngrams
 
     def predict(texts):
         computed = featurizer(texts, progress=False) if featurizer is not None else {}
-        if fitted.ngrams is not None:
+        if ngrams is not None:
             # The n-grams come from the vocabulary stored with the classifier.
-            computed[features.NGRAM_KIND] = fitted.ngrams.transform(texts)
-        x = features.concat_features(computed, fitted.feature_kinds)
-        return fitted.predict_proba(x), fitted.predict(x)
+            computed[features.NGRAM_KIND] = ngrams.transform(texts)
+        x = features.concat_features(computed, head.feature_kinds)
+        logits = head.logits(x)
+        probabilities = head.head_spec.probabilities(logits)
+        return probabilities, head.head_spec.decide(probabilities, logits)
 
-    return predict, fitted.classes
+    return predict, head.head_spec.classes
 
 
 def _finetuned_predictor(model_dir, batch_size):
@@ -106,7 +108,7 @@ def _finetuned_predictor(model_dir, batch_size):
         probabilities = tuned.predict_proba(texts, batch_size)
         return probabilities, tuned.predict(probabilities)
 
-    return predict, tuned.classes
+    return predict, tuned.model.head_spec.classes
 
 
 def classify_in_chunks(

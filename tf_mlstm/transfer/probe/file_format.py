@@ -18,11 +18,13 @@ written still reads:
   `neuron` is null (binary), `neurons` empty.
 
 Floats round-trip exactly (JSON's shortest repr). The classifier itself is
-`probe.logistic.LogisticClassifier`; this module turns its fields into a
-record and back, and reads and writes the file.
+`probe.logistic.LogisticClassifier`, a head (`models.head_arrays.ClassifierHead`)
+and a fit report (`probe.logistic.FitReport`); this module turns the two
+into a record and back, and reads and writes the file.
 """
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +32,10 @@ from tf_mlstm import errors
 from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import KINDS
 from tf_mlstm.models.head import MULTILABEL
+from tf_mlstm.models.head import HeadSpec
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.transfer import ngrams as ngrams_lib
+from tf_mlstm.transfer.probe.report import FitReport
 from tf_mlstm.transfer.probe.threshold import Threshold
 
 FORMAT = "tf_mlstm.logistic_classifier"
@@ -54,7 +59,7 @@ def _neuron_record(classifier, neuron):
     }
 
 
-def to_json(classifier):
+def to_json(classifier) -> str:
     """A JSON document holding every field of `classifier`; floats round-trip exactly.
 
     A binary classifier keeps version 1's fields (`classes`, `bias` and
@@ -63,55 +68,58 @@ def to_json(classifier):
     multilabel writes `labels` (L), `thresholds`, `C`, `bias`, `weights`
     and `neurons` per label.
     """
-    multilabel = classifier.kind == MULTILABEL
+    head, report = classifier.head, classifier.report
+    spec = head.head_spec
+    multilabel = spec.kind == MULTILABEL
     record = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "kind": classifier.kind,
-        "feature_kinds": list(classifier.feature_kinds),
-        "hidden_size": classifier.hidden_size,
+        "kind": spec.kind,
+        "feature_kinds": list(head.feature_kinds),
+        "hidden_size": report.hidden_size,
     }
     # The model it was fitted on: classify and export check and follow them.
-    if classifier.weights_sha256:
-        record["weights_sha256"] = classifier.weights_sha256
-    if classifier.precision:
-        record["precision"] = classifier.precision
-    names = [json_value(c) for c in classifier.classes]
+    if head.weights_sha256:
+        record["weights_sha256"] = head.weights_sha256
+    if head.precision:
+        record["precision"] = head.precision
+    names = [json_value(c) for c in spec.classes]
     if multilabel:
-        record.update(labels=names, thresholds=[float(t) for t in classifier.thresholds])
-        record["C"] = [float(c) for c in classifier.C]
+        record.update(labels=names, thresholds=[float(t) for t in spec.thresholds])
+        record["C"] = [float(c) for c in report.C]
     else:
-        record.update(classes=names, C=float(classifier.C))
-    if classifier.kind == BINARY:
+        record.update(classes=names, C=float(report.C))
+    weights = np.reshape(head.weights, (-1, np.shape(head.mean)[0]))
+    bias = np.reshape(head.bias, -1)
+    if spec.kind == BINARY:
         record.update(
-            bias=float(classifier.bias[0]),
-            neuron=(
-                _neuron_record(classifier, classifier.neurons[0]) if classifier.neurons else None
-            ),
-            weights=classifier.weights[0].tolist(),
+            bias=float(bias[0]),
+            neuron=(_neuron_record(classifier, report.neurons[0]) if report.neurons else None),
+            weights=weights[0].tolist(),
         )
     else:
         record.update(
-            bias=classifier.bias.tolist(),
+            bias=bias.tolist(),
             neurons=[
                 {("label" if multilabel else "class"): name, **_neuron_record(classifier, n)}
-                for name, n in zip(names, classifier.neurons)
+                for name, n in zip(names, report.neurons)
             ],
-            weights=classifier.weights.tolist(),
+            weights=weights.tolist(),
         )
-    record.update(mean=classifier.mean.tolist(), scale=classifier.scale.tolist())
+    record.update(mean=np.asarray(head.mean).tolist(), scale=np.asarray(head.scale).tolist())
     if classifier.ngrams is not None:
         record.update(version=NGRAM_FORMAT_VERSION, ngrams=classifier.ngrams.to_record())
     return json.dumps(record)
 
 
-def from_json(text, build, source="classifier"):
+def from_json(text, build, source="classifier") -> Any:
     """Rebuilds a classifier from `to_json` output (any version of `READ_VERSIONS`).
 
     Args:
       text: the JSON document.
-      build: called with the classifier's fields as keyword arguments; returns
-        the classifier, raising ValueError where the fields disagree.
+      build: called as `build(head, report)` with the `ClassifierHead` and
+        the `FitReport` of the record; returns the classifier, raising
+        ValueError where they disagree.
       source: a name for error messages (the file).
 
     Returns:
@@ -133,7 +141,7 @@ def from_json(text, build, source="classifier"):
             f"{', '.join(map(str, READ_VERSIONS))}"
         )
     try:
-        return build(**_fields(record))
+        return build(*_head_and_report(record))
     except (KeyError, TypeError) as e:
         raise errors.InvalidValueError(
             f"{source}: incomplete classifier file (missing or bad {e})"
@@ -142,8 +150,8 @@ def from_json(text, build, source="classifier"):
         raise errors.InvalidValueError(f"{source}: {e}") from e
 
 
-def _fields(record):
-    """The classifier's fields of a parsed record."""
+def _head_and_report(record):
+    """(`ClassifierHead`, `FitReport`) of a parsed record."""
     kind = record.get("kind", BINARY)
     if kind not in KINDS:
         raise errors.InvalidValueError(
@@ -159,36 +167,42 @@ def _fields(record):
     if (kind == BINARY) != (len(names) == 2 and not multilabel) or len(set(names)) < len(names):
         raise errors.InvalidValueError(f"a {kind} classifier cannot have the classes {list(names)}")
     weights = np.asarray(record["weights"], np.float64)
-    return dict(
+    neurons = tuple(
+        Threshold(int(n["index"]), int(n["sign"]), float(n["threshold"])) for n in neurons
+    )
+    ngrams = (
+        ngrams_lib.NgramVocabulary.from_record(record["ngrams"]) if "ngrams" in record else None
+    )
+    thresholds = tuple(float(t) for t in record["thresholds"]) if multilabel else ()
+    head = ClassifierHead(
         feature_kinds=tuple(record["feature_kinds"]),
-        hidden_size=int(record["hidden_size"]),
         mean=np.asarray(record["mean"], np.float64),
         scale=np.asarray(record["scale"], np.float64),
         weights=weights.reshape(1, -1) if kind == BINARY else weights,
         bias=np.asarray(record["bias"], np.float64).reshape(-1),
-        classes=names,
-        C=tuple(float(c) for c in record["C"]) if multilabel else float(record["C"]),
-        neurons=tuple(
-            Threshold(int(n["index"]), int(n["sign"]), float(n["threshold"])) for n in neurons
-        ),
-        multilabel=multilabel,
-        thresholds=tuple(float(t) for t in record["thresholds"]) if multilabel else (),
+        head_spec=HeadSpec(kind, names, thresholds),
+        neuron=neurons[0].index if kind == BINARY and neurons else -1,
         weights_sha256=str(record.get("weights_sha256", "")),
         precision=str(record.get("precision", "")),
-        ngrams=(
-            ngrams_lib.NgramVocabulary.from_record(record["ngrams"]) if "ngrams" in record else None
-        ),
+        ngram_terms=ngrams.terms if ngrams is not None else (),
+        ngram_idf=ngrams.idf if ngrams is not None else None,
     )
+    report = FitReport(
+        hidden_size=int(record["hidden_size"]),
+        C=tuple(float(c) for c in record["C"]) if multilabel else float(record["C"]),
+        neurons=neurons,
+    )
+    return head, report
 
 
-def save(classifier, path):
+def save(classifier, path) -> None:
     """Writes `to_json(classifier)` to `path` atomically (through `tf.io.gfile`)."""
     from tf_mlstm import fileio  # pylint: disable=import-outside-toplevel
 
     fileio.write_text_atomic(path, to_json(classifier))
 
 
-def load(path, build):
+def load(path, build) -> Any:
     """Reads a classifier written by `save` (`build` as `from_json`'s).
 
     Raises:
@@ -208,7 +222,7 @@ def load(path, build):
         return from_json(f.read(), build, source=path)
 
 
-def json_value(value):
+def json_value(value) -> Any:
     """A class as JSON keeps it: a Python int or str (never a NumPy scalar)."""
     return value.item() if isinstance(value, np.generic) else value
 

@@ -17,9 +17,10 @@ block of word n-gram TF-IDF (`ngrams`), standardized apart
 (`block_standardizer`). A multi-label fit chooses each label's C and
 probability threshold on validation (`labeled.choose_threshold`).
 
-`fit_logistic` returns the fitted `probe.logistic.LogisticClassifier`, its
-neurons found (`probe.neuron.find_neuron`), and the sweep: one row per C
-(per label and C for multi-label), the fit's report.
+`fit_logistic` produces a head (`models.head_arrays.ClassifierHead`, its
+`HeadSpec` and arrays) and a fit report (`probe.report.FitReport`: C, the
+neurons found by `probe.neuron.find_neuron`, and the sweep, one row per C,
+per label and C for multi-label), the two a `probe.logistic.LogisticClassifier`.
 """
 
 import copy
@@ -39,6 +40,9 @@ from tf_mlstm import errors
 from tf_mlstm.config.choices import DEFAULT_C_GRID
 from tf_mlstm.config.choices import PENALTIES  # noqa: F401
 from tf_mlstm.config.choices import SOLVERS  # noqa: F401
+from tf_mlstm.models.head import BINARY
+from tf_mlstm.models.head import HeadSpec
+from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.progress import Progress
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
@@ -47,6 +51,7 @@ from tf_mlstm.transfer.probe.logistic import LogisticClassifier
 from tf_mlstm.transfer.probe.logistic import encode_labels
 from tf_mlstm.transfer.probe.neuron import find_neuron
 from tf_mlstm.transfer.probe.neuron import neuron_columns
+from tf_mlstm.transfer.probe.report import FitReport
 
 WORDS_C_GRID = DEFAULT_C_GRID + (float(np.sqrt(10.0)), 10.0)
 """The default grid of the word n-grams alone: up to C=10 on the scaled block
@@ -59,7 +64,7 @@ NGRAM_BLOCK_MIN = 1024
 before the fit (see `fit_logistic`)."""
 
 
-def standardizer(x):
+def standardizer(x) -> tuple[np.ndarray, np.ndarray]:
     """Column mean and scale of `x` [N, D]; a constant column gets scale 1."""
     x = np.asarray(x, np.float64)
     mean = x.mean(axis=0)
@@ -67,7 +72,7 @@ def standardizer(x):
     return mean, np.where(scale > 1e-12, scale, 1.0)
 
 
-def resolve_solver(penalty, solver, num_classes=2):
+def resolve_solver(penalty, solver, num_classes=2) -> str:
     """The solver for `penalty` and `num_classes` ("auto" picks one).
 
     Raises:
@@ -244,7 +249,7 @@ def fit_logistic(
     progress=None,
     title=None,
     label_c=None,
-):
+) -> tuple[LogisticClassifier, list]:
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
     Args:
@@ -287,9 +292,11 @@ def fit_logistic(
     at most `MAX_ITER` iterations each.
 
     Returns:
-      (LogisticClassifier, sweep): sweep is a list of dicts in grid order,
-      {C, train_accuracy, val_accuracy, nonzero_weights, converged,
-      iterations}; for multilabel one per label and C, {label, C, threshold,
+      (LogisticClassifier, sweep): the classifier is the head and the fit
+      report (`classifier.head`, `classifier.report`); sweep is the report's
+      rows (`classifier.report.sweep`), a list of dicts in grid order, {C,
+      train_accuracy, val_accuracy, nonzero_weights, converged, iterations};
+      for multilabel one per label and C, {label, C, threshold,
       val_<threshold_metric>, nonzero_weights, converged, iterations}.
 
     Raises:
@@ -359,16 +366,20 @@ def fit_logistic(
         find_neuron(train_x, y01, weights, balanced=balanced, columns=columns)
         for y01, weights, balanced in (targets if neurons and columns is not None else ())
     )
-    classifier = LogisticClassifier(
+    spec = HeadSpec.of(fitted["classes"], np.ndim(train_y) == 2, fitted["thresholds"])
+    head = ClassifierHead(
         feature_kinds=tuple(kinds),
-        hidden_size=int(hidden_size),
         mean=mean,
         scale=scale,
-        neurons=found,
-        ngrams=ngrams if with_ngrams else None,
-        **fitted,
+        weights=fitted["weights"],
+        bias=fitted["bias"],
+        head_spec=spec,
+        neuron=found[0].index if spec.kind == BINARY and found else -1,
+        ngram_terms=ngrams.terms if with_ngrams else (),
+        ngram_idf=ngrams.idf if with_ngrams else None,
     )
-    return classifier, sweep
+    report = FitReport(hidden_size=hidden_size, C=fitted["C"], neurons=found, sweep=sweep)
+    return LogisticClassifier(head, report), sweep
 
 
 _SWEEPS = {}
@@ -393,7 +404,7 @@ def _fingerprint(train_x, train_y, val_x, val_y, settings):
     return digest.hexdigest()
 
 
-def block_standardizer(x, dense_width):
+def block_standardizer(x, dense_width) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale of features `x` whose first `dense_width` columns are the model's.
 
     The model's columns get their training mean and standard deviation
@@ -416,7 +427,7 @@ def block_standardizer(x, dense_width):
     )
 
 
-def standardize(x, mean, scale, dense_width):
+def standardize(x, mean, scale, dense_width) -> np.ndarray | sparse.csr_matrix:
     """(x - mean) / scale: float64 [N, D], or CSR when `x` is sparse (its n-grams scaled only)."""
     if not sparse.issparse(x):
         return (np.asarray(x, np.float64) - mean) / scale
@@ -460,7 +471,7 @@ def _fit_classes(
         targets = [
             ((train_index == k).astype(np.int64), weights[k], True) for k in range(len(classes))
         ]
-    fitted = {"weights": weights, "bias": bias, "classes": classes, "C": row["C"]}
+    fitted = {"weights": weights, "bias": bias, "classes": classes, "C": row["C"], "thresholds": ()}
     return dict(fitted, neuron_targets=targets), sweep
 
 
@@ -531,7 +542,6 @@ def _fit_labels(
         "bias": np.array(bias),
         "classes": names,
         "C": tuple(cs),
-        "multilabel": True,
         "thresholds": tuple(thresholds),
     }
     targets = [(train_y[:, k], weights[k], True) for k in range(count)]

@@ -1,6 +1,12 @@
-"""The fitted logistic probe: a classifier on language-model features, and its metrics.
+"""The fitted logistic probe: a head, a fit report, and the probe's metrics of them.
 
-One classifier class serves three kinds of task (`models.head.KINDS`):
+A fit (`probe.fit.fit_logistic`) produces two things: the head
+(`tf_mlstm.models.head_arrays.ClassifierHead` with its
+`tf_mlstm.models.head.HeadSpec`, the same head a fine-tuned model and the
+SavedModel's `classify` signature run) and a `FitReport` (C, the model's
+size, the neurons, the sweep's scores, iterations and convergence).
+`LogisticClassifier` is the pair. The head serves three kinds of task
+(`models.head.KINDS`):
 
 - **binary** (two classes): the paper's task. The single unit whose
   threshold alone classifies best is the "sentiment neuron".
@@ -12,160 +18,144 @@ One classifier class serves three kinds of task (`models.head.KINDS`):
   probability threshold chosen on validation (`labeled.choose_threshold`).
 
 `predict_proba` returns [N, K] as scikit-learn does ([N, 2] for binary) and
-[N, L] label probabilities for multilabel. The fitted classifier is plain
-arrays, saved as JSON (`probe.file_format`, never pickle) and turned into a
-`tf_mlstm.models.head_arrays.ClassifierHead` to run in a SavedModel.
-`probe.fit.fit_logistic` fits one; `majority_baseline` tells a classifier
+[N, L] label probabilities for multilabel. The pair is saved as JSON
+(`probe.file_format`, never pickle); `majority_baseline` tells a classifier
 that learned nothing from one that did.
 """
 
 import dataclasses
 
 import numpy as np
-from scipy import sparse
 from sklearn import metrics as sk_metrics
 
 from tf_mlstm import errors
-from tf_mlstm.models import head_arrays
 from tf_mlstm.models.head import BINARY
-from tf_mlstm.models.head import HeadSpec
+from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.transfer import features as features_lib
 from tf_mlstm.transfer import labeled
 from tf_mlstm.transfer import ngrams as ngrams_lib
 from tf_mlstm.transfer.probe import file_format
+from tf_mlstm.transfer.probe.report import FitReport  # noqa: F401  (a classifier's half)
+from tf_mlstm.transfer.probe.threshold import Threshold
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LogisticClassifier:
-    """A fitted logistic regression on standardized features.
+    """A fitted logistic probe: its head and its fit report, nothing more.
 
-    Attributes:
-      feature_kinds: the concatenated feature kinds, in order.
-      hidden_size: units of the model the features came from.
-      mean: [D] standardizer mean.
-      scale: [D] standardizer scale (1 where a feature is constant).
-      weights: [R, D] weights on the standardized features, one row per
-        output: binary 1 (the second class), multiclass K, multilabel L.
-      bias: [R] intercepts.
-      classes: the K classes as in the data (ints, or names from a label
-        map), in the order of the probability columns; multilabel: the L
-        label names.
-      C: the inverse regularization strength chosen (multilabel: a tuple,
-        one per label).
-      neurons: one `Threshold` per row of `weights` (on unstandardized
-        features), each a unit of the model: binary, the sentiment neuron;
-        multiclass, each class's top unit against the rest; multilabel, each
-        label's. None (`no_neuron` says why) on word n-grams alone.
-      multilabel: whether the rows are independent 0/1 labels.
-      thresholds: multilabel: the L probability thresholds.
-      weights_sha256: the fingerprint (`rundir.weights_checksum`) of the
-        model weights the features came from; "" when unknown (files
-        written before it was recorded).
-      precision: the policy the features were computed in ("" = unknown).
-      ngrams: the `ngrams.NgramVocabulary` of the `tfidf` kind (None without it).
+    The head (`models.head_arrays.ClassifierHead`, with its `HeadSpec`) holds
+    every array and name that classifies: standardizer, weights, classes,
+    thresholds, the fingerprint and precision of the model it was fitted on,
+    the n-gram vocabulary of the `tfidf` kind; it is what `tf-mlstm-export`
+    serves. The report (`FitReport`) holds how it was fitted: C, the model's
+    size, the neurons, the sweep. What this class adds are the probe's
+    views of the two: metrics, the neurons' report, the largest weights, and
+    classifier.json (`probe.file_format`).
 
     With the `tfidf` kind, features are a scipy sparse matrix (model kinds
     first, the V n-gram columns last; see `features.concat_features`), and
     those columns' `mean` is 0 and `scale` 1 / the block's scale.
+
+    Attributes:
+      head: the `ClassifierHead`.
+      report: the `FitReport`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tf_mlstm.models.head import HeadSpec
+    >>> from tf_mlstm.models.head_arrays import ClassifierHead
+    >>> head = ClassifierHead(
+    ...     feature_kinds=("cell",), mean=np.zeros(2), scale=np.ones(2),
+    ...     weights=np.array([[2.0, 0.0]]), bias=np.array([0.0]), neuron=0,
+    ...     head_spec=HeadSpec.of(("neg", "pos")),
+    ... )
+    >>> classifier = LogisticClassifier(head, FitReport(hidden_size=2, C=1.0))
+    >>> x, labels = np.array([[1.0, 0.0], [-1.0, 0.0]]), ["pos", "neg"]
+    >>> classifier.predict(x).tolist(), classifier.score(x, labels)
+    (['pos', 'neg'], 1.0)
+    >>> LogisticClassifier.from_json(classifier.to_json()).report.C
+    1.0
     """
 
-    feature_kinds: tuple
-    hidden_size: int
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: np.ndarray
-    classes: tuple
-    C: float | tuple
-    neurons: tuple
-    multilabel: bool = False
-    thresholds: tuple = ()
-    weights_sha256: str = ""
-    precision: str = ""
-    ngrams: object = None
+    head: ClassifierHead
+    report: FitReport
+
+    def fitted_on(self, weights_sha256=None, precision=None) -> "LogisticClassifier":
+        """This classifier, its head recording the model its features came from.
+
+        Args:
+          weights_sha256: that model's `rundir.weights_checksum` (None: kept).
+          precision: the policy the features were computed in (None: kept).
+        """
+        changes = {"weights_sha256": weights_sha256, "precision": precision}
+        changes = {name: value for name, value in changes.items() if value is not None}
+        return dataclasses.replace(self, head=dataclasses.replace(self.head, **changes))
 
     @property
-    def model_kinds(self):
-        """The feature kinds the language model computes (all but `tfidf`)."""
-        return head_arrays.model_kinds(self.feature_kinds)
+    def ngrams(self) -> ngrams_lib.NgramVocabulary | None:
+        """The `ngrams.NgramVocabulary` of the `tfidf` kind (None without it)."""
+        if not len(self.head.ngram_terms):
+            return None
+        return ngrams_lib.NgramVocabulary(tuple(self.head.ngram_terms), self.head.ngram_idf)
 
     @property
-    def head_spec(self):
-        """The `models.head.HeadSpec`: how the outputs become decisions."""
-        return HeadSpec.of(self.classes, self.multilabel, self.thresholds)
-
-    @property
-    def kind(self):
-        """The head's kind: one of `models.head.KINDS`."""
-        return self.head_spec.kind
-
-    @property
-    def neuron(self):
+    def neuron(self) -> Threshold:
         """The sentiment neuron of a binary classifier.
 
         Raises:
           ValueError: not a binary classifier (see `neurons`).
         """
-        if self.kind != BINARY:
+        spec = self.head.head_spec
+        if spec.kind != BINARY:
+            multilabel = spec.kind == MULTILABEL
             raise errors.InvalidValueError(
-                f"a {self.kind} classifier of {len(self.classes)} "
-                f"{'labels' if self.multilabel else 'classes'} has one neuron per "
-                f"{'label' if self.multilabel else 'class'}, not one sentiment neuron"
+                f"a {spec.kind} classifier of {len(spec.classes)} "
+                f"{'labels' if multilabel else 'classes'} has one neuron per "
+                f"{'label' if multilabel else 'class'}, not one sentiment neuron"
             )
-        if not self.neurons:
+        if not self.report.neurons:
             raise errors.InvalidValueError(self.no_neuron)
-        return self.neurons[0]
+        return self.report.neurons[0]
 
     @property
-    def no_neuron(self):
+    def no_neuron(self) -> str:
         """Why the classifier has no neurons, in a phrase; "" when it has them.
 
         The neurons are units of the model: a classifier on word n-grams alone
         has none (a classifier fitted with `neurons=False` was not searched).
         """
-        if self.neurons:
+        if self.report.neurons:
             return ""
-        if not self.model_kinds:
+        if not self.head.model_kinds:
+            kinds = ",".join(self.head.feature_kinds)
             return (
-                f"no sentiment neuron: the features ({','.join(self.feature_kinds)}) hold no unit "
-                "of the model, only word n-grams"
+                f"no sentiment neuron: the features ({kinds}) hold no unit of the model, "
+                "only word n-grams"
             )
         return "no sentiment neuron: the neurons were not searched for"
 
     @property
-    def score_name(self):
+    def score_name(self) -> str:
         """The metric `score` reports: "accuracy", or "jaccard" for multilabel."""
-        return "jaccard" if self.multilabel else "accuracy"
+        return "jaccard" if self.head.head_spec.kind == MULTILABEL else "accuracy"
 
-    def decision_function(self, x):
-        """Logits (float64): [N] for binary, else [N, K] or [N, L]."""
-        if sparse.issparse(x):
-            # The centering folded into the bias keeps the n-gram columns sparse.
-            folded = self.weights / self.scale
-            shift = self.bias - (self.mean / self.scale) @ self.weights.T
-            logits = np.asarray(x.astype(np.float64) @ folded.T) + shift
-        else:
-            standardized = (np.asarray(x, np.float64) - self.mean) / self.scale
-            logits = standardized @ self.weights.T + self.bias
-        return logits[:, 0] if self.kind == BINARY else logits
-
-    def predict_proba(self, x):
+    def predict_proba(self, x) -> np.ndarray:
         """Probabilities: [N, K] over the classes (binary [N, 2]), or [N, L] per label."""
-        return self.head_spec.probabilities(self.decision_function(x))
+        return self.head.probabilities(x)
 
-    def predict(self, x):
-        """Predicted classes [N] (from `classes`), or [N, L] 0/1 labels."""
-        logits = self.decision_function(x)
-        return self.head_spec.decide(self.head_spec.probabilities(logits), logits)
+    def predict(self, x) -> np.ndarray:
+        """Predicted classes [N] (from the head's classes), or [N, L] 0/1 labels."""
+        return self.head.predict(x)
 
-    def accuracy(self, x, labels):
+    def accuracy(self, x, labels) -> float:
         """Fraction of predictions equal to `labels` (multilabel: over every label)."""
         return float(np.mean(self.predict(x) == np.asarray(labels)))
 
-    def score(self, x, labels):
+    def score(self, x, labels) -> float:
         """`score_name` of the predictions: accuracy, or Jaccard (samples)."""
-        if not self.multilabel:
+        if self.head.head_spec.kind != MULTILABEL:
             return self.accuracy(x, labels)
         return float(
             sk_metrics.jaccard_score(
@@ -173,20 +163,21 @@ class LogisticClassifier:
             )
         )
 
-    def metrics(self, x, labels):
+    def metrics(self, x, labels) -> dict:
         """`labeled.class_metrics` or `labeled.label_metrics` of the predictions."""
-        if self.multilabel:
-            return labeled.label_metrics(labels, self.predict(x), self.classes, self.thresholds)
-        true, _ = encode_labels(labels, self.classes)
-        predicted, _ = encode_labels(self.predict(x), self.classes)
-        return labeled.class_metrics(true, predicted, self.classes)
+        spec = self.head.head_spec
+        if spec.kind == MULTILABEL:
+            return labeled.label_metrics(labels, self.predict(x), spec.classes, spec.thresholds)
+        true, _ = encode_labels(labels, spec.classes)
+        predicted, _ = encode_labels(self.predict(x), spec.classes)
+        return labeled.class_metrics(true, predicted, spec.classes)
 
-    def neuron_accuracy(self, x, labels):
+    def neuron_accuracy(self, x, labels) -> float:
         """Accuracy of the sentiment neuron's threshold alone (binary)."""
-        predicted = np.asarray(self.classes)[self.neuron.predict01(x)]
+        predicted = np.asarray(self.head.head_spec.classes)[self.neuron.predict01(x)]
         return float(np.mean(predicted == np.asarray(labels)))
 
-    def neuron_report(self, splits):
+    def neuron_report(self, splits) -> list[dict]:
         """Each row's neuron and how well it separates its class (or label).
 
         Args:
@@ -198,9 +189,9 @@ class LogisticClassifier:
           its class against the rest.
         """
         rows = []
-        name = "label" if self.multilabel else "class"
+        name = "label" if self.head.head_spec.kind == MULTILABEL else "class"
         targets = {split: self.targets(labels) for split, (_, labels) in splits.items()}
-        for row, (neuron, value) in enumerate(zip(self.neurons, self.output_names)):
+        for row, (neuron, value) in enumerate(zip(self.report.neurons, self.output_names)):
             kind, unit = self.describe(neuron.index)
             entry = {
                 name: value,
@@ -209,7 +200,7 @@ class LogisticClassifier:
                 "unit": unit,
                 "sign": neuron.sign,
                 "threshold": neuron.threshold,
-                "weight": float(self.weights[row, neuron.index]),
+                "weight": float(self._weights[row, neuron.index]),
             }
             for split, (x, _) in splits.items():
                 entry[f"{split}_balanced_accuracy"] = float(
@@ -219,43 +210,51 @@ class LogisticClassifier:
         return rows
 
     @property
-    def output_names(self):
+    def output_names(self) -> tuple:
         """What each row of `weights` (and each neuron) stands for: a class or a label.
 
         Binary: the second (positive) class alone; multiclass: every class;
         multilabel: every label.
         """
-        return self.classes[1:] if self.kind == BINARY else self.classes
+        spec = self.head.head_spec
+        return spec.classes[1:] if spec.kind == BINARY else spec.classes
 
-    def targets(self, labels):
+    def targets(self, labels) -> np.ndarray:
         """[N, R] 0/1 targets of the rows: each label, or each class against the rest."""
         labels = np.asarray(labels)
-        if self.multilabel:
+        if self.head.head_spec.kind == MULTILABEL:
             return labels.astype(np.int64)
         return (labels[:, None] == np.asarray(self.output_names)[None, :]).astype(np.int64)
 
     @property
-    def nonzero_weights(self):
+    def nonzero_weights(self) -> int:
         """Number of features with a non-zero weight (in any row)."""
-        return int(np.count_nonzero(np.any(self.weights != 0, axis=0)))
+        return int(np.count_nonzero(np.any(self._weights != 0, axis=0)))
 
     @property
-    def num_features(self):
+    def num_features(self) -> int:
         """D, the width of the features."""
-        return int(self.weights.shape[1])
+        return int(self._weights.shape[1])
 
-    def describe(self, index):
+    @property
+    def _weights(self):
+        """The head's weights as [R, D]."""
+        return np.reshape(self.head.weights, (-1, np.shape(self.head.mean)[0]))
+
+    def describe(self, index) -> tuple[str, int]:
         """(kind, unit) of feature column `index`."""
-        return features_lib.describe_feature(index, self.feature_kinds, self.hidden_size)
+        return features_lib.describe_feature(
+            index, self.head.feature_kinds, self.report.hidden_size
+        )
 
-    def top_units(self, count=10):
+    def top_units(self, count=10) -> list[dict]:
         """The `count` features with the largest |weight| (in any row), non-zero only.
 
         Returns:
           list of dicts {index, kind, unit, weight} (binary) or {index, kind,
           unit, weights: {class or label: weight}}, largest first.
         """
-        largest = np.max(np.abs(self.weights), axis=0)
+        largest = np.max(np.abs(self._weights), axis=0)
         order = np.argsort(-largest, kind="stable")[:count]
         rows = []
         for index in order:
@@ -264,42 +263,25 @@ class LogisticClassifier:
             kind, unit = self.describe(int(index))
             row = {"index": int(index), "kind": kind, "unit": unit}
             if kind == ngrams_lib.NGRAM_KIND:
-                row["term"] = self.ngrams.terms[unit]
-            if self.kind == BINARY:
-                row["weight"] = float(self.weights[0, index])
+                row["term"] = self.head.ngram_terms[unit]
+            spec = self.head.head_spec
+            if spec.kind == BINARY:
+                row["weight"] = float(self._weights[0, index])
             else:
                 row["weights"] = {
-                    str(name): float(w) for name, w in zip(self.classes, self.weights[:, index])
+                    str(name): float(w) for name, w in zip(spec.classes, self._weights[:, index])
                 }
             rows.append(row)
         return rows
 
-    def serving_head(self):
-        """This classifier as a `ClassifierHead` for `ServingModule`."""
-        return ClassifierHead(
-            feature_kinds=tuple(self.feature_kinds),
-            mean=self.mean,
-            scale=self.scale,
-            weights=self.weights,
-            bias=self.bias,
-            classes=tuple(self.classes),
-            neuron=self.neurons[0].index if self.kind == BINARY and self.neurons else -1,
-            multilabel=self.multilabel,
-            thresholds=tuple(self.thresholds),
-            weights_sha256=self.weights_sha256,
-            precision=self.precision,
-            ngram_terms=self.ngrams.terms if self.ngrams is not None else (),
-            ngram_idf=self.ngrams.idf if self.ngrams is not None else None,
-        )
-
     # === The file (`file_format`) ===
 
-    def to_json(self):
+    def to_json(self) -> str:
         """classifier.json's text (`file_format.to_json`)."""
         return file_format.to_json(self)
 
     @classmethod
-    def from_json(cls, text, source="classifier"):
+    def from_json(cls, text, source="classifier") -> "LogisticClassifier":
         """Rebuilds a classifier from `to_json` output (every format version).
 
         Raises:
@@ -308,17 +290,16 @@ class LogisticClassifier:
         return file_format.from_json(text, cls._checked, source)
 
     @classmethod
-    def _checked(cls, **fields):
-        classifier = cls(**fields)
-        classifier.serving_head().check(classifier.hidden_size)
-        return classifier
+    def _checked(cls, head, report):
+        head.check(report.hidden_size)
+        return cls(head, report)
 
-    def save(self, path):
+    def save(self, path) -> None:
         """Writes `to_json()` to `path` atomically (through `tf.io.gfile`)."""
         file_format.save(self, path)
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path) -> "LogisticClassifier":
         """Reads a classifier written by `save`.
 
         Raises:
@@ -328,7 +309,7 @@ class LogisticClassifier:
         return file_format.load(path, cls._checked)
 
 
-def encode_labels(labels, classes=None, what="labels"):
+def encode_labels(labels, classes=None, what="labels") -> tuple[np.ndarray, tuple]:
     """Maps labels to class indices.
 
     Args:
@@ -360,7 +341,7 @@ def encode_labels(labels, classes=None, what="labels"):
     return np.array([index[value] for value in labels.tolist()], np.int64), tuple(classes)
 
 
-def majority_baseline(classifier, train_y, val_x, val_y):
+def majority_baseline(classifier, train_y, val_x, val_y) -> dict:
     """How the classifier compares on validation with always predicting the majority.
 
     Single-label: the most common training class, scored by accuracy;
@@ -372,13 +353,13 @@ def majority_baseline(classifier, train_y, val_x, val_y):
       prediction.
     """
     train_y, val_y = np.asarray(train_y), np.asarray(val_y)
-    if classifier.multilabel:
+    if classifier.head.head_spec.kind == MULTILABEL:
         constant = (train_y.mean(axis=0) > 0.5).astype(np.int64)
         predicted = np.tile(constant, (len(val_y), 1))
         majority = float(
             sk_metrics.jaccard_score(val_y, predicted, average="samples", zero_division=1.0)
         )
-        prediction = dict(zip(classifier.classes, constant.tolist()))
+        prediction = dict(zip(classifier.head.head_spec.classes, constant.tolist()))
     else:
         values, counts = np.unique(train_y, return_counts=True)
         prediction = file_format.json_value(values[np.argmax(counts)])

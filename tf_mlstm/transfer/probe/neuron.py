@@ -58,7 +58,7 @@ NEURON_CANDIDATES = 10
 """Units by |weight| and by |correlation| considered for a neuron."""
 
 
-def neuron_columns(kinds, hidden_size):
+def neuron_columns(kinds, hidden_size) -> np.ndarray | None:
     """The feature columns a neuron is chosen among: units of the model, cell state first.
 
     The sentiment neuron is a unit of the model that `tf-mlstm-generate`
@@ -90,7 +90,7 @@ def neuron_columns(kinds, hidden_size):
 
 def find_neuron(
     train_x, train_y01, weights, candidates=NEURON_CANDIDATES, balanced=False, columns=None
-):
+) -> Threshold:
     """The single feature whose best threshold classifies the training rows best.
 
     The candidates are the features (among `columns`) with the largest
@@ -152,6 +152,15 @@ class SentimentNeuron:
       spread: the feature's standard deviation over the training texts
         (the classifier's standardizer scale; 1 for a constant feature).
       hidden_size: units of the model the classifier was fitted on.
+
+    Example:
+
+    >>> neuron = SentimentNeuron(
+    ...     source="classifier.json", kind="cell_mean", unit=3, sign=-1, threshold=0.2,
+    ...     spread=0.5, hidden_size=16,
+    ... )
+    >>> neuron.state, neuron.value_for("positive"), neuron.value_for("negative")
+    ('cell', -0.8, 1.2)
     """
 
     source: str
@@ -222,37 +231,34 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
-    from tf_mlstm.models.head import BINARY  # pylint: disable=import-outside-toplevel
     from tf_mlstm.transfer.probe import logistic  # pylint: disable=import-outside-toplevel
 
     classifier = logistic.LogisticClassifier.load(path)
-    if classifier.kind != BINARY:
-        raise errors.InvalidValueError(
-            f"{path}: a {classifier.kind} classifier ({len(classifier.classes)} "
-            f"{'labels' if classifier.multilabel else 'classes'}) has a neuron per "
-            f"{'label' if classifier.multilabel else 'class'}, not one sentiment neuron; {tool} "
-            f"takes a two-class classifier's, or a unit with {_name('neuron')}"
-        )
-    if not classifier.neurons:
-        raise errors.InvalidValueError(
-            f"{path}: {classifier.no_neuron}; {tool} works on units of the model; choose a unit "
-            "with --neuron instead of --classifier"
-        )
-    index = classifier.neuron.index
+    report = classifier.report
+    try:
+        neuron = classifier.neuron
+    except errors.InvalidValueError as e:
+        if not classifier.head.binary:  # a neuron per class or label
+            advice = f"{tool} takes a two-class classifier's, or a unit with {_name('neuron')}"
+        else:
+            advice = (
+                f"{tool} works on units of the model; choose a unit with --neuron instead of "
+                "--classifier"
+            )
+        raise errors.InvalidValueError(f"{path}: {e}; {advice}") from None
+    index = neuron.index
     kind, unit = classifier.describe(index)
-    if hidden_size is not None and classifier.hidden_size != hidden_size:
+    if hidden_size is not None and report.hidden_size != hidden_size:
         raise errors.InvalidValueError(
-            f"{path}: fitted on a {classifier.hidden_size}-unit model, but the model has "
+            f"{path}: fitted on a {report.hidden_size}-unit model, but the model has "
             f"{hidden_size} units"
         )
-    if classifier.neuron.sign not in (1, -1):
-        raise errors.InvalidValueError(
-            f"{path}: the neuron's sign is {classifier.neuron.sign}, not +1 or -1"
-        )
+    if neuron.sign not in (1, -1):
+        raise errors.InvalidValueError(f"{path}: the neuron's sign is {neuron.sign}, not +1 or -1")
     if kind == "tfidf":
         raise errors.InvalidValueError(
             f"{path}: the sentiment neuron is feature {index}, the word n-gram "
-            f"{classifier.ngrams.terms[unit]!r}, not a unit of the model (a classifier on "
+            f"{classifier.head.ngram_terms[unit]!r}, not a unit of the model (a classifier on "
             f"tfidf alone); {tool} works on units of the model (a classifier fitted with "
             f"{_name('features')}=auto or a model kind); choose a unit with {_name('neuron')} "
             f"instead of {_name('classifier')}"
@@ -268,10 +274,10 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
         source=path,
         kind=kind,
         unit=int(unit),
-        sign=int(classifier.neuron.sign),
-        threshold=float(classifier.neuron.threshold),
-        spread=float(classifier.scale[index]),
-        hidden_size=int(classifier.hidden_size),
+        sign=int(neuron.sign),
+        threshold=float(neuron.threshold),
+        spread=float(classifier.head.scale[index]),
+        hidden_size=int(report.hidden_size),
     )
 
 

@@ -24,7 +24,7 @@ choice is made by `CV_FOLDS`-fold cross-validation over train and validation
 together (`cross_validate`)."""
 
 
-def cross_validation_folds(labels, folds=CV_FOLDS, seed=0):
+def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None:
     """Stratified folds over rows whose every fit part has every class (or label value).
 
     Args:
@@ -56,7 +56,7 @@ def cross_validation_folds(labels, folds=CV_FOLDS, seed=0):
     return pairs
 
 
-def pool_rows(train, val):
+def pool_rows(train, val) -> dict:
     """dict kind -> the training rows, then the validation rows (dense or sparse)."""
     pooled = {}
     for kind, rows in train.items():
@@ -67,7 +67,7 @@ def pool_rows(train, val):
     return pooled
 
 
-def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs):
+def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs) -> dict:
     """How well `kinds` classify held-out rows, over `folds`, and the C that does best.
 
     Args:
@@ -142,7 +142,7 @@ def select_feature_kinds(
     folds=None,
     c_grid_of=None,
     **fit_kwargs,
-):
+) -> tuple[tuple, list]:
     """Chooses feature kinds on validation by greedy forward selection of groups.
 
     Starts from the best single group, then adds the group that raises the

@@ -49,6 +49,7 @@ the path from 1e-4 up moves little between half-decade steps.
 """
 
 import dataclasses
+from collections.abc import Iterator
 
 import numpy as np
 from scipy import sparse
@@ -88,6 +89,17 @@ class PathFit:
       iterations: [G] gradient evaluations each took.
       residual: [G] the KKT residual at the returned weights (of the last
         check; inf where none was made).
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[-2.0], [-1.0], [1.0], [2.0], [-0.5], [0.5]])
+    >>> y = np.array([0, 0, 1, 1, 1, 0])
+    >>> fits = list(fit_path(x, y, [0.1, 1.0], "l2", "binary"))
+    >>> [fit.C for fit in fits], fits[0].weights.shape, bool(fits[-1].converged[0])
+    ([0.1, 1.0], (1, 1), True)
+    >>> bool(fits[-1].weights[0, 0] > fits[0].weights[0, 0] > 0)
+    True
     """
 
     C: float
@@ -98,14 +110,14 @@ class PathFit:
     residual: np.ndarray
 
 
-def as_features(x):
+def as_features(x) -> np.ndarray | sparse.csr_matrix:
     """`x` as the solver's features: float32, C-ordered, or float32 CSR when sparse."""
     if sparse.issparse(x):
         return sparse.csr_matrix(x, dtype=np.float32)
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def targets_of(y, task, num_classes=None):
+def targets_of(y, task, num_classes=None) -> np.ndarray:
     """The float64 target matrix [N, R] of labels `y` for `task`.
 
     Args:
@@ -195,7 +207,7 @@ class _Problem:
         return self.reduce(per_column, np.max)
 
 
-def initial_step(x, task):
+def initial_step(x, task) -> float:
     """A step below 1/L for the mean loss on features `x`: L <= c ||[X 1]||_2^2 / N.
 
     c is 1/4 for the logistic loss and 1/2 for the softmax. The spectral norm
@@ -225,7 +237,7 @@ def fit_path(
     warm_start=True,
     on_iteration=None,
     method=None,
-):
+) -> Iterator[PathFit]:
     """Fits at each C of the ascending grid, each from the previous solution.
 
     Args:

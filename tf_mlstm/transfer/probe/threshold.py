@@ -11,7 +11,7 @@ import numpy as np
 from scipy import sparse
 
 
-def column(x, index):
+def column(x, index) -> np.ndarray:
     """Column `index` of features `x` (a NumPy array or a scipy sparse matrix) as [N]."""
     if sparse.issparse(x):
         return np.asarray(x[:, [index]].todense(), np.float64).ravel()
@@ -26,18 +26,29 @@ class Threshold:
       index: the feature column.
       sign: +1 (large values are positive) or -1.
       threshold: the cut.
+
+    Example:
+
+    >>> import numpy as np
+    >>> values, labels = np.array([0.1, 0.4, 0.6, 0.9]), np.array([1, 1, 0, 0])
+    >>> sign, cut, accuracy = fit_threshold(values, labels)
+    >>> neuron = Threshold(index=1, sign=sign, threshold=cut)
+    >>> neuron, accuracy
+    (Threshold(index=1, sign=-1, threshold=0.5), 1.0)
+    >>> neuron.predict01(np.array([[5.0, 0.2], [5.0, 0.8]])).tolist()
+    [1, 0]
     """
 
     index: int
     sign: int
     threshold: float
 
-    def predict01(self, x):
+    def predict01(self, x) -> np.ndarray:
         """0/1 predictions for the rows of features `x` [N, D]."""
         return (self.sign * (column(x, self.index) - self.threshold) > 0).astype(np.int64)
 
 
-def fit_threshold(values, labels01, balanced=False):
+def fit_threshold(values, labels01, balanced=False) -> tuple[int, float, float]:
     """The cut and direction on one feature that classify best.
 
     Args:
