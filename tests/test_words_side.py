@@ -201,3 +201,78 @@ def test_a_multi_label_task_chooses_each_labels_c_by_cross_validation_on_small_v
         dataclasses.replace(config, cv_folds=0), feats, data, 8
     )
     assert c_choice is None and set(classifier.report.C) <= set(fit_lib.DEFAULT_C_GRID)
+
+
+def _multilabel(labels, keys=("a", "b")):
+    labels = np.asarray(labels)
+    return labeled.LabeledData(
+        source="synthetic",
+        texts=[f"text {i}" for i in range(len(labels))],
+        labels=labels,
+        label_keys=keys,
+        places=[("synthetic", i + 1) for i in range(len(labels))],
+        skipped={},
+    )
+
+
+def test_multilabel_folds_pool_rare_label_combinations():
+    # Two common combinations, one of two rows, one of one row: stratified by
+    # combination alone, two folds at most (SemEval's case); pooled, five.
+    labels = np.array([[1, 0]] * 40 + [[0, 1]] * 30 + [[1, 1]] * 2 + [[0, 0]] * 1)
+    folds = selection_lib.cross_validation_folds(labels, 5, seed=0)
+    assert len(folds) == 5
+    held = np.concatenate([h for _, h in folds])
+    assert sorted(held.tolist()) == list(range(len(labels)))
+    for fit_rows, held_rows in folds:
+        assert all(set(column) == {0, 1} for column in labels[fit_rows].T)
+        # The common combinations are still stratified: about 8 and 6 held out per fold.
+        assert np.sum(held_rows < 40) in (7, 8, 9)
+        assert np.sum((held_rows >= 40) & (held_rows < 70)) == 6
+    # Single-label folds still follow the rarest class (every class in every fit part).
+    assert len(selection_lib.cross_validation_folds(np.array([0] * 30 + [1] * 2), 5)) == 2
+
+
+def test_threshold_at_rate_calls_that_share_positive():
+    scores = np.array([0.9, 0.1, 0.5, 0.7, 0.3])
+    for rate, count in ((0.0, 0), (0.4, 2), (0.5, 2), (0.61, 3), (1.0, 5)):
+        assert np.sum(scores > labeled.threshold_at_rate(scores, rate)) == count
+
+
+def test_multilabel_thresholds_call_the_cross_validated_share_positive():
+    """A small validation split's F1-best cut moves from draw to draw; the share of
+    rows called positive, measured on every fold's held-out rows, is what the
+    final fit keeps (docs/transfer.md: SemEval E-c)."""
+    rng = np.random.default_rng(3)
+    rows, held = 400, 60
+    signal = rng.normal(size=(rows, 2))
+    labels = (signal + rng.normal(size=(rows, 2)) > [0.6, 1.0]).astype(np.int64)
+    feats = {kind: rng.normal(size=(rows, 8)) for kind in ("cell",)}
+    feats["cell"][:, :2] = signal
+    split = {
+        "train": {"cell": feats["cell"][held:]},
+        "val": {"cell": feats["cell"][:held]},
+    }
+    config = dataclasses.replace(
+        _config(label_key=("a", "b"), threshold_metric="f1"), features="cell"
+    )
+    data = experiment.make_data(
+        config,
+        None,
+        {"train": _multilabel(labels[held:]), "val": _multilabel(labels[:held])},
+        held_out=False,
+    )
+    kinds, _, c_choice, splits, classifier, sweep, _ = experiment.fit_features(
+        config, split, data, 8
+    )
+    assert c_choice["folds"] == 5 and len(c_choice["positive_rate"]) == 2
+    val_x, val_y = splits["val"]
+    probabilities = classifier.predict_proba(val_x)
+    called = probabilities > np.asarray(classifier.head.head_spec.thresholds)
+    for k, rate in enumerate(c_choice["positive_rate"]):
+        assert 0 < rate < 1
+        assert np.sum(called[:, k]) == int(round(rate * held))
+        row = next(r for r in sweep if r["label"] == "ab"[k] and r["C"] == classifier.report.C[k])
+        assert row["threshold"] == classifier.head.head_spec.thresholds[k]
+        # Not the F1-best cut of the 60 validation rows, which calls another share.
+        best = labeled.choose_threshold(probabilities[:, k], val_y[:, k], "f1")
+        assert np.sum(probabilities[:, k] > best) != np.sum(called[:, k])

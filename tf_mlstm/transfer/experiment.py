@@ -309,7 +309,8 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
     Returns:
       (c_grid, record): record is None without `folds`, else {by, folds,
       rows, C, score, per_C, not_converged} (multi-label: C holds each
-      label's C, and per_C each label's C -> held-out metric).
+      label's C, positive_rate each label's share of held-out rows called
+      positive there, and per_C each label's C -> held-out metric).
     """
     if folds is None:
         return c_grid_of(config, kinds), None
@@ -320,6 +321,7 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
         checked = {
             "score": trial.get("cv_accuracy", trial.get("cv_jaccard")),
             "C": trial["C"],
+            **({"positive_rate": trial["positive_rate"]} if "positive_rate" in trial else {}),
             "per_C": trial["per_C"],
             "not_converged": [],  # the selection's trial warns already
         }
@@ -395,12 +397,14 @@ def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
     }
     started = time.monotonic()
     label_c = c_choice["C"] if c_choice and isinstance(c_choice["C"], tuple) else None
+    label_rate = c_choice.get("positive_rate") if label_c is not None else None
     classifier, sweep = fit_lib.fit_logistic(
         *splits["train"],
         *splits["val"],
         kinds,
         hidden,
         label_c=label_c,
+        label_rate=label_rate,
         **dict(_fit_kwargs(config, data, vocabulary), c_grid=c_grid),
     )
     return kinds, selection, c_choice, splits, classifier, sweep, time.monotonic() - started

@@ -531,6 +531,33 @@ def choose_threshold(scores, labels, metric="accuracy") -> float:
     return float(place[best[np.argmin(np.abs(place[best] - 0.5))]])
 
 
+def threshold_at_rate(scores, rate) -> float:
+    """The threshold on `scores` above which a `rate` share of them lies.
+
+    A multi-label fit whose C was cross-validated places each label's
+    threshold so: the share of rows it calls positive is chosen on every
+    cross-validation fold's held-out rows (`choose_threshold` there), and only
+    that share is read on the validation split. An F1-best cut chosen on a few
+    hundred validation rows with a few dozen positives moves from draw to
+    draw; the share, measured on all the rows, does not (docs/transfer.md).
+
+    Args:
+      scores: [N] probabilities (or any scores).
+      rate: the share of rows to call positive, in [0, 1].
+
+    Returns:
+      The threshold (predict 1 where score > threshold): midway between the
+      round(rate N)-th highest score and the next.
+    """
+    scores = np.sort(np.asarray(scores, np.float64))[::-1]
+    count = int(round(float(rate) * len(scores)))
+    if count <= 0:
+        return float(scores[0]) if len(scores) else 0.5
+    if count >= len(scores):
+        return float(scores[-1] - 1e-6)
+    return float((scores[count - 1] + scores[count]) / 2)
+
+
 def choose_thresholds(probabilities, labels, metric="accuracy") -> np.ndarray:
     """One `choose_threshold` per label (column).
 

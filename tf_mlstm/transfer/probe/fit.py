@@ -15,7 +15,10 @@ starts and an iteration cap (`MAX_ITER`), each fit's convergence reported and
 its progress logged (`FIT_LOG_INTERVAL_S`); features may include a sparse
 block of word n-gram TF-IDF (`ngrams`), standardized apart
 (`block_standardizer`). A multi-label fit chooses each label's C and
-probability threshold on validation (`labeled.choose_threshold`).
+probability threshold on validation (`labeled.choose_threshold`), or, given
+each label's C and share of rows called positive by cross-validation, the
+threshold that calls that share of validation positive
+(`labeled.threshold_at_rate`).
 
 `fit_logistic` produces a head (`models.head_arrays.ClassifierHead`, its
 `HeadSpec` and arrays) and a fit report (`probe.report.FitReport`: C, the
@@ -249,6 +252,7 @@ def fit_logistic(
     progress=None,
     title=None,
     label_c=None,
+    label_rate=None,
 ) -> tuple[LogisticClassifier, list]:
     """Sweeps C, keeps the best on validation, and finds the neurons.
 
@@ -285,6 +289,10 @@ def fit_logistic(
         validation), or each label's C, chosen before (by cross-validation,
         `selection.cross_validate`), each in `c_grid`; each label's
         threshold is still chosen on validation at its C.
+      label_rate: with `label_c`: None, or each label's share of rows to
+        call positive (the cross-validation's `positive_rate`): each label's
+        threshold at its C is then `labeled.threshold_at_rate` of the
+        validation probabilities, not the best cut on validation alone.
 
     The features are standardized (training mean and deviation; the n-gram
     block see `block_standardizer`) and the grid is swept from the smallest
@@ -297,7 +305,8 @@ def fit_logistic(
       rows (`classifier.report.sweep`), a list of dicts in grid order, {C,
       train_accuracy, val_accuracy, nonzero_weights, converged, iterations};
       for multilabel one per label and C, {label, C, threshold,
-      val_<threshold_metric>, nonzero_weights, converged, iterations}.
+      val_<threshold_metric>, positive_rate (the share of validation rows
+      above the threshold), nonzero_weights, converged, iterations}.
 
     Raises:
       ValueError: a bad penalty, solver or grid, fewer than two classes, a
@@ -321,12 +330,19 @@ def fit_logistic(
             )
         if not set(label_c) <= set(c_grid):
             raise errors.InvalidValueError(f"label_c {label_c} is not within the C grid {c_grid}")
+    if label_rate is not None:
+        label_rate = tuple(float(r) for r in label_rate)
+        if label_c is None or len(label_rate) != len(label_c):
+            raise errors.InvalidValueError(
+                f"label_rate holds one share per label, with label_c, got {label_rate}"
+            )
     if np.ndim(train_y) == 2:
-        fit = functools.partial(_fit_labels, label_c=label_c)
+        fit = functools.partial(_fit_labels, label_c=label_c, label_rate=label_rate)
     else:
         fit = _fit_classes
     settings = (
-        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric, label_c),
+        (tuple(kinds), tuple(c_grid), penalty, solver, seed, classes, threshold_metric),
+        (label_c, label_rate),
         (sorted(MAX_ITER.items()), sorted(solver_lib.DEFAULT_METHODS.items())),
     )
     key = _fingerprint(train_x, train_y, val_x, val_y, settings)
@@ -488,9 +504,10 @@ def _fit_labels(
     metric,
     report=None,
     label_c=None,
+    label_rate=None,
 ):
     """One binary fit per label and C; per label the C (or `label_c`'s) and threshold best on
-    validation."""
+    validation (or, with `label_rate`, the one that calls that share of validation positive)."""
     if metric not in labeled.THRESHOLD_METRICS:
         raise errors.InvalidValueError(
             f"threshold metric must be one of {labeled.THRESHOLD_METRICS}"
@@ -516,7 +533,10 @@ def _fit_labels(
         probabilities = expit(val_z @ weights.T + bias)
         for k, name in enumerate(names):
             probability = probabilities[:, k]
-            threshold = labeled.choose_threshold(probability, val_y[:, k], metric)
+            if label_rate is not None and c == label_c[k]:
+                threshold = labeled.threshold_at_rate(probability, label_rate[k])
+            else:
+                threshold = labeled.choose_threshold(probability, val_y[:, k], metric)
             value = _binary_metric(val_y[:, k], probability > threshold, metric)
             rows[k].append(
                 {
@@ -524,6 +544,7 @@ def _fit_labels(
                     "C": c,
                     "threshold": threshold,
                     f"val_{metric}": value,
+                    "positive_rate": float(np.mean(probability > threshold)),
                     "nonzero_weights": int(np.count_nonzero(weights[k])),
                     "converged": bool(converged[k]),
                     "iterations": int(iterations[k]),

@@ -27,10 +27,16 @@ together (`cross_validate`)."""
 def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None:
     """Stratified folds over rows whose every fit part has every class (or label value).
 
+    Multi-label folds are stratified by label combination (`labeled.strata`),
+    the combinations of fewer than `folds` rows pooled into one stratum (joined
+    to the largest when it is smaller still): a few rare combinations must not
+    cut every fold's share of rows to a half, as they did on SemEval E-c, whose
+    rarest combination of two rows or more has two.
+
     Args:
       labels: [N] classes or [N, L] 0/1 labels.
-      folds: how many folds wanted; fewer when the rarest class (or label
-        combination, `labeled.strata`) has fewer rows.
+      folds: how many folds wanted; fewer when the rarest class (or the
+        pooled stratum of rare label combinations) has fewer rows.
       seed: the shuffle seed.
 
     Returns:
@@ -40,6 +46,8 @@ def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None
     """
     labels = np.asarray(labels)
     ids = labeled.strata(labels)
+    if labels.ndim == 2:
+        ids = _pool_rare(ids, folds)
     counts = np.bincount(ids - ids.min())
     folds = min(folds, int(counts[counts > 0].min()))
     if folds < 2:
@@ -54,6 +62,18 @@ def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None
         elif len(np.unique(kept)) < len(np.unique(labels)):
             return None
     return pairs
+
+
+def _pool_rare(ids, folds):
+    """Stratum ids with the strata of fewer than `folds` rows pooled into one."""
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    rare = counts[inverse] < folds
+    if not rare.any():
+        return ids
+    pooled = ids.min() - 1
+    if rare.sum() < folds:  # too few even together: join the largest stratum
+        pooled = ids[np.argmax(counts[inverse])]
+    return np.where(rare, pooled, ids)
 
 
 def pool_rows(train, val) -> dict:
@@ -85,14 +105,17 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs) ->
       the best (ties: the smaller) and score its mean; multi-label, score is
       the mean held-out Jaccard (each label's C and threshold chosen on its
       fold's held-out rows), per_C maps each label to its C -> held-out
-      threshold metric averaged over the folds, and C is the tuple of each
-      label's best (ties: the smaller); not_converged, the Cs whose fit
-      stopped at the iteration cap in some fold.
+      threshold metric averaged over the folds, C is the tuple of each
+      label's best (ties: the smaller) and positive_rate the tuple of each
+      label's share of held-out rows above its threshold at that C, averaged
+      over the folds (`fit_logistic`'s label_rate); not_converged, the Cs
+      whose fit stopped at the iteration cap in some fold.
     """
     x = features_lib.concat_features(features, kinds)
     labels = np.asarray(labels)
     per_c, scores, unconverged = {}, [], set()
     per_label = {}  # multi-label: label -> C -> held-out metric per fold
+    rates = {}  # multi-label: label -> C -> share of held-out rows called positive per fold
     title = fit_kwargs.pop("title", None) or ",".join(kinds)
     for fold, (fit_rows, held_rows) in enumerate(folds, 1):
         classifier, sweep = fit_lib.fit_logistic(
@@ -115,15 +138,22 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs) ->
             for row in sweep:
                 value = next(v for k, v in row.items() if k.startswith("val_"))
                 per_label.setdefault(row["label"], {}).setdefault(row["C"], []).append(value)
+                rates.setdefault(row["label"], {}).setdefault(row["C"], []).append(
+                    row["positive_rate"]
+                )
     not_converged = sorted(unconverged)
     if per_label:
         means = {
             name: {c: float(np.mean(values)) for c, values in sorted(by_c.items())}
             for name, by_c in per_label.items()
         }
+        label_c = tuple(max(by_c, key=by_c.get) for by_c in means.values())
         return {
             "score": float(np.mean(scores)),
-            "C": tuple(max(by_c, key=by_c.get) for by_c in means.values()),
+            "C": label_c,
+            "positive_rate": tuple(
+                float(np.mean(rates[name][c])) for name, c in zip(means, label_c)
+            ),
             "per_C": means,
             "not_converged": not_converged,
         }
@@ -199,6 +229,7 @@ def select_feature_kinds(
                     "kinds": list(kinds),
                     f"cv_{cv_metric}": checked["score"],
                     "C": checked["C"],
+                    **{k: checked[k] for k in ("positive_rate",) if k in checked},
                     "per_C": checked["per_C"],
                     "folds": len(folds),
                     "not_converged": checked["not_converged"],
