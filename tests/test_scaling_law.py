@@ -194,6 +194,34 @@ def test_tool_bad_input_is_one_line(tmp_path):
         assert len(lines) == 1 and message in lines[0], done.stderr
 
 
+def test_tool_fits_reports_and_plans_from_its_results(tmp_path):
+    n, d, loss = golden_points(sizes=(128, 256, 512), chars=CHARS[:3])
+    with open(tmp_path / "results.jsonl", "w", encoding="utf-8") as f:
+        for units, weights, chars, bits in zip((128,) * 3 + (256,) * 3 + (512,) * 3, n, d, loss):
+            record = {"units": units, "weights": int(weights), "chars": int(chars)}
+            record.update(steps=int(chars) // 4096, heldout_bits_per_char=float(bits))
+            f.write(json.dumps(record) + "\n")
+    plot = tmp_path / "law.png"
+    done = _models.run(
+        _tool_command(
+            tmp_path, "--fit_only", f"--plot={plot}", "--plan_rates=128=20000,256=11000,512=5000"
+        ),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.splitlines()[-1])
+    assert final["runs"] == 9
+    for name, value in GOLDEN.items():
+        assert final["law"][name] == pytest.approx(value, rel=1e-3), name
+    assert final["leave_one_out"]["max_abs"] < 1e-4
+    plan = sizing.plan_size(sizing.ScalingLaw(**GOLDEN), {128: 2e4, 256: 1.1e4, 512: 5e3}, 1800)
+    assert final["plan"]["hidden_size"] == plan.best.units
+    assert "| 256 | 495,360 | 122 | 500,000 |" in done.stdout
+    assert "loss = 1.300 + 0.250 / (N/1M)^0.600 + 0.900 / (D/1M)^0.450" in done.stdout
+    assert plot.stat().st_size > 10_000
+    assert json.loads((tmp_path / "fit.json").read_text())["law"]["alpha"] == pytest.approx(0.6)
+
+
 @pytest.mark.slow
 def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_tfrecords):
     recipe = tmp_path / "tiny.flags"
@@ -204,7 +232,7 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
                 "--hidden_size=768",
                 "--embedding_size=8",
                 "--batch_size=4",
-                "--seq_length=16",
+                "--seq_length=32",
                 "--warmup_steps=100",
                 "--log_every_steps=1",
                 "--eval_batches=2",
@@ -221,6 +249,8 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
         "--heldout_every=2",
         "--sizes=16",
         "--budgets=128",
+        # Given after the recipe, it wins in the steps the grid plans as in training.
+        "--train_flags=--seq_length=16",
     ]
     output = tmp_path / "grid"
     done = _models.run(_tool_command(output, *flags), timeout=300)

@@ -118,6 +118,9 @@ def define_flags():
         "UNITS=CHARS_PER_S,... of the machine to plan for; empty: the rates the runs measured.",
     )
     flags.DEFINE_float("plan_minutes", 30.0, "The time budget to plan for.")
+    flags.DEFINE_string(
+        "plot", "", "PNG to write: held-out bits/char against characters, runs and fitted law."
+    )
 
 
 # === Grid ===
@@ -406,6 +409,39 @@ def markdown_table(results, report):
     return "\n".join(lines)
 
 
+def plot(path, results, law):
+    """Held-out bits/char against characters per size: the runs as points, the law as lines."""
+    import matplotlib  # pylint: disable=g-import-not-at-top
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    low, high = law.chars_range
+    chars = np.geomspace(low / 2, high * 8, 100)
+    for units in sorted({r["units"] for r in results}):
+        runs = [r for r in results if r["units"] == units]
+        (line,) = ax.plot(
+            chars, law.predict(runs[0]["weights"], chars), label=f"{units} units (law)"
+        )
+        ax.plot(
+            [r["chars"] for r in runs],
+            [r["heldout_bits_per_char"] for r in runs],
+            "o",
+            color=line.get_color(),
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("characters trained on (each run decayed to zero at its end)")
+    ax.set_ylabel("held-out bits/char")
+    ax.set_title(law.formula(), fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def body(config):
     """Runs the grid (unless fit_only), fits, plans; returns the final line's object."""
     os.makedirs(config["output_dir"], exist_ok=True)
@@ -436,6 +472,8 @@ def body(config):
         )
     with open(os.path.join(config["output_dir"], FIT_FILE), "w", encoding="utf-8") as f:
         json.dump({**final, "results": results, **report, "law": law.to_json()}, f, indent=1)
+    if config["plot"]:
+        plot(config["plot"], results, law)
     rates = config["plan_rates"] or measured_rates(results)
     if rates:
         plan = sizing.plan_size(law, rates, config["plan_minutes"] * 60)
@@ -469,6 +507,7 @@ def build_config():
         "fit_only": FLAGS.fit_only,
         "plan_rates": sizing.parse_rates(FLAGS.plan_rates),
         "plan_minutes": FLAGS.plan_minutes,
+        "plot": FLAGS.plot,
         "heldout": os.path.abspath(FLAGS.heldout),
         "heldout_every": FLAGS.heldout_every,
         "text_key": FLAGS.heldout_text_key,
@@ -483,6 +522,8 @@ def build_config():
     if not os.path.exists(FLAGS.train_data):
         raise errors.MissingFileError(f"--train_data={FLAGS.train_data}: no such folder.")
     recipe = read_recipe(recipe_path)
+    # A flag given after the recipe wins, in training as here (steps, warm-up, weights).
+    recipe.update(flag[2:].partition("=")[::2] for flag in FLAGS.train_flags)
     config["train_data"] = os.path.abspath(FLAGS.train_data)
     config["embedding_size"] = int(recipe.get("embedding_size", "64"))
     config["points"] = grid(sizes, budgets, recipe, FLAGS.warmup_fraction)
