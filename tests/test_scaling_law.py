@@ -67,6 +67,26 @@ def test_fit_recovers_known_coefficients():
     assert law.chars_range == (0.25e6, 4e6)
 
 
+def test_the_coupled_form_is_recovered_and_differs_where_one_term_dominates():
+    law = sizing.ScalingLaw(**GOLDEN, form="coupled")
+    n, d, _ = golden_points()
+    fitted = sizing.fit_law(n, d, law.predict(n, d), form="coupled")
+    for name, value in GOLDEN.items():
+        assert getattr(fitted, name) == pytest.approx(value, rel=1e-4), name
+    assert fitted.form == "coupled" and fitted.rms < 1e-6
+    # Each term alone is the additive law's; together the larger one dominates.
+    additive = sizing.ScalingLaw(**GOLDEN)
+    assert law.predict(1e12, 1e6) == pytest.approx(additive.predict(1e12, 1e6), abs=1e-4)
+    size, data = GOLDEN["A"], GOLDEN["B"]  # both terms at one million weights and characters
+    beta = GOLDEN["beta"]
+    coupled = GOLDEN["E"] + (size ** (1 / beta) + data ** (1 / beta)) ** beta
+    assert law.predict(1e6, 1e6) == pytest.approx(coupled)
+    assert law.predict(1e6, 1e6) < additive.predict(1e6, 1e6)
+    assert "[(0.250 / (N/1M)^0.600)^2.222 + (0.900 / (D/1M)^0.450)^2.222]^0.450" in law.formula()
+    with pytest.raises(errors.InvalidValueError, match="form must be one of"):
+        sizing.fit_law(n, d, law.predict(n, d), form="cubic")
+
+
 def test_fit_with_noise_stays_near_the_truth():
     # 0.005 bits/char of noise (about run-to-run spread): the prediction at an unseen
     # point stays within a few hundredths.
@@ -214,6 +234,10 @@ def test_tool_fits_reports_and_plans_from_its_results(tmp_path):
     for name, value in GOLDEN.items():
         assert final["law"][name] == pytest.approx(value, rel=1e-3), name
     assert final["leave_one_out"]["max_abs"] < 1e-4
+    # Both forms fitted; the additive one, which made the points, predicts left-out runs best.
+    assert final["law"]["form"] == "additive"
+    assert final["forms"]["coupled"]["leave_one_out"]["rms"] > 1e-3
+    assert "used: additive (the lowest leave-one-out error)" in done.stdout
     plan = sizing.plan_size(sizing.ScalingLaw(**GOLDEN), {128: 2e4, 256: 1.1e4, 512: 5e3}, 1800)
     assert final["plan"]["hidden_size"] == plan.best.units
     assert "| 256 | 495,360 | 122 | 500,000 |" in done.stdout

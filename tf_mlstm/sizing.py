@@ -46,6 +46,20 @@ _EXPONENT_BOUNDS = (0.02, 3.0)
 _EXPONENT_GRID = np.linspace(0.05, 2.0, 40)
 
 
+FORMS = ("additive", "coupled")
+"""The law's forms: the two terms added (Chinchilla), or combined as in Kaplan et al. (2020)."""
+
+
+def _law(form, e, a, alpha, b, beta, n, d):
+    """The loss of `form` at n, d (millions of weights and characters)."""
+    size, data = a * n ** (-alpha), b * d ** (-beta)
+    if form == "additive":
+        return e + size + data
+    # Kaplan et al. (2020)'s L(N, D) with a floor: the larger term dominates, so a model's
+    # size only pays once the data no longer limits it.
+    return e + (size ** (1 / beta) + data ** (1 / beta)) ** beta
+
+
 def model_weights(units: int, embedding_size: int = 64, vocab: int = 256, weight_norm=True) -> int:
     """The trainable weights of a byte-level mLSTM language model (`MLSTMLanguageModel`).
 
@@ -77,6 +91,9 @@ class ScalingLaw:
       weights_range: the (smallest, largest) weights among the fitted runs.
       chars_range: the (smallest, largest) characters among the fitted runs.
       rms: the root-mean-square residual over the fitted runs.
+      form: `additive`: E + A/n^alpha + B/d^beta (Hoffmann et al. 2022); `coupled`:
+        E + ((A/n^alpha)^(1/beta) + (B/d^beta)^(1/beta))^beta (Kaplan et al. 2020, with a
+        floor): each term alone is the additive one's, but the larger dominates.
 
     Example:
 
@@ -95,12 +112,13 @@ class ScalingLaw:
     weights_range: tuple = (0.0, math.inf)
     chars_range: tuple = (0.0, math.inf)
     rms: float = 0.0
+    form: str = "additive"
 
     def predict(self, weights, chars) -> "float | np.ndarray":
         """The predicted loss at `weights` and `chars` (scalars or arrays, broadcast)."""
         n = np.asarray(weights, dtype=np.float64) / _MILLION
         d = np.asarray(chars, dtype=np.float64) / _MILLION
-        loss = self.E + self.A * n ** (-self.alpha) + self.B * d ** (-self.beta)
+        loss = _law(self.form, self.E, self.A, self.alpha, self.B, self.beta, n, d)
         return float(loss) if np.ndim(loss) == 0 else loss
 
     def extrapolates(self, weights, chars) -> bool:
@@ -111,10 +129,12 @@ class ScalingLaw:
 
     def formula(self) -> str:
         """The law in one line, with its coefficients."""
-        return (
-            f"loss = {self.E:.3f} + {self.A:.3f} / (N/1M)^{self.alpha:.3f}"
-            f" + {self.B:.3f} / (D/1M)^{self.beta:.3f}"
-        )
+        size = f"{self.A:.3f} / (N/1M)^{self.alpha:.3f}"
+        data = f"{self.B:.3f} / (D/1M)^{self.beta:.3f}"
+        if self.form == "additive":
+            return f"loss = {self.E:.3f} + {size} + {data}"
+        p = 1 / self.beta
+        return f"loss = {self.E:.3f} + [({size})^{p:.3f} + ({data})^{p:.3f}]^{self.beta:.3f}"
 
     def to_json(self) -> dict:
         """The coefficients and ranges as a JSON-ready dict."""
@@ -127,6 +147,7 @@ class ScalingLaw:
             "weights_range": list(self.weights_range),
             "chars_range": list(self.chars_range),
             "rms": self.rms,
+            "form": self.form,
             "formula": self.formula(),
         }
 
@@ -165,18 +186,21 @@ def _linear_part(n, d, loss, alpha, beta):
     return coefficients, norm
 
 
-def fit_law(weights, chars, losses) -> ScalingLaw:
+def fit_law(weights, chars, losses, form="additive") -> ScalingLaw:
     """Fits `ScalingLaw` to runs by least squares on the loss.
 
-    With the exponents fixed the law is linear in (E, A, B), so a grid over
-    (alpha, beta) solves that part exactly (non-negative: no term may make the
-    loss fall as a run shrinks), and the best point is refined over all five
-    coefficients together.
+    With the exponents fixed the additive law is linear in (E, A, B), so a
+    grid over (alpha, beta) solves that part exactly (non-negative: no term
+    may make the loss fall as a run shrinks), and the best point is refined
+    over all five coefficients together. The coupled form starts from the
+    additive fit and from that fit with each exponent moved, and keeps the
+    best refinement.
 
     Args:
       weights: each run's weights (N).
       chars: each run's characters trained on (D).
       losses: each run's held-out loss (bits/char).
+      form: one of `FORMS`.
 
     Returns:
       The fitted `ScalingLaw`, with the ranges it was fitted on and its RMS residual.
@@ -187,6 +211,8 @@ def fit_law(weights, chars, losses) -> ScalingLaw:
     """
     from scipy import optimize  # pylint: disable=g-import-not-at-top
 
+    if form not in FORMS:
+        raise errors.InvalidValueError(f"scaling law: form must be one of {FORMS}, got {form!r}.")
     n, d, loss = _points(weights, chars, losses)
     best = None
     for alpha, beta in itertools.product(_EXPONENT_GRID, _EXPONENT_GRID):
@@ -196,17 +222,27 @@ def fit_law(weights, chars, losses) -> ScalingLaw:
     _, alpha0, beta0, (e0, a0, b0) = best
 
     def residuals(p):
-        e, a, alpha, b, beta = p
-        return e + a * n ** (-alpha) + b * d ** (-beta) - loss
+        return _law(form, *p, n, d) - loss
 
     low, high = _EXPONENT_BOUNDS
-    start = np.array([e0, a0, alpha0, b0, beta0])
     lower = np.array([0.0, 0.0, low, 0.0, low])
     upper = np.array([np.inf, np.inf, high, np.inf, high])
-    start = np.clip(start, lower + 1e-12, upper - 1e-12)
-    refined = optimize.least_squares(
-        residuals, start, bounds=(lower, upper), x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14
-    )
+    starts = [np.array([e0, a0, alpha0, b0, beta0])]
+    if form != "additive":
+        starts += [starts[0] * [1, 1, fa, 1, fb] for fa in (0.5, 1, 2) for fb in (0.5, 1, 2)]
+    refined = None
+    for start in starts:
+        attempt = optimize.least_squares(
+            residuals,
+            np.clip(start, lower + 1e-12, upper - 1e-12),
+            bounds=(lower, upper),
+            x_scale="jac",
+            xtol=1e-14,
+            ftol=1e-14,
+            gtol=1e-14,
+        )
+        if refined is None or attempt.cost < refined.cost:
+            refined = attempt
     e, a, alpha, b, beta = (float(x) for x in refined.x)
     rms = float(np.sqrt(np.mean(residuals(refined.x) ** 2)))
     return ScalingLaw(
@@ -218,16 +254,18 @@ def fit_law(weights, chars, losses) -> ScalingLaw:
         weights_range=(float(np.min(weights)), float(np.max(weights))),
         chars_range=(float(np.min(chars)), float(np.max(chars))),
         rms=rms,
+        form=form,
     )
 
 
-def leave_one_out(weights, chars, losses) -> np.ndarray:
+def leave_one_out(weights, chars, losses, form="additive") -> np.ndarray:
     """Each run's error when the law is fitted on all the other runs.
 
     Args:
       weights: each run's weights (N).
       chars: each run's characters (D).
       losses: each run's held-out loss.
+      form: one of `FORMS`.
 
     Returns:
       error[i] = (the law fitted without run i)'s prediction for run i - loss[i].
@@ -247,7 +285,7 @@ def leave_one_out(weights, chars, losses) -> np.ndarray:
     out = np.empty(len(loss))
     for i in range(len(loss)):
         keep = np.arange(len(loss)) != i
-        law = fit_law(n[keep], d[keep], loss[keep])
+        law = fit_law(n[keep], d[keep], loss[keep], form)
         out[i] = law.predict(n[i], d[i]) - loss[i]
     return out
 

@@ -29,13 +29,16 @@ is not run again; an interrupted run resumes from its checkpoint (its
 characters), so a grid cut short is still spread over the sizes.
 
 With at least five runs the law `loss = E + A/(N/1M)^alpha + B/(D/1M)^beta`
-(N weights, D characters; `tf_mlstm.sizing`) is fitted by least squares; each
-run's residual and its leave-one-out error (the law fitted on all other runs,
-from six runs on) are printed in a markdown table, with the fit in
-OUTPUT_DIR/fit.json. Then the plan: for each size in `--plan_rates` (training
-chars/s on the machine in question; by default the rates the grid's runs
-measured) the characters it trains on in `--plan_minutes`, its predicted loss,
-and the size that minimises it. The last line is one JSON object.
+(N weights, D characters; `tf_mlstm.sizing`) is fitted by least squares, and
+so is each other form in `--forms` (`coupled`: Kaplan et al.'s combination of
+the same two terms); the form with the lowest leave-one-out error (each run
+predicted by the law fitted on all other runs, from six runs on) is used, and
+each run's residual and leave-one-out error under it are printed in a
+markdown table, with every fit in OUTPUT_DIR/fit.json. Then the plan: for each
+size in `--plan_rates` (training chars/s on the machine in question; by
+default the rates the grid's runs measured) the characters it trains on in
+`--plan_minutes`, its predicted loss, and the size that minimises it. The
+last line is one JSON object.
 """
 
 import json
@@ -118,6 +121,12 @@ def define_flags():
         "UNITS=CHARS_PER_S,... of the machine to plan for; empty: the rates the runs measured.",
     )
     flags.DEFINE_float("plan_minutes", 30.0, "The time budget to plan for.")
+    flags.DEFINE_list(
+        "forms",
+        list(sizing.FORMS),
+        f"The law's forms to fit ({', '.join(sizing.FORMS)}); the one with the lowest "
+        "leave-one-out error is used (the first when there are too few runs to leave one out).",
+    )
     flags.DEFINE_string(
         "plot", "", "PNG to write: held-out bits/char against characters, runs and fitted law."
     )
@@ -361,21 +370,33 @@ def run_grid(config):
 # === Fit and plan ===
 
 
-def fit_report(results):
-    """The law fitted to `results`, each run's residual and leave-one-out error."""
+def fit_report(results, form="additive"):
+    """The law of `form` fitted to `results`, each run's residual and leave-one-out error."""
     n = [r["weights"] for r in results]
     d = [r["chars"] for r in results]
     loss = [r["heldout_bits_per_char"] for r in results]
     if len(results) < sizing.MIN_RUNS:
         return None
-    law = sizing.fit_law(n, d, loss)
+    law = sizing.fit_law(n, d, loss, form)
     residuals = law.predict(n, d) - loss
-    loo = sizing.leave_one_out(n, d, loss) if len(results) > sizing.MIN_RUNS else None
+    loo = sizing.leave_one_out(n, d, loss, form) if len(results) > sizing.MIN_RUNS else None
     return {
         "law": law,
         "residuals": [float(x) for x in residuals],
         "leave_one_out": None if loo is None else [float(x) for x in loo],
     }
+
+
+def best_report(results, forms):
+    """Each form's report, and the one used: the lowest leave-one-out RMS (else the first)."""
+    reports = {form: fit_report(results, form) for form in forms}
+    if any(r is None for r in reports.values()):
+        return reports, None
+    scored = [f for f in forms if reports[f]["leave_one_out"] is not None]
+    if not scored:
+        return reports, reports[forms[0]]
+    best = min(scored, key=lambda f: sizing.summary(reports[f]["leave_one_out"])["rms"])
+    return reports, reports[best]
 
 
 def measured_rates(results):
@@ -453,25 +474,30 @@ def body(config):
         )
         results = run_grid(config)
     results = sorted(results, key=lambda r: (r["units"], r["chars"]))
-    report = fit_report(results)
-    print(markdown_table(results, report))
+    reports, report = best_report(results, config["forms"])
     final = {"runs": len(results)}
     if report is None:
+        print(markdown_table(results, None))
         print(f"no fit: {len(results)} runs, the law needs at least {sizing.MIN_RUNS}.")
         return final
-    law = report["law"]
-    final["law"] = law.to_json()
-    final["residual"] = sizing.summary(report["residuals"])
-    print(f"\n{law.formula()}  (residual RMS {law.rms:.4f})")
-    if report["leave_one_out"] is not None:
-        final["leave_one_out"] = sizing.summary(report["leave_one_out"])
-        print(
-            "leave-one-out error: RMS {rms:.4f}, largest {max_abs:.4f} bits/char".format(
-                **final["leave_one_out"]
+    forms = {}
+    for form, each in reports.items():
+        forms[form] = {"law": each["law"].to_json(), "residual": sizing.summary(each["residuals"])}
+        line = f"{form}: {each['law'].formula()}  (residual RMS {each['law'].rms:.4f}"
+        if each["leave_one_out"] is not None:
+            forms[form]["leave_one_out"] = sizing.summary(each["leave_one_out"])
+            line += ", leave-one-out RMS {rms:.4f}, largest {max_abs:.4f}".format(
+                **forms[form]["leave_one_out"]
             )
-        )
+        print(line + ")")
+    law = report["law"]
+    print(f"used: {law.form} (the lowest leave-one-out error)\n")
+    print(markdown_table(results, report))
+    final.update(forms[law.form])
+    final["forms"] = forms
     with open(os.path.join(config["output_dir"], FIT_FILE), "w", encoding="utf-8") as f:
-        json.dump({**final, "results": results, **report, "law": law.to_json()}, f, indent=1)
+        record = {**report, "law": law.to_json()}
+        json.dump({**final, "results": results, "used": record}, f, indent=1)
     if config["plot"]:
         plot(config["plot"], results, law)
     rates = config["plan_rates"] or measured_rates(results)
@@ -495,6 +521,11 @@ def build_config():
         raise errors.InvalidValueError(
             f"--plan_minutes must be positive, got {FLAGS.plan_minutes}."
         )
+    for form in FLAGS.forms:
+        if form not in sizing.FORMS:
+            raise errors.InvalidValueError(
+                f"--forms: {form!r} is not one of {', '.join(sizing.FORMS)}."
+            )
     for flag in FLAGS.train_flags:
         name = flag.lstrip("-").partition("=")[0].removeprefix("no")
         if not flag.startswith("--") or name in _GRID_FLAGS:
@@ -508,6 +539,7 @@ def build_config():
         "plan_rates": sizing.parse_rates(FLAGS.plan_rates),
         "plan_minutes": FLAGS.plan_minutes,
         "plot": FLAGS.plot,
+        "forms": list(FLAGS.forms),
         "heldout": os.path.abspath(FLAGS.heldout),
         "heldout_every": FLAGS.heldout_every,
         "text_key": FLAGS.heldout_text_key,
