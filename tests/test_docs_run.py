@@ -48,6 +48,7 @@ _ORDER = [
     "transfer.md",
     "serving.md",
     "performance.md",
+    "scaling.md",
     "distributed.md",
     "reliability.md",
 ]
@@ -95,6 +96,13 @@ SIZES = {
         # One cell of the matrix (test_benchmark.py runs each implementation and XLA setting).
         "--impls=mlstm",
         "--jit=false",
+    ],
+    # One grid point of one step; the recipe's batch and sequence made tiny.
+    "scaling_law": [
+        "--sizes=8",
+        "--budgets=4096",
+        "--train_flags=--precision=float32,--jit_compile=false,--embedding_size=4,"
+        "--batch_size=4,--seq_length=16,--shuffle_buffer=64,--eval_batches=1",
     ],
 }
 # A local Beam pipeline runs in this process: its worker processes (about 5 s

@@ -1,0 +1,305 @@
+"""The scaling law (`tf_mlstm.sizing`) and its grid tool (tools/scaling_law.py).
+
+The fit and the planner are pure functions, checked against golden values:
+coefficients recovered from points the law itself made, leave-one-out
+against its definition, the planner's choice against the loss worked out by
+hand. The tool's grid arithmetic is checked directly, and one real run of the
+tool (a 16-unit model for two steps, then the same command again) shows that
+a finished run is recorded and not run again.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import _models
+from tf_mlstm import errors
+from tf_mlstm import sizing
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "scaling_law.py"
+# A known law, in the range the CPU grid measures (bits/char).
+GOLDEN = {"E": 1.3, "A": 0.25, "alpha": 0.6, "B": 0.9, "beta": 0.45}
+SIZES = (64, 128, 256, 512, 1024)
+CHARS = (0.25e6, 0.5e6, 1e6, 2e6, 4e6)
+
+
+@pytest.fixture(name="tool")
+def fixture_tool():
+    spec = importlib.util.spec_from_file_location("scaling_law", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def golden_points(sizes=SIZES, chars=CHARS, noise=0.0, seed=0):
+    law = sizing.ScalingLaw(**GOLDEN)
+    n = np.array([sizing.model_weights(u) for u in sizes for _ in chars], dtype=float)
+    d = np.array([c for _ in sizes for c in chars])
+    loss = law.predict(n, d) + noise * np.random.default_rng(seed).standard_normal(len(n))
+    return n, d, loss
+
+
+def test_model_weights_counts_the_real_model():
+    from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
+
+    for units, embedding, weight_norm in ((16, 8, True), (24, 64, False)):
+        model = language_model.MLSTMLanguageModel(
+            hidden_size=units, embedding_size=embedding, weight_norm=weight_norm
+        )
+        model(np.zeros((1, 3), "int32"))
+        assert sizing.model_weights(units, embedding, weight_norm=weight_norm) == (
+            model.count_params()
+        )
+
+
+def test_fit_recovers_known_coefficients():
+    law = sizing.fit_law(*golden_points())
+    for name, value in GOLDEN.items():
+        assert getattr(law, name) == pytest.approx(value, rel=1e-4), name
+    assert law.rms < 1e-6
+    assert law.weights_range == (sizing.model_weights(64), sizing.model_weights(1024))
+    assert law.chars_range == (0.25e6, 4e6)
+
+
+def test_the_coupled_form_is_recovered_and_differs_where_one_term_dominates():
+    law = sizing.ScalingLaw(**GOLDEN, form="coupled")
+    n, d, _ = golden_points()
+    fitted = sizing.fit_law(n, d, law.predict(n, d), form="coupled")
+    for name, value in GOLDEN.items():
+        assert getattr(fitted, name) == pytest.approx(value, rel=1e-4), name
+    assert fitted.form == "coupled" and fitted.rms < 1e-6
+    # Each term alone is the additive law's; together the larger one dominates.
+    additive = sizing.ScalingLaw(**GOLDEN)
+    assert law.predict(1e12, 1e6) == pytest.approx(additive.predict(1e12, 1e6), abs=1e-4)
+    size, data = GOLDEN["A"], GOLDEN["B"]  # both terms at one million weights and characters
+    beta = GOLDEN["beta"]
+    coupled = GOLDEN["E"] + (size ** (1 / beta) + data ** (1 / beta)) ** beta
+    assert law.predict(1e6, 1e6) == pytest.approx(coupled)
+    assert law.predict(1e6, 1e6) < additive.predict(1e6, 1e6)
+    assert "[(0.250 / (N/1M)^0.600)^2.222 + (0.900 / (D/1M)^0.450)^2.222]^0.450" in law.formula()
+    with pytest.raises(errors.InvalidValueError, match="form must be one of"):
+        sizing.fit_law(n, d, law.predict(n, d), form="cubic")
+
+
+def test_fit_with_noise_stays_near_the_truth():
+    # 0.005 bits/char of noise (about run-to-run spread): the prediction at an unseen
+    # point stays within a few hundredths.
+    n, d, loss = golden_points(noise=0.005)
+    law = sizing.fit_law(n, d, loss)
+    far = (sizing.model_weights(768), 8e6)
+    assert law.predict(*far) == pytest.approx(sizing.ScalingLaw(**GOLDEN).predict(*far), abs=0.03)
+    assert 0.002 < law.rms < 0.008
+
+
+def test_leave_one_out_is_each_run_predicted_by_a_fit_without_it():
+    n, d, loss = golden_points(sizes=(128, 256, 512), chars=(0.25e6, 0.5e6, 1e6), noise=0.01)
+    errors_out = sizing.leave_one_out(n, d, loss)
+    assert errors_out.shape == (9,)
+    for i in (0, 4, 8):
+        keep = np.arange(9) != i
+        law = sizing.fit_law(n[keep], d[keep], loss[keep])
+        assert errors_out[i] == pytest.approx(law.predict(n[i], d[i]) - loss[i], abs=1e-9)
+    # Not the in-sample residual: the left-out run pulls the full fit towards itself.
+    residuals = sizing.fit_law(n, d, loss).predict(n, d) - loss
+    assert np.sqrt(np.mean(errors_out**2)) > np.sqrt(np.mean(residuals**2))
+    # Points the law made exactly: every left-out run is predicted exactly.
+    exact = sizing.leave_one_out(*golden_points(sizes=(128, 256, 512), chars=CHARS[:3]))
+    assert np.max(np.abs(exact)) < 1e-5
+
+
+def test_fit_refuses_bad_input_in_one_line():
+    n, d, loss = golden_points(sizes=(128,), chars=CHARS[:4])
+    with pytest.raises(errors.InvalidValueError, match="4 runs cannot fit its 5 coefficients"):
+        sizing.fit_law(n, d, loss)
+    n, d, loss = golden_points(sizes=(128,), chars=CHARS)
+    with pytest.raises(errors.InvalidValueError, match="give at least 6"):
+        sizing.leave_one_out(n, d, loss)
+    loss[2] = np.nan
+    with pytest.raises(errors.InvalidValueError, match=r"run 2 has losses=nan"):
+        sizing.fit_law(n, d, loss)
+    with pytest.raises(errors.InvalidValueError, match=r"differ in length \(5, 4, 5\)"):
+        sizing.fit_law(n, d[:4], loss)
+
+
+def test_planner_picks_the_lowest_predicted_loss_for_the_budget():
+    law = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 1e6), chars_range=(2.5e5, 4e6))
+    rates = {128: 20000.0, 256: 11000.0, 512: 5000.0}
+    plan = sizing.plan_size(law, rates, seconds=120)
+    by_hand = {
+        units: GOLDEN["E"]
+        + GOLDEN["A"] / (sizing.model_weights(units) / 1e6) ** GOLDEN["alpha"]
+        + GOLDEN["B"] / (rate * 120 / 1e6) ** GOLDEN["beta"]
+        for units, rate in rates.items()
+    }
+    assert [c.predicted for c in plan.candidates] == pytest.approx(list(by_hand.values()))
+    assert plan.best.units == min(by_hand, key=by_hand.get) == 256
+    assert plan.best.chars == 11000 * 120
+    assert plan.line.startswith(f"hidden_size=256 for 2 minutes: 256 units: {by_hand[256]:.3f}")
+    assert "11,000 chars/s, 1.3M chars)" in plan.line
+    assert f"alternatives 128 units: {by_hand[128]:.3f}" in plan.line
+    assert "512 units" in plan.line
+    # 512 units have 1.6M weights: beyond the weights the law was fitted on.
+    assert plan.candidates[2].extrapolated and not plan.candidates[1].extrapolated
+    # A longer budget buys the larger model.
+    assert sizing.plan_size(law, rates, seconds=36000).best.units == 512
+
+
+def test_planner_and_rates_refuse_bad_input():
+    law = sizing.ScalingLaw(**GOLDEN)
+    with pytest.raises(errors.InvalidValueError, match="no sizes with a measured rate"):
+        sizing.plan_size(law, {}, 60)
+    with pytest.raises(errors.InvalidValueError, match="size 128 has rate -1.0"):
+        sizing.plan_size(law, {128: -1.0}, 60)
+    with pytest.raises(errors.InvalidValueError, match="budget must be positive"):
+        sizing.plan_size(law, {128: 1.0}, 0)
+    assert sizing.parse_rates("128=20000, 256=1.1e4") == {128: 20000.0, 256: 11000.0}
+    with pytest.raises(errors.InvalidValueError, match="'256:11000' is not UNITS=CHARS_PER_S"):
+        sizing.parse_rates("128=2,256:11000")
+
+
+def test_grid_runs_end_their_schedule_at_the_budget(tool):
+    recipe = {"batch_size": "64", "seq_length": "64", "warmup_steps": "100"}
+    points = tool.grid([512, 128], [250_000, 4_000_000], recipe, 0.05)
+    # Cheapest first; steps cover the budget; the warm-up is a twentieth, capped at the recipe's.
+    assert [(p["units"], p["steps"], p["warmup_steps"]) for p in points] == [
+        (128, 62, 4),
+        (512, 62, 4),
+        (128, 977, 49),
+        (512, 977, 49),
+    ]
+    assert points[0]["chars"] == 62 * 4096
+    command = tool.train_command(
+        points[0], "r", {"recipe_path": "f", "train_flags": ["--seed=1"], "train_data": "t"}
+    )
+    assert command[3:] == [
+        "--flagfile=f",
+        "--seed=1",
+        "--train_data=t",
+        "--model_dir=r",
+        "--hidden_size=128",
+        "--max_steps=62",
+        "--warmup_steps=4",
+        "--max_minutes=0",
+        "--eval_every_steps=0",
+        "--sample_every_steps=0",
+        "--noexport",
+    ]
+    assert tool.parse_chars("0.25M") == 250_000 and tool.parse_chars("8k") == 8000
+    with pytest.raises(errors.InvalidValueError, match=r"--budgets: '1X' is not a character"):
+        tool.parse_chars("1X")
+
+
+def _tool_command(output_dir, *flags):
+    return [sys.executable, str(TOOL), f"--output_dir={output_dir}", *flags]
+
+
+def test_tool_bad_input_is_one_line(tmp_path):
+    results = tmp_path / "results.jsonl"
+    results.write_text('{"units": 16}\n')
+    cases = [
+        (["--fit_only", "--plan_rates=128:5"], "'128:5' is not UNITS=CHARS_PER_S"),
+        (["--fit_only"], f"{results}:1: not a results line"),
+        (["--train_data=" + str(tmp_path / "none")], "--train_data=" + str(tmp_path / "none")),
+    ]
+    for flags, message in cases:
+        done = _models.run(_tool_command(tmp_path, *flags), timeout=60)
+        assert done.returncode == 1, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], done.stderr
+
+
+def test_tool_fits_reports_and_plans_from_its_results(tmp_path):
+    n, d, loss = golden_points(sizes=(128, 256, 512), chars=CHARS[:3])
+    with open(tmp_path / "results.jsonl", "w", encoding="utf-8") as f:
+        for units, weights, chars, bits in zip((128,) * 3 + (256,) * 3 + (512,) * 3, n, d, loss):
+            record = {"units": units, "weights": int(weights), "chars": int(chars)}
+            record.update(steps=int(chars) // 4096, heldout_bits_per_char=float(bits))
+            f.write(json.dumps(record) + "\n")
+    plot = tmp_path / "law.png"
+    done = _models.run(
+        _tool_command(
+            tmp_path, "--fit_only", f"--plot={plot}", "--plan_rates=128=20000,256=11000,512=5000"
+        ),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.splitlines()[-1])
+    assert final["runs"] == 9
+    for name, value in GOLDEN.items():
+        assert final["law"][name] == pytest.approx(value, rel=1e-3), name
+    assert final["leave_one_out"]["max_abs"] < 1e-4
+    # Both forms fitted; the additive one, which made the points, predicts left-out runs best.
+    assert final["law"]["form"] == "additive"
+    assert final["forms"]["coupled"]["leave_one_out"]["rms"] > 1e-3
+    assert "used: additive (the lowest leave-one-out error)" in done.stdout
+    plan = sizing.plan_size(sizing.ScalingLaw(**GOLDEN), {128: 2e4, 256: 1.1e4, 512: 5e3}, 1800)
+    assert final["plan"]["hidden_size"] == plan.best.units
+    assert "| 256 | 495,360 | 122 | 500,000 |" in done.stdout
+    assert "loss = 1.300 + 0.250 / (N/1M)^0.600 + 0.900 / (D/1M)^0.450" in done.stdout
+    assert plot.stat().st_size > 10_000
+    assert json.loads((tmp_path / "fit.json").read_text())["law"]["alpha"] == pytest.approx(0.6)
+
+
+@pytest.mark.slow
+def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_tfrecords):
+    recipe = tmp_path / "tiny.flags"
+    recipe.write_text(
+        "\n".join(
+            [
+                *_models.PINNED_FLAGS,
+                "--hidden_size=768",
+                "--embedding_size=8",
+                "--batch_size=4",
+                "--seq_length=32",
+                "--warmup_steps=100",
+                "--log_every_steps=1",
+                "--eval_batches=2",
+                "--shuffle_buffer=64",
+            ]
+        )
+    )
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("".join(f"line {i} of a held-out review.\n" for i in range(40)))
+    flags = [
+        f"--train_data={demo_tfrecords}",
+        f"--flagfile_recipe={recipe}",
+        f"--heldout={heldout}",
+        "--heldout_every=2",
+        "--sizes=16",
+        "--budgets=128",
+        # Given after the recipe, it wins in the steps the grid plans as in training.
+        "--train_flags=--seq_length=16",
+    ]
+    output = tmp_path / "grid"
+    done = _models.run(_tool_command(output, *flags), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
+    assert (record["units"], record["steps"], record["chars"], record["warmup_steps"]) == (
+        16,
+        2,
+        128,
+        1,
+    )
+    assert record["weights"] == sizing.model_weights(16, 8)
+    sampled = [f"line {i} of a held-out review." for i in range(0, 40, 2)]
+    assert record["heldout_chars"] == sum(len(line) for line in sampled)
+    assert 0 < record["heldout_bits_per_char"] < 9
+    assert "--max_steps=2 --warmup_steps=1" in record["train_command"]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"runs": 1}
+    checkpoints = output / "runs" / "u16_s2" / "checkpoints"
+    before = sorted(os.listdir(checkpoints))
+    again = _models.run(_tool_command(output, *flags), timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "skipping u16_s2: finished (results.jsonl)" in again.stderr
+    assert len((output / "results.jsonl").read_text().splitlines()) == 1
+    assert sorted(os.listdir(checkpoints)) == before
+    # The same folder with another recipe is refused, not mixed into the fit.
+    other = _models.run(_tool_command(output, *flags, "--warmup_fraction=0.5"), timeout=120)
+    assert other.returncode == 1
+    assert "run u16_s2 was made with other settings" in other.stderr

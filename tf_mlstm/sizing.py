@@ -1,0 +1,442 @@
+"""The model's size for a budget: a scaling law of loss in weights and characters, and a planner.
+
+A language model's held-out loss after training `N` weights on `D` characters
+(each run with its own schedule, decayed to zero at its end) is modelled as
+
+    loss(N, D) = E + A / n**alpha + B / d**beta,   n = N / 1e6,  d = D / 1e6
+
+(the form of Hoffmann et al. 2022, "Chinchilla", with `N` and `D` counted in
+millions so that `A` and `B` read as bits/char). `fit_law` fits it by least
+squares, `leave_one_out` measures its error on runs left out of the fit, and
+`plan_size` turns it into a choice: given the characters per second each size
+trains at on a machine and a time budget, the size whose predicted loss at the
+end of the budget is lowest. `tools/scaling_law.py` runs the grid that feeds it.
+
+Pure functions of NumPy arrays (SciPy's non-negative least squares and
+trust-region refinement); no TensorFlow.
+
+Example:
+
+>>> import numpy as np
+>>> from tf_mlstm import sizing
+>>> law = sizing.ScalingLaw(E=1.0, A=0.5, alpha=0.5, B=0.5, beta=0.5)
+>>> round(law.predict(1e6, 4e6), 4)
+1.75
+>>> sizing.model_weights(768)
+3418880
+"""
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from collections.abc import Sequence
+
+import numpy as np
+
+from tf_mlstm import errors
+
+MIN_RUNS = 5
+"""The law has five coefficients: a fit needs at least as many runs."""
+_MILLION = 1e6
+# Exponent bounds: below 0.02 a power law is a constant (E takes it), above 3 it is a step.
+_EXPONENT_BOUNDS = (0.02, 3.0)
+# The coarse search over (alpha, beta) before refinement: with the exponents fixed the
+# law is linear in (E, A, B), solved exactly, so the search cannot start in a wrong basin.
+_EXPONENT_GRID = np.linspace(0.05, 2.0, 40)
+
+
+FORMS = ("additive", "coupled")
+"""The law's forms: the two terms added (Chinchilla), or combined as in Kaplan et al. (2020)."""
+
+
+def _law(form, e, a, alpha, b, beta, n, d):
+    """The loss of `form` at n, d (millions of weights and characters)."""
+    size, data = a * n ** (-alpha), b * d ** (-beta)
+    if form == "additive":
+        return e + size + data
+    # Kaplan et al. (2020)'s L(N, D) with a floor: the larger term dominates, so a model's
+    # size only pays once the data no longer limits it.
+    return e + (size ** (1 / beta) + data ** (1 / beta)) ** beta
+
+
+def model_weights(units: int, embedding_size: int = 64, vocab: int = 256, weight_norm=True) -> int:
+    """The trainable weights of a byte-level mLSTM language model (`MLSTMLanguageModel`).
+
+    Args:
+      units: mLSTM units (`hidden_size`).
+      embedding_size: byte embedding width.
+      vocab: byte vocabulary (256).
+      weight_norm: whether the cell has weight-norm gains (one per kernel column).
+
+    Returns:
+      The count: embedding, the cell's four kernels and bias (and gains), the softmax layer.
+    """
+    h, e = int(units), int(embedding_size)
+    kernels = e * 4 * h + e * h + h * h + h * 4 * h
+    gains = (4 * h + h + h + 4 * h) if weight_norm else 0
+    return vocab * e + kernels + 4 * h + gains + h * vocab + vocab
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingLaw:
+    """loss = E + A / (N/1e6)**alpha + B / (D/1e6)**beta, N weights, D characters.
+
+    Attributes:
+      E: the loss no size or budget removes (bits/char).
+      A: the size term at one million weights.
+      alpha: how fast the size term falls with weights.
+      B: the data term at one million characters.
+      beta: how fast the data term falls with characters.
+      weights_range: the (smallest, largest) weights among the fitted runs.
+      chars_range: the (smallest, largest) characters among the fitted runs.
+      rms: the root-mean-square residual over the fitted runs.
+      form: `additive`: E + A/n^alpha + B/d^beta (Hoffmann et al. 2022); `coupled`:
+        E + ((A/n^alpha)^(1/beta) + (B/d^beta)^(1/beta))^beta (Kaplan et al. 2020, with a
+        floor): each term alone is the additive one's, but the larger dominates.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
+    >>> law.formula()
+    'loss = 1.300 + 0.250 / (N/1M)^0.600 + 0.900 / (D/1M)^0.450'
+    >>> round(law.predict(model_weights(768), 8e6), 3)
+    1.773
+    """
+
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+    weights_range: tuple = (0.0, math.inf)
+    chars_range: tuple = (0.0, math.inf)
+    rms: float = 0.0
+    form: str = "additive"
+
+    def predict(self, weights, chars) -> "float | np.ndarray":
+        """The predicted loss at `weights` and `chars` (scalars or arrays, broadcast)."""
+        n = np.asarray(weights, dtype=np.float64) / _MILLION
+        d = np.asarray(chars, dtype=np.float64) / _MILLION
+        loss = _law(self.form, self.E, self.A, self.alpha, self.B, self.beta, n, d)
+        return float(loss) if np.ndim(loss) == 0 else loss
+
+    def extrapolates(self, weights, chars) -> bool:
+        """Whether (`weights`, `chars`) lies outside the ranges the law was fitted on."""
+        low_n, high_n = self.weights_range
+        low_d, high_d = self.chars_range
+        return not (low_n <= weights <= high_n and low_d <= chars <= high_d)
+
+    def formula(self) -> str:
+        """The law in one line, with its coefficients."""
+        size = f"{self.A:.3f} / (N/1M)^{self.alpha:.3f}"
+        data = f"{self.B:.3f} / (D/1M)^{self.beta:.3f}"
+        if self.form == "additive":
+            return f"loss = {self.E:.3f} + {size} + {data}"
+        p = 1 / self.beta
+        return f"loss = {self.E:.3f} + [({size})^{p:.3f} + ({data})^{p:.3f}]^{self.beta:.3f}"
+
+    def to_json(self) -> dict:
+        """The coefficients and ranges as a JSON-ready dict."""
+        return {
+            "E": self.E,
+            "A": self.A,
+            "alpha": self.alpha,
+            "B": self.B,
+            "beta": self.beta,
+            "weights_range": list(self.weights_range),
+            "chars_range": list(self.chars_range),
+            "rms": self.rms,
+            "form": self.form,
+            "formula": self.formula(),
+        }
+
+
+def _points(weights, chars, losses):
+    """The runs as float arrays, checked; raises InvalidValueError naming the problem."""
+    arrays = [np.asarray(x, dtype=np.float64).reshape(-1) for x in (weights, chars, losses)]
+    n, d, loss = arrays
+    if not len(n) == len(d) == len(loss):
+        raise errors.InvalidValueError(
+            f"scaling law: weights, chars and losses differ in length "
+            f"({len(n)}, {len(d)}, {len(loss)})."
+        )
+    for name, values in (("weights", n), ("chars", d), ("losses", loss)):
+        bad = ~np.isfinite(values) | (values <= 0)
+        if bad.any():
+            index = int(np.argmax(bad))
+            raise errors.InvalidValueError(
+                f"scaling law: run {index} has {name}={float(values[index])!r}; "
+                "every value must be positive and finite."
+            )
+    if len(n) < MIN_RUNS:
+        raise errors.InvalidValueError(
+            f"scaling law: {len(n)} runs cannot fit its {MIN_RUNS} coefficients; "
+            f"give at least {MIN_RUNS}."
+        )
+    return n / _MILLION, d / _MILLION, loss
+
+
+def _linear_part(n, d, loss, alpha, beta):
+    """With the exponents fixed: (E, A, B) >= 0 by non-negative least squares, and the residual."""
+    from scipy import optimize  # pylint: disable=g-import-not-at-top
+
+    design = np.stack([np.ones_like(n), n ** (-alpha), d ** (-beta)], axis=1)
+    coefficients, norm = optimize.nnls(design, loss)
+    return coefficients, norm
+
+
+def fit_law(weights, chars, losses, form="additive") -> ScalingLaw:
+    """Fits `ScalingLaw` to runs by least squares on the loss.
+
+    With the exponents fixed the additive law is linear in (E, A, B), so a
+    grid over (alpha, beta) solves that part exactly (non-negative: no term
+    may make the loss fall as a run shrinks), and the best point is refined
+    over all five coefficients together. The coupled form starts from the
+    additive fit and from that fit with each exponent moved, and keeps the
+    best refinement.
+
+    Args:
+      weights: each run's weights (N).
+      chars: each run's characters trained on (D).
+      losses: each run's held-out loss (bits/char).
+      form: one of `FORMS`.
+
+    Returns:
+      The fitted `ScalingLaw`, with the ranges it was fitted on and its RMS residual.
+
+    Raises:
+      errors.InvalidValueError: fewer than `MIN_RUNS` runs, lengths that differ, or a value
+        that is not positive and finite.
+    """
+    from scipy import optimize  # pylint: disable=g-import-not-at-top
+
+    if form not in FORMS:
+        raise errors.InvalidValueError(f"scaling law: form must be one of {FORMS}, got {form!r}.")
+    n, d, loss = _points(weights, chars, losses)
+    best = None
+    for alpha, beta in itertools.product(_EXPONENT_GRID, _EXPONENT_GRID):
+        coefficients, norm = _linear_part(n, d, loss, alpha, beta)
+        if best is None or norm < best[0]:
+            best = (norm, alpha, beta, coefficients)
+    _, alpha0, beta0, (e0, a0, b0) = best
+
+    def residuals(p):
+        return _law(form, *p, n, d) - loss
+
+    low, high = _EXPONENT_BOUNDS
+    lower = np.array([0.0, 0.0, low, 0.0, low])
+    upper = np.array([np.inf, np.inf, high, np.inf, high])
+    starts = [np.array([e0, a0, alpha0, b0, beta0])]
+    if form != "additive":
+        starts += [starts[0] * [1, 1, fa, 1, fb] for fa in (0.5, 1, 2) for fb in (0.5, 1, 2)]
+    refined = None
+    for start in starts:
+        attempt = optimize.least_squares(
+            residuals,
+            np.clip(start, lower + 1e-12, upper - 1e-12),
+            bounds=(lower, upper),
+            x_scale="jac",
+            xtol=1e-14,
+            ftol=1e-14,
+            gtol=1e-14,
+        )
+        if refined is None or attempt.cost < refined.cost:
+            refined = attempt
+    e, a, alpha, b, beta = (float(x) for x in refined.x)
+    rms = float(np.sqrt(np.mean(residuals(refined.x) ** 2)))
+    return ScalingLaw(
+        E=e,
+        A=a,
+        alpha=alpha,
+        B=b,
+        beta=beta,
+        weights_range=(float(np.min(weights)), float(np.max(weights))),
+        chars_range=(float(np.min(chars)), float(np.max(chars))),
+        rms=rms,
+        form=form,
+    )
+
+
+def leave_one_out(weights, chars, losses, form="additive") -> np.ndarray:
+    """Each run's error when the law is fitted on all the other runs.
+
+    Args:
+      weights: each run's weights (N).
+      chars: each run's characters (D).
+      losses: each run's held-out loss.
+      form: one of `FORMS`.
+
+    Returns:
+      error[i] = (the law fitted without run i)'s prediction for run i - loss[i].
+
+    Raises:
+      errors.InvalidValueError: fewer than `MIN_RUNS` + 1 runs (each fit leaves one out), or a
+        bad value (`fit_law`).
+    """
+    n = np.asarray(weights, dtype=np.float64).reshape(-1)
+    d = np.asarray(chars, dtype=np.float64).reshape(-1)
+    loss = np.asarray(losses, dtype=np.float64).reshape(-1)
+    if len(loss) < MIN_RUNS + 1:
+        raise errors.InvalidValueError(
+            f"scaling law: leaving one of {len(loss)} runs out leaves fewer than the "
+            f"{MIN_RUNS} a fit needs; give at least {MIN_RUNS + 1}."
+        )
+    out = np.empty(len(loss))
+    for i in range(len(loss)):
+        keep = np.arange(len(loss)) != i
+        law = fit_law(n[keep], d[keep], loss[keep], form)
+        out[i] = law.predict(n[i], d[i]) - loss[i]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeChoice:
+    """One size's prediction for a budget.
+
+    Attributes:
+      units: mLSTM units.
+      weights: its weights.
+      chars_per_s: its measured training rate.
+      chars: characters it trains on within the budget.
+      predicted: the law's loss at (weights, chars).
+      extrapolated: whether that point is outside the fitted ranges.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
+    >>> plan = plan_size(law, {256: 11000.0}, seconds=120)
+    >>> plan.best.units, plan.best.chars, round(plan.best.predicted, 3)
+    (256, 1320000.0, 2.475)
+    """
+
+    units: int
+    weights: int
+    chars_per_s: float
+    chars: float
+    predicted: float
+    extrapolated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The planner's answer: the chosen size, every candidate, and one line saying why.
+
+    Attributes:
+      best: the candidate with the lowest predicted loss.
+      candidates: every candidate, smallest size first.
+      line: one line: the choice, its rate and prediction, and the alternatives.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
+    >>> plan = plan_size(law, {128: 20000.0, 256: 11000.0}, seconds=120)
+    >>> print(plan.line)  # doctest: +NORMALIZE_WHITESPACE
+    hidden_size=256 for 2 minutes: 256 units: 2.475 bits/char (11,000 chars/s, 1.3M chars);
+    alternatives 128 units: 2.621 bits/char (20,000 chars/s, 2.4M chars)
+    """
+
+    best: SizeChoice
+    candidates: tuple
+    line: str
+
+
+def plan_size(
+    law: ScalingLaw,
+    rates: Mapping[int, float],
+    seconds: float,
+    embedding_size: int = 64,
+    weight_norm: bool = True,
+) -> Plan:
+    """The size whose predicted loss at the end of a time budget is lowest.
+
+    Each size trains on `rate x seconds` characters (the machine's measured
+    rate for that size); the law predicts its loss there.
+
+    Args:
+      law: the fitted `ScalingLaw`.
+      rates: mLSTM units -> training characters per second on the machine.
+      seconds: the time budget.
+      embedding_size: the models' byte embedding width.
+      weight_norm: whether the models use weight norm.
+
+    Returns:
+      A `Plan`; `plan.best.units` is the choice, `plan.line` says why.
+
+    Raises:
+      errors.InvalidValueError: no rates, a rate or size that is not positive, or a budget
+        that is not positive.
+    """
+    if not rates:
+        raise errors.InvalidValueError("planner: no sizes with a measured rate were given.")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise errors.InvalidValueError(f"planner: the budget must be positive, got {seconds}s.")
+    candidates = []
+    for units, rate in sorted(rates.items()):
+        if int(units) <= 0 or not (math.isfinite(rate) and rate > 0):
+            raise errors.InvalidValueError(
+                f"planner: size {units} has rate {rate!r}; sizes and rates must be positive."
+            )
+        weights = model_weights(int(units), embedding_size, weight_norm=weight_norm)
+        chars = float(rate) * float(seconds)
+        candidates.append(
+            SizeChoice(
+                units=int(units),
+                weights=weights,
+                chars_per_s=float(rate),
+                chars=chars,
+                predicted=float(law.predict(weights, chars)),
+                extrapolated=law.extrapolates(weights, chars),
+            )
+        )
+    best = min(candidates, key=lambda c: c.predicted)
+    return Plan(best=best, candidates=tuple(candidates), line=_plan_line(best, candidates, seconds))
+
+
+def _plan_line(best, candidates, seconds):
+    def describe(c):
+        note = ", extrapolated" if c.extrapolated else ""
+        return (
+            f"{c.units} units: {c.predicted:.3f} bits/char "
+            f"({c.chars_per_s:,.0f} chars/s, {c.chars / _MILLION:.1f}M chars{note})"
+        )
+
+    others = [describe(c) for c in candidates if c is not best]
+    return f"hidden_size={best.units} for {seconds / 60:g} minutes: {describe(best)}" + (
+        f"; alternatives {'; '.join(others)}" if others else ""
+    )
+
+
+def parse_rates(text: str) -> dict:
+    """`"128=20000,256=11000"` -> {128: 20000.0, 256: 11000.0}.
+
+    Args:
+      text: comma-separated `UNITS=CHARS_PER_S` pairs.
+
+    Returns:
+      The rates by size.
+
+    Raises:
+      errors.InvalidValueError: a pair that is not `UNITS=CHARS_PER_S` with a positive
+        integer size and a positive rate.
+    """
+    rates = {}
+    for pair in (p.strip() for p in text.split(",") if p.strip()):
+        units, sep, rate = pair.partition("=")
+        try:
+            value = float(rate)
+            size = int(units)
+        except ValueError:
+            size, value = 0, 0.0
+        if not sep or size <= 0 or not (math.isfinite(value) and value > 0):
+            raise errors.InvalidValueError(
+                f"rates: {pair!r} is not UNITS=CHARS_PER_S with both positive (e.g. 256=11000)."
+            )
+        rates[size] = value
+    return rates
+
+
+def summary(values: Sequence[float]) -> dict:
+    """RMS and largest absolute value of errors (leave-one-out or residuals)."""
+    v = np.asarray(values, dtype=np.float64)
+    return {"rms": float(np.sqrt(np.mean(v**2))), "max_abs": float(np.max(np.abs(v)))}

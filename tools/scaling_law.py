@@ -1,0 +1,581 @@
+r"""A measured scaling law for the mLSTM: a grid of real training runs, a fit, a size plan.
+
+Usage (docs/scaling.md's numbers came from this command):
+
+  tf-mlstm-make-tfrecords --input=../shared/data/amazon/books.jsonl,\
+      ../shared/data/amazon/dvd.jsonl,../shared/data/imdb/unsup.jsonl \
+      --text_key=reviewText,text --output_dir=data/cpu_reviews --num_shards=16
+  nice -n 10 python tools/scaling_law.py --train_data=data/cpu_reviews \
+      --output_dir=runs/scaling_law --sizes=128,256,512 --budgets=0.25M,0.5M,1M,2M \
+      --train_flags=--precision=float32,--jit_compile=false
+  python tools/scaling_law.py --output_dir=runs/scaling_law --fit_only \
+      --plan_rates=128=20000,256=12000,512=6000,768=4500 --plan_minutes=30
+
+Each grid point (an mLSTM size x a character budget) is one real
+`tf-mlstm-train` run of the recipe in `--flagfile` (the 30-minute CPU recipe by
+default: batch, sequence length, peak rate, decay, corpus mix) with
+`--max_steps` = the budget in steps and no time limit, so the rate decays to
+zero at the budget's end (a truncated long run is not a short run) and the
+result does not depend on how busy the machine is. The warm-up is
+`--warmup_fraction` of the steps, at most the recipe's own. Each run is then
+scored as `tf-mlstm-eval` scores it (its function, in this process) on held-out
+text (`--heldout`: by default Amazon
+electronics reviews, a product domain the training corpus lacks; every
+`--heldout_every`-th line of it, so both star classes count).
+
+Resumable: each finished run is one JSON line in OUTPUT_DIR/results.jsonl and
+is not run again; an interrupted run resumes from its checkpoint (its
+`tf-mlstm-train` command is the same). Runs go cheapest first (weights x
+characters), so a grid cut short is still spread over the sizes.
+
+With at least five runs the law `loss = E + A/(N/1M)^alpha + B/(D/1M)^beta`
+(N weights, D characters; `tf_mlstm.sizing`) is fitted by least squares, and
+so is each other form in `--forms` (`coupled`: Kaplan et al.'s combination of
+the same two terms); the form with the lowest leave-one-out error (each run
+predicted by the law fitted on all other runs, from six runs on) is used, and
+each run's residual and leave-one-out error under it are printed in a
+markdown table, with every fit in OUTPUT_DIR/fit.json. Then the plan: for each
+size in `--plan_rates` (training chars/s on the machine in question; by
+default the rates the grid's runs measured) the characters it trains on in
+`--plan_minutes`, its predicted loss, and the size that minimises it. The
+last line is one JSON object.
+"""
+
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import flags
+from absl import logging
+
+from tf_mlstm import errors
+from tf_mlstm import sizing
+from tf_mlstm.cli import _main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_FILE = "results.jsonl"
+FIT_FILE = "fit.json"
+_PROGRESS_RATE = re.compile(r"step \d+/\d+\s.*?chars/s (\d+)")
+_VALIDATION = re.compile(r"validation bits/char: ([0-9.]+)")
+_SUFFIXES = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}
+# The flags of the recipe that the grid sets itself (each run's budget and bookkeeping).
+_GRID_FLAGS = (
+    "train_data",
+    "model_dir",
+    "hidden_size",
+    "max_steps",
+    "max_minutes",
+    "warmup_steps",
+    "eval_every_steps",
+    "sample_every_steps",
+    "export",
+)
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """Defines this tool's flags."""
+    flags.DEFINE_string("output_dir", "runs/scaling_law", "Runs, logs and results go here.")
+    flags.DEFINE_string("train_data", "", "TFRecord folder (tf-mlstm-make-tfrecords).")
+    flags.DEFINE_string(
+        "flagfile_recipe",
+        os.path.join(REPO, "flags", "cpu_reviews.flags"),
+        "The recipe every run trains with (batch, sequence, rate, decay, corpus mix).",
+    )
+    flags.DEFINE_list("train_flags", [], "More tf-mlstm-train flags for every run.")
+    flags.DEFINE_string(
+        "heldout",
+        os.path.join(REPO, "..", "shared", "data", "amazon", "electronics.jsonl"),
+        "Held-out text each run is scored on (any file tf-mlstm-eval reads).",
+    )
+    flags.DEFINE_string("heldout_text_key", "reviewText", "The held-out file's text field(s).")
+    flags.DEFINE_integer(
+        "heldout_every",
+        4,
+        "Score every Nth line of --heldout (1: all; a CSV keeps its header line).",
+        lower_bound=1,
+    )
+    flags.DEFINE_list("sizes", ["128", "256", "512"], "mLSTM units of the grid.")
+    flags.DEFINE_list(
+        "budgets", ["0.25M", "0.5M", "1M", "2M"], "Characters per run (K, M and G suffixes)."
+    )
+    flags.DEFINE_float(
+        "warmup_fraction",
+        0.05,
+        "Warm-up steps as a share of each run's steps (at most the recipe's warmup_steps).",
+    )
+    flags.DEFINE_integer(
+        "run_timeout_s", 4 * 3600, "A run (training or scoring) stops after this.", lower_bound=1
+    )
+    flags.DEFINE_bool("fit_only", False, "Run nothing: fit and plan from results.jsonl.")
+    flags.DEFINE_string(
+        "plan_rates",
+        "",
+        "UNITS=CHARS_PER_S,... of the machine to plan for; empty: the rates the runs measured.",
+    )
+    flags.DEFINE_float("plan_minutes", 30.0, "The time budget to plan for.")
+    flags.DEFINE_list(
+        "forms",
+        list(sizing.FORMS),
+        f"The law's forms to fit ({', '.join(sizing.FORMS)}); the one with the lowest "
+        "leave-one-out error is used (the first when there are too few runs to leave one out).",
+    )
+    flags.DEFINE_string(
+        "plot", "", "PNG to write: held-out bits/char against characters, runs and fitted law."
+    )
+
+
+# === Grid ===
+
+
+def parse_chars(text):
+    """`"0.25M"` -> 250000 (K, M, G suffixes; a plain number is characters)."""
+    value = text.strip().lower()
+    suffix = value[-1:] if value[-1:] in _SUFFIXES and value[-1:] else ""
+    try:
+        chars = float(value[: len(value) - len(suffix)]) * _SUFFIXES[suffix]
+    except ValueError:
+        chars = math.nan
+    if not (math.isfinite(chars) and chars >= 1):
+        raise errors.InvalidValueError(
+            f"--budgets: {text!r} is not a character count (e.g. 250000, 250K or 0.25M)."
+        )
+    return int(round(chars))
+
+
+def parse_sizes(values):
+    """The --sizes list as positive integers."""
+    sizes = []
+    for value in values:
+        try:
+            size = int(value)
+        except ValueError:
+            size = 0
+        if size <= 0:
+            raise errors.InvalidValueError(f"--sizes: {value!r} is not a positive number of units.")
+        sizes.append(size)
+    return sizes
+
+
+def read_recipe(path):
+    """The recipe's flags as {name: value} (the last value of a repeated flag)."""
+    if not os.path.isfile(path):
+        raise errors.MissingFileError(f"--flagfile_recipe={path}: no such file.")
+    recipe = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("--"):
+                name, _, value = line[2:].partition("=")
+                recipe[name] = value
+    for name in ("batch_size", "seq_length"):
+        if not recipe.get(name, "").isdigit():
+            raise errors.InvalidValueError(f"--flagfile_recipe={path}: no --{name}=N line.")
+    return recipe
+
+
+def run_plan(units, chars, recipe, warmup_fraction):
+    """One grid point's steps, warm-up and the characters it really trains on."""
+    per_step = int(recipe["batch_size"]) * int(recipe["seq_length"])
+    steps = max(1, math.ceil(chars / per_step))
+    cap = int(recipe.get("warmup_steps", "0") or 0)
+    warmup = min(cap, math.ceil(warmup_fraction * steps))
+    return {"units": units, "steps": steps, "warmup_steps": warmup, "chars": steps * per_step}
+
+
+def grid(sizes, budgets, recipe, warmup_fraction):
+    """Every grid point, cheapest first (weights x characters)."""
+    points = [run_plan(u, c, recipe, warmup_fraction) for u in sizes for c in budgets]
+    points = list({(p["units"], p["steps"]): p for p in points}.values())
+    return sorted(points, key=lambda p: sizing.model_weights(p["units"]) * p["chars"])
+
+
+def run_name(point):
+    """The run's folder name: units and steps."""
+    return f"u{point['units']}_s{point['steps']}"
+
+
+def train_command(point, run_dir, config):
+    """The `tf-mlstm-train` command of one grid point."""
+    return [
+        sys.executable,
+        "-m",
+        "tf_mlstm.cli.train",
+        f"--flagfile={config['recipe_path']}",
+        *config["train_flags"],
+        f"--train_data={config['train_data']}",
+        f"--model_dir={run_dir}",
+        f"--hidden_size={point['units']}",
+        f"--max_steps={point['steps']}",
+        f"--warmup_steps={point['warmup_steps']}",
+        "--max_minutes=0",
+        "--eval_every_steps=0",
+        "--sample_every_steps=0",
+        "--noexport",
+    ]
+
+
+def eval_command(run_dir, heldout, text_key):
+    """The `tf-mlstm-eval` command that gives a run's score (`score` runs its function)."""
+    return [
+        "tf-mlstm-eval",
+        f"--model_dir={run_dir}",
+        f"--data={heldout}",
+        f"--text_key={text_key}",
+    ]
+
+
+def heldout_sample(path, every, output_dir):
+    """Every `every`-th line of `path` (a CSV keeps its header) in `output_dir`; its path."""
+    if not os.path.isfile(path):
+        raise errors.MissingFileError(f"--heldout={path}: no such file.")
+    if every == 1:
+        return path
+    name = os.path.basename(path)
+    sample = os.path.join(output_dir, f"heldout_every{every}_{name}")
+    if not os.path.exists(sample):
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+        header = lines[:1] if name.lower().endswith(".csv") else []
+        body = lines[len(header) :]
+        with open(sample + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(header + body[::every])
+        os.replace(sample + ".tmp", sample)
+    return sample
+
+
+def _run_logged(command, log_path, timeout):
+    """Runs `command`, its output appended to `log_path` as it comes; returns it and seconds."""
+    started = time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        offset = log.tell()
+        status = subprocess.run(
+            command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
+        ).returncode
+    with open(log_path, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        output = log.read()
+    if status != 0:
+        tail = output.strip().splitlines()[-1:] or [""]
+        raise errors.UserError(
+            f"tf-mlstm-train failed (exit status {status}): {tail[0]} (log: {log_path})"
+        )
+    return output, time.time() - started
+
+
+def score(run_dir, heldout, text_key):
+    """Held-out bits/char of a run: `tf-mlstm-eval`'s own function, in this process.
+
+    In-process because a binary's start (TensorFlow's import, the model's
+    build) costs more than scoring a small model on a busy machine; the tool
+    imports TensorFlow once, for all runs.
+    """
+    import keras  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.config import EvalConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import evaluation  # pylint: disable=g-import-not-at-top
+
+    config = EvalConfig(model_dir=run_dir, data=heldout, text_key=text_key).validate()
+    started = time.time()
+    result = evaluation.evaluate_config(config)
+    keras.backend.clear_session()
+    return result, time.time() - started
+
+
+def train_and_score(point, config):
+    """One grid point: trains (or resumes) it, scores it; its results line."""
+    run_dir = os.path.join(config["output_dir"], "runs", run_name(point))
+    log_path = os.path.join(config["output_dir"], "logs", run_name(point) + ".log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    command = train_command(point, run_dir, config)
+    logging.info("training %s: %s", run_name(point), shlex.join(command))
+    output, train_s = _run_logged(command, log_path, config["timeout"])
+    # The first progress line includes tracing and the pipeline's fill.
+    rates = [int(r) for r in _PROGRESS_RATE.findall(output)][1:]
+    validation = _VALIDATION.findall(output)
+    result, eval_s = score(run_dir, config["heldout"], config["text_key"])
+    return {
+        **point,
+        "weights": sizing.model_weights(point["units"], config["embedding_size"]),
+        "heldout_bits_per_char": result["bits_per_char"],
+        "heldout_chars": result["chars"],
+        "validation_bits_per_char": float(validation[-1]) if validation else None,
+        "chars_per_s": statistics.median(rates) if rates else None,
+        "train_s": round(train_s, 1),
+        "eval_s": round(eval_s, 1),
+        "settings": config["settings"],
+        "train_command": shlex.join(command),
+        "eval_command": shlex.join(eval_command(run_dir, config["heldout"], config["text_key"])),
+    }
+
+
+def read_results(path, settings=None):
+    """The finished runs in `path`; with `settings`, refuses runs made with other settings."""
+    if not os.path.exists(path):
+        return []
+    results = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                key = (int(record["units"]), int(record["steps"]))
+                float(record["heldout_bits_per_char"])
+            except (ValueError, KeyError, TypeError):
+                raise errors.InvalidValueError(
+                    f"{path}:{number}: not a results line (JSON with units, steps, "
+                    "heldout_bits_per_char)."
+                ) from None
+            if settings is not None and record.get("settings") != settings:
+                raise errors.InvalidValueError(
+                    f"{path}:{number}: run u{key[0]}_s{key[1]} was made with other settings "
+                    f"({record.get('settings')}, now {settings}); use another --output_dir."
+                )
+            results.append(record)
+    return results
+
+
+def run_grid(config):
+    """Runs every grid point not in results.jsonl; returns all finished runs."""
+    path = os.path.join(config["output_dir"], RESULTS_FILE)
+    results = read_results(path, config["settings"])
+    done = {(r["units"], r["steps"]) for r in results}
+    for point in config["points"]:
+        if (point["units"], point["steps"]) in done:
+            logging.info("skipping %s: finished (%s)", run_name(point), RESULTS_FILE)
+            continue
+        record = train_and_score(point, config)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        logging.info(
+            "%s: %.4f held-out bits/char (%.0f s)",
+            run_name(point),
+            record["heldout_bits_per_char"],
+            record["train_s"] + record["eval_s"],
+        )
+        results.append(record)
+    return results
+
+
+# === Fit and plan ===
+
+
+def fit_report(results, form="additive"):
+    """The law of `form` fitted to `results`, each run's residual and leave-one-out error."""
+    n = [r["weights"] for r in results]
+    d = [r["chars"] for r in results]
+    loss = [r["heldout_bits_per_char"] for r in results]
+    if len(results) < sizing.MIN_RUNS:
+        return None
+    law = sizing.fit_law(n, d, loss, form)
+    residuals = law.predict(n, d) - loss
+    loo = sizing.leave_one_out(n, d, loss, form) if len(results) > sizing.MIN_RUNS else None
+    return {
+        "law": law,
+        "residuals": [float(x) for x in residuals],
+        "leave_one_out": None if loo is None else [float(x) for x in loo],
+    }
+
+
+def best_report(results, forms):
+    """Each form's report, and the one used: the lowest leave-one-out RMS (else the first)."""
+    reports = {form: fit_report(results, form) for form in forms}
+    if any(r is None for r in reports.values()):
+        return reports, None
+    scored = [f for f in forms if reports[f]["leave_one_out"] is not None]
+    if not scored:
+        return reports, reports[forms[0]]
+    best = min(scored, key=lambda f: sizing.summary(reports[f]["leave_one_out"])["rms"])
+    return reports, reports[best]
+
+
+def measured_rates(results):
+    """Median training chars/s per size over the runs."""
+    by_size = {}
+    for r in results:
+        if r.get("chars_per_s"):
+            by_size.setdefault(r["units"], []).append(r["chars_per_s"])
+    return {units: statistics.median(rates) for units, rates in sorted(by_size.items())}
+
+
+def markdown_table(results, report):
+    """The runs as a markdown table, with the fit's residual and leave-one-out error."""
+    lines = [
+        "| units | weights | steps | characters | held-out bits/char | validation bits/char "
+        "| chars/s | train s | residual | leave-one-out error |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for i, r in enumerate(results):
+        residual = f"{report['residuals'][i]:+.4f}" if report else ""
+        loo = report["leave_one_out"] if report else None
+        validation = r.get("validation_bits_per_char")
+        rate = r.get("chars_per_s")
+        lines.append(
+            f"| {r['units']} | {r['weights']:,} | {r['steps']:,} | {r['chars']:,} "
+            f"| {r['heldout_bits_per_char']:.4f} "
+            f"| {'' if validation is None else f'{validation:.4f}'} "
+            f"| {'' if rate is None else f'{rate:,.0f}'} | {r.get('train_s', '')} | {residual} "
+            f"| {'' if loo is None else f'{loo[i]:+.4f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(path, results, law):
+    """Held-out bits/char against characters per size: the runs as points, the law as lines."""
+    import matplotlib  # pylint: disable=g-import-not-at-top
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    low, high = law.chars_range
+    chars = np.geomspace(low / 2, high * 8, 100)
+    for units in sorted({r["units"] for r in results}):
+        runs = [r for r in results if r["units"] == units]
+        (line,) = ax.plot(
+            chars, law.predict(runs[0]["weights"], chars), label=f"{units} units (law)"
+        )
+        ax.plot(
+            [r["chars"] for r in runs],
+            [r["heldout_bits_per_char"] for r in runs],
+            "o",
+            color=line.get_color(),
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("characters trained on (each run decayed to zero at its end)")
+    ax.set_ylabel("held-out bits/char")
+    ax.set_title(law.formula(), fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def body(config):
+    """Runs the grid (unless fit_only), fits, plans; returns the final line's object."""
+    os.makedirs(config["output_dir"], exist_ok=True)
+    if config["fit_only"]:
+        results = read_results(os.path.join(config["output_dir"], RESULTS_FILE))
+    else:
+        config["heldout"] = heldout_sample(
+            config["heldout"], config["heldout_every"], config["output_dir"]
+        )
+        results = run_grid(config)
+    results = sorted(results, key=lambda r: (r["units"], r["chars"]))
+    reports, report = best_report(results, config["forms"])
+    final = {"runs": len(results)}
+    if report is None:
+        print(markdown_table(results, None))
+        print(f"no fit: {len(results)} runs, the law needs at least {sizing.MIN_RUNS}.")
+        return final
+    forms = {}
+    for form, each in reports.items():
+        forms[form] = {"law": each["law"].to_json(), "residual": sizing.summary(each["residuals"])}
+        line = f"{form}: {each['law'].formula()}  (residual RMS {each['law'].rms:.4f}"
+        if each["leave_one_out"] is not None:
+            forms[form]["leave_one_out"] = sizing.summary(each["leave_one_out"])
+            line += ", leave-one-out RMS {rms:.4f}, largest {max_abs:.4f}".format(
+                **forms[form]["leave_one_out"]
+            )
+        print(line + ")")
+    law = report["law"]
+    print(f"used: {law.form} (the lowest leave-one-out error)\n")
+    print(markdown_table(results, report))
+    final.update(forms[law.form])
+    final["forms"] = forms
+    with open(os.path.join(config["output_dir"], FIT_FILE), "w", encoding="utf-8") as f:
+        record = {**report, "law": law.to_json()}
+        json.dump({**final, "results": results, "used": record}, f, indent=1)
+    if config["plot"]:
+        plot(config["plot"], results, law)
+    rates = config["plan_rates"] or measured_rates(results)
+    if rates:
+        plan = sizing.plan_size(law, rates, config["plan_minutes"] * 60)
+        print(plan.line)
+        final["plan"] = {"hidden_size": plan.best.units, "line": plan.line}
+    return final
+
+
+def build_config():
+    """The tool's settings from FLAGS, checked."""
+    recipe_path = os.path.abspath(FLAGS.flagfile_recipe)
+    sizes = parse_sizes(FLAGS.sizes)
+    budgets = [parse_chars(b) for b in FLAGS.budgets]
+    if not 0 <= FLAGS.warmup_fraction <= 1:
+        raise errors.InvalidValueError(
+            f"--warmup_fraction must be in [0, 1], got {FLAGS.warmup_fraction}."
+        )
+    if not FLAGS.plan_minutes > 0:
+        raise errors.InvalidValueError(
+            f"--plan_minutes must be positive, got {FLAGS.plan_minutes}."
+        )
+    for form in FLAGS.forms:
+        if form not in sizing.FORMS:
+            raise errors.InvalidValueError(
+                f"--forms: {form!r} is not one of {', '.join(sizing.FORMS)}."
+            )
+    for flag in FLAGS.train_flags:
+        name = flag.lstrip("-").partition("=")[0].removeprefix("no")
+        if not flag.startswith("--") or name in _GRID_FLAGS:
+            raise errors.InvalidValueError(
+                f"--train_flags: {flag!r} is not a --flag=value the grid leaves free "
+                f"(it sets {', '.join(_GRID_FLAGS)} itself)."
+            )
+    config = {
+        "output_dir": os.path.abspath(FLAGS.output_dir),
+        "fit_only": FLAGS.fit_only,
+        "plan_rates": sizing.parse_rates(FLAGS.plan_rates),
+        "plan_minutes": FLAGS.plan_minutes,
+        "plot": FLAGS.plot,
+        "forms": list(FLAGS.forms),
+        "heldout": os.path.abspath(FLAGS.heldout),
+        "heldout_every": FLAGS.heldout_every,
+        "text_key": FLAGS.heldout_text_key,
+        "timeout": FLAGS.run_timeout_s,
+        "train_flags": list(FLAGS.train_flags),
+        "recipe_path": recipe_path,
+    }
+    if FLAGS.fit_only:
+        return config
+    if not FLAGS.train_data:
+        raise errors.InvalidValueError("--train_data: give the TFRecord folder the runs train on.")
+    if not os.path.exists(FLAGS.train_data):
+        raise errors.MissingFileError(f"--train_data={FLAGS.train_data}: no such folder.")
+    recipe = read_recipe(recipe_path)
+    # A flag given after the recipe wins, in training as here (steps, warm-up, weights).
+    recipe.update(flag[2:].partition("=")[::2] for flag in FLAGS.train_flags)
+    config["train_data"] = os.path.abspath(FLAGS.train_data)
+    config["embedding_size"] = int(recipe.get("embedding_size", "64"))
+    config["points"] = grid(sizes, budgets, recipe, FLAGS.warmup_fraction)
+    # What makes two runs comparable: the recipe's text, the extra flags, the held-out sample.
+    with open(recipe_path, encoding="utf-8") as f:
+        recipe_lines = sorted(line.strip() for line in f if line.strip().startswith("--"))
+    config["settings"] = {
+        "recipe": recipe_lines,
+        "train_flags": config["train_flags"],
+        "heldout": os.path.basename(config["heldout"]),
+        "heldout_every": FLAGS.heldout_every,
+        "warmup_fraction": FLAGS.warmup_fraction,
+    }
+    return config
+
+
+def run():
+    """Entry point."""
+    _main.run_binary(__name__, define_flags, body, build_config)
+
+
+if __name__ == "__main__":
+    run()
