@@ -21,7 +21,7 @@ every command a plain subprocess, to compare.
 
 A forked command that itself starts `python -m tf_mlstm.cli.<binary>` (the
 local cluster launcher starting its workers) forks that binary from its own
-interpreter in turn, which has TensorFlow imported and not started: the
+interpreter in turn while it has TensorFlow imported and not started: the
 worker sheds what the launcher added (its flags, descriptors, signal
 handlers and logging set-up), gets its own arguments, environment and
 standard streams, and ends through the interpreter's own exit, as a fresh
@@ -123,7 +123,8 @@ _SERVER = textwrap.dedent(
     def fork_binaries_it_starts():
         # A command that itself starts `python -m tf_mlstm.cli.<binary>` (the local cluster
         # launcher starting its workers) forks it from its own warm interpreter, which has
-        # imported TensorFlow and not started it. What the command had when it started is
+        # imported TensorFlow and not started it (once its runtime runs, as in a tool that
+        # evaluates between runs, it starts them fresh). What the command had when it started is
         # what its forks shed: the flags and descriptors it added, its signal handlers.
         import ctypes, io, logging, signal, subprocess, traceback
         from absl import app, flags
@@ -147,7 +148,15 @@ _SERVER = textwrap.dedent(
             hooks = ("sitecustomize.py", "usercustomize.py")
             if any(os.path.exists(os.path.join(p, hook)) for p in path for hook in hooks):
                 return None  # a start-up hook (a test's injected fault) runs in a fresh start
+            if runtime_started():
+                return None  # its thread pools would not be in the fork: it would hang
             return None if any(options) else argv
+
+        def runtime_started():
+            from tensorflow.python.eager import context  # private: the test's own check
+
+            started = context.context_safe()
+            return started is not None and bool(getattr(started, "_initialized", True))
 
         def stream(fd, like):
             unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))

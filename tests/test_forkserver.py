@@ -160,6 +160,12 @@ _LAUNCHER = textwrap.dedent(
         proc = subprocess.Popen(binary + ["--help"], stdout=subprocess.PIPE, env=hooked)
         proc.communicate(timeout=120)
         said["hooked"] = {"forked": getattr(proc, "forked", False), "code": proc.returncode}
+        import tensorflow as tf
+
+        tf.constant(1.0) + 1.0  # the launcher's own runtime starts: a fork of it would hang
+        proc = subprocess.Popen(binary + ["--help"], stdout=subprocess.PIPE)
+        proc.communicate(timeout=120)
+        said["started"] = {"forked": getattr(proc, "forked", False), "code": proc.returncode}
         print(json.dumps(said))
 
 
@@ -170,7 +176,8 @@ _LAUNCHER = textwrap.dedent(
 
 def test_a_forked_launcher_forks_the_binaries_it_starts_each_as_a_fresh_process(tmp_path):
     """Workers forked from the launcher's warm interpreter: their own exit status and
-    output, the binary's flags only (not the launcher's), a start-up hook honoured."""
+    output, the binary's flags only (not the launcher's), a start-up hook honoured, and
+    none forked once the launcher's own runtime has started."""
     launcher = tmp_path / "launcher.py"
     launcher.write_text(_LAUNCHER)
     hooked = tmp_path / "hooked"
@@ -192,3 +199,5 @@ def test_a_forked_launcher_forks_the_binaries_it_starts_each_as_a_fresh_process(
     assert its_flag["code"] == 1 and "num_workers" in its_flag["err"], its_flag
     # A start-up hook on PYTHONPATH runs only in a fresh start: that binary is exec'd.
     assert said["hooked"] == {"forked": False, "code": 0}
+    # Once the launcher's own TensorFlow runtime runs, its binaries start fresh.
+    assert said["started"] == {"forked": False, "code": 0}

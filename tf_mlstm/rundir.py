@@ -59,6 +59,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import preflight
+from tf_mlstm.config import PRECISIONS
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.errors import setting_name as _name
 
@@ -148,6 +149,44 @@ def read_config(model_dir, config_class: type[C] = TrainConfig, name=CONFIG_FILE
         raise errors.InvalidValueError(
             f"{path}: not a valid {config_class.__name__} ({error})."
         ) from None
+
+
+def recorded_precision(model_dir: str, name: str = CONFIG_FILE) -> str | None:
+    """The precision a run recorded in its config file, or None.
+
+    Args:
+      model_dir: the run folder.
+      name: its config file (config.json, finetune_config.json).
+
+    Returns:
+      The recorded policy name, or None when the file does not exist or holds
+      no concrete precision.
+
+    Raises:
+      ValueError: the file exists but is not a JSON object (named in the message).
+
+    Example:
+      >>> import tempfile
+      >>> recorded_precision(tempfile.mkdtemp()) is None
+      True
+    """
+    path = os.path.join(model_dir, name)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise errors.InvalidValueError(
+            f"{path}: not valid JSON ({e}); cannot read the run's precision."
+        ) from None
+    if not isinstance(values, dict):
+        raise errors.InvalidValueError(
+            f"{path}: expected a JSON object, got {type(values).__name__}."
+        )
+    precision = values.get("precision")
+    return precision if precision in PRECISIONS else None
 
 
 def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None) -> None:

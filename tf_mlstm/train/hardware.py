@@ -17,7 +17,6 @@ started with: a resume on other hardware does not switch it silently.
 """
 
 import dataclasses
-import json
 import os
 import platform
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import rundir
 from tf_mlstm.config import AUTO
 from tf_mlstm.config import PRECISIONS
 
@@ -347,39 +347,6 @@ def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
     return JIT_TABLE[(kind, precision)]
 
 
-def recorded_precision(path) -> str | None:
-    """The precision an existing run recorded in its config file, or None.
-
-    Args:
-      path: the run's config JSON (config.json, finetune_config.json).
-
-    Returns:
-      The recorded policy name, or None when the file does not exist or holds
-      no concrete precision.
-
-    Raises:
-      ValueError: the file exists but is not a JSON object (named in the message).
-    """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        text = f.read()
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise errors.InvalidValueError(
-            f"{path}: not valid JSON ({e}); cannot read the run's precision."
-        ) from None
-    if not isinstance(values, dict):
-        raise errors.InvalidValueError(
-            f"{path}: expected a JSON object, got {type(values).__name__}."
-        )
-    precision = values.get("precision")
-    return precision if precision in PRECISIONS else None
-
-
 def resolve_run_config(config, recorded_config_path, hardware=None, decide=None) -> Any:
     """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
 
@@ -415,7 +382,7 @@ def resolve_run_config(config, recorded_config_path, hardware=None, decide=None)
     hardware = hardware or detect()
     use_gpus = getattr(config, "num_gpus", -1) != 0
     logging.info("Hardware: %s.", hardware.describe())
-    recorded = recorded_precision(recorded_config_path)
+    recorded = rundir.recorded_precision(*os.path.split(recorded_config_path))
     precision, reason = resolve_precision(config.precision, hardware, use_gpus)
     fixed = config.precision
     if recorded and recorded != precision:
