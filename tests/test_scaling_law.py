@@ -303,3 +303,180 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
     other = _models.run(_tool_command(output, *flags, "--warmup_fraction=0.5"), timeout=120)
     assert other.returncode == 1
     assert "run u16_s2 was made with other settings" in other.stderr
+
+
+# === Planning a cluster run: the law counted in FLOPs ===
+
+
+def test_flops_per_char_is_the_hand_count_of_the_cell_s_products():
+    # The paper's model, H=4096, E=64, V=256, product by product (multiply-adds a character):
+    x_wx = 64 * 4 * 4096  # 1,048,576: input -> the four gates
+    x_wmx = 64 * 4096  # 262,144: input -> the multiplicative intermediate
+    h_wmh = 4096 * 4096  # 16,777,216: state -> the multiplicative intermediate
+    m_wh = 4096 * 4 * 4096  # 67,108,864: intermediate -> the four gates
+    softmax = 4096 * 256  # 1,048,576
+    multiply_adds = x_wx + x_wmx + h_wmh + m_wh + softmax
+    assert multiply_adds == 86_245_376
+    # 2 FLOPs a multiply-add forward, twice that backward (input and weight gradients).
+    assert sizing.flops_per_char(4096) == 2 * multiply_adds + 4 * multiply_adds == 517_472_256
+    # A tiny one: 8*64 + 8*16 + 16*16 + 16*64 + 16*256 = 6,016 multiply-adds.
+    assert sizing.flops_per_char(16, embedding_size=8) == 6 * 6_016
+    # 6 x the products' weights: 6 x the non-embedding weights less the biases and gains.
+    for units, share in ((128, 0.9870), (768, 0.9968), (4096, 0.9993), (16384, 0.9998)):
+        non_embedding = sizing.model_weights(units) - 256 * 64
+        ratio = sizing.flops_per_char(units) / (6 * non_embedding)
+        assert ratio == pytest.approx(share, abs=1e-4), units
+    with pytest.raises(errors.InvalidValueError, match="units, embedding size and vocabulary"):
+        sizing.flops_per_char(0)
+
+
+def test_flops_per_char_counts_every_product_of_the_real_model():
+    from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
+
+    model = language_model.MLSTMLanguageModel(hidden_size=16, embedding_size=8, weight_norm=False)
+    model(np.zeros((1, 3), "int32"))
+    # Every matrix a character is multiplied by: the 2-D weights but the embedding's table.
+    products = [w for w in model.weights if len(w.shape) == 2 and "embedding" not in w.path]
+    assert len(products) == 5, [w.path for w in model.weights]
+    assert sizing.flops_per_char(16, embedding_size=8) == 6 * sum(
+        int(np.prod(w.shape)) for w in products
+    )
+
+
+def _hand_loss(units, flops):
+    """GOLDEN's loss for `units` trained on `flops`, every step written out."""
+    h, e, v = units, 64, 256
+    per_char = 6 * (e * 4 * h + e * h + h * h + h * 4 * h + h * v)
+    n = sizing.model_weights(units) / 1e6
+    d = flops / per_char / 1e6
+    return GOLDEN["E"] + GOLDEN["A"] / n ** GOLDEN["alpha"] + GOLDEN["B"] / d ** GOLDEN["beta"]
+
+
+def test_compute_plan_chooses_the_brute_force_minimum():
+    law = sizing.ScalingLaw(**GOLDEN)
+    units = range(32, 4097, 32)
+    for flops_per_s, seconds in ((1e12, 3600), (1e13, 4 * 3600), (1e14, 3600)):
+        plan = sizing.plan_compute(law, flops_per_s, seconds, units=units)
+        by_hand = {u: _hand_loss(u, flops_per_s * seconds) for u in units}
+        best = min(by_hand, key=by_hand.get)
+        assert plan.best.units == best, (flops_per_s, seconds)
+        assert 32 < best < 4096  # inside the grid: a real minimum, not an end
+        assert plan.best.predicted == pytest.approx(by_hand[best])
+        assert plan.best.chars == pytest.approx(flops_per_s * seconds / sizing.flops_per_char(best))
+        assert [c.units for c in plan.candidates] == list(units)
+        assert plan.line.startswith(f"hidden_size={best} for {seconds / 3600:g} hours at ")
+    # More compute buys a larger model; the default candidates are 128-16384.
+    small = sizing.plan_compute(law, 1e12, 3600).best.units
+    assert small < sizing.plan_compute(law, 1e15, 12 * 3600).best.units
+    assert sizing.cluster_units()[0] == 128 and sizing.cluster_units()[-1] == 16384
+    with pytest.raises(errors.InvalidValueError, match="FLOP rate must be positive, got 0"):
+        sizing.plan_compute(law, 0, 3600)
+    with pytest.raises(errors.InvalidValueError, match="size -4 is not a positive number"):
+        sizing.plan_compute(law, 1e12, 3600, units=(128, -4))
+
+
+def test_compute_plan_flags_and_measures_extrapolation():
+    law = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
+    plan = sizing.plan_compute(law, 1e13, 1, units=(128, 256, 1024))
+    small, inside, large = plan.candidates
+    # 128 units: 1e13 / 933,888 FLOPs a character = 10.7M characters, past the law's 8M.
+    assert small.chars == pytest.approx(1e13 / 933_888) and small.extrapolated
+    assert "extrapolated: 1.34x the law's characters" in sizing.describe_choice(law, small)
+    # 256 units: 495,360 weights on 3.5M characters, inside both ranges.
+    assert not inside.extrapolated
+    assert "extrapolated" not in sizing.describe_choice(law, inside)
+    # 1024 units: 5.86M weights, past the law's 4M; 286k characters, inside.
+    assert large.extrapolated
+    assert sizing.describe_choice(law, large).endswith("extrapolated: 1.47x the law's weights")
+    tiny = sizing.plan_compute(law, 1e11, 1, units=(256,)).best
+    assert "extrapolated: 1/7.13 of the law's smallest characters" in (
+        sizing.describe_choice(law, tiny)
+    )
+    # The shipped law's ranges are the grid's: the paper's model is far outside both.
+    shipped = sizing.shipped_law()
+    assert shipped.weights_range == (174_080, 3_418_880)
+    assert shipped.chars_range == (503_808, 8_003_584)
+    assert shipped.extrapolates(sizing.model_weights(4096), 1.2e11)
+
+
+def test_cluster_flops_and_its_errors():
+    assert sizing.cluster_flops(128 * 125e12, 0.3, 4) == pytest.approx(6.912e19)
+    with pytest.raises(errors.InvalidValueError, match=r"cluster: hours must be positive, got 0"):
+        sizing.cluster_flops(1e15, 0.3, 0)
+    with pytest.raises(errors.InvalidValueError, match=r"utilization must be in \(0, 1\]"):
+        sizing.cluster_flops(1e15, 1.5, 1)
+    with pytest.raises(errors.InvalidValueError, match="peak FLOP/s must be positive"):
+        sizing.cluster_flops(-1, 0.3, 1)
+
+
+def test_tool_cluster_flags_are_checked_in_one_line(tool):
+    settings = tool.cluster_settings(128, 125, 0, 0.3, 4, [])
+    assert settings["peak_flops_per_s"] == 128 * 125e12
+    assert settings["units"] == sizing.cluster_units()
+    assert tool.cluster_settings(0, 0, 0, 0.3, 0, []) is None  # no cluster: the grid
+    assert tool.cluster_settings(0, 0, 1e15, 0.3, 1, ["512", "256"])["units"] == (256, 512)
+    cases = [
+        ((128, 125, 1e15, 0.3, 4, []), "--plan_gpus and --cluster_flops: give one"),
+        ((128, 0, 0, 0.3, 4, []), "--plan_gpu_tflops must be positive"),
+        ((-8, 125, 0, 0.3, 4, []), "--plan_gpus must be positive, got -8"),
+        ((0, 0, -1.0, 0.3, 4, []), "--cluster_flops must be positive, got -1.0"),
+        ((8, 125, 0, 0, 4, []), r"--plan_utilization must be in \(0, 1\]"),
+        ((8, 125, 0, 0.3, 0, []), "--plan_hours must be positive, got 0"),
+        ((0, 0, 0, 0.3, 4, []), "--plan_hours: give the cluster too"),
+        ((8, 125, 0, 0.3, 4, ["1k"]), "--plan_units: '1k' is not a positive number"),
+    ]
+    for args, message in cases:
+        with pytest.raises(errors.InvalidValueError, match=message):
+            tool.cluster_settings(*args)
+
+
+def test_tool_reads_the_law_from_fit_json_or_ships_one(tool, tmp_path):
+    law, source = tool.read_law("", str(tmp_path))
+    assert law == sizing.shipped_law() and source.startswith("shipped")
+    golden = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
+    (tmp_path / "fit.json").write_text(json.dumps({"law": golden.to_json(), "runs": 9}))
+    assert tool.read_law("", str(tmp_path)) == (golden, str(tmp_path / "fit.json"))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"law": {"E": 1.0}}))
+    with pytest.raises(errors.InvalidValueError, match="other.json: not a scaling law"):
+        tool.read_law(str(other), str(tmp_path))
+    other.write_text("[]")
+    with pytest.raises(errors.InvalidValueError, match="other.json: not this tool's fit.json"):
+        tool.read_law(str(other), str(tmp_path))
+    with pytest.raises(errors.MissingFileError, match="none.json: no such file"):
+        tool.read_law(str(tmp_path / "none.json"), str(tmp_path))
+
+
+def test_tool_prints_the_plan_for_a_cluster(tmp_path):
+    done = _models.run(
+        _tool_command(
+            tmp_path,
+            "--plan_gpus=128",
+            "--plan_gpu_tflops=125",
+            "--plan_utilization=0.3",
+            "--plan_hours=4",
+            "--plan_units=1024,4096,16384",
+        ),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    final = json.loads(lines[-1])
+    expected = sizing.plan_compute(
+        sizing.shipped_law(), 128 * 125e12 * 0.3, 4 * 3600, (1024, 4096, 16384)
+    )
+    assert final["plan"]["hidden_size"] == expected.best.units
+    assert final["plan"]["line"] == expected.line
+    assert final["cluster"]["flops"] == pytest.approx(6.912e19)
+    assert [c["units"] for c in final["candidates"]] == [1024, 4096, 16384]
+    assert final["law_source"].startswith("shipped")
+    candidates = [line for line in lines if " units: " in line and "MFLOPs/char" in line]
+    assert len(candidates) == 3
+    assert [line[0] for line in candidates].count("*") == 1
+    assert f"* {expected.best.units} units:" in done.stdout
+    assert "cluster: 128 GPUs x 125 TFLOP/s peak x 0.3 utilization" in done.stdout
+    assert "4,800 TFLOP/s sustained, for 4 hours: 6.91e+19 FLOPs" in done.stdout
+    assert f"chosen: {expected.line}" in done.stdout
+    assert "x the law's characters" in done.stdout
+    # Nothing was run or written: a plan is arithmetic.
+    assert not os.listdir(tmp_path)

@@ -440,3 +440,273 @@ def summary(values: Sequence[float]) -> dict:
     """RMS and largest absolute value of errors (leave-one-out or residuals)."""
     v = np.asarray(values, dtype=np.float64)
     return {"rms": float(np.sqrt(np.mean(v**2))), "max_abs": float(np.max(np.abs(v)))}
+
+
+# === Planning in FLOPs: a cluster's budget ===
+
+
+def flops_per_char(units: int, embedding_size: int = 64, vocab: int = 256) -> int:
+    """Training FLOPs per character of the byte-level mLSTM, counted from its matrix products.
+
+    Per character the model (`tf_mlstm.layers.mlstm_cell`, then the softmax
+    layer) multiplies by every kernel once; with H units, embedding width E and
+    V bytes, the multiply-adds are
+
+        x Wx   E x 4H    the cell's input product (the four gates)
+        x Wmx  E x H     the multiplicative intermediate's input product
+        h Wmh  H x H     the multiplicative intermediate's recurrent product
+        m Wh   H x 4H    the cell's recurrent product (the four gates)
+        h Ws   H x V     the softmax layer
+
+    that is 5EH + 5H^2 + HV. A multiply-add is 2 FLOPs forward; backward each
+    product is done twice more (the gradient for its input and for its
+    weights), 4 FLOPs: 6 FLOPs per multiply-add in training, so
+    `6 (5EH + 5H^2 + HV)`, which is 6 x the weights of the products: 6 x the
+    model's non-embedding weights (`model_weights` less V x E) less its biases
+    and gains, 1.3% less at 128 units, 0.3% at 768, 0.07% at 4096.
+    Not counted: the embedding (a lookup, not a product), the elementwise gate
+    and state arithmetic (tens of FLOPs per unit, under 1% from 128 units on),
+    the biases, and the weight-norm rescaling (once per step for the whole
+    batch, not per character).
+
+    Args:
+      units: mLSTM units H.
+      embedding_size: byte embedding width E.
+      vocab: bytes V (256).
+
+    Returns:
+      Training (forward and backward) FLOPs per character.
+
+    Raises:
+      errors.InvalidValueError: a size that is not positive.
+
+    Example:
+
+    >>> flops_per_char(4096)  # the paper's model: 0.52 GFLOPs a character
+    517472256
+    >>> round(flops_per_char(768) / (6 * (model_weights(768) - 256 * 64)), 4)
+    0.9968
+    """
+    h, e, v = int(units), int(embedding_size), int(vocab)
+    if min(h, e, v) <= 0:
+        raise errors.InvalidValueError(
+            f"FLOPs: units, embedding size and vocabulary must be positive, got {h}, {e}, {v}."
+        )
+    multiply_adds = e * 4 * h + e * h + h * h + h * 4 * h + h * v
+    forward, backward = 2 * multiply_adds, 4 * multiply_adds
+    return forward + backward
+
+
+def cluster_flops(
+    flops_per_s: float, utilization: float, hours: float, name: str = "cluster"
+) -> float:
+    """The FLOPs a cluster gives a run: peak FLOP/s x utilization x hours.
+
+    Args:
+      flops_per_s: the cluster's peak FLOP/s (GPUs x each GPU's peak).
+      utilization: the share of peak the training step sustains, in (0, 1].
+      hours: the run's wall-clock hours.
+      name: what the values are called in an error message.
+
+    Returns:
+      The run's FLOP budget C.
+
+    Raises:
+      errors.InvalidValueError: a rate or time that is not positive, or a utilization
+        outside (0, 1].
+
+    Example:
+
+    >>> f"{cluster_flops(128 * 125e12, 0.3, 4):.3g}"  # 128 V100s for 4 hours at 30%
+    '6.91e+19'
+    """
+    for what, value in (("peak FLOP/s", flops_per_s), ("hours", hours)):
+        if not (math.isfinite(value) and value > 0):
+            raise errors.InvalidValueError(f"{name}: {what} must be positive, got {value}.")
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise errors.InvalidValueError(
+            f"{name}: utilization must be in (0, 1] (a share of peak), got {utilization}."
+        )
+    return float(flops_per_s) * float(utilization) * float(hours) * 3600.0
+
+
+def cluster_units(low: int = 128, high: int = 16384) -> tuple:
+    """Candidate sizes for a cluster plan: powers of two and the midpoints (1.5x) between.
+
+    Args:
+      low: the smallest size.
+      high: the largest size.
+
+    Returns:
+      The sizes from `low` to `high`, ascending.
+
+    Example:
+
+    >>> cluster_units(512, 4096)
+    (512, 768, 1024, 1536, 2048, 3072, 4096)
+    """
+    sizes = {s for p in range(0, 31) for s in (2**p, 3 * 2**p // 2 if p else 1) if low <= s <= high}
+    return tuple(sorted(sizes))
+
+
+def plan_compute(
+    law: ScalingLaw,
+    flops_per_s: float,
+    seconds: float,
+    units: Sequence[int] = (),
+    embedding_size: int = 64,
+    weight_norm: bool = True,
+) -> Plan:
+    """The size whose predicted loss is lowest for a FLOP budget (a cluster for some hours).
+
+    A size of `flops_per_char(units)` trains at `flops_per_s / flops_per_char`
+    characters per second, so on `C = flops_per_s x seconds` FLOPs it sees
+    `D = C / flops_per_char(units)` characters; the law predicts its loss at
+    (`model_weights(units)`, D), and the lowest is the choice. This is
+    `plan_size` with each size's rate counted in FLOPs instead of measured,
+    so each candidate is a `SizeChoice` (flagged `extrapolated` where it lies
+    outside the law's fitted weights or characters; `describe_choice` says
+    how far).
+
+    Args:
+      law: the `ScalingLaw`.
+      flops_per_s: the FLOP/s the run sustains (peak x utilization).
+      seconds: the run's wall-clock time.
+      units: the candidate sizes; empty: `cluster_units()`.
+      embedding_size: the models' byte embedding width.
+      weight_norm: whether the models use weight norm (their weight count).
+
+    Returns:
+      A `Plan`: `best` the choice, `candidates` every size (smallest first),
+      `line` the choice, its budget and prediction in one line.
+
+    Raises:
+      errors.InvalidValueError: a FLOP rate, time or size that is not positive.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
+    >>> plan = plan_compute(law, 1e12, 3600, units=(256, 512, 1024))
+    >>> plan.best.units, f"{plan.best.chars:.3g}", round(plan.best.predicted, 3)
+    (1024, '1.03e+08', 1.498)
+    >>> print(plan.line)  # doctest: +NORMALIZE_WHITESPACE
+    hidden_size=1024 for 1 hours at 1 TFLOP/s sustained (3.6e+15 FLOPs): 1.498 bits/char,
+    5.9M weights on 1e+08 chars
+    """
+    if not (math.isfinite(flops_per_s) and flops_per_s > 0):
+        raise errors.InvalidValueError(
+            f"compute plan: the FLOP rate must be positive, got {flops_per_s}."
+        )
+    sizes = tuple(units) or cluster_units()
+    for size in sizes:
+        if int(size) <= 0:
+            raise errors.InvalidValueError(f"compute plan: size {size} is not a positive number.")
+    rates = {int(u): flops_per_s / flops_per_char(int(u), embedding_size) for u in sizes}
+    plan = plan_size(law, rates, seconds, embedding_size=embedding_size, weight_norm=weight_norm)
+    best = plan.best
+    line = (
+        f"hidden_size={best.units} for {seconds / 3600:g} hours at "
+        f"{flops_per_s / 1e12:,.4g} TFLOP/s sustained ({flops_per_s * seconds:.2g} FLOPs): "
+        f"{best.predicted:.3f} bits/char, {best.weights / _MILLION:,.1f}M weights on "
+        f"{best.chars:.2g} chars"
+    )
+    return dataclasses.replace(plan, line=line)
+
+
+def describe_choice(law: ScalingLaw, choice: SizeChoice, embedding_size: int = 64) -> str:
+    """One candidate of a compute plan in one line, with how far it extrapolates the law.
+
+    Args:
+      law: the law the plan used (its fitted ranges).
+      choice: a `SizeChoice` of `plan_compute`.
+      embedding_size: the models' byte embedding width.
+
+    Returns:
+      Units, weights, FLOPs per character, characters, characters per weight,
+      predicted bits/char, and, outside the law's ranges, each range's factor.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45, chars_range=(5e5, 8e6))
+    >>> choice = plan_compute(law, 1e12, 3600, units=(512,)).best
+    >>> print(describe_choice(law, choice))  # doctest: +NORMALIZE_WHITESPACE
+    512 units: 1.6M weights, 9.6 MFLOPs/char, 3.7e+08 chars (229 per weight): 1.549 bits/char,
+    extrapolated: 46.7x the law's characters
+    """
+    notes = []
+    for what, value, (low, high) in (
+        ("weights", choice.weights, law.weights_range),
+        ("characters", choice.chars, law.chars_range),
+    ):
+        if value > high:
+            notes.append(f"{value / high:,.3g}x the law's {what}")
+        elif value < low:
+            notes.append(f"1/{low / value:,.3g} of the law's smallest {what}")
+    flops = flops_per_char(choice.units, embedding_size)
+    return (
+        f"{choice.units} units: {choice.weights / _MILLION:,.1f}M weights, "
+        f"{flops / _MILLION:,.1f} MFLOPs/char, {choice.chars:.2g} chars "
+        f"({choice.chars / choice.weights:,.0f} per weight): {choice.predicted:.3f} bits/char"
+        + (f", extrapolated: {', '.join(notes)}" if notes else "")
+    )
+
+
+def shipped_law() -> ScalingLaw:
+    """The law docs/scaling.md fitted on review text (held-out Amazon electronics bits/char).
+
+    Returns:
+      `loss = 1.517 + 0.087/(N/1M)^0.839 + 1.350/(D/1M)^0.466`, fitted on 13 CPU runs of
+      174,080-3,418,880 weights and 503,808-8,003,584 characters (residual RMS 0.028,
+      leave-one-out RMS 0.045).
+
+    Example:
+
+    >>> shipped_law().formula()
+    'loss = 1.517 + 0.087 / (N/1M)^0.839 + 1.350 / (D/1M)^0.466'
+    """
+    return ScalingLaw(
+        E=1.517,
+        A=0.087,
+        alpha=0.839,
+        B=1.350,
+        beta=0.466,
+        weights_range=(174080.0, 3418880.0),
+        chars_range=(503808.0, 8003584.0),
+        rms=0.028,
+    )
+
+
+def law_from_json(record: Mapping, source: str = "law") -> ScalingLaw:
+    """A `ScalingLaw` from `ScalingLaw.to_json()`'s dict (fit.json's `law`).
+
+    Args:
+      record: the dict.
+      source: what it was read from, for the error message.
+
+    Returns:
+      The law.
+
+    Raises:
+      errors.InvalidValueError: a coefficient missing or not a number, or an unknown form.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45, chars_range=(5e5, 8e6))
+    >>> law_from_json(law.to_json()) == law
+    True
+    """
+    try:
+        law = ScalingLaw(
+            **{name: float(record[name]) for name in ("E", "A", "alpha", "B", "beta")},
+            weights_range=tuple(float(x) for x in record.get("weights_range", (0.0, math.inf))),
+            chars_range=tuple(float(x) for x in record.get("chars_range", (0.0, math.inf))),
+            rms=float(record.get("rms", 0.0)),
+            form=str(record.get("form", "additive")),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise errors.InvalidValueError(
+            f"{source}: not a scaling law (needs numbers E, A, alpha, B and beta)."
+        ) from None
+    if law.form not in FORMS:
+        raise errors.InvalidValueError(f"{source}: form {law.form!r} is not one of {FORMS}.")
+    return law

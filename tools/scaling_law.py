@@ -10,6 +10,8 @@ Usage (docs/scaling.md's numbers came from this command):
       --train_flags=--precision=float32,--jit_compile=false
   python tools/scaling_law.py --output_dir=runs/scaling_law --fit_only \
       --plan_rates=128=20000,256=12000,512=6000,768=4500 --plan_minutes=30
+  python tools/scaling_law.py --plan_gpus=128 --plan_gpu_tflops=125 \
+      --plan_utilization=0.3 --plan_hours=4
 
 Each grid point (an mLSTM size x a character budget) is one real
 `tf-mlstm-train` run of the recipe in `--flagfile` (the 30-minute CPU recipe by
@@ -39,6 +41,15 @@ size in `--plan_rates` (training chars/s on the machine in question; by
 default the rates the grid's runs measured) the characters it trains on in
 `--plan_minutes`, its predicted loss, and the size that minimises it. The
 last line is one JSON object.
+
+A cluster (`--plan_gpus` x `--plan_gpu_tflops`, or `--cluster_flops`, at
+`--plan_utilization` for `--plan_hours`) is planned in FLOPs instead, and
+nothing is run: each size in `--plan_units` trains on the cluster's FLOPs
+over its training FLOPs per character (`sizing.flops_per_char`), the law
+(`--plan_law`, else OUTPUT_DIR/fit.json, else the one docs/scaling.md
+fitted) predicts its loss, and one line per size (how far it lies outside
+the law's fitted ranges included), the chosen one and a JSON object are
+printed (docs/scaling.md, "Planning a cluster run").
 """
 
 import json
@@ -129,6 +140,28 @@ def define_flags():
     )
     flags.DEFINE_string(
         "plot", "", "PNG to write: held-out bits/char against characters, runs and fitted law."
+    )
+    flags.DEFINE_integer(
+        "plan_gpus", 0, "Plan for a cluster of this many GPUs (with --plan_gpu_tflops); no runs."
+    )
+    flags.DEFINE_float("plan_gpu_tflops", 0.0, "Each GPU's peak TFLOP/s (V100 tensor cores: 125).")
+    flags.DEFINE_float(
+        "cluster_flops", 0.0, "Plan for a cluster of this peak FLOP/s (instead of --plan_gpus)."
+    )
+    flags.DEFINE_float(
+        "plan_utilization", 0.3, "The share of the cluster's peak FLOP/s that training sustains."
+    )
+    flags.DEFINE_float("plan_hours", 0.0, "The cluster plan's wall-clock hours.")
+    flags.DEFINE_list(
+        "plan_units",
+        [],
+        "The cluster plan's sizes; empty: 128-16384 (2^k and 1.5 x 2^k).",
+    )
+    flags.DEFINE_string(
+        "plan_law",
+        "",
+        "fit.json whose law the cluster plan uses; empty: OUTPUT_DIR/fit.json if there, "
+        "else the law docs/scaling.md fitted.",
     )
 
 
@@ -463,8 +496,153 @@ def plot(path, results, law):
     plt.close(fig)
 
 
+# === Planning a cluster run ===
+
+
+def cluster_settings(gpus, gpu_tflops, peak_flops, utilization, hours, units):
+    """The cluster plan's settings from its flags, checked; None when no cluster is given.
+
+    Args:
+      gpus: --plan_gpus (0: not given).
+      gpu_tflops: --plan_gpu_tflops.
+      peak_flops: --cluster_flops (0: not given).
+      utilization: --plan_utilization.
+      hours: --plan_hours.
+      units: --plan_units (strings; empty: `sizing.cluster_units()`).
+
+    Returns:
+      {"gpus", "gpu_tflops", "peak_flops_per_s", "utilization", "hours", "units"}, or None.
+
+    Raises:
+      errors.InvalidValueError: one line naming the flag and what is wrong.
+    """
+    if not gpus and not peak_flops:
+        if hours:
+            raise errors.InvalidValueError(
+                "--plan_hours: give the cluster too (--plan_gpus and --plan_gpu_tflops, "
+                "or --cluster_flops)."
+            )
+        return None
+    if gpus and peak_flops:
+        raise errors.InvalidValueError(
+            "--plan_gpus and --cluster_flops: give one (the cluster as GPUs x TFLOP/s, "
+            "or its peak FLOP/s)."
+        )
+    if gpus:
+        if gpus < 0:
+            raise errors.InvalidValueError(f"--plan_gpus must be positive, got {gpus}.")
+        if not (math.isfinite(gpu_tflops) and gpu_tflops > 0):
+            raise errors.InvalidValueError(
+                f"--plan_gpu_tflops must be positive (each GPU's peak, e.g. 125 for a V100), "
+                f"got {gpu_tflops}."
+            )
+        peak_flops = gpus * gpu_tflops * 1e12
+    elif not (math.isfinite(peak_flops) and peak_flops > 0):
+        raise errors.InvalidValueError(f"--cluster_flops must be positive, got {peak_flops}.")
+    if not (math.isfinite(utilization) and 0 < utilization <= 1):
+        raise errors.InvalidValueError(
+            f"--plan_utilization must be in (0, 1] (a share of peak), got {utilization}."
+        )
+    if not (math.isfinite(hours) and hours > 0):
+        raise errors.InvalidValueError(f"--plan_hours must be positive, got {hours}.")
+    sizes = []
+    for value in units:
+        try:
+            size = int(value)
+        except ValueError:
+            size = 0
+        if size <= 0:
+            raise errors.InvalidValueError(
+                f"--plan_units: {value!r} is not a positive number of units."
+            )
+        sizes.append(size)
+    return {
+        "gpus": gpus,
+        "gpu_tflops": gpu_tflops,
+        "peak_flops_per_s": float(peak_flops),
+        "utilization": utilization,
+        "hours": hours,
+        "units": tuple(sorted(set(sizes))) or sizing.cluster_units(),
+    }
+
+
+def read_law(path, output_dir):
+    """The law a cluster plan uses, and where it came from.
+
+    `path` (a fit.json), else OUTPUT_DIR/fit.json when there, else
+    `sizing.shipped_law()` (the law docs/scaling.md fitted).
+    """
+    if not path:
+        default = os.path.join(output_dir, FIT_FILE)
+        if not os.path.exists(default):
+            return sizing.shipped_law(), "shipped: the fit in docs/scaling.md"
+        path = default
+    if not os.path.isfile(path):
+        raise errors.MissingFileError(f"--plan_law={path}: no such file.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)["law"]
+    except (ValueError, KeyError, TypeError):
+        raise errors.InvalidValueError(
+            f"--plan_law={path}: not this tool's {FIT_FILE} (JSON with a 'law')."
+        ) from None
+    return sizing.law_from_json(record, f"--plan_law={path}"), path
+
+
+def plan_cluster(config):
+    """Prints the plan for a cluster: the law, each candidate size, the choice; its object."""
+    cluster = config["cluster"]
+    law, source = read_law(config["plan_law"], config["output_dir"])
+    peak = cluster["peak_flops_per_s"]
+    sustained = peak * cluster["utilization"]
+    seconds = cluster["hours"] * 3600
+    flops = sizing.cluster_flops(peak, cluster["utilization"], cluster["hours"])
+    plan = sizing.plan_compute(law, sustained, seconds, units=cluster["units"])
+    low_n, high_n = law.weights_range
+    low_d, high_d = law.chars_range
+    print(f"law: {law.formula()} ({source})")
+    print(
+        f"  fitted on {low_n:,.0f}-{high_n:,.0f} weights and {low_d:,.0f}-{high_d:,.0f} "
+        f"characters (residual RMS {law.rms:.3f})"
+    )
+    machines = (
+        f"{cluster['gpus']} GPUs x {cluster['gpu_tflops']:g} TFLOP/s"
+        if cluster["gpus"]
+        else f"{peak:.3g} FLOP/s"
+    )
+    print(
+        f"cluster: {machines} peak x {cluster['utilization']:g} utilization = "
+        f"{sustained / 1e12:,.4g} TFLOP/s sustained, for {cluster['hours']:g} hours: "
+        f"{flops:.3g} FLOPs"
+    )
+    for choice in plan.candidates:
+        mark = "*" if choice is plan.best else " "
+        print(f"{mark} {sizing.describe_choice(law, choice)}")
+    print(f"chosen: {plan.line}")
+
+    def record(choice):
+        return {
+            "units": choice.units,
+            "weights": choice.weights,
+            "flops_per_char": sizing.flops_per_char(choice.units),
+            "chars": choice.chars,
+            "predicted_bits_per_char": choice.predicted,
+            "extrapolated": choice.extrapolated,
+        }
+
+    return {
+        "plan": {"hidden_size": plan.best.units, "line": plan.line, **record(plan.best)},
+        "cluster": {**cluster, "units": list(cluster["units"]), "flops": flops},
+        "candidates": [record(c) for c in plan.candidates],
+        "law": law.to_json(),
+        "law_source": source,
+    }
+
+
 def body(config):
     """Runs the grid (unless fit_only), fits, plans; returns the final line's object."""
+    if config.get("cluster"):
+        return plan_cluster(config)
     os.makedirs(config["output_dir"], exist_ok=True)
     if config["fit_only"]:
         results = read_results(os.path.join(config["output_dir"], RESULTS_FILE))
@@ -533,6 +711,20 @@ def build_config():
                 f"--train_flags: {flag!r} is not a --flag=value the grid leaves free "
                 f"(it sets {', '.join(_GRID_FLAGS)} itself)."
             )
+    cluster = cluster_settings(
+        FLAGS.plan_gpus,
+        FLAGS.plan_gpu_tflops,
+        FLAGS.cluster_flops,
+        FLAGS.plan_utilization,
+        FLAGS.plan_hours,
+        FLAGS.plan_units,
+    )
+    if cluster:
+        return {
+            "cluster": cluster,
+            "plan_law": FLAGS.plan_law,
+            "output_dir": os.path.abspath(FLAGS.output_dir),
+        }
     config = {
         "output_dir": os.path.abspath(FLAGS.output_dir),
         "fit_only": FLAGS.fit_only,
