@@ -15,8 +15,11 @@ What a fork cannot reproduce falls back to a plain subprocess, so a test
 keeps its meaning: a command that is not a Python binary, a command whose
 TensorFlow start-up is what is tested (`--verbosity`, `-v`, or an
 environment asking to see TensorFlow's start-up lines), options this module
-does not offer, and any environment variable read while TensorFlow loads
-(each value of those gets its own server). `TF_MLSTM_TESTS_NO_FORK=1` makes
+does not offer, a PYTHONPATH holding a start-up hook (`sitecustomize.py`, a
+test's injected fault), and any environment variable read while TensorFlow
+loads (each value of those gets its own server). PYTHONPATH itself is not one:
+it decides which tf_mlstm a command imports, and each forked command's
+sys.path is made from its own. `TF_MLSTM_TESTS_NO_FORK=1` makes
 every command a plain subprocess, to compare.
 
 A forked command that itself starts `python -m tf_mlstm.cli.<binary>` (the
@@ -45,9 +48,10 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 
 # Read while TensorFlow (and Python) start: a command with other values than a server's
-# needs a server started with them. PYTHONPATH decides what `import tensorflow` finds.
+# needs a server started with them (PYTHONPATH aside: see `_server_for`).
 _START_ENV = (
     "PYTHONPATH",
     "PYTHONHASHSEED",
@@ -75,6 +79,7 @@ _SERVER = textwrap.dedent(
 
     requests, replies = int(sys.argv[1]), int(sys.argv[2])
     START_ENV = json.loads(sys.argv[3])
+    SERVER_PATH = [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p]
     # TensorFlow's import and device probe as a binary's quiet start makes them (tf_mlstm._quiet).
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -105,6 +110,36 @@ _SERVER = textwrap.dedent(
             runpy.run_path(script, run_name="__main__")
 
 
+    def end_quickly(code):
+        # What a process's end does that anyone can see: its threads joined, its exit handlers
+        # run (absl's and logging's flush among them), its streams flushed. Then the exit
+        # itself, skipping the interpreter's teardown of every module TensorFlow loaded:
+        # about 1.3 CPU-seconds a command, which a fresh process of the binary pays too, but
+        # nothing it tests is in it.
+        import atexit, threading
+
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        for out in (sys.stdout, sys.stderr):
+            try:
+                out.flush()
+            except Exception:
+                pass
+        os._exit(code & 0xFF)
+
+
+    def own_path(env):
+        # sys.path as the command's own PYTHONPATH makes it at a fresh start: the server's
+        # entries out, the command's in, after sys.path[0] (no tf_mlstm module is imported
+        # yet, so which copy of it the command runs follows from here).
+        wanted = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+        rest = list(sys.path[1:])
+        for entry in SERVER_PATH:
+            if entry in rest:
+                rest.remove(entry)
+        sys.path[1:] = wanted + rest
+
+
     def child(request, opened):
         os.close(requests)
         os.close(replies)
@@ -115,6 +150,7 @@ _SERVER = textwrap.dedent(
                 os.close(handle)
         os.environ.clear()
         os.environ.update(request["env"])
+        own_path(request["env"])
         os.chdir(request["cwd"])
         fork_binaries_it_starts()
         run_main(request["argv"], request["module"], request["script"])
@@ -307,8 +343,18 @@ _SERVER = textwrap.dedent(
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                child(request, opened)  # Its own exit: SystemExit, an exception, a signal.
-                sys.exit(0)
+                # Its own exit: SystemExit, an exception (traceback, the interpreter's end),
+                # a signal.
+                code = 0
+                try:
+                    child(request, opened)
+                except SystemExit as e:
+                    if e.code is None or isinstance(e.code, int):
+                        code = e.code or 0
+                    else:
+                        print(e.code, file=sys.stderr)
+                        code = 1
+                end_quickly(code)
             for handle in set(opened):
                 os.close(handle)
             reply({"id": request["id"], "pid": pid})
@@ -416,7 +462,9 @@ def _server_for(args, env):
         # The binaries set their quiet level before TensorFlow loads (tf_mlstm/cli/_main.py);
         # TensorFlow reads it once, as it loads.
         start_env["TF_CPP_MIN_LOG_LEVEL"] = _QUIET_LEVEL
-    key = tuple(start_env.get(name) for name in _START_ENV)
+    # PYTHONPATH decides only which tf_mlstm a command imports (set per command, `own_path`):
+    # one server serves every value of it that holds no start-up hook (`_forkable`).
+    key = tuple(start_env.get(name) for name in _START_ENV if name != "PYTHONPATH")
     with _servers_lock:
         if key not in _servers:
             if len(_servers) >= _MAX_SERVERS:
@@ -438,11 +486,22 @@ def _command(args):
     return None
 
 
+_HOOKS = ("sitecustomize.py", "usercustomize.py")
+
+
+def _has_start_up_hook(env):
+    """Whether `env`'s PYTHONPATH holds a module Python runs at start-up (a test's fault)."""
+    path = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    return any(os.path.exists(os.path.join(p, hook)) for p in path for hook in _HOOKS)
+
+
 def _forkable(args, env, options):
     if os.environ.get("TF_MLSTM_TESTS_NO_FORK") or set(options) - _OPTIONS:
         return False
     if _command(args) is None:
         return False
+    if _has_start_up_hook(env):
+        return False  # it runs at a fresh start, before anything a server could share
     if any(str(arg).startswith(("--verbosity", "-v")) for arg in args[2:]):
         return False  # The binary sets TensorFlow's log level before TensorFlow loads.
     # A level showing TensorFlow's start-up lines: they come from a real start only.
@@ -472,9 +531,20 @@ class _Input:
 
 
 class ForkedProcess:
-    """A `subprocess.Popen` look-alike for a command forked from a server."""
+    """A `subprocess.Popen` look-alike for a command forked from a server.
 
-    def __init__(self, server, args, stdin, stdout, stderr, env, cwd, text, errors, encoding):
+    With `live_pipes` (what `Popen` asks for), stdout and stderr given as
+    `subprocess.PIPE` are pipes read while the command runs, as a
+    subprocess's are: `proc.stdout.readline()`, and `communicate` reading
+    both to their end (a named pipe the server opens for the command, so the
+    end comes when every process holding it has closed it). Without it
+    (`run`), what the command writes is collected in a file and read once it
+    has ended.
+    """
+
+    def __init__(
+        self, server, args, stdin, stdout, stderr, env, cwd, text, errors, encoding, live_pipes
+    ):
         self.args = args
         self.returncode = None
         self._server = server
@@ -483,29 +553,39 @@ class ForkedProcess:
         self._encoding = encoding or "utf-8"
         self._folder = tempfile.mkdtemp(prefix="forked-")
         self._captured = {}
+        self._live = {}  # fd -> the read end of its named pipe, opened before the fork
+        self._readers = None
         write = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        stdio = [self._stdio(0, stdin, os.O_RDONLY), self._stdio(1, stdout, write)]
-        if stderr == subprocess.STDOUT:
-            stdio.append(stdio[1])
-        else:
-            stdio.append(self._stdio(2, stderr, write))
-        module, script = _command(args)
-        argv = [os.fspath(arg) for arg in args]
-        self.pid = server.fork(
-            {
-                # sys.argv as `python -m module ...` (runpy puts the module's path first) or
-                # `python script ...` makes it.
-                "argv": argv[2:] if module else argv[1:],
-                "module": module,
-                "script": script,
-                "env": env,
-                "cwd": os.fspath(cwd or os.getcwd()),
-                "stdio": stdio,
-            }
-        )
-        self.stdout = self.stderr = self.stdin = None
+        try:
+            stdio = [self._stdio(0, stdin, os.O_RDONLY)]
+            stdio.append(self._stdio(1, stdout, write, live_pipes))
+            if stderr == subprocess.STDOUT:
+                stdio.append(stdio[1])
+            else:
+                stdio.append(self._stdio(2, stderr, write, live_pipes))
+            module, script = _command(args)
+            argv = [os.fspath(arg) for arg in args]
+            self.pid = server.fork(
+                {
+                    # sys.argv as `python -m module ...` (runpy puts the module's path first)
+                    # or `python script ...` makes it.
+                    "argv": argv[2:] if module else argv[1:],
+                    "module": module,
+                    "script": script,
+                    "env": env,
+                    "cwd": os.fspath(cwd or os.getcwd()),
+                    "stdio": stdio,
+                }
+            )
+        except BaseException:
+            for handle in self._live.values():
+                os.close(handle)
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
+        self.stdin = None
+        self.stdout, self.stderr = (self._pipe(fd) for fd in (1, 2))
 
-    def _stdio(self, fd, what, flags):
+    def _stdio(self, fd, what, flags, live=False):
         if what is None:
             # Inherited: this process's own descriptor, as it is now.
             if fd == 0:
@@ -513,6 +593,13 @@ class ForkedProcess:
             return [f"/proc/{os.getpid()}/fd/{fd}", os.O_WRONLY | os.O_APPEND]
         if what == subprocess.DEVNULL:
             return [os.devnull, flags]
+        if what == subprocess.PIPE and live and fd:
+            path = os.path.join(self._folder, f"pipe-{fd}")
+            os.mkfifo(path)
+            # Open for reading first (without waiting for a writer), so the server's open
+            # for writing returns at once.
+            self._live[fd] = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            return [path, os.O_WRONLY]
         if what == subprocess.PIPE:
             path = os.path.join(self._folder, str(fd))
             self._captured[fd] = path
@@ -525,6 +612,15 @@ class ForkedProcess:
         # The same open file, reached through this process: appended to, as a shared
         # descriptor would be (stdout and stderr to one log).
         return [f"/proc/{os.getpid()}/fd/{number}", flags | (os.O_APPEND if fd else 0)]
+
+    def _pipe(self, fd):
+        """The file object reading `fd`'s live pipe (blocking now that the command holds it)."""
+        if fd not in self._live:
+            return None
+        os.set_blocking(self._live[fd], True)
+        if self._text:
+            return open(self._live[fd], encoding=self._encoding, errors=self._errors)
+        return open(self._live[fd], "rb")
 
     def poll(self):
         if self.returncode is None:
@@ -555,10 +651,37 @@ class ForkedProcess:
             data = f.read()
         return data.decode(self._encoding, self._errors) if self._text else data
 
+    def _read_pipes(self, timeout):
+        """Both live pipes read to their end, as `communicate` reads a subprocess's."""
+        if self._readers is None:
+            self._readers = {}
+            for fd, stream in ((1, self.stdout), (2, self.stderr)):
+                if stream is not None:
+                    chunks = []
+                    reader = threading.Thread(
+                        target=lambda stream=stream, chunks=chunks: chunks.append(stream.read()),
+                        daemon=True,
+                    )
+                    reader.start()
+                    self._readers[fd] = (reader, chunks)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader, _ in self._readers.values():
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        outputs = {fd: chunks[0] for fd, (_, chunks) in self._readers.items()}
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        return outputs, None if deadline is None else max(0.0, deadline - time.monotonic())
+
     def communicate(self, input=None, timeout=None):  # noqa: A002 (Popen's name)
         del input
+        live = {}
+        if self._live:
+            live, timeout = self._read_pipes(timeout)
         self.wait(timeout)
-        outputs = self._output(1), self._output(2)
+        outputs = tuple(live[fd] if fd in live else self._output(fd) for fd in (1, 2))
         shutil.rmtree(self._folder, ignore_errors=True)
         return outputs
 
@@ -566,17 +689,16 @@ class ForkedProcess:
 def Popen(args, **options):  # noqa: N802 (subprocess's name)
     """`subprocess.Popen(args, **options)`, forked from a server where it can be."""
     env = dict(options.get("env") or os.environ)
-    streams = (options.get(name) for name in ("stdin", "stdout", "stderr"))
-    if not _forkable(args, env, options) or subprocess.PIPE in streams:
-        # A pipe read or written while the command runs: a plain subprocess has one.
+    if not _forkable(args, env, options) or options.get("stdin") == subprocess.PIPE:
+        # Input written while the command runs: a plain subprocess has the pipe.
         return subprocess.Popen(args, **options)
     server = _server_for(args, env)
     if server is None:
         return subprocess.Popen(args, **options)
-    return _forked(server, args, env, options)
+    return _forked(server, args, env, options, live_pipes=True)
 
 
-def _forked(server, args, env, options):
+def _forked(server, args, env, options, live_pipes=False):
     return ForkedProcess(
         server,
         list(args),
@@ -588,6 +710,7 @@ def _forked(server, args, env, options):
         options.get("text") or options.get("universal_newlines"),
         options.get("errors"),
         options.get("encoding"),
+        live_pipes,
     )
 
 

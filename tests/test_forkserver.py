@@ -111,7 +111,56 @@ def test_a_signal_ends_it_as_it_ends_a_process_and_a_time_out_kills_it(script, t
         _forkserver.run([sys.executable, str(script), "sleep"], env=_env(), timeout=2)
 
 
-def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeypatch):
+def test_pipes_are_read_while_the_command_runs_and_to_their_end(script):
+    proc = _forkserver.Popen(
+        [sys.executable, str(script), "sleep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    assert isinstance(proc, _forkserver.ForkedProcess)
+    # Read while it runs: its report and "sleeping" come before it ends.
+    assert json.loads(proc.stdout.readline())["argv"] == ["sleep"]
+    assert proc.stdout.readline() == "sleeping\n" and proc.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.communicate(timeout=1)
+    proc.kill()
+    # A second communicate, as after a subprocess's time-out, gets the rest.
+    out, err = proc.communicate(timeout=30)
+    assert (out, err) == ("", "to stderr\n") and proc.returncode == -signal.SIGKILL
+
+    proc = _forkserver.Popen(
+        [sys.executable, str(script), "exit", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4 and err is None and proc.stderr is None
+    assert out.endswith(b"to stderr\n") and b'"argv": ["exit", "4"]' in out
+
+
+def test_each_command_imports_from_its_own_pythonpath_through_one_server(tmp_path):
+    script = tmp_path / "which.py"
+    script.write_text("import probe_module, sys; print(probe_module.VALUE, sys.path[1])")
+    said = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "probe_module.py").write_text(f"VALUE = {name!r}")
+        env = _env(PYTHONPATH=str(tmp_path / name))
+        done = _forkserver.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        said.append(done.stdout.split())
+        if name == "first":
+            servers = dict(_forkserver._servers)
+    assert said == [["first", str(tmp_path / "first")], ["second", str(tmp_path / "second")]]
+    assert _forkserver._servers == servers  # the second ran in the first's server
+
+
+def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeypatch, tmp_path):
     started = []
     real = subprocess.Popen
 
@@ -120,10 +169,15 @@ def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", popen)
+    hooked = tmp_path / "hooked"
+    hooked.mkdir()
+    (hooked / "sitecustomize.py").write_text("")
     for args, env in [
         ([sys.executable, "-c", "print(1)"], _env()),  # not a module or a script
         ([sys.executable, str(script), "exit", "0", "--verbosity=1"], _env()),
         ([sys.executable, str(script), "exit", "0"], _env(TF_CPP_MIN_LOG_LEVEL="0")),
+        # A start-up hook runs at a fresh start only.
+        ([sys.executable, str(script), "exit", "0"], _env(PYTHONPATH=str(hooked))),
     ]:
         done = _forkserver.run(args, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
