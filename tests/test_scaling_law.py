@@ -163,6 +163,49 @@ def test_planner_and_rates_refuse_bad_input():
         sizing.parse_rates("128=2,256:11000")
 
 
+def test_the_planner_caps_characters_by_the_step_budget_and_plans_without_time():
+    law = sizing.ScalingLaw(**GOLDEN)
+    rates = {128: 20000.0, 256: 11000.0}
+    capped = sizing.plan_size(law, rates, seconds=120, max_chars=1.5e6)
+    assert [c.chars for c in capped.candidates] == [1.5e6, 1.32e6]
+    assert capped.line.startswith("hidden_size=256 for 2 minutes or 1.5M chars: ")
+    # No time budget: every size trains on the steps' characters, rates unknown.
+    steps = sizing.plan_size(law, dict.fromkeys(rates), float("inf"), max_chars=20480)
+    assert steps.best.units == 256 and [c.chars for c in steps.candidates] == [20480] * 2
+    assert "law favours the largest" in steps.line and "not measured, 20,480 chars" in steps.line
+    with pytest.raises(errors.InvalidValueError, match="budget must be positive"):
+        sizing.plan_size(law, dict.fromkeys(rates), float("inf"))
+    with pytest.raises(errors.InvalidValueError, match="size 128 has rate None"):
+        sizing.plan_size(law, {128: None}, 60)
+
+
+def test_the_shipped_law_is_the_documented_fit_and_law_files_load(tmp_path):
+    law = sizing.REVIEWS_LAW
+    assert law.formula() in (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
+    assert law.weights_range == (174080.0, 3418880.0)
+    assert sizing.load_law("") is law
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"law": sizing.ScalingLaw(**GOLDEN).to_json(), "runs": 13}))
+    assert sizing.load_law(str(fit)) == sizing.ScalingLaw(**GOLDEN)
+    plain = tmp_path / "law.json"
+    plain.write_text(json.dumps(GOLDEN))
+    assert sizing.load_law(str(plain)).formula() == sizing.ScalingLaw(**GOLDEN).formula()
+    bad = tmp_path / "bad.json"
+    for text, message in [
+        ("{", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object with E, A, alpha, B, beta"),
+        (json.dumps({**GOLDEN, "beta": "x"}), "beta must be a number"),
+        (json.dumps({**GOLDEN, "A": -1}), "A must be >= 0"),
+        (json.dumps({**GOLDEN, "chars_range": [5, 1]}), r"chars_range must be \[low, high\]"),
+        (json.dumps({**GOLDEN, "form": "cubic"}), "form must be one of"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(errors.InvalidValueError, match=f"^scaling_law={bad}: {message}"):
+            sizing.load_law(str(bad))
+    with errors.naming_flags(), pytest.raises(errors.InvalidValueError, match="cannot read it"):
+        sizing.load_law(str(tmp_path / "missing.json"))
+
+
 def test_grid_runs_end_their_schedule_at_the_budget(tool):
     recipe = {"batch_size": "64", "seq_length": "64", "warmup_steps": "100"}
     points = tool.grid([512, 128], [250_000, 4_000_000], recipe, 0.05)
