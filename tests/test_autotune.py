@@ -378,6 +378,15 @@ def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastes
     ]
     assert record["law"] == sizing.REVIEWS_LAW.formula()
     assert record["law_source"] == autosize.SHIPPED_LAW and record["line"] == decision.line
+
+    # A size the cap (or a failure) left out is named in the line, and is no candidate.
+    def capped(sizes, cap):
+        spent = {1024: f"{autotune.NOT_MEASURED}: the 90 s cap was spent"}
+        return autosize.Rates({256: 12000.0, 512: 8000.0}, "measured", 90.0, spent)
+
+    short = autosize.decide(_auto_config(), replicas=1, rates_of=capped)
+    assert short.line.endswith("; left out: 1024 units (not measured: the 90 s cap was spent)")
+    assert [c["units"] for c in short.record["candidates"]] == [256, 512]
     # The step budget caps the characters: at 10 steps every size trains on the same few.
     few = autosize.decide(_auto_config(max_steps=10), replicas=2, rates_of=rates_of)
     assert few.units == 1024 and {c["chars"] for c in few.record["candidates"]} == {10 * 64 * 64}

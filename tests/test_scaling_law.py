@@ -206,6 +206,26 @@ def test_the_shipped_law_is_the_documented_fit_and_law_files_load(tmp_path):
         sizing.load_law(str(tmp_path / "missing.json"))
 
 
+def test_a_grid_run_recorded_with_a_fixed_size_recipe_counts_for_the_auto_sized_one(tool, tmp_path):
+    # The runs recorded before the recipe said --hidden_size=auto: each run's size is the
+    # grid's, so the recipe's size lines are no setting; any other line still is.
+    def settings(*recipe):
+        return {"recipe": sorted(recipe), "train_flags": [], "heldout": "e.jsonl"}
+
+    path = tmp_path / "results.jsonl"
+    before = settings("--hidden_size=768", "--lr=0.006")
+    path.write_text(
+        json.dumps({"units": 8, "steps": 2, "heldout_bits_per_char": 3.1, "settings": before})
+    )
+    now = tool._without_size_lines(
+        settings("--hidden_size=auto", "--size_candidates=8", "--lr=0.006")
+    )
+    assert now == settings("--lr=0.006")
+    assert [r["units"] for r in tool.read_results(str(path), now)] == [8]
+    with pytest.raises(errors.InvalidValueError, match="run u8_s2 was made with other settings"):
+        tool.read_results(str(path), settings("--lr=0.003"))
+
+
 def test_grid_runs_end_their_schedule_at_the_budget(tool):
     recipe = {"batch_size": "64", "seq_length": "64", "warmup_steps": "100"}
     points = tool.grid([512, 128], [250_000, 4_000_000], recipe, 0.05)

@@ -291,6 +291,10 @@ def _plan(config, replicas, rates_of):
         )
         how = "steps"
     source = config.scaling_law or SHIPPED_LAW
+    line = plan.line
+    if rates.skipped and how != "steps":
+        left_out = "; ".join(f"{u} units ({why})" for u, why in sorted(rates.skipped.items()))
+        line += f"; left out: {left_out}"
     record = {
         "hidden_size": plan.best.units,
         "how": how,
@@ -307,10 +311,10 @@ def _plan(config, replicas, rates_of):
         },
         "replicas": replicas,
         "seconds": round(rates.seconds, 1),
-        "line": plan.line,
+        "line": line,
         **({"note": rates.note} if rates.note else {}),
     }
-    return Decision(plan.best.units, how, plan.line, record, rates.seconds)
+    return Decision(plan.best.units, how, line, record, rates.seconds)
 
 
 def _candidate_record(choice, replica_rate):

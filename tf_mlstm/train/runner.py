@@ -4,10 +4,11 @@ Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
 runner owns everything they share, in the task/trainer split of
 tensorflow/models `official/core`, and this module holds the `Runner`
 itself: the strategy, the replica layout and seeding; the `auto` model size
-(`autosize.py`), precision and XLA (measured with `autotune.py`); the model and the optimizer with loss
-scaling (`optimizer.py`); the step loop with the `max_minutes` budget, the
-checkpoint cadence, the task's periodic evaluations and the final
-synchronization and `results.json`. Its parts live beside it, one job a file:
+(`autosize.py`), precision and XLA (measured with `autotune.py`); the model
+and the optimizer with loss scaling (`optimizer.py`); the step loop with the
+`max_minutes` budget, the checkpoint cadence, the task's periodic
+evaluations and the final synchronization and `results.json`. Its parts
+live beside it, one job a file:
 
 * `task_protocol.py`: what a task supplies (`Task`) and what it may know of
   the run (`TaskContext`): the strategy, the replica layout, the step, the
@@ -79,9 +80,10 @@ class Runner:
     """Runs a `Task` data-parallel under a `tf.distribute` strategy.
 
     `auto` size (`autosize.py`), then `auto` precision and XLA, are resolved
-    here, after the strategy and before the task prepares: measured on the chief where the task supplies a
-    `measurement` and the run can afford it (`autotune.py`), the choice
-    handed to every worker, recorded in the run's config file.
+    here, after the strategy and before the task prepares: measured on the
+    chief where the task supplies a `measurement` and the run can afford it
+    (`autotune.py`), the choice handed to every worker, recorded in the
+    run's config file.
 
     Args:
       task: the `Task`.
