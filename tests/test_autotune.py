@@ -321,6 +321,223 @@ def test_a_resumed_run_keeps_its_recorded_precision(tmp_path, demo_tfrecords, mo
     assert np.isfinite(results["final_learning_rate"])
 
 
+# === Model size: --hidden_size=auto (tf_mlstm.train.autosize) ===
+
+
+def _auto_config(**overrides):
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
+
+    values = dict(
+        hidden_size="auto",
+        size_candidates="256,512,1024",
+        batch_size=64,
+        seq_length=64,
+        max_steps=100000,
+        max_minutes=30.0,
+    )
+    return TrainConfig(**{**values, **overrides}).validate()
+
+
+def _never(*args):
+    raise AssertionError(f"measured {args}")
+
+
+# Rates (one replica) under which the fastest size is not the best for 30 minutes.
+AUTO_RATES = {256: 12000.0, 512: 8000.0, 1024: 1500.0}
+
+
+def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastest():
+    from tf_mlstm import sizing  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+
+    caps = []
+
+    def rates_of(sizes, cap):
+        caps.append((sizes, cap))
+        return autosize.Rates(dict(AUTO_RATES), "measured", 60.0, setting="float32/xla_on")
+
+    decision = autosize.decide(_auto_config(), replicas=2, rates_of=rates_of)
+    assert caps == [((256, 512, 1024), autotune.time_cap_s(30.0))]
+    # Measuring's 60 s come off the budget; two replicas train at twice one's rate.
+    left = 30 * 60 - 60
+    predicted = {
+        u: sizing.REVIEWS_LAW.predict(sizing.model_weights(u), r * 2 * left)
+        for u, r in AUTO_RATES.items()
+    }
+    assert decision.units == min(predicted, key=predicted.get) == 512
+    assert decision.how == "measured" and decision.seconds == 60.0
+    assert decision.line.startswith(
+        f"hidden_size=512 for 29 minutes or 409.6M chars: 512 units: {predicted[512]:.3f}"
+    )
+    assert "16,000 chars/s" in decision.line and "alternatives 256 units" in decision.line
+    record = decision.record
+    assert record["budget"]["seconds_left"] == left and record["setting"] == "float32/xla_on"
+    assert [c["replica_chars_per_s"] for c in record["candidates"]] == list(AUTO_RATES.values())
+    assert [c["chars"] for c in record["candidates"]] == [
+        int(r * 2 * left) for r in AUTO_RATES.values()
+    ]
+    assert record["law"] == sizing.REVIEWS_LAW.formula()
+    assert record["law_source"] == autosize.SHIPPED_LAW and record["line"] == decision.line
+
+    # A size the cap (or a failure) left out is named in the line, and is no candidate.
+    def capped(sizes, cap):
+        spent = {1024: f"{autotune.NOT_MEASURED}: the 90 s cap was spent"}
+        return autosize.Rates({256: 12000.0, 512: 8000.0}, "measured", 90.0, spent)
+
+    short = autosize.decide(_auto_config(), replicas=1, rates_of=capped)
+    assert short.line.endswith("; left out: 1024 units (not measured: the 90 s cap was spent)")
+    assert [c["units"] for c in short.record["candidates"]] == [256, 512]
+    # The step budget caps the characters: at 10 steps every size trains on the same few.
+    few = autosize.decide(_auto_config(max_steps=10), replicas=2, rates_of=rates_of)
+    assert few.units == 1024 and {c["chars"] for c in few.record["candidates"]} == {10 * 64 * 64}
+
+
+def test_auto_size_without_a_time_budget_measures_nothing_and_takes_the_steps_characters():
+    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+
+    decision = autosize.decide(
+        _auto_config(max_minutes=0.0, max_steps=500), replicas=1, rates_of=_never
+    )
+    assert decision.units == 1024 and decision.how == "steps" and decision.seconds == 0
+    assert "law favours the largest" in decision.line and "not measured" in decision.line
+    assert decision.record["budget"]["max_chars"] == 500 * 64 * 64
+
+
+def test_a_resume_keeps_the_recorded_size_and_workers_take_the_chiefs():
+    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+
+    recorded = (512, {"how": "measured", "hidden_size": 512})
+    kept = autosize.decide(_auto_config(), replicas=1, recorded=recorded, rates_of=_never)
+    assert (kept.units, kept.how, kept.record) == (512, "recorded", recorded[1])
+    assert "nothing measured" in kept.line
+    # A worker measures nothing and takes what the chief sends (one all-reduce).
+    sent = []
+
+    def agree(values):
+        sent.append(values)
+        return [768.0]
+
+    worker = autosize.decide(
+        _auto_config(), replicas=4, chief=False, num_workers=2, rates_of=_never, agree=agree
+    )
+    assert (worker.units, worker.how, sent) == (768, "from the chief", [[0]])
+    assert worker.line == "hidden_size=768 (auto: from the chief)"
+
+
+def test_auto_size_rates_come_from_the_cache_and_a_failing_size_is_skipped(tmp_path):
+    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+
+    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    clock = FakeClock()
+    costs = {
+        "8 units": 0.01,
+        "16 units": errors.InvalidValueError("out of memory"),
+        "32 units": 0.04,
+    }
+
+    def rates(built):
+        return autosize.measured_rates(
+            [8, 16, 32],
+            F32_OFF,
+            fake_build(clock, costs, built),
+            100,
+            cache=cache,
+            key_of=lambda u: f"shape {u}",
+            max_seconds=60,
+            clock=clock,
+        )
+
+    built = []
+    first = rates(built)
+    assert first.how == "measured" and first.rates == pytest.approx({8: 10000.0, 32: 2500.0})
+    assert "out of memory" in first.skipped[16] and built == ["8 units", "16 units", "32 units"]
+    # Keyed per size under the precision's own name: what `auto` precision caches too.
+    assert cache.get("shape 8")["rates"] == {F32_OFF.name: pytest.approx(10000.0)}
+    built = []
+    second = rates(built)
+    assert (second.how, second.seconds, built) == ("cached", 0.0, [])
+    assert second.rates == first.rates and 16 in second.skipped
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"hidden_size": 0}, r"hidden_size must be positive, got 0\."),
+        ({"size_candidates": "256,x"}, "size_candidates must be comma-separated positive numbers"),
+        ({"size_candidates": "256,0"}, "size_candidates must be comma-separated positive numbers"),
+    ],
+)
+def test_bad_auto_size_settings_are_one_line_naming_the_setting(overrides, message):
+    with pytest.raises(errors.InvalidValueError, match="^" + message):
+        _auto_config(**overrides)
+    with errors.naming_flags(), pytest.raises(errors.InvalidValueError, match="^--" + message):
+        _auto_config(**overrides)
+
+
+def test_the_hidden_size_flag_takes_a_number_or_auto():
+    from tf_mlstm.cli import _flags  # pylint: disable=g-import-not-at-top
+
+    parser = _flags._IntOrAutoParser()  # pylint: disable=protected-access
+    assert (parser.parse("auto"), parser.parse(" 512"), parser.parse(64)) == ("auto", 512, 64)
+    # absl reports it as one line: "flag --hidden_size=big: must be an integer or auto, ...".
+    with pytest.raises(ValueError, match="^must be an integer or auto, got 'big'$"):
+        parser.parse("big")
+    with pytest.raises(errors.InvalidValueError, match=r"hidden_size must be an int or 'auto'"):
+        _auto_config(hidden_size="big")
+
+
+def test_a_resume_with_auto_passes_the_preflight_and_another_size_does_not(tmp_path):
+    from tf_mlstm import preflight  # pylint: disable=g-import-not-at-top
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "checkpoint").write_text("")
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 512}))
+    preflight.check_resume(str(tmp_path), {"hidden_size": "auto"})
+    preflight.check_resume(str(tmp_path), {"hidden_size": 512})
+    with pytest.raises(preflight.RunDirError, match=r"hidden_size=256 \(saved 512\)"):
+        preflight.check_resume(str(tmp_path), {"hidden_size": 256})
+
+
+@pytest.mark.slow
+def test_an_auto_sized_run_measures_logs_one_line_records_it_and_a_resume_keeps_it(
+    tmp_path, demo_tfrecords, caplog, monkeypatch
+):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    files = tfrecord.split_files(demo_tfrecords, "train")
+    # A 10-minute budget (a 30 s cap to measure in) the 3 steps never reach.
+    auto = dict(hidden_size="auto", size_candidates="8,16", max_minutes=10.0, max_steps=3)
+    config = tiny_train_config(tmp_path / "run", demo_tfrecords, **auto)
+    with caplog.at_level(logging.INFO):
+        trainer, results = _train(config, files)
+    assert "Autosize: timing 8 units, 16 units at float32/xla_off" in caplog.text
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Model size")]
+    assert len(lines) == 1, lines
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    record = saved["autosize"]
+    units = saved["hidden_size"]
+    assert units in (8, 16) and trainer.config.hidden_size == units and results["step"] == 3
+    assert record["how"] == "measured" and record["hidden_size"] == units
+    assert [c["units"] for c in record["candidates"]] == [8, 16]
+    assert all(c["replica_chars_per_s"] > 0 for c in record["candidates"])
+    assert lines[0].startswith("Model size (auto, measured in ")
+    assert re.search(
+        rf"hidden_size={units} for (9\.\d|10) minutes or 192 chars: {units} units", lines[0]
+    )
+    assert record["line"] in lines[0] and "alternatives" in lines[0]
+    assert trainer.autotune_seconds == pytest.approx(record["seconds"], abs=0.06)
+    # The same command with more steps resumes at the recorded size and measures nothing.
+    caplog.clear()
+    more = tiny_train_config(tmp_path / "run", demo_tfrecords, **{**auto, "max_steps": 5})
+    with caplog.at_level(logging.INFO):
+        resumed, results = _train(more, files)
+    assert "Autosize: timing" not in caplog.text and results["step"] == 5
+    assert f"Model size: hidden_size={units} (auto: recorded in " in caplog.text
+    assert resumed.config.hidden_size == units and resumed.autotune_seconds == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["autosize"] == record
+
+
 # === Featurization and classification ===
 
 
@@ -389,14 +606,22 @@ def test_two_workers_use_the_choice_the_chief_measured(tmp_path, demo_tfrecords)
 
     model_dir = tmp_path / "run"
     # A budget the 2 steps never reach (measuring allowed); the later flag wins over TINY's.
+    # The size is auto too: the chief times both sizes at the table's precision and XLA,
+    # then the other settings at the size it chose (the first is cached by then).
+    auto = ["--hidden_size=auto", "--size_candidates=8,16", "--jit_compile=auto"]
     args = _train_args(model_dir, demo_tfrecords, "--max_steps=2", "--max_minutes=300")
-    code, log = _run_launcher(2, tmp_path / "log.txt", [*args, "--jit_compile=auto"], 400)
+    code, log = _run_launcher(2, tmp_path / "log.txt", [*args, *auto], 400)
     assert code == 0, log[-4000:]
     chief, other = _worker_text(log, 0), _worker_text(log, 1)
-    assert "Autotune: timing float32/xla_on" in chief
-    assert "Autotune: timing" not in other  # only the chief measures
-    record = json.loads((model_dir / "config.json").read_text())["autotune"]
-    assert record["how"] == "measured" and "float32/xla_on" in record["rates"]
+    assert "Autosize: timing 8 units, 16 units at " in chief
+    assert "Autotune: timing" in chief
+    assert "Autotune: timing" not in other and "Autosize: timing" not in other  # the chief only
+    saved = json.loads((model_dir / "config.json").read_text())
+    units = saved["hidden_size"]
+    assert saved["autosize"]["how"] == "measured" and saved["autosize"]["hidden_size"] == units
+    assert f"Model size: hidden_size={units} (auto: from the chief)" in other
+    record = saved["autotune"]
+    assert record["how"] == "measured and cached" and "float32/xla_on" in record["rates"]
     # The precision is auto too: on a CPU with bfloat16 instructions bfloat16 is a
     # candidate, and the fastest measured wins, whichever it is.
     precision, xla = record["precision"], "on" if record["jit_compile"] else "off"

@@ -128,8 +128,12 @@ def test_a_config_error_names_the_argument_to_python_and_the_flag_to_a_binary(bu
 
 
 def test_a_wrong_type_names_the_argument():
-    with pytest.raises(errors.InvalidValueError, match=r"hidden_size must be an int, got '64'"):
-        config.TrainConfig(hidden_size="64")
+    with pytest.raises(errors.InvalidValueError, match=r"embedding_size must be an int, got '64'"):
+        config.TrainConfig(embedding_size="64")
+    # hidden_size takes a number or the word auto (`--hidden_size=auto`).
+    for wrong in (64.0, "64", "big", True):
+        with pytest.raises(errors.InvalidValueError, match=r"hidden_size must be an int or 'auto'"):
+            config.TrainConfig(hidden_size=wrong)
 
 
 def test_the_python_entry_point_names_the_argument(tmp_path):

@@ -97,10 +97,10 @@ SIZES = {
         "--impls=mlstm",
         "--jit=false",
     ],
-    # One grid point of one step; the recipe's batch and sequence made tiny.
+    # One grid point of 16 steps; the recipe's batch and sequence made tiny.
     "scaling_law": [
         "--sizes=8",
-        "--budgets=4096",
+        "--budgets=1024",
         "--train_flags=--precision=float32,--jit_compile=false,--embedding_size=4,"
         "--batch_size=4,--seq_length=16,--shuffle_buffer=64,--eval_batches=1",
     ],

@@ -176,7 +176,8 @@ def test_load_of_a_missing_folder_is_a_user_error_naming_model_dir(tmp_path):
 
 
 def test_a_config_refuses_a_value_of_the_wrong_type_when_constructed():
-    with pytest.raises(tf_mlstm.InvalidValueError, match=r"hidden_size must be an int, got '64'"):
+    match = r"hidden_size must be an int or 'auto', got '64'"
+    with pytest.raises(tf_mlstm.InvalidValueError, match=match):
         tf_mlstm.TrainConfig(hidden_size="64")
     with pytest.raises(tf_mlstm.InvalidValueError, match=r"lr must be a number, got"):
         tf_mlstm.TrainConfig(lr="0.1")

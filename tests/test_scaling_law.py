@@ -163,6 +163,69 @@ def test_planner_and_rates_refuse_bad_input():
         sizing.parse_rates("128=2,256:11000")
 
 
+def test_the_planner_caps_characters_by_the_step_budget_and_plans_without_time():
+    law = sizing.ScalingLaw(**GOLDEN)
+    rates = {128: 20000.0, 256: 11000.0}
+    capped = sizing.plan_size(law, rates, seconds=120, max_chars=1.5e6)
+    assert [c.chars for c in capped.candidates] == [1.5e6, 1.32e6]
+    assert capped.line.startswith("hidden_size=256 for 2 minutes or 1.5M chars: ")
+    # No time budget: every size trains on the steps' characters, rates unknown.
+    steps = sizing.plan_size(law, dict.fromkeys(rates), float("inf"), max_chars=20480)
+    assert steps.best.units == 256 and [c.chars for c in steps.candidates] == [20480] * 2
+    assert "law favours the largest" in steps.line and "not measured, 20,480 chars" in steps.line
+    with pytest.raises(errors.InvalidValueError, match="budget must be positive"):
+        sizing.plan_size(law, dict.fromkeys(rates), float("inf"))
+    with pytest.raises(errors.InvalidValueError, match="size 128 has rate None"):
+        sizing.plan_size(law, {128: None}, 60)
+
+
+def test_the_shipped_law_is_the_documented_fit_and_law_files_load(tmp_path):
+    law = sizing.REVIEWS_LAW
+    assert law.formula() in (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
+    assert law.weights_range == (174080.0, 3418880.0)
+    assert sizing.load_law("") is law
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"law": sizing.ScalingLaw(**GOLDEN).to_json(), "runs": 13}))
+    assert sizing.load_law(str(fit)) == sizing.ScalingLaw(**GOLDEN)
+    plain = tmp_path / "law.json"
+    plain.write_text(json.dumps(GOLDEN))
+    assert sizing.load_law(str(plain)).formula() == sizing.ScalingLaw(**GOLDEN).formula()
+    bad = tmp_path / "bad.json"
+    for text, message in [
+        ("{", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object with E, A, alpha, B, beta"),
+        (json.dumps({**GOLDEN, "beta": "x"}), "beta must be a number"),
+        (json.dumps({**GOLDEN, "A": -1}), "A must be >= 0"),
+        (json.dumps({**GOLDEN, "chars_range": [5, 1]}), r"chars_range must be \[low, high\]"),
+        (json.dumps({**GOLDEN, "form": "cubic"}), "form must be one of"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(errors.InvalidValueError, match=f"^scaling_law={bad}: {message}"):
+            sizing.load_law(str(bad))
+    with errors.naming_flags(), pytest.raises(errors.InvalidValueError, match="cannot read it"):
+        sizing.load_law(str(tmp_path / "missing.json"))
+
+
+def test_a_grid_run_recorded_with_a_fixed_size_recipe_counts_for_the_auto_sized_one(tool, tmp_path):
+    # The runs recorded before the recipe said --hidden_size=auto: each run's size is the
+    # grid's, so the recipe's size lines are no setting; any other line still is.
+    def settings(*recipe):
+        return {"recipe": sorted(recipe), "train_flags": [], "heldout": "e.jsonl"}
+
+    path = tmp_path / "results.jsonl"
+    before = settings("--hidden_size=768", "--lr=0.006")
+    path.write_text(
+        json.dumps({"units": 8, "steps": 2, "heldout_bits_per_char": 3.1, "settings": before})
+    )
+    now = tool._without_size_lines(
+        settings("--hidden_size=auto", "--size_candidates=8", "--lr=0.006")
+    )
+    assert now == settings("--lr=0.006")
+    assert [r["units"] for r in tool.read_results(str(path), now)] == [8]
+    with pytest.raises(errors.InvalidValueError, match="run u8_s2 was made with other settings"):
+        tool.read_results(str(path), settings("--lr=0.003"))
+
+
 def test_grid_runs_end_their_schedule_at_the_budget(tool):
     recipe = {"batch_size": "64", "seq_length": "64", "warmup_steps": "100"}
     points = tool.grid([512, 128], [250_000, 4_000_000], recipe, 0.05)
@@ -393,7 +456,7 @@ def test_compute_plan_flags_and_measures_extrapolation():
         sizing.describe_choice(law, tiny)
     )
     # The shipped law's ranges are the grid's: the paper's model is far outside both.
-    shipped = sizing.shipped_law()
+    shipped = sizing.REVIEWS_LAW
     assert shipped.weights_range == (174_080, 3_418_880)
     assert shipped.chars_range == (503_808, 8_003_584)
     assert shipped.extrapolates(sizing.model_weights(4096), 1.2e11)
@@ -432,13 +495,13 @@ def test_tool_cluster_flags_are_checked_in_one_line(tool):
 
 def test_tool_reads_the_law_from_fit_json_or_ships_one(tool, tmp_path):
     law, source = tool.read_law("", str(tmp_path))
-    assert law == sizing.shipped_law() and source.startswith("shipped")
+    assert law == sizing.REVIEWS_LAW and source.startswith("shipped")
     golden = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
     (tmp_path / "fit.json").write_text(json.dumps({"law": golden.to_json(), "runs": 9}))
     assert tool.read_law("", str(tmp_path)) == (golden, str(tmp_path / "fit.json"))
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"law": {"E": 1.0}}))
-    with pytest.raises(errors.InvalidValueError, match="other.json: not a scaling law"):
+    with pytest.raises(errors.InvalidValueError, match="other.json: A must be a number"):
         tool.read_law(str(other), str(tmp_path))
     other.write_text("[]")
     with pytest.raises(errors.InvalidValueError, match="other.json: not this tool's fit.json"):
@@ -463,7 +526,7 @@ def test_tool_prints_the_plan_for_a_cluster(tmp_path):
     lines = done.stdout.splitlines()
     final = json.loads(lines[-1])
     expected = sizing.plan_compute(
-        sizing.shipped_law(), 128 * 125e12 * 0.3, 4 * 3600, (1024, 4096, 16384)
+        sizing.REVIEWS_LAW, 128 * 125e12 * 0.3, 4 * 3600, (1024, 4096, 16384)
     )
     assert final["plan"]["hidden_size"] == expected.best.units
     assert final["plan"]["line"] == expected.line

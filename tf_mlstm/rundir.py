@@ -151,6 +151,30 @@ def read_config(model_dir, config_class: type[C] = TrainConfig, name=CONFIG_FILE
         ) from None
 
 
+def _recorded_config(model_dir, name, what):
+    """The run's config file `name` as a dict, or None when it does not exist.
+
+    Raises:
+      ValueError: the file exists but is not a JSON object (`what`: what could not be read).
+    """
+    path = os.path.join(model_dir, name)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        text = f.read()
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise errors.InvalidValueError(
+            f"{path}: not valid JSON ({e}); cannot read the run's {what}."
+        ) from None
+    if not isinstance(values, dict):
+        raise errors.InvalidValueError(
+            f"{path}: expected a JSON object, got {type(values).__name__}."
+        )
+    return values
+
+
 def recorded_precision(model_dir: str, name: str = CONFIG_FILE) -> str | None:
     """The precision a run recorded in its config file, or None.
 
@@ -170,23 +194,35 @@ def recorded_precision(model_dir: str, name: str = CONFIG_FILE) -> str | None:
       >>> recorded_precision(tempfile.mkdtemp()) is None
       True
     """
-    path = os.path.join(model_dir, name)
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as f:
-        text = f.read()
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise errors.InvalidValueError(
-            f"{path}: not valid JSON ({e}); cannot read the run's precision."
-        ) from None
-    if not isinstance(values, dict):
-        raise errors.InvalidValueError(
-            f"{path}: expected a JSON object, got {type(values).__name__}."
-        )
-    precision = values.get("precision")
+    values = _recorded_config(model_dir, name, "precision")
+    precision = (values or {}).get("precision")
     return precision if precision in PRECISIONS else None
+
+
+def recorded_hidden_size(model_dir: str) -> tuple[int, dict] | None:
+    """The model size a language-model run recorded in config.json, with its `autosize` record.
+
+    Args:
+      model_dir: the run folder.
+
+    Returns:
+      (units, the "autosize" record or {}), or None when config.json does not
+      exist or holds no positive integer size.
+
+    Raises:
+      ValueError: the file exists but is not a JSON object (named in the message).
+
+    Example:
+      >>> import tempfile
+      >>> recorded_hidden_size(tempfile.mkdtemp()) is None
+      True
+    """
+    values = _recorded_config(model_dir, CONFIG_FILE, "model size")
+    size = (values or {}).get("hidden_size")
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        return None
+    record = values.get("autosize")
+    return size, record if isinstance(record, dict) else {}
 
 
 def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None) -> None:

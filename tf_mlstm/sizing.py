@@ -28,6 +28,7 @@ Example:
 
 import dataclasses
 import itertools
+import json
 import math
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -150,6 +151,112 @@ class ScalingLaw:
             "form": self.form,
             "formula": self.formula(),
         }
+
+
+# The additive law fitted to 13 runs of the CPU recipe on the shared review corpora (held-out
+# Amazon electronics reviews; docs/scaling.md, "Results"), reproduced by the grid commands there
+# ending with `python tools/scaling_law.py --output_dir=runs/scaling_law --fit_only`.
+REVIEWS_LAW = ScalingLaw(
+    E=1.517,
+    A=0.087,
+    alpha=0.839,
+    B=1.350,
+    beta=0.466,
+    weights_range=(174080.0, 3418880.0),
+    chars_range=(503808.0, 8003584.0),
+    rms=0.028,
+)
+"""The law `--hidden_size=auto` plans with when no `--scaling_law` file is given."""
+
+_LAW_FIELDS = ("E", "A", "alpha", "B", "beta")
+
+
+def law_from_json(values: Mapping, source: str = "scaling law") -> ScalingLaw:
+    """A `ScalingLaw` from `ScalingLaw.to_json()` (or a fit.json holding it under "law").
+
+    Args:
+      values: the JSON object.
+      source: what to name in an error (a path).
+
+    Returns:
+      The law.
+
+    Raises:
+      errors.InvalidValueError: a coefficient missing or not a finite number, a bad range or
+        form, named with `source`.
+
+    Example:
+
+    >>> law_from_json({"law": REVIEWS_LAW.to_json()}) == REVIEWS_LAW
+    True
+    """
+    if isinstance(values, Mapping) and isinstance(values.get("law"), Mapping):
+        values = values["law"]
+    if not isinstance(values, Mapping):
+        raise errors.InvalidValueError(
+            f"{source}: expected a JSON object with {', '.join(_LAW_FIELDS)} "
+            f"(a fit.json of tools/scaling_law.py), got {type(values).__name__}."
+        )
+    fields = {}
+    for name in _LAW_FIELDS:
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise errors.InvalidValueError(
+                f"{source}: {name} must be a number (the law's coefficients are "
+                f"{', '.join(_LAW_FIELDS)}), got {value!r}."
+            )
+        if not math.isfinite(value) or value < 0:
+            raise errors.InvalidValueError(f"{source}: {name} must be >= 0, got {value!r}.")
+        fields[name] = float(value)
+    for name in ("weights_range", "chars_range"):
+        if name in values:
+            pair = values[name]
+            try:
+                low, high = (float(x) for x in pair)
+            except (TypeError, ValueError):
+                low, high = math.nan, math.nan
+            if not low <= high:
+                raise errors.InvalidValueError(
+                    f"{source}: {name} must be [low, high], got {pair!r}."
+                )
+            fields[name] = (low, high)
+    form = values.get("form", "additive")
+    if form not in FORMS:
+        raise errors.InvalidValueError(f"{source}: form must be one of {FORMS}, got {form!r}.")
+    return ScalingLaw(**fields, rms=float(values.get("rms", 0.0) or 0.0), form=form)
+
+
+def load_law(path: str) -> ScalingLaw:
+    """The law in the JSON file `path` (`law_from_json`); `""`: `REVIEWS_LAW`.
+
+    Args:
+      path: a fit.json of tools/scaling_law.py, a JSON of `ScalingLaw` fields, or "".
+
+    Returns:
+      The law.
+
+    Raises:
+      errors.InvalidValueError: the file is missing, unreadable, not JSON or no law, in one
+        line naming the setting `scaling_law` and the path.
+
+    Example:
+
+    >>> load_law("") is REVIEWS_LAW
+    True
+    """
+    if not path:
+        return REVIEWS_LAW
+    source = f"{errors.setting_name('scaling_law')}={path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise errors.InvalidValueError(f"{source}: cannot read it ({e.strerror or e}).") from None
+    try:
+        values = json.loads(text)
+    except ValueError as e:
+        raise errors.InvalidValueError(f"{source}: not valid JSON ({e}).") from None
+    return law_from_json(values, source)
 
 
 def _points(weights, chars, losses):
@@ -297,7 +404,7 @@ class SizeChoice:
     Attributes:
       units: mLSTM units.
       weights: its weights.
-      chars_per_s: its measured training rate.
+      chars_per_s: its measured training rate (NaN: not measured).
       chars: characters it trains on within the budget.
       predicted: the law's loss at (weights, chars).
       extrapolated: whether that point is outside the fitted ranges.
@@ -343,66 +450,93 @@ class Plan:
 
 def plan_size(
     law: ScalingLaw,
-    rates: Mapping[int, float],
+    rates: Mapping[int, float | None],
     seconds: float,
     embedding_size: int = 64,
     weight_norm: bool = True,
+    max_chars: float = math.inf,
 ) -> Plan:
-    """The size whose predicted loss at the end of a time budget is lowest.
+    """The size whose predicted loss at the end of a budget is lowest.
 
     Each size trains on `rate x seconds` characters (the machine's measured
-    rate for that size); the law predicts its loss there.
+    rate for that size), at most `max_chars` (a step budget's characters);
+    the law predicts its loss there. With no time budget (`seconds` infinite)
+    every size trains on `max_chars`, so the rates need not be known (None)
+    and the law favours the largest size.
 
     Args:
       law: the fitted `ScalingLaw`.
-      rates: mLSTM units -> training characters per second on the machine.
-      seconds: the time budget.
+      rates: mLSTM units -> training characters per second on the machine (None: not
+        measured, only with an infinite `seconds`).
+      seconds: the time budget (`math.inf`: none).
       embedding_size: the models' byte embedding width.
       weight_norm: whether the models use weight norm.
+      max_chars: the characters a step budget allows (`math.inf`: none).
 
     Returns:
       A `Plan`; `plan.best.units` is the choice, `plan.line` says why.
 
     Raises:
-      errors.InvalidValueError: no rates, a rate or size that is not positive, or a budget
-        that is not positive.
+      errors.InvalidValueError: no rates, a rate or size that is not positive, or no
+        positive, finite budget of time or characters.
+
+    Example:
+
+    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
+    >>> plan = plan_size(law, {128: None, 256: None}, math.inf, max_chars=2e6)
+    >>> plan.best.units, plan.best.chars
+    (256, 2000000.0)
     """
     if not rates:
         raise errors.InvalidValueError("planner: no sizes with a measured rate were given.")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise errors.InvalidValueError(f"planner: the budget must be positive, got {seconds}s.")
+    timed = math.isfinite(seconds)
+    if not (seconds > 0 and max_chars > 0 and (timed or math.isfinite(max_chars))):
+        raise errors.InvalidValueError(
+            f"planner: the budget must be positive, got {seconds}s and {max_chars} characters."
+        )
     candidates = []
     for units, rate in sorted(rates.items()):
-        if int(units) <= 0 or not (math.isfinite(rate) and rate > 0):
+        known = rate is not None and math.isfinite(rate) and rate > 0
+        if int(units) <= 0 or not (known or (rate is None and not timed)):
             raise errors.InvalidValueError(
                 f"planner: size {units} has rate {rate!r}; sizes and rates must be positive."
             )
         weights = model_weights(int(units), embedding_size, weight_norm=weight_norm)
-        chars = float(rate) * float(seconds)
+        chars = min(float(rate) * float(seconds), max_chars) if timed else float(max_chars)
         candidates.append(
             SizeChoice(
                 units=int(units),
                 weights=weights,
-                chars_per_s=float(rate),
+                chars_per_s=float(rate) if known else math.nan,
                 chars=chars,
                 predicted=float(law.predict(weights, chars)),
                 extrapolated=law.extrapolates(weights, chars),
             )
         )
     best = min(candidates, key=lambda c: c.predicted)
-    return Plan(best=best, candidates=tuple(candidates), line=_plan_line(best, candidates, seconds))
+    budget = f"{round(seconds / 60, 1):g} minutes" if timed else f"{_chars(max_chars)} chars"
+    if timed and math.isfinite(max_chars):
+        budget += f" or {_chars(max_chars)} chars"
+    if not timed:
+        budget += " (no time budget: every size trains on them, so the law favours the largest)"
+    return Plan(best=best, candidates=tuple(candidates), line=_plan_line(best, candidates, budget))
 
 
-def _plan_line(best, candidates, seconds):
+def _chars(count):
+    """A count of characters: 1.3M, or 12,288 below a tenth of a million."""
+    return f"{count / _MILLION:.1f}M" if count >= _MILLION / 10 else f"{count:,.0f}"
+
+
+def _plan_line(best, candidates, budget):
     def describe(c):
         note = ", extrapolated" if c.extrapolated else ""
+        rate = "not measured" if math.isnan(c.chars_per_s) else f"{c.chars_per_s:,.0f} chars/s"
         return (
-            f"{c.units} units: {c.predicted:.3f} bits/char "
-            f"({c.chars_per_s:,.0f} chars/s, {c.chars / _MILLION:.1f}M chars{note})"
+            f"{c.units} units: {c.predicted:.3f} bits/char ({rate}, {_chars(c.chars)} chars{note})"
         )
 
     others = [describe(c) for c in candidates if c is not best]
-    return f"hidden_size={best.units} for {seconds / 60:g} minutes: {describe(best)}" + (
+    return f"hidden_size={best.units} for {budget}: {describe(best)}" + (
         f"; alternatives {'; '.join(others)}" if others else ""
     )
 
@@ -649,64 +783,3 @@ def describe_choice(law: ScalingLaw, choice: SizeChoice, embedding_size: int = 6
         f"({choice.chars / choice.weights:,.0f} per weight): {choice.predicted:.3f} bits/char"
         + (f", extrapolated: {', '.join(notes)}" if notes else "")
     )
-
-
-def shipped_law() -> ScalingLaw:
-    """The law docs/scaling.md fitted on review text (held-out Amazon electronics bits/char).
-
-    Returns:
-      `loss = 1.517 + 0.087/(N/1M)^0.839 + 1.350/(D/1M)^0.466`, fitted on 13 CPU runs of
-      174,080-3,418,880 weights and 503,808-8,003,584 characters (residual RMS 0.028,
-      leave-one-out RMS 0.045).
-
-    Example:
-
-    >>> shipped_law().formula()
-    'loss = 1.517 + 0.087 / (N/1M)^0.839 + 1.350 / (D/1M)^0.466'
-    """
-    return ScalingLaw(
-        E=1.517,
-        A=0.087,
-        alpha=0.839,
-        B=1.350,
-        beta=0.466,
-        weights_range=(174080.0, 3418880.0),
-        chars_range=(503808.0, 8003584.0),
-        rms=0.028,
-    )
-
-
-def law_from_json(record: Mapping, source: str = "law") -> ScalingLaw:
-    """A `ScalingLaw` from `ScalingLaw.to_json()`'s dict (fit.json's `law`).
-
-    Args:
-      record: the dict.
-      source: what it was read from, for the error message.
-
-    Returns:
-      The law.
-
-    Raises:
-      errors.InvalidValueError: a coefficient missing or not a number, or an unknown form.
-
-    Example:
-
-    >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45, chars_range=(5e5, 8e6))
-    >>> law_from_json(law.to_json()) == law
-    True
-    """
-    try:
-        law = ScalingLaw(
-            **{name: float(record[name]) for name in ("E", "A", "alpha", "B", "beta")},
-            weights_range=tuple(float(x) for x in record.get("weights_range", (0.0, math.inf))),
-            chars_range=tuple(float(x) for x in record.get("chars_range", (0.0, math.inf))),
-            rms=float(record.get("rms", 0.0)),
-            form=str(record.get("form", "additive")),
-        )
-    except (KeyError, TypeError, ValueError):
-        raise errors.InvalidValueError(
-            f"{source}: not a scaling law (needs numbers E, A, alpha, B and beta)."
-        ) from None
-    if law.form not in FORMS:
-        raise errors.InvalidValueError(f"{source}: form {law.form!r} is not one of {FORMS}.")
-    return law

@@ -88,7 +88,19 @@ _GRID_FLAGS = (
     "export",
 )
 
+# Recipe lines the grid's runs do not read (each run's size is the grid's): left out of the
+# settings, so a recipe that changes only them (--hidden_size=auto) keeps its grid.
+_SIZE_FLAGS = ("--hidden_size=", "--size_candidates=", "--scaling_law=")
+
 FLAGS = flags.FLAGS
+
+
+def _without_size_lines(settings):
+    """`settings` with the recipe's `_SIZE_FLAGS` lines left out (runs recorded before too)."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("recipe"), list):
+        return settings
+    recipe = [line for line in settings["recipe"] if not str(line).startswith(_SIZE_FLAGS)]
+    return {**settings, "recipe": recipe}
 
 
 def define_flags():
@@ -369,6 +381,7 @@ def read_results(path, settings=None):
                     f"{path}:{number}: not a results line (JSON with units, steps, "
                     "heldout_bits_per_char)."
                 ) from None
+            record["settings"] = _without_size_lines(record.get("settings"))
             if settings is not None and record.get("settings") != settings:
                 raise errors.InvalidValueError(
                     f"{path}:{number}: run u{key[0]}_s{key[1]} was made with other settings "
@@ -570,22 +583,24 @@ def read_law(path, output_dir):
     """The law a cluster plan uses, and where it came from.
 
     `path` (a fit.json), else OUTPUT_DIR/fit.json when there, else
-    `sizing.shipped_law()` (the law docs/scaling.md fitted).
+    `sizing.REVIEWS_LAW` (the law docs/scaling.md fitted).
     """
     if not path:
         default = os.path.join(output_dir, FIT_FILE)
         if not os.path.exists(default):
-            return sizing.shipped_law(), "shipped: the fit in docs/scaling.md"
+            return sizing.REVIEWS_LAW, "shipped: the fit in docs/scaling.md"
         path = default
     if not os.path.isfile(path):
         raise errors.MissingFileError(f"--plan_law={path}: no such file.")
     try:
         with open(path, encoding="utf-8") as f:
-            record = json.load(f)["law"]
-    except (ValueError, KeyError, TypeError):
+            record = json.load(f)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("law"), dict):
         raise errors.InvalidValueError(
             f"--plan_law={path}: not this tool's {FIT_FILE} (JSON with a 'law')."
-        ) from None
+        )
     return sizing.law_from_json(record, f"--plan_law={path}"), path
 
 
@@ -755,7 +770,7 @@ def build_config():
     with open(recipe_path, encoding="utf-8") as f:
         recipe_lines = sorted(line.strip() for line in f if line.strip().startswith("--"))
     config["settings"] = {
-        "recipe": recipe_lines,
+        "recipe": [line for line in recipe_lines if not line.startswith(_SIZE_FLAGS)],
         "train_flags": config["train_flags"],
         "heldout": os.path.basename(config["heldout"]),
         "heldout_every": FLAGS.heldout_every,

@@ -109,6 +109,26 @@ _DEFINE_BY_TYPE = {
 }
 
 
+class _IntOrAutoParser(flags.ArgumentParser):
+    """An integer flag that also takes the word auto (`--hidden_size=auto`)."""
+
+    syntactic_help = f"an integer or {choices.AUTO}"
+
+    def parse(self, argument):
+        if isinstance(argument, int) and not isinstance(argument, bool):
+            return argument
+        text = str(argument).strip()
+        if text == choices.AUTO:
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"must be an integer or {choices.AUTO}, got {text!r}") from None
+
+    def flag_type(self):
+        return f"int or {choices.AUTO}"
+
+
 def _one_type(annotation):
     """`annotation`, or X for an optional `X | None`."""
     options = [t for t in getattr(annotation, "__args__", ()) if t is not type(None)]
@@ -149,6 +169,8 @@ def define_fields(
         bound = {"lower_bound": lower_bounds[name]} if lower_bounds and name in lower_bounds else {}
         if choices and name in choices:
             flags.DEFINE_enum(name, default, list(choices[name]), help_text, **module)
+        elif types[name] == int | str:  # a number, or auto
+            flags.DEFINE(_IntOrAutoParser(), name, default, help_text, **module)
         elif _one_type(types[name]) in _DEFINE_BY_TYPE:
             _DEFINE_BY_TYPE[_one_type(types[name])](name, default, help_text, **bound, **module)
         else:  # a key list: a tuple, or a str or list that may hold several

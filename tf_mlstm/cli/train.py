@@ -11,7 +11,10 @@ Precision and XLA default to `auto`: measured at start-up, a few steps of
 each native setting at the run's shape, cached in the user's cache folder
 (`tf_mlstm/train/autotune.py`; the table in `tf_mlstm/train/hardware.py` for
 runs too short to measure); the run folder's config.json records the
-concrete values and the rates.
+concrete values and the rates. `--hidden_size=auto` chooses the model's size
+for the budget the same way (`tf_mlstm/train/autosize.py`): each of
+--size_candidates timed, the scaling law's prediction at the end of the
+budget, one log line; the run folder records the size and a resume keeps it.
 
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
 run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
@@ -24,6 +27,7 @@ from absl import flags
 
 from tf_mlstm import config as config_lib
 from tf_mlstm import preflight
+from tf_mlstm import sizing
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 
@@ -39,7 +43,10 @@ def define_data_flags() -> None:
 
 
 def define_model_flags() -> None:
-    _flags.define_fields(_DEFAULTS, ("hidden_size", "embedding_size", "weight_norm"))
+    _flags.define_fields(
+        _DEFAULTS,
+        ("hidden_size", "size_candidates", "scaling_law", "embedding_size", "weight_norm"),
+    )
 
 
 def define_optimization_flags() -> None:
@@ -82,6 +89,8 @@ def check_before_work(flag_values) -> None:
     preflight.check_resume_flags(
         fv, preflight.CONFIG_FILE, upgrade=config_lib.TrainConfig.upgrade_saved
     )
+    if fv.hidden_size == config_lib.AUTO:
+        sizing.load_law(fv.scaling_law)  # a bad law file: one line, before TensorFlow starts
 
 
 def main(config) -> dict:

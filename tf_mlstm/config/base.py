@@ -108,7 +108,7 @@ def _accepts(expected, value):
 class CheckedFields:
     """Checks the scalar fields' types when a config dataclass is constructed.
 
-    A value of the wrong type (`TrainConfig(hidden_size="64")`) is refused at
+    A value of the wrong type (`TrainConfig(embedding_size="64")`) is refused at
     once, naming the field, instead of failing deep inside the work. Fields
     of other types (tuples, which flags may give as a comma-separated str)
     are left to `validate`, as are ranges.
@@ -116,10 +116,10 @@ class CheckedFields:
     Example:
 
     >>> from tf_mlstm.config import TrainConfig
-    >>> TrainConfig(hidden_size="64")
+    >>> TrainConfig(embedding_size="64")
     Traceback (most recent call last):
     ...
-    tf_mlstm.errors.InvalidValueError: TrainConfig: hidden_size must be an int, got '64'.
+    tf_mlstm.errors.InvalidValueError: TrainConfig: embedding_size must be an int, got '64'.
     """
 
     def __post_init__(self):

@@ -1,10 +1,12 @@
 """The language model's configs: training (`TrainConfig`) and scoring (`EvalConfig`)."""
 
 import dataclasses
+import numbers
 from typing import Self
 
 from tf_mlstm import errors
 from tf_mlstm.config.base import CheckedFields
+from tf_mlstm.config.choices import AUTO
 from tf_mlstm.config.choices import SCALINGS
 from tf_mlstm.config.runner import BudgetFields
 from tf_mlstm.config.runner import OptimizationFields
@@ -36,7 +38,18 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         comma-separated PATTERN=COUNT rules, a glob over the record's source path (e.g.
         '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle buffer). Training
         only; validation keeps the corpus as it is.
-      hidden_size: mLSTM units (the paper: 4096).
+      hidden_size: mLSTM units (the paper: 4096), or auto: the size whose held-out bits/char
+        the scaling law (`scaling_law`) predicts lowest at the end of the run's budget. Each of
+        `size_candidates` is timed at start-up on this machine (a few steps on synthetic data,
+        cached in the user's cache folder with the precision rates), its characters are its
+        rate x the `max_minutes` left, at most `max_steps` x global batch x `seq_length`, and one
+        log line says the choice, the rates, the predictions and the alternatives. Without a
+        time budget nothing is timed (every size trains on the steps' characters, so the law
+        favours the largest). config.json records the size and the plan; a resume keeps it.
+      size_candidates: The sizes `hidden_size`=auto chooses among: comma-separated mLSTM units.
+      scaling_law: The law `hidden_size`=auto plans with: a fit.json of tools/scaling_law.py (or
+        a JSON of the law's E, A, alpha, B, beta). Empty: the law fitted on the review corpora
+        (docs/scaling.md).
       embedding_size: Byte embedding width (the paper: 64).
       weight_norm: Weight-normalized mLSTM kernels.
       seq_length: Truncated BPTT length in bytes (the paper: 256).
@@ -70,7 +83,9 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     shuffle_buffer: int = 1024
     source_repeats: str = ""  # PATTERN=COUNT,... over the records' source files.
     # Model.
-    hidden_size: int = 256
+    hidden_size: int | str = 256  # or "auto": chosen for the budget (`tf_mlstm.train.autosize`)
+    size_candidates: str = "256,384,512,768,1024"
+    scaling_law: str = ""  # "" = tf_mlstm.sizing.REVIEWS_LAW
     embedding_size: int = 64
     weight_norm: bool = True
     # Optimization beyond the shared group.
@@ -86,10 +101,23 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     sample_length: int = 200
     export: bool = True  # the SavedModel of the final step, when training ends
 
+    def __post_init__(self):
+        super().__post_init__()
+        size = self.hidden_size
+        if not (size == AUTO or (isinstance(size, numbers.Integral) and size is not True)):
+            raise errors.InvalidValueError(
+                f"{type(self).__name__}: hidden_size must be an int or {AUTO!r}, got {size!r}."
+            )
+
     def validate(self) -> Self:
         """Raises ValueError with one clear line for an inconsistent config; returns self."""
         validate_runner_settings(self)
-        self.check_positive(("hidden_size", "embedding_size", "seq_length", "lr_base_batch"))
+        if self.hidden_size != AUTO and self.hidden_size <= 0:
+            raise errors.InvalidValueError(
+                f"{_name('hidden_size')} must be positive, got {self.hidden_size}."
+            )
+        self.size_candidate_units  # noqa: B018 (raises for a bad list)
+        self.check_positive(("embedding_size", "seq_length", "lr_base_batch"))
         self.check_choices({"lr_scaling": SCALINGS})
         for name in ("max_lr", "epochs"):
             if getattr(self, name) < 0:
@@ -108,6 +136,23 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     def schedule_steps(self) -> int:
         """Steps the learning-rate schedule spans: `total_steps`, else `max_steps`."""
         return self.total_steps or self.max_steps
+
+    @property
+    def size_candidate_units(self) -> tuple[int, ...]:
+        """`size_candidates` as sorted, distinct units.
+
+        Raises:
+          errors.InvalidValueError: an entry that is not a positive integer, or none.
+        """
+        units = set()
+        for piece in (p.strip() for p in self.size_candidates.split(",")):
+            if not piece.isdigit() or int(piece) <= 0:
+                raise errors.InvalidValueError(
+                    f"{_name('size_candidates')} must be comma-separated positive numbers of "
+                    f"units (e.g. 256,512,768), got {self.size_candidates!r}."
+                )
+            units.add(int(piece))
+        return tuple(sorted(units))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -489,12 +489,37 @@ def decode(values) -> Candidate:
     return Candidate(hardware.PRECISIONS[index], bool(round(values[1])))
 
 
-def agree(strategy, choice, chief, local_replicas) -> Choice:
-    """Every worker's copy of the chief's `choice`, by one SUM all-reduce.
+def agree_values(strategy, values, chief, local_replicas) -> list[float]:
+    """Every worker's copy of the chief's `values` (floats), by one SUM all-reduce.
 
-    The chief's first replica contributes the encoded choice, every other
-    replica zeros, so the sum is the chief's value on every worker; it needs
-    no shared file system. Every worker must call this at the same point.
+    The chief's first replica contributes `values`, every other replica zeros
+    (of the same length), so the sum is the chief's values on every worker; it
+    needs no shared file system. Every worker must call this at the same point.
+
+    Args:
+      strategy: the run's (multi-worker) strategy.
+      values: the chief's list of floats (on other workers only its length counts).
+      chief: whether this worker is the chief.
+      local_replicas: replicas on this worker.
+
+    Returns:
+      The chief's values.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
+    values = [float(v) for v in values] if chief else [0.0] * len(values)
+
+    def mine(context):
+        first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
+        return tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
+
+    return strategy_lib.sum_over_replicas(strategy, mine).numpy().tolist()
+
+
+def agree(strategy, choice, chief, local_replicas) -> Choice:
+    """Every worker's copy of the chief's `choice` (`agree_values` of its encoding).
 
     Args:
       strategy: the run's (multi-worker) strategy.
@@ -505,18 +530,8 @@ def agree(strategy, choice, chief, local_replicas) -> Choice:
     Returns:
       The chief's `Choice` (on other workers how="from the chief", no rates).
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
-
     values = encode(choice.candidate) if chief else [0.0, 0.0]
-
-    def mine(context):
-        first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
-        return tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
-
-    summed = strategy_lib.sum_over_replicas(strategy, mine).numpy()
-    candidate = decode(summed)
+    candidate = decode(agree_values(strategy, values, chief, local_replicas))
     if chief:
         return choice
     return Choice(candidate, "from the chief")

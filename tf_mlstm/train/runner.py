@@ -3,11 +3,12 @@
 Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
 runner owns everything they share, in the task/trainer split of
 tensorflow/models `official/core`, and this module holds the `Runner`
-itself: the strategy, the replica layout and seeding; `auto` precision and
-XLA (measured with `autotune.py`); the model and the optimizer with loss
-scaling (`optimizer.py`); the step loop with the `max_minutes` budget, the
-checkpoint cadence, the task's periodic evaluations and the final
-synchronization and `results.json`. Its parts live beside it, one job a file:
+itself: the strategy, the replica layout and seeding; the `auto` model size
+(`autosize.py`), precision and XLA (measured with `autotune.py`); the model
+and the optimizer with loss scaling (`optimizer.py`); the step loop with the
+`max_minutes` budget, the checkpoint cadence, the task's periodic
+evaluations and the final synchronization and `results.json`. Its parts
+live beside it, one job a file:
 
 * `task_protocol.py`: what a task supplies (`Task`) and what it may know of
   the run (`TaskContext`): the strategy, the replica layout, the step, the
@@ -55,6 +56,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
+from tf_mlstm.train import autosize
 from tf_mlstm.train import autotune
 from tf_mlstm.train import cadence
 from tf_mlstm.train import compiled_step
@@ -77,10 +79,11 @@ from tf_mlstm.train.task_protocol import TaskContext
 class Runner:
     """Runs a `Task` data-parallel under a `tf.distribute` strategy.
 
-    `auto` precision and XLA are resolved here, after the strategy and before
-    the task prepares: measured on the chief where the task supplies a
-    `measurement` and the run can afford it (`autotune.py`), the choice
-    handed to every worker, recorded in the run's config file.
+    `auto` size (`autosize.py`), then `auto` precision and XLA, are resolved
+    here, after the strategy and before the task prepares: measured on the
+    chief where the task supplies a `measurement` and the run can afford it
+    (`autotune.py`), the choice handed to every worker, recorded in the
+    run's config file.
 
     Args:
       task: the `Task`.
@@ -115,9 +118,12 @@ class Runner:
         task.check_inputs()
         self._setup_strategy(strategy)
         self.autotune, self.autotune_seconds = None, 0.0
+        self.autosize = None
+        if getattr(config, "hidden_size", None) == autosize.AUTO:
+            self._decide_size()
         if hardware.AUTO in (config.precision, config.jit_compile):
             self.config = hardware.resolve_run_config(
-                config, os.path.join(config.model_dir, task.config_file), decide=self._decide
+                self.config, os.path.join(config.model_dir, task.config_file), decide=self._decide
             )
             task.set_config(self.config)
         self.jit = self.config.jit_compile == "true"
@@ -166,7 +172,30 @@ class Runner:
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
 
-    # === auto precision and XLA ===
+    # === auto size, precision and XLA ===
+
+    def _decide_size(self):
+        """`hidden_size=auto`: the chief's plan (`autosize.py`) on every worker, in the config."""
+        config, task = self.config, self.task
+        replicas = self.strategy.num_replicas_in_sync
+        self.autosize = autosize.decide(
+            config,
+            replicas,
+            chief=self.chief,
+            num_workers=self.num_workers,
+            recorded=rundir.recorded_hidden_size(config.model_dir) if self.chief else None,
+            recorded_path=os.path.join(config.model_dir, task.config_file),
+            rates_of=lambda sizes, cap: autosize.rates_on_this_machine(
+                config, task, self.per_replica_batch, replicas, self._candidate_step, sizes, cap
+            ),
+            agree=lambda values: autotune.agree_values(
+                self.strategy, values, self.chief, self.local_replicas
+            ),
+        )
+        autosize.log(self.autosize)
+        self.autotune_seconds += self.autosize.seconds
+        self.config = dataclasses.replace(config, hidden_size=self.autosize.units).validate()
+        self.task.set_config(self.config)
 
     def _decide(self, precision, jit, machine, use_gpus):
         """`hardware.resolve_run_config`'s `decide`: the chief's choice, on every worker."""
@@ -213,11 +242,13 @@ class Runner:
             )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        self.autotune_seconds = choice.seconds
+        self.autotune_seconds += choice.seconds
         return choice
 
-    def _candidate_step(self, candidate, probe, scratch, use_gpus):
+    def _candidate_step(self, candidate, probe, scratch, use_gpus, hidden_size=None):
         """One step of `candidate` on one replica of this worker, synthetic data, fresh model.
+
+        With `hidden_size`, at that size (`autosize.py`); else at the run's.
 
         Built by a second runner on one local device, so nothing of this run
         (its variables, seeds, iterator, folder) is touched: this runner
@@ -228,8 +259,9 @@ class Runner:
             precision=candidate.precision,
             jit_compile="true" if candidate.jit else "false",
             batch_size=self.per_replica_batch,
-            model_dir=os.path.join(scratch, candidate.name.replace("/", "_")),
+            model_dir=os.path.join(scratch, f"{candidate.name.replace('/', '_')}_{hidden_size}"),
             max_minutes=0.0,
+            **({} if hidden_size is None else {"hidden_size": hidden_size}),
         )
         gpu = use_gpus and tf.config.list_logical_devices("GPU")
         device = tf.distribute.OneDeviceStrategy("/gpu:0" if gpu else "/cpu:0")
@@ -401,6 +433,8 @@ class Runner:
         extras = {}
         if self.autotune is not None:
             extras[self.task.config_file] = {"autotune": self.autotune.record()}
+        if self.autosize is not None and self.autosize.record:
+            extras.setdefault(self.task.config_file, {})["autosize"] = self.autosize.record
         rundir.begin_run(
             self.config.model_dir, self.task.configs(), chief=self.chief, extras=extras
         )
