@@ -1,37 +1,42 @@
 """Binaries started as processes forked from a warm interpreter, not from scratch.
 
-A test that runs `python -m tf_mlstm.cli.<binary>` (or `python tools/<x>.py`)
-as a subprocess pays TensorFlow's import, about 6-7 CPU-seconds, before the
-binary does anything; over the suite that was most of its CPU. Here a fork
-server (one per pytest process and import-time environment) imports
-TensorFlow once, as a binary's own start would (quietly, devices probed), and
-each command is a process forked from it: a real process with its own pid,
-exit status, signals, stdout and stderr, environment and working folder,
-which imports tf_mlstm and runs the binary's module as `__main__`, as
-`python -m` does. No tf_mlstm module is imported before the fork, so each
-command runs the code as it is on disk (a mutant's copy included).
+A test that runs `python -m tf_mlstm.cli.<binary>` (or `python tools/<x>.py`,
+or `python -c CODE`) as a subprocess pays TensorFlow's import, about 6-7
+CPU-seconds, before the binary does anything; over the suite that was most
+of its CPU. Here a fork server (one per pytest process and import-time
+environment) imports TensorFlow once, as a binary's own start would
+(quietly, devices probed), and each command is a process forked from it: a
+real process with its own pid, exit status, signals, stdout and stderr
+(files, or pipes read while it runs), environment and working folder, which
+imports tf_mlstm and runs the binary's module as `__main__`, as `python -m`
+does. No tf_mlstm module is imported before the fork, so each command runs
+the code as it is on disk (a mutant's copy included). It ends as a process
+ends (threads joined, exit handlers run, streams flushed) but without the
+interpreter's teardown of every module TensorFlow loaded, about 1.3
+CPU-seconds a command that nothing a test checks is in.
 
 What a fork cannot reproduce falls back to a plain subprocess, so a test
-keeps its meaning: a command that is not a Python binary, a command whose
-TensorFlow start-up is what is tested (`--verbosity`, `-v`, or an
-environment asking to see TensorFlow's start-up lines), options this module
-does not offer, a PYTHONPATH holding a start-up hook (`sitecustomize.py`, a
-test's injected fault), and any environment variable read while TensorFlow
-loads (each value of those gets its own server). PYTHONPATH itself is not one:
-it decides which tf_mlstm a command imports, and each forked command's
-sys.path is made from its own. `TF_MLSTM_TESTS_NO_FORK=1` makes
-every command a plain subprocess, to compare.
+keeps its meaning: a command that is not one of those three forms, a
+command whose TensorFlow start-up is what is tested (`--verbosity`, `-v`, or
+an environment asking to see TensorFlow's start-up lines), options this
+module does not offer, input written while it runs, and any environment
+variable read while TensorFlow loads (each value of those gets its own
+server). PYTHONPATH is not one: it decides which tf_mlstm a command imports
+and which start-up hooks run (`sitecustomize.py`, a test's injected fault);
+each forked command's sys.path is made from its own, and its hooks run
+before its main module, as at a fresh start (a server itself starts without
+them). `TF_MLSTM_TESTS_NO_FORK=1` makes every command a plain subprocess, to
+compare.
 
 A forked command that itself starts `python -m tf_mlstm.cli.<binary>` (the
 local cluster launcher starting its workers) forks that binary from its own
 interpreter in turn while it has TensorFlow imported and not started: the
 worker sheds what the launcher added (its flags, descriptors, signal
 handlers and logging set-up), gets its own arguments, environment and
-standard streams, and ends through the interpreter's own exit, as a fresh
-process would. Such a worker's /proc environ and cmdline stay the
-launcher's. A binary whose PYTHONPATH holds a start-up hook
-(`sitecustomize.py`, a test's injected fault) or whose start-up environment
-differs starts fresh.
+standard streams, and ends as a forked command does. Such a worker's /proc
+environ and cmdline stay the launcher's. A binary whose PYTHONPATH holds a
+start-up hook (the launcher has run it already) or whose start-up
+environment differs starts fresh.
 
 `run` and `Popen` take `subprocess.run`'s and `subprocess.Popen`'s
 arguments; a test that checks TensorFlow's start-up itself keeps using
@@ -80,6 +85,7 @@ _SERVER = textwrap.dedent(
     requests, replies = int(sys.argv[1]), int(sys.argv[2])
     START_ENV = json.loads(sys.argv[3])
     SERVER_PATH = [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    HOOKS = ("sitecustomize", "usercustomize")
     # TensorFlow's import and device probe as a binary's quiet start makes them (tf_mlstm._quiet).
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -99,9 +105,15 @@ _SERVER = textwrap.dedent(
         os.write(replies, (json.dumps(message) + "\\n").encode())
 
 
-    def run_main(argv, module, script):
+    def run_main(argv, module, script, code=None):
         sys.argv = list(argv)
-        if module:
+        if code is not None:  # `python -c CODE ...`: sys.argv[0] is "-c", sys.path[0] ""
+            sys.path[0] = ""
+            main = type(sys)("__main__")
+            main.__builtins__ = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)
+        elif module:
             sys.path[0] = os.getcwd()
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
@@ -140,6 +152,17 @@ _SERVER = textwrap.dedent(
         sys.path[1:] = wanted + rest
 
 
+    def run_hooks(env):
+        # The start-up hooks on the command's own PYTHONPATH (a test's injected fault), run as
+        # a fresh start runs them before its main module: nothing of tf_mlstm is imported yet
+        # (a server never starts with a hook on its path, `_server_for`).
+        wanted = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+        for hook in HOOKS:
+            if any(os.path.exists(os.path.join(p, hook + ".py")) for p in wanted):
+                sys.modules.pop(hook, None)
+                __import__(hook)
+
+
     def child(request, opened):
         os.close(requests)
         os.close(replies)
@@ -153,7 +176,8 @@ _SERVER = textwrap.dedent(
         own_path(request["env"])
         os.chdir(request["cwd"])
         fork_binaries_it_starts()
-        run_main(request["argv"], request["module"], request["script"])
+        run_hooks(request["env"])
+        run_main(request["argv"], request["module"], request["script"], request.get("code"))
 
 
     def fork_binaries_it_starts():
@@ -162,7 +186,7 @@ _SERVER = textwrap.dedent(
         # imported TensorFlow and not started it (once its runtime runs, as in a tool that
         # evaluates between runs, it starts them fresh). What the command had when it started is
         # what its forks shed: the flags and descriptors it added, its signal handlers.
-        import ctypes, io, logging, signal, subprocess, traceback
+        import io, logging, signal, subprocess, traceback
         from absl import app, flags
 
         known_flags, known_fds = set(flags.FLAGS), set(os.listdir("/proc/self/fd"))
@@ -265,9 +289,9 @@ _SERVER = textwrap.dedent(
                 if code < 0:
                     signal.signal(-code, signal.SIG_DFL)
                     os.kill(os.getpid(), -code)
-                # The interpreter's own end (threads joined, atexit, TensorFlow's teardown, as
-                # when `__main__` returns), never back into the stack of the process it forked.
-                ctypes.pythonapi.Py_Exit(ctypes.c_int(code))
+                # A process's end (threads joined, exit handlers run, `end_quickly`), never
+                # back into the stack of the process it forked.
+                end_quickly(code)
 
         class ForkedBinary(subprocess.Popen):
             def _execute_child(
@@ -456,14 +480,18 @@ def _close_servers():
 def _server_for(args, env):
     """The server for `args` run with `env`, started as its TensorFlow would start."""
     start_env = dict(env)
-    module, _ = _command(args)
+    module = _command(args)[0]
     level = env.get("TF_CPP_MIN_LOG_LEVEL", "")
     if module and module.startswith("tf_mlstm.cli.") and level == "":
         # The binaries set their quiet level before TensorFlow loads (tf_mlstm/cli/_main.py);
         # TensorFlow reads it once, as it loads.
         start_env["TF_CPP_MIN_LOG_LEVEL"] = _QUIET_LEVEL
-    # PYTHONPATH decides only which tf_mlstm a command imports (set per command, `own_path`):
-    # one server serves every value of it that holds no start-up hook (`_forkable`).
+    # PYTHONPATH decides only which tf_mlstm a command imports and which start-up hooks run
+    # (both per command: `own_path`, `run_hooks`): one server serves every value of it, and
+    # starts without the hooks, which a server must not run for the commands it serves.
+    start_env["PYTHONPATH"] = _without_start_up_hooks(start_env.get("PYTHONPATH"))
+    if start_env["PYTHONPATH"] is None:
+        del start_env["PYTHONPATH"]
     key = tuple(start_env.get(name) for name in _START_ENV if name != "PYTHONPATH")
     with _servers_lock:
         if key not in _servers:
@@ -475,24 +503,28 @@ def _server_for(args, env):
 
 
 def _command(args):
-    """(module, script) when `args` is `python -m module ...` or `python x.py ...`."""
+    """(module, script, code) when `args` is `python -m module ...`, `python x.py ...` or
+    `python -c CODE ...` (the other two None), else None."""
     args = [os.fspath(arg) for arg in args]
     if len(args) < 2 or args[0] != sys.executable:
         return None
     if args[1] == "-m" and len(args) > 2:
-        return args[2], None
+        return args[2], None, None
+    if args[1] == "-c" and len(args) > 2:
+        return None, None, args[2]
     if args[1].endswith(".py"):
-        return None, args[1]
+        return None, args[1], None
     return None
 
 
 _HOOKS = ("sitecustomize.py", "usercustomize.py")
 
 
-def _has_start_up_hook(env):
-    """Whether `env`'s PYTHONPATH holds a module Python runs at start-up (a test's fault)."""
-    path = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
-    return any(os.path.exists(os.path.join(p, hook)) for p in path for hook in _HOOKS)
+def _without_start_up_hooks(path):
+    """PYTHONPATH `path` less the folders holding a module Python runs at start-up."""
+    entries = [p for p in (path or "").split(os.pathsep) if p]
+    kept = [p for p in entries if not any(os.path.exists(os.path.join(p, h)) for h in _HOOKS)]
+    return os.pathsep.join(kept) or None
 
 
 def _forkable(args, env, options):
@@ -500,8 +532,6 @@ def _forkable(args, env, options):
         return False
     if _command(args) is None:
         return False
-    if _has_start_up_hook(env):
-        return False  # it runs at a fresh start, before anything a server could share
     if any(str(arg).startswith(("--verbosity", "-v")) for arg in args[2:]):
         return False  # The binary sets TensorFlow's log level before TensorFlow loads.
     # A level showing TensorFlow's start-up lines: they come from a real start only.
@@ -563,15 +593,16 @@ class ForkedProcess:
                 stdio.append(stdio[1])
             else:
                 stdio.append(self._stdio(2, stderr, write, live_pipes))
-            module, script = _command(args)
+            module, script, code = _command(args)
             argv = [os.fspath(arg) for arg in args]
             self.pid = server.fork(
                 {
-                    # sys.argv as `python -m module ...` (runpy puts the module's path first)
-                    # or `python script ...` makes it.
-                    "argv": argv[2:] if module else argv[1:],
+                    # sys.argv as `python -m module ...` (runpy puts the module's path first),
+                    # `python script ...` or `python -c CODE ...` makes it.
+                    "argv": argv[2:] if module else ["-c", *argv[3:]] if code else argv[1:],
                     "module": module,
                     "script": script,
+                    "code": code,
                     "env": env,
                     "cwd": os.fspath(cwd or os.getcwd()),
                     "stdio": stdio,

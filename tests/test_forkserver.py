@@ -141,26 +141,39 @@ def test_pipes_are_read_while_the_command_runs_and_to_their_end(script):
     assert out.endswith(b"to stderr\n") and b'"argv": ["exit", "4"]' in out
 
 
-def test_each_command_imports_from_its_own_pythonpath_through_one_server(tmp_path):
-    script = tmp_path / "which.py"
-    script.write_text("import probe_module, sys; print(probe_module.VALUE, sys.path[1])")
+def test_each_command_has_its_own_pythonpath_and_start_up_hooks_through_one_server(tmp_path):
+    # As `python -c`: sys.argv[0] "-c", the code's module __main__.
+    code = (
+        "import probe_module, sys; "
+        "print(probe_module.VALUE, sys.path[1], sys.argv, __name__, 'sitecustomize' in sys.modules)"
+    )
     said = []
-    for name in ("first", "second"):
+    # The hooked command first, in a server of its own (a start-up variable of its own):
+    # the server it starts must not run the hook for the commands after it.
+    for name in ("hooked", "first", "second"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "probe_module.py").write_text(f"VALUE = {name!r}")
-        env = _env(PYTHONPATH=str(tmp_path / name))
+        if name == "hooked":
+            # A test's injected fault: run at start-up, before the main module.
+            hook = "import probe_module; probe_module.VALUE = 'patched'; print('hook ran')"
+            (tmp_path / name / "sitecustomize.py").write_text(hook)
+        env = _env(PYTHONPATH=str(tmp_path / name), PYTHONHASHSEED="7")
         done = _forkserver.run(
-            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+            [sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=120
         )
         assert done.returncode == 0, done.stderr
-        said.append(done.stdout.split())
-        if name == "first":
+        said.append(done.stdout)
+        if name == "hooked":
             servers = dict(_forkserver._servers)
-    assert said == [["first", str(tmp_path / "first")], ["second", str(tmp_path / "second")]]
-    assert _forkserver._servers == servers  # the second ran in the first's server
+    assert said == [
+        f"hook ran\npatched {tmp_path / 'hooked'} ['-c', 'hooked'] __main__ True\n",
+        f"first {tmp_path / 'first'} ['-c', 'first'] __main__ False\n",
+        f"second {tmp_path / 'second'} ['-c', 'second'] __main__ False\n",
+    ]
+    assert _forkserver._servers == servers  # one server ran all three
 
 
-def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeypatch, tmp_path):
+def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeypatch):
     started = []
     real = subprocess.Popen
 
@@ -169,15 +182,10 @@ def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    hooked = tmp_path / "hooked"
-    hooked.mkdir()
-    (hooked / "sitecustomize.py").write_text("")
     for args, env in [
-        ([sys.executable, "-c", "print(1)"], _env()),  # not a module or a script
+        ([sys.executable, "-S", "-c", "print(1)"], _env()),  # the interpreter's own options
         ([sys.executable, str(script), "exit", "0", "--verbosity=1"], _env()),
         ([sys.executable, str(script), "exit", "0"], _env(TF_CPP_MIN_LOG_LEVEL="0")),
-        # A start-up hook runs at a fresh start only.
-        ([sys.executable, str(script), "exit", "0"], _env(PYTHONPATH=str(hooked))),
     ]:
         done = _forkserver.run(args, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
