@@ -93,7 +93,7 @@ SIZES = {
         "--featurize_max_chars=32",
         "--convert_max_documents=20",
         "--pipeline_batches=2",
-        # One cell of the matrix (test_benchmark.py runs each implementation and XLA setting).
+        # One cell of the matrix (test_benchmark.py runs each XLA setting and implementation).
         "--impls=mlstm",
         "--jit=false",
     ],
