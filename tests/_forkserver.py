@@ -767,9 +767,11 @@ def run(args, *, capture_output=False, timeout=None, check=False, input=None, **
         process = _forked(server, args, env, options)
         try:
             out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as expired:
             process.kill()
             process.wait(30)
+            # What it wrote before the kill, as subprocess.run's time-out carries it.
+            expired.output, expired.stderr = process.communicate()
             raise
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -4,6 +4,7 @@ import importlib.util
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 import _forkserver
@@ -113,7 +114,8 @@ def test_cli_module_imports_without_tensorflow(module):
         f"import sys, tf_mlstm.cli.{module}\n"
         "assert 'tensorflow' not in sys.modules, 'imported tensorflow'\n"
     )
-    done = _forkserver.run(
+    # A fresh interpreter: a forked one (tests/_forkserver.py) has TensorFlow imported.
+    done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert done.returncode == 0, f"tf_mlstm.cli.{module}: {done.stderr[-2000:]}"

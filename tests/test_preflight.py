@@ -14,10 +14,10 @@ import logging
 import os
 import pathlib
 import socket
+import subprocess
 import sys
 import textwrap
 
-import _forkserver
 import pytest
 from absl import flags
 from absl import logging as absl_logging
@@ -375,7 +375,8 @@ def test_the_issues_mistakes_are_answered_before_tensorflow_starts(case, places)
     names = _names(places)
     code = _CONSOLE.format(name=module.replace("_", "-"), module=module)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
-    done = _forkserver.run(
+    # A fresh interpreter: a forked one (tests/_forkserver.py) has TensorFlow imported.
+    done = subprocess.run(
         [sys.executable, "-c", code, *(arg.format(**names) for arg in args)],
         capture_output=True,
         text=True,
@@ -392,7 +393,7 @@ def test_the_issues_mistakes_are_answered_before_tensorflow_starts(case, places)
 
 def test_the_checks_import_no_tensorflow():
     code = "import sys; import tf_mlstm.preflight; print('tensorflow' in sys.modules)"
-    done = _forkserver.run(
+    done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
