@@ -26,7 +26,7 @@ and which start-up hooks run (`sitecustomize.py`, a test's injected fault);
 each forked command's sys.path is made from its own, and its hooks run
 before its main module, as at a fresh start (a server itself starts without
 them). `TF_MLSTM_TESTS_NO_FORK=1` makes every command a plain subprocess, to
-compare.
+compare; in one command's environment, that command (and what it starts).
 
 A forked command that itself starts `python -m tf_mlstm.cli.<binary>` (the
 local cluster launcher starting its workers) forks that binary from its own
@@ -528,7 +528,9 @@ def _without_start_up_hooks(path):
 
 
 def _forkable(args, env, options):
-    if os.environ.get("TF_MLSTM_TESTS_NO_FORK") or set(options) - _OPTIONS:
+    if os.environ.get("TF_MLSTM_TESTS_NO_FORK") or env.get("TF_MLSTM_TESTS_NO_FORK"):
+        return False  # in this process, or for this command (and what it starts)
+    if set(options) - _OPTIONS:
         return False
     if _command(args) is None:
         return False

@@ -186,6 +186,8 @@ def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(script, monkeyp
         ([sys.executable, "-S", "-c", "print(1)"], _env()),  # the interpreter's own options
         ([sys.executable, str(script), "exit", "0", "--verbosity=1"], _env()),
         ([sys.executable, str(script), "exit", "0"], _env(TF_CPP_MIN_LOG_LEVEL="0")),
+        # Asked for in the command's own environment.
+        ([sys.executable, str(script), "exit", "0"], _env(TF_MLSTM_TESTS_NO_FORK="1")),
     ]:
         done = _forkserver.run(args, capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 0, done.stderr

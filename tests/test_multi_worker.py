@@ -88,8 +88,12 @@ def _train_args(model_dir, data_dir, *extra):
     ]
 
 
-def _launch(num_workers, log_path, train_args, grace_s=5):
-    """Starts the launcher; its output goes to a file (a full pipe would stall it)."""
+def _launch(num_workers, log_path, train_args, grace_s=5, fresh=False):
+    """Starts the launcher; its output goes to a file (a full pipe would stall it).
+
+    `fresh`: the launcher and its workers start as fresh processes, not forked
+    (tests/_forkserver.py).
+    """
     command = [
         sys.executable,
         LAUNCHER,
@@ -101,13 +105,12 @@ def _launch(num_workers, log_path, train_args, grace_s=5):
         "--distribution_strategy=multi_worker",
     ]
     with open(log_path, "w") as log:
-        return _forkserver.Popen(
-            command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT
-        )
+        env = dict(_env(), TF_MLSTM_TESTS_NO_FORK="1") if fresh else _env()
+        return _forkserver.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _run_launcher(num_workers, log_path, train_args, timeout=150):
-    proc = _launch(num_workers, log_path, train_args)
+def _run_launcher(num_workers, log_path, train_args, timeout=150, fresh=False):
+    proc = _launch(num_workers, log_path, train_args, fresh=fresh)
     try:
         code = proc.wait(timeout=timeout)
     finally:
@@ -632,7 +635,10 @@ def test_a_live_but_stuck_peer_hits_the_collective_timeout(tmp_path, data_dir):
         "--sample_length=300000",
         "--collective_timeout_s=4",
     )
-    code, log = _run_launcher(2, tmp_path / "log.txt", args, timeout=240)
+    # Fresh workers: once in a whole-suite run, a worker forked from the launcher aborted
+    # inside TensorFlow's collective abort ("Mutex corrupt: both reader and writer lock
+    # held"), a lock state a fork of a process with threads can carry.
+    code, log = _run_launcher(2, tmp_path / "log.txt", args, timeout=240, fresh=True)
     follower = _worker_text(log, 1)
     assert code != 0, log[-4000:]
     assert "did not reach the all-reduce within --collective_timeout_s=4" in follower, follower[
