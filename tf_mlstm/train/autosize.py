@@ -163,14 +163,13 @@ def measured_rates(
     >>> {units: round(rate) for units, rate in rates.rates.items()}, rates.how
     ({8: 10000, 16: 5000}, 'measured')
     """
-    cached, skipped = {}, {}
-    for units in sizes:
-        entry = (cache.get(key_of(units)) if cache is not None else None) or {}
-        if setting.name in entry.get("rates", {}):
-            cached[units] = float(entry["rates"][setting.name])
-        elif setting.name in entry.get("failed", {}):
-            skipped[units] = entry["failed"][setting.name]
-    missing = [SizeCandidate(u, setting) for u in sizes if u not in cached and u not in skipped]
+    candidates = [SizeCandidate(u, setting) for u in sizes]
+    by_name = {c.name: c.units for c in candidates}
+    # The size's shape is the cache key; the rate in it is the setting's, beside precision's.
+    size_key, name_of = (lambda c: key_of(c.units)), (lambda c: setting.name)
+    found, failed_before, missing = autotune.cached_rates(candidates, cache, size_key, name_of)
+    cached = {by_name[n]: r for n, r in found.items()}
+    skipped = {by_name[n]: why for n, why in failed_before.items()}
     if not missing or not allowed:
         how = "cached" if cached else "not measured"
         note = "" if not missing else not_allowed_why
@@ -183,17 +182,10 @@ def measured_rates(
         autotune.TIMED_STEPS,
         max_seconds,
     )
-    by_name = {c.name: c.units for c in missing}
-    measured, failed, seconds = autotune.measure(
-        missing, build, units_per_step, clock, max_seconds, "chars/s"
+    measured, failed, seconds = autotune.measure_and_cache(
+        missing, build, units_per_step, clock, max_seconds, "chars/s", cache, size_key, name_of
     )
-    for name, rate in measured.items():
-        if cache is not None:
-            cache.put(key_of(by_name[name]), {setting.name: rate}, {}, "chars/s")
-    for name, why in failed.items():
-        skipped[by_name[name]] = why
-        if cache is not None and not why.startswith(autotune.NOT_MEASURED):
-            cache.put(key_of(by_name[name]), {}, {setting.name: why}, "chars/s")
+    skipped.update({by_name[n]: why for n, why in failed.items()})
     rates = {**cached, **{by_name[n]: r for n, r in measured.items()}}
     if measured:
         how = "measured" if not cached else "measured and cached"

@@ -399,6 +399,72 @@ def measure(
     return rates, failed, clock() - start
 
 
+def cached_rates(candidates_, cache, key_of, name_of=lambda c: c.name) -> tuple:
+    """What the cache knows of `candidates_`: their rates, their failures, and the rest.
+
+    Args:
+      candidates_: things to time, each with a `name`.
+      cache: a `Cache`, or None.
+      key_of: `key_of(candidate)` -> its cache key (None: not cached).
+      name_of: `name_of(candidate)` -> its name within that key's entry.
+
+    Returns:
+      ({name: rate}, {name: why it failed}, [candidates neither holds]), keyed by `c.name`.
+    """
+    rates, skipped, missing = {}, {}, []
+    for c in candidates_:
+        key = key_of(c) if cache is not None else None
+        entry = (cache.get(key) if key is not None else None) or {}
+        if name_of(c) in entry.get("rates", {}):
+            rates[c.name] = float(entry["rates"][name_of(c)])
+        elif name_of(c) in entry.get("failed", {}):
+            skipped[c.name] = entry["failed"][name_of(c)]
+        else:
+            missing.append(c)
+    return rates, skipped, missing
+
+
+def measure_and_cache(
+    missing,
+    build,
+    units_per_step,
+    clock,
+    max_seconds,
+    unit,
+    cache,
+    key_of,
+    name_of=lambda c: c.name,
+) -> tuple[dict[str, float], dict[str, str], float]:
+    """`measure`s `missing`, and caches each rate and each failure (not a time cap's skip).
+
+    Args:
+      missing: what to time (`cached_rates`'s third part).
+      build, units_per_step, clock, max_seconds, unit: see `measure`.
+      cache, key_of, name_of: see `cached_rates`.
+
+    Returns:
+      `measure`'s (rates, failed, seconds), keyed by `c.name`.
+    """
+    measured, failed, seconds = measure(missing, build, units_per_step, clock, max_seconds, unit)
+    by_key = {}
+    for c in missing:
+        why = failed.get(c.name, "")
+        if why.startswith(NOT_MEASURED):
+            # Skipped only for time, not measured: the next run tries it.
+            logging.info("Autotune: %s %s.", c.name, why)
+            continue
+        key = key_of(c) if cache is not None else None
+        if key is not None and (c.name in measured or why):
+            rates, fails = by_key.setdefault(key, ({}, {}))
+            if c.name in measured:
+                rates[name_of(c)] = measured[c.name]
+            else:
+                fails[name_of(c)] = why
+    for key, (rates, fails) in by_key.items():
+        cache.put(key, rates, fails, unit)
+    return measured, failed, seconds
+
+
 def choose(
     candidates_,
     build,
@@ -433,11 +499,7 @@ def choose(
     candidates_ = list(candidates_)
     if len(candidates_) == 1:
         return Choice(candidates_[0], "only candidate", note="one native setting")
-    names = [c.name for c in candidates_]
-    entry = (cache.get(key) if cache is not None and key is not None else None) or {}
-    rates = {n: r for n, r in entry.get("rates", {}).items() if n in names}
-    skipped = {n: w for n, w in entry.get("failed", {}).items() if n in names}
-    missing = [c for c in candidates_ if c.name not in rates and c.name not in skipped]
+    rates, skipped, missing = cached_rates(candidates_, cache, lambda _: key)
     if rates and (not missing or not allowed):
         best = max(rates, key=rates.get)
         return Choice(Candidate.from_name(best), "cached", rates, skipped, unit)
@@ -450,14 +512,9 @@ def choose(
         TIMED_STEPS,
         max_seconds,
     )
-    measured, failed, seconds = measure(missing, build, units_per_step, clock, max_seconds, unit)
-    for name, why in failed.items():
-        if why.startswith(NOT_MEASURED):
-            logging.info("Autotune: %s %s.", name, why)
-    # A candidate skipped only for time was not measured: the next run tries it.
-    failed_here = {n: w for n, w in failed.items() if not w.startswith(NOT_MEASURED)}
-    if cache is not None and key is not None and (measured or failed_here):
-        cache.put(key, measured, failed_here, unit)
+    measured, failed, seconds = measure_and_cache(
+        missing, build, units_per_step, clock, max_seconds, unit, cache, lambda _: key
+    )
     rates.update(measured)
     skipped.update(failed)
     if not rates:
