@@ -85,7 +85,7 @@ _SERVER = textwrap.dedent(
     requests, replies = int(sys.argv[1]), int(sys.argv[2])
     START_ENV = json.loads(sys.argv[3])
     SERVER_PATH = [p for p in (os.environ.get("PYTHONPATH") or "").split(os.pathsep) if p]
-    HOOKS = ("sitecustomize", "usercustomize")
+    HOOKS = json.loads(sys.argv[4])
     # TensorFlow's import and device probe as a binary's quiet start makes them (tf_mlstm._quiet).
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -152,15 +152,19 @@ _SERVER = textwrap.dedent(
         sys.path[1:] = wanted + rest
 
 
+    def hooks_on(env):
+        # The start-up hooks (a test's injected fault) on `env`'s PYTHONPATH.
+        path = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+        return [h for h in HOOKS if any(os.path.exists(os.path.join(p, h + ".py")) for p in path)]
+
+
     def run_hooks(env):
-        # The start-up hooks on the command's own PYTHONPATH (a test's injected fault), run as
-        # a fresh start runs them before its main module: nothing of tf_mlstm is imported yet
-        # (a server never starts with a hook on its path, `_server_for`).
-        wanted = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
-        for hook in HOOKS:
-            if any(os.path.exists(os.path.join(p, hook + ".py")) for p in wanted):
-                sys.modules.pop(hook, None)
-                __import__(hook)
+        # The command's start-up hooks, run as a fresh start runs them before its main module:
+        # nothing of tf_mlstm is imported yet (a server never starts with a hook on its path,
+        # `_server_for`).
+        for hook in hooks_on(env):
+            sys.modules.pop(hook, None)
+            __import__(hook)
 
 
     def child(request, opened):
@@ -204,9 +208,7 @@ _SERVER = textwrap.dedent(
                 return None
             if any(env.get(name) != value for name, value in start.items()):
                 return None  # read as TensorFlow loads: a fresh start reads them
-            path = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
-            hooks = ("sitecustomize.py", "usercustomize.py")
-            if any(os.path.exists(os.path.join(p, hook)) for p in path for hook in hooks):
+            if hooks_on(env):
                 return None  # a start-up hook (a test's injected fault) runs in a fresh start
             if runtime_started():
                 return None  # its thread pools would not be in the fork: it would hang
@@ -400,6 +402,7 @@ class _Server:
                 str(requests_read),
                 str(replies_write),
                 json.dumps(_START_ENV),
+                json.dumps(_HOOKS),
             ],
             pass_fds=(requests_read, replies_write),
             stdin=subprocess.DEVNULL,
@@ -517,13 +520,16 @@ def _command(args):
     return None
 
 
-_HOOKS = ("sitecustomize.py", "usercustomize.py")
+# The modules Python runs at start-up when a PYTHONPATH folder holds them.
+_HOOKS = ("sitecustomize", "usercustomize")
 
 
 def _without_start_up_hooks(path):
     """PYTHONPATH `path` less the folders holding a module Python runs at start-up."""
     entries = [p for p in (path or "").split(os.pathsep) if p]
-    kept = [p for p in entries if not any(os.path.exists(os.path.join(p, h)) for h in _HOOKS)]
+    kept = [
+        p for p in entries if not any(os.path.exists(os.path.join(p, h + ".py")) for h in _HOOKS)
+    ]
     return os.pathsep.join(kept) or None
 
 
