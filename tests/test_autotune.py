@@ -526,7 +526,7 @@ def test_an_auto_sized_run_measures_logs_one_line_records_it_and_a_resume_keeps_
         rf"hidden_size={units} for (9\.\d|10) minutes or 192 chars: {units} units", lines[0]
     )
     assert record["line"] in lines[0] and "alternatives" in lines[0]
-    assert trainer.autotune_seconds == pytest.approx(record["seconds"], abs=0.06)
+    assert trainer.auto.seconds == pytest.approx(record["seconds"], abs=0.06)
     # The same command with more steps resumes at the recorded size and measures nothing.
     caplog.clear()
     more = tiny_train_config(tmp_path / "run", demo_tfrecords, **{**auto, "max_steps": 5})
@@ -534,8 +534,23 @@ def test_an_auto_sized_run_measures_logs_one_line_records_it_and_a_resume_keeps_
         resumed, results = _train(more, files)
     assert "Autosize: timing" not in caplog.text and results["step"] == 5
     assert f"Model size: hidden_size={units} (auto: recorded in " in caplog.text
-    assert resumed.config.hidden_size == units and resumed.autotune_seconds == 0
+    assert resumed.config.hidden_size == units and resumed.auto.seconds == 0
     assert json.loads((tmp_path / "run" / "config.json").read_text())["autosize"] == record
+
+
+@pytest.mark.slow
+def test_the_time_spent_measuring_comes_off_the_budget(tmp_path, demo_tfrecords):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.language_model import LanguageModelTask  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train.runner import Runner  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(demo_tfrecords, "train")
+    config = tiny_train_config(tmp_path / "run", demo_tfrecords, max_minutes=10.0, max_steps=40)
+    trainer = Runner(LanguageModelTask(config, files, []), config)
+    # As if measuring the `auto` settings had spent all but 10 ms of the 10 minutes.
+    trainer.auto.seconds = 600 - 0.01
+    results = trainer.train()
+    assert results["stopped_by"] == "time" and results["step"] < 40, results
 
 
 # === Featurization and classification ===

@@ -816,8 +816,8 @@ def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
     }
     built = []
 
-    def candidate_step(runner, candidate, probe, scratch, use_gpus):
-        del runner, scratch, use_gpus
+    def candidate_step(runner, config, candidate, probe, scratch, use_gpus):
+        del runner, config, scratch, use_gpus
         built.append((candidate.name, probe))
 
         def step():
@@ -837,8 +837,8 @@ def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
     # The fastest measured setting is the run's, in its model and its config file.
     assert (tuner.config.precision, tuner.config.jit_compile) == ("mixed_bfloat16", "false")
     assert job.config is tuner.config and tuner.model.encoder.compute_dtype == "bfloat16"
-    assert tuner.autotune.how == "measured"
-    assert tuner.autotune.rates["mixed_bfloat16/xla_off"] == pytest.approx(4 * 24 / 0.2)
+    assert tuner.auto.precision.how == "measured"
+    assert tuner.auto.precision.rates["mixed_bfloat16/xla_off"] == pytest.approx(4 * 24 / 0.2)
     tuner.train()
     record = json.loads((tmp_path / "a" / FINETUNE_CONFIG_FILE).read_text())
     assert record["precision"] == "mixed_bfloat16" and record["jit_compile"] == "false"
@@ -847,7 +847,7 @@ def test_auto_times_fine_tunings_own_step_the_fastest_wins_and_the_cache_serves(
 
     # The same shape again: from the cache, nothing built or timed.
     again = _auto_config(tmp_path, "b", label_key="label,long")
-    assert Runner(finetune_task.FinetuneTask(again), again).autotune.how == "cached"
+    assert Runner(finetune_task.FinetuneTask(again), again).auto.precision.how == "cached"
     assert len(built) == 4
     # The cache key names the task: the language model's step of the same sizes is another
     # entry, never served fine-tuning's rates.

@@ -3,13 +3,15 @@
 Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
 runner owns everything they share, in the task/trainer split of
 tensorflow/models `official/core`, and this module holds the `Runner`
-itself: the strategy, the replica layout and seeding; the `auto` model size
-(`autosize.py`), precision and XLA (measured with `autotune.py`); the model
-and the optimizer with loss scaling (`optimizer.py`); the step loop with the
+itself: the strategy, the replica layout and seeding; the model and the
+optimizer with loss scaling (`optimizer.py`); the step loop with the
 `max_minutes` budget, the checkpoint cadence, the task's periodic
 evaluations and the final synchronization and `results.json`. Its parts
 live beside it, one job a file:
 
+* `auto_settings.py`: the `auto` model size (`autosize.py`), precision
+  and XLA (`autotune.py`), decided by the chief before the model is built
+  and agreed by every worker;
 * `task_protocol.py`: what a task supplies (`Task`) and what it may know of
   the run (`TaskContext`): the strategy, the replica layout, the step, the
   summary writers, never the runner itself;
@@ -44,8 +46,6 @@ Ctrl-C ends the process at once (status 130), without that checkpoint.
 
 import dataclasses
 import os
-import shutil
-import tempfile
 import time
 
 import keras
@@ -56,11 +56,9 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.train import autosize
-from tf_mlstm.train import autotune
+from tf_mlstm.train import auto_settings
 from tf_mlstm.train import cadence
 from tf_mlstm.train import compiled_step
-from tf_mlstm.train import hardware
 from tf_mlstm.train import optimizer as optimizer_lib
 from tf_mlstm.train import schedules
 from tf_mlstm.train import stop_signals
@@ -79,11 +77,11 @@ from tf_mlstm.train.task_protocol import TaskContext
 class Runner:
     """Runs a `Task` data-parallel under a `tf.distribute` strategy.
 
-    `auto` size (`autosize.py`), then `auto` precision and XLA, are resolved
-    here, after the strategy and before the task prepares: measured on the
-    chief where the task supplies a `measurement` and the run can afford it
-    (`autotune.py`), the choice handed to every worker, recorded in the
-    run's config file.
+    `auto` size, then `auto` precision and XLA, are resolved after the
+    strategy and before the task prepares (`auto_settings.py`, kept as
+    `auto`): measured on the chief where the task supplies a `measurement`
+    and the run can afford it, the choice handed to every worker, recorded
+    in the run's config file.
 
     Args:
       task: the `Task`.
@@ -117,15 +115,11 @@ class Runner:
         self.config = config
         task.check_inputs()
         self._setup_strategy(strategy)
-        self.autotune, self.autotune_seconds = None, 0.0
-        self.autosize = None
-        if getattr(config, "hidden_size", None) == autosize.AUTO:
-            self._decide_size()
-        if hardware.AUTO in (config.precision, config.jit_compile):
-            self.config = hardware.resolve_run_config(
-                self.config, os.path.join(config.model_dir, task.config_file), decide=self._decide
-            )
-            task.set_config(self.config)
+        layout = auto_settings.Layout(
+            self.strategy, self.chief, self.num_workers, self.local_replicas, self.per_replica_batch
+        )
+        self.auto = auto_settings.AutoSettings(task, layout, self._candidate_step)
+        self.config = self.auto.resolve(config)
         self.jit = self.config.jit_compile == "true"
         self._writers = summaries.SummaryWriters(self.config.model_dir, self.strategy)
         with self.strategy.scope():
@@ -172,90 +166,19 @@ class Runner:
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
 
-    # === auto size, precision and XLA ===
+    # === auto size, precision and XLA (auto_settings.py) ===
 
-    def _decide_size(self):
-        """`hidden_size=auto`: the chief's plan (`autosize.py`) on every worker, in the config."""
-        config, task = self.config, self.task
-        replicas = self.strategy.num_replicas_in_sync
-        self.autosize = autosize.decide(
-            config,
-            replicas,
-            chief=self.chief,
-            num_workers=self.num_workers,
-            recorded=rundir.recorded_hidden_size(config.model_dir) if self.chief else None,
-            recorded_path=os.path.join(config.model_dir, task.config_file),
-            rates_of=lambda sizes, cap: autosize.rates_on_this_machine(
-                config, task, self.per_replica_batch, replicas, self._candidate_step, sizes, cap
-            ),
-            agree=lambda values: autotune.agree_values(
-                self.strategy, values, self.chief, self.local_replicas
-            ),
-        )
-        autosize.log(self.autosize)
-        self.autotune_seconds += self.autosize.seconds
-        self.config = dataclasses.replace(config, hidden_size=self.autosize.units).validate()
-        self.task.set_config(self.config)
+    def _candidate_step(self, config, candidate, probe, scratch, use_gpus, hidden_size=None):
+        """One step of `config` at `candidate` on one replica of this worker, synthetic data.
 
-    def _decide(self, precision, jit, machine, use_gpus):
-        """`hardware.resolve_run_config`'s `decide`: the chief's choice, on every worker."""
-        options = autotune.candidates(machine, use_gpus, precision, jit)
-        choice = self._chief_choice(options, machine, use_gpus) if self.chief else None
-        if self.num_workers > 1:
-            # Every worker takes part, whatever its own hardware says, so
-            # that unlike machines still agree.
-            choice = autotune.agree(self.strategy, choice, self.chief, self.local_replicas)
-        self.autotune = choice
-        if choice.how in ("table", "only candidate"):
-            if choice.note:
-                logging.info("Autotune: not measured (%s); the table decides.", choice.note)
-            return None
-        return (
-            choice.candidate.precision,
-            choice.reason(),
-            choice.candidate.jit,
-            "set explicitly" if jit != hardware.AUTO else "chosen with the precision",
-        )
-
-    def _chief_choice(self, options, machine, use_gpus):
-        config = self.config
-        probe = self.task.measurement(self.per_replica_batch)
-        if probe is None:
-            allowed, why, key = False, "this task's step is not measurable", None
-        else:
-            allowed, why = autotune.worth_measuring(
-                config.max_minutes, config.max_steps, len(options)
-            )
-            shape = {**probe.shape, "replicas": self.strategy.num_replicas_in_sync}
-            key = autotune.cache_key(machine, use_gpus, shape)
-        scratch = tempfile.mkdtemp(prefix="tf_mlstm_autotune_")
-        try:
-            choice = autotune.choose(
-                options,
-                lambda candidate: self._candidate_step(candidate, probe, scratch, use_gpus),
-                probe.units_per_step if probe else 0,
-                cache=autotune.Cache(),
-                key=key,
-                max_seconds=autotune.time_cap_s(config.max_minutes),
-                allowed=allowed,
-                not_allowed_why=why,
-            )
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        self.autotune_seconds += choice.seconds
-        return choice
-
-    def _candidate_step(self, candidate, probe, scratch, use_gpus, hidden_size=None):
-        """One step of `candidate` on one replica of this worker, synthetic data, fresh model.
-
-        With `hidden_size`, at that size (`autosize.py`); else at the run's.
+        With `hidden_size`, at that size (`autosize.py`); else at the config's.
 
         Built by a second runner on one local device, so nothing of this run
         (its variables, seeds, iterator, folder) is touched: this runner
         seeds and builds its model afterwards exactly as without measuring.
         """
         config = dataclasses.replace(
-            self.config,
+            config,
             precision=candidate.precision,
             jit_compile="true" if candidate.jit else "false",
             batch_size=self.per_replica_batch,
@@ -430,11 +353,8 @@ class Runner:
         # The run lock, and on resume the configs checked against their saved
         # copies, before anything is restored or written; how auto decided
         # goes into the task's config file.
-        extras = {}
-        if self.autotune is not None:
-            extras[self.task.config_file] = {"autotune": self.autotune.record()}
-        if self.autosize is not None and self.autosize.record:
-            extras.setdefault(self.task.config_file, {})["autosize"] = self.autosize.record
+        records = self.auto.records()
+        extras = {self.task.config_file: records} if records else {}
         rundir.begin_run(
             self.config.model_dir, self.task.configs(), chief=self.chief, extras=extras
         )
@@ -530,7 +450,7 @@ class Runner:
         """
         config = self.config
         # Measuring `auto` settings (before `begin`) counts against the budget.
-        budget_s = config.max_minutes * 60 - self.autotune_seconds
+        budget_s = config.max_minutes * 60 - self.auto.seconds
         deadline = begin + budget_s if config.max_minutes else None
         window = cadence.Window(begin)
         pauses = cadence.Pauses()
