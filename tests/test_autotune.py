@@ -378,6 +378,21 @@ def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastes
     ]
     assert record["law"] == sizing.REVIEWS_LAW.formula()
     assert record["law_source"] == autosize.SHIPPED_LAW and record["line"] == decision.line
+    assert record["optimize_for"] == "bits"
+
+    # For transfer: the widest size predicted within the margin of the lowest loss. With
+    # 1024 units at 3,500 chars/s that is 1024 (0.097 above 512's); at 1,500 it stays 512.
+    def faster_1024(sizes, cap):
+        return autosize.Rates({**AUTO_RATES, 1024: 3500.0}, "measured", 60.0)
+
+    transfer = _auto_config(optimize_for="transfer")
+    wide = autosize.decide(transfer, replicas=2, rates_of=faster_1024)
+    assert wide.units == 1024 and wide.record["optimize_for"] == "transfer"
+    assert ", for transfer (the largest within 0.15 bits/char of the lowest, 512 units)" in (
+        wide.line
+    )
+    assert autosize.decide(_auto_config(), replicas=2, rates_of=faster_1024).units == 512
+    assert autosize.decide(transfer, replicas=2, rates_of=rates_of).units == 512
 
     # A size the cap (or a failure) left out is named in the line, and is no candidate.
     def capped(sizes, cap):
@@ -465,6 +480,7 @@ def test_auto_size_rates_come_from_the_cache_and_a_failing_size_is_skipped(tmp_p
         ({"hidden_size": 0}, r"hidden_size must be positive, got 0\."),
         ({"size_candidates": "256,x"}, "size_candidates must be comma-separated positive numbers"),
         ({"size_candidates": "256,0"}, "size_candidates must be comma-separated positive numbers"),
+        ({"optimize_for": "speed"}, "optimize_for must be one of bits, transfer; got 'speed'"),
     ],
 )
 def test_bad_auto_size_settings_are_one_line_naming_the_setting(overrides, message):

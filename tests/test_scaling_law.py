@@ -150,6 +150,30 @@ def test_planner_picks_the_lowest_predicted_loss_for_the_budget():
     assert sizing.plan_size(law, rates, seconds=36000).best.units == 512
 
 
+def test_planning_for_transfer_takes_the_widest_size_within_the_margin_of_the_lowest():
+    law = sizing.ScalingLaw(**GOLDEN)
+    rates = {128: 20000.0, 256: 11000.0, 512: 5000.0, 1024: 1200.0}
+    bits = sizing.plan_size(law, rates, seconds=120)
+    transfer = sizing.plan_size(law, rates, seconds=120, optimize_for="transfer")
+    lowest = bits.best
+    predicted = {c.units: c.predicted for c in bits.candidates}
+    within = [u for u, p in predicted.items() if p <= lowest.predicted + sizing.TRANSFER_MARGIN]
+    # The golden law puts 512 units inside the margin and 1024 outside it, so the choice is
+    # neither the lowest prediction nor the largest candidate.
+    assert lowest.units == 256 and max(within) == 512 and 1024 not in within
+    assert transfer.best.units == 512 and transfer.candidates == bits.candidates
+    assert transfer.line.startswith(
+        f"hidden_size=512 for 2 minutes, for transfer (the largest within "
+        f"{sizing.TRANSFER_MARGIN:g} bits/char of the lowest, 256 units): 512 units: "
+    )
+    assert f"alternatives 128 units: {predicted[128]:.3f}" in transfer.line
+    # With one size inside the margin, transfer and bits agree.
+    narrow = {128: 20000.0, 256: 11000.0, 1024: 1200.0}
+    assert sizing.plan_size(law, narrow, 120, optimize_for="transfer").best.units == 256
+    with pytest.raises(errors.InvalidValueError, match="optimize_for must be bits or transfer"):
+        sizing.plan_size(law, rates, 120, optimize_for="speed")
+
+
 def test_planner_and_rates_refuse_bad_input():
     law = sizing.ScalingLaw(**GOLDEN)
     with pytest.raises(errors.InvalidValueError, match="no sizes with a measured rate"):

@@ -15,6 +15,9 @@ concrete values and the rates. `--hidden_size=auto` chooses the model's size
 for the budget the same way (`tf_mlstm/train/autosize.py`): each of
 --size_candidates timed, the scaling law's prediction at the end of the
 budget, one log line; the run folder records the size and a resume keeps it.
+It picks the lowest predicted bits/char, or with --optimize_for=transfer the
+widest size predicted within 0.15 bits/char of that (wider features transfer
+better: docs/scaling.md).
 
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
 run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
@@ -45,7 +48,15 @@ def define_data_flags() -> None:
 def define_model_flags() -> None:
     _flags.define_fields(
         _DEFAULTS,
-        ("hidden_size", "size_candidates", "scaling_law", "embedding_size", "weight_norm"),
+        (
+            "hidden_size",
+            "size_candidates",
+            "optimize_for",
+            "scaling_law",
+            "embedding_size",
+            "weight_norm",
+        ),
+        choices={"optimize_for": config_lib.OPTIMIZE_FOR},
     )
 
 

@@ -45,6 +45,7 @@ from tf_mlstm.config.choices import CLUSTER_RESOLVERS
 from tf_mlstm.config.choices import DECAYS
 from tf_mlstm.config.choices import HEAD_INITS
 from tf_mlstm.config.choices import JIT_CHOICES
+from tf_mlstm.config.choices import OPTIMIZE_FOR
 from tf_mlstm.config.choices import PENALTIES
 from tf_mlstm.config.choices import PRECISION_CHOICES
 from tf_mlstm.config.choices import PRECISIONS
@@ -86,6 +87,7 @@ __all__ = [
     "JIT_CHOICES",
     "JsonConfig",
     "LabeledDataFields",
+    "OPTIMIZE_FOR",
     "OptimizationFields",
     "PENALTIES",
     "PRECISIONS",

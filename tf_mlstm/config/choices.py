@@ -28,6 +28,9 @@ CLUSTER_RESOLVERS = ("tf_config", "slurm")
 # === Optimization and budget ===
 
 SCHEDULE_LENGTHS = ("budget", "steps")
+OPTIMIZE_FOR = ("bits", "transfer")
+"""What `hidden_size=auto` optimises: predicted held-out bits/char, or transfer (the
+largest size within `sizing.TRANSFER_MARGIN` of the lowest prediction)."""
 SCALINGS = ("none", "linear", "sqrt")
 """Learning-rate scaling with the batch (train/schedules.py)."""
 DECAYS = ("constant", "linear", "cosine", "exponential")

@@ -7,6 +7,7 @@ from typing import Self
 from tf_mlstm import errors
 from tf_mlstm.config.base import CheckedFields
 from tf_mlstm.config.choices import AUTO
+from tf_mlstm.config.choices import OPTIMIZE_FOR
 from tf_mlstm.config.choices import SCALINGS
 from tf_mlstm.config.runner import BudgetFields
 from tf_mlstm.config.runner import OptimizationFields
@@ -47,6 +48,10 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         time budget nothing is timed (every size trains on the steps' characters, so the law
         favours the largest). config.json records the size and the plan; a resume keeps it.
       size_candidates: The sizes `hidden_size`=auto chooses among: comma-separated mLSTM units.
+      optimize_for: What `hidden_size`=auto optimises. bits: the lowest predicted held-out
+        bits/char. transfer: the largest candidate predicted within 0.15 bits/char of the
+        lowest (a wider model's features transfer better at a slightly worse bits/char;
+        docs/scaling.md has the measurement).
       scaling_law: The law `hidden_size`=auto plans with: a fit.json of tools/scaling_law.py (or
         a JSON of the law's E, A, alpha, B, beta). Empty: the law fitted on the review corpora
         (docs/scaling.md).
@@ -85,6 +90,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     # Model.
     hidden_size: int | str = 256  # or "auto": chosen for the budget (`tf_mlstm.train.autosize`)
     size_candidates: str = "256,384,512,768,1024"
+    optimize_for: str = "bits"
     scaling_law: str = ""  # "" = tf_mlstm.sizing.REVIEWS_LAW
     embedding_size: int = 64
     weight_norm: bool = True
@@ -118,7 +124,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
             )
         self.size_candidate_units  # noqa: B018 (raises for a bad list)
         self.check_positive(("embedding_size", "seq_length", "lr_base_batch"))
-        self.check_choices({"lr_scaling": SCALINGS})
+        self.check_choices({"lr_scaling": SCALINGS, "optimize_for": OPTIMIZE_FOR})
         for name in ("max_lr", "epochs"):
             if getattr(self, name) < 0:
                 raise errors.InvalidValueError(

@@ -269,7 +269,13 @@ def _plan(config, replicas, rates_of):
     if rates.rates and left > 0:
         run_rates = {u: r * replicas for u, r in rates.rates.items()}
         plan = sizing.plan_size(
-            law, run_rates, left, config.embedding_size, config.weight_norm, max_chars
+            law,
+            run_rates,
+            left,
+            config.embedding_size,
+            config.weight_norm,
+            max_chars,
+            optimize_for=config.optimize_for,
         )
         how = rates.how
     else:
@@ -280,6 +286,7 @@ def _plan(config, replicas, rates_of):
             config.embedding_size,
             config.weight_norm,
             max_chars,
+            optimize_for=config.optimize_for,
         )
         how = "steps"
     source = config.scaling_law or SHIPPED_LAW
@@ -293,6 +300,7 @@ def _plan(config, replicas, rates_of):
         "setting": rates.setting if rates.rates else None,
         "candidates": [_candidate_record(c, rates.rates.get(c.units)) for c in plan.candidates],
         "skipped": {str(u): why for u, why in rates.skipped.items()},
+        "optimize_for": config.optimize_for,
         "law": law.formula(),
         "law_source": source,
         "budget": {
