@@ -48,13 +48,13 @@ _EXPONENT_GRID = np.linspace(0.05, 2.0, 40)
 
 
 FORMS = ("additive", "coupled")
+"""The law's forms: the two terms added (Chinchilla), or combined as in Kaplan et al. (2020)."""
 
 # `optimize_for="transfer"`: the widest size whose predicted held-out bits/char is within this
 # of the lowest. Measured (docs/scaling.md, "--hidden_size=auto"): on a 2-core CPU in 30
 # minutes, 768 units were predicted 0.131 bits/char worse than the 384 the law chose, ended
-# 0.021-0.030 worse, and their features transferred better on SST-2 and SST-5.
+# 0.021-0.030 worse, and their features scored 4.5 points higher on SST-2.
 TRANSFER_MARGIN = 0.15
-"""The law's forms: the two terms added (Chinchilla), or combined as in Kaplan et al. (2020)."""
 
 
 def _law(form, e, a, alpha, b, beta, n, d):
@@ -436,7 +436,8 @@ class Plan:
     """The planner's answer: the chosen size, every candidate, and one line saying why.
 
     Attributes:
-      best: the candidate with the lowest predicted loss.
+      best: the chosen candidate: the lowest predicted loss (or, for transfer, the widest
+        within `TRANSFER_MARGIN` of it).
       candidates: every candidate, smallest size first.
       line: one line: the choice, its rate and prediction, and the alternatives.
 
