@@ -499,6 +499,10 @@ def plan_size(
     """
     if not rates:
         raise errors.InvalidValueError("planner: no sizes with a measured rate were given.")
+    if optimize_for not in ("bits", "transfer"):  # config.choices.OPTIMIZE_FOR, a layer above
+        raise errors.InvalidValueError(
+            f"planner: optimize_for must be bits or transfer, got {optimize_for!r}."
+        )
     timed = math.isfinite(seconds)
     if not (seconds > 0 and max_chars > 0 and (timed or math.isfinite(max_chars))):
         raise errors.InvalidValueError(
@@ -538,10 +542,6 @@ def plan_size(
         budget += (
             f", for transfer (the largest within {TRANSFER_MARGIN:g} bits/char of the lowest,"
             f" {lowest.units} units)"
-        )
-    elif optimize_for != "bits":
-        raise errors.InvalidValueError(
-            f"planner: optimize_for must be bits or transfer, got {optimize_for!r}."
         )
     return Plan(best=best, candidates=tuple(candidates), line=_plan_line(best, candidates, budget))
 
