@@ -5,13 +5,15 @@ coefficients recovered from points the law itself made, leave-one-out
 against its definition, the planner's choice against the loss worked out by
 hand. The tool's grid arithmetic is checked directly, and one real run of the
 tool (a 16-unit model for two steps, then the same command again) shows that
-a finished run is recorded and not run again.
+a finished run is recorded and not run again, and that the same run added as a
+finished run (`--add_runs`) scores the same.
 """
 
 import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 import numpy as np
@@ -29,12 +31,16 @@ SIZES = (64, 128, 256, 512, 1024)
 CHARS = (0.25e6, 0.5e6, 1e6, 2e6, 4e6)
 
 
-@pytest.fixture(name="tool")
-def fixture_tool():
+def _load_tool():
     spec = importlib.util.spec_from_file_location("scaling_law", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(name="tool")
+def fixture_tool():
+    return _load_tool()
 
 
 def golden_points(sizes=SIZES, chars=CHARS, noise=0.0, seed=0):
@@ -292,6 +298,7 @@ def test_tool_bad_input_is_one_line(tmp_path):
     cases = [
         (["--fit_only", "--plan_rates=128:5"], "'128:5' is not UNITS=CHARS_PER_S"),
         (["--fit_only"], f"{results}:1: not a results line"),
+        (["--fit_only", "--add_runs=r"], "--add_runs and --fit_only: give one"),
         (["--train_data=" + str(tmp_path / "none")], "--train_data=" + str(tmp_path / "none")),
     ]
     for flags, message in cases:
@@ -390,6 +397,44 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
     other = _models.run(_tool_command(output, *flags, "--warmup_fraction=0.5"), timeout=120)
     assert other.returncode == 1
     assert "run u16_s2 was made with other settings" in other.stderr
+
+    # The finished run added to another folder (as a recipe's own runs are): scored on the
+    # same sample, the same score; its size, steps and characters from its own files.
+    run_dir = checkpoints.parent
+    added = tmp_path / "added"
+    adding = [f"--flagfile_recipe={recipe}", f"--heldout={heldout}", "--heldout_every=2"]
+    adding.append(f"--add_runs={run_dir}")
+    refused = _models.run(_tool_command(added, *adding), timeout=120)
+    assert refused.returncode == 1
+    assert f"--add_runs: {run_dir}: --seq_length=16, the recipe's is 32" in refused.stderr
+    adding.append("--train_flags=--seq_length=16")
+    done = _models.run(_tool_command(added, *adding), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (added / "results.jsonl").read_text().splitlines()]
+    assert row["heldout_bits_per_char"] == record["heldout_bits_per_char"]
+    assert (row["units"], row["steps"], row["chars"]) == (16, 2, 128)
+    assert row["weights"] == record["weights"]
+    assert row["added_from"] == str(run_dir) and sorted(os.listdir(checkpoints)) == before
+    again = _models.run(_tool_command(added, *adding), timeout=120)
+    assert f"skipping {run_dir}: added before" in again.stderr
+    assert len((added / "results.jsonl").read_text().splitlines()) == 1
+    # A run that did not end its schedule is not a short run; nor is one of another recipe.
+    tool = _load_tool()
+    recipe_flags = {**tool.read_recipe(str(recipe)), "seq_length": "16"}
+    assert tool.added_run(str(run_dir), recipe_flags)["chars"] == 128
+    cut = tmp_path / "cut"
+    shutil.copytree(run_dir, cut)
+    ended = json.loads((cut / "results.json").read_text())
+    (cut / "results.json").write_text(json.dumps({**ended, "final_learning_rate": 0.001}))
+    with pytest.raises(errors.InvalidValueError, match=f"{cut}: its rate ended at 0.001, not 0"):
+        tool.added_run(str(cut), recipe_flags)
+    with pytest.raises(errors.InvalidValueError, match=r"--lr=.*, the recipe's is 0.5: its loss"):
+        tool.added_run(str(run_dir), {**recipe_flags, "lr": "0.5"})
+    (cut / "results.json").unlink()
+    with pytest.raises(errors.InvalidValueError, match=f"{cut}: no results.json: the run has not"):
+        tool.added_run(str(cut), recipe_flags)
+    with pytest.raises(errors.MissingFileError, match="no config.json .not a tf-mlstm-train run"):
+        tool.added_run(str(tmp_path), recipe_flags)
 
 
 # === Planning a cluster run: the law counted in FLOPs ===

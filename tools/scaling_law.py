@@ -42,6 +42,14 @@ default the rates the grid's runs measured) the characters it trains on in
 `--plan_minutes`, its predicted loss, and the size that minimises it. The
 last line is one JSON object.
 
+`--add_runs` trains nothing: it scores finished `tf-mlstm-train` runs (the
+recipe's own 30-minute runs, say) on the same held-out sample and records them
+with the grid, so that the law is fitted where the planner extrapolates. Each
+must have ended its schedule (the rate decayed to zero at its last step) and
+trained with the recipe's batch, sequence length, embedding, peak rate,
+decay, clipping and corpus mix (one line names what differs); its size,
+steps and characters come from its config.json and results.json.
+
 A cluster (`--plan_gpus` x `--plan_gpu_tflops`, or `--cluster_flops`, at
 `--plan_utilization` for `--plan_hours`) is planned in FLOPs instead, and
 nothing is run: each size in `--plan_units` trains on the cluster's FLOPs
@@ -92,6 +100,19 @@ _GRID_FLAGS = (
 # settings, so a recipe that changes only them (--hidden_size=auto) keeps its grid.
 _SIZE_FLAGS = ("--hidden_size=", "--size_candidates=", "--scaling_law=")
 
+# The settings that make two runs' scores comparable (the grid's own flags aside).
+_SCORE_SETTINGS = ("recipe", "heldout", "heldout_every")
+# The recipe's flags that a run added with --add_runs must share (what its loss depends on).
+_LOSS_FLAGS = (
+    "batch_size",
+    "seq_length",
+    "embedding_size",
+    "lr",
+    "lr_decay",
+    "clip_norm",
+    "source_repeats",
+)
+
 FLAGS = flags.FLAGS
 
 
@@ -138,6 +159,15 @@ def define_flags():
         "run_timeout_s", 4 * 3600, "A run (training or scoring) stops after this.", lower_bound=1
     )
     flags.DEFINE_bool("fit_only", False, "Run nothing: fit and plan from results.jsonl.")
+    flags.DEFINE_list(
+        "add_runs",
+        [],
+        "Finished tf-mlstm-train runs (their --model_dir, e.g. the 30-minute recipe's) to "
+        "score on the held-out text and fit with the grid instead of running it: each must "
+        "have ended its schedule (the rate decayed to zero at its last step) and trained with "
+        "the recipe's batch, sequence length, embedding, peak rate, decay, clipping and corpus "
+        "mix. Trains nothing.",
+    )
     flags.DEFINE_string(
         "plan_rates",
         "",
@@ -363,8 +393,12 @@ def train_and_score(point, config):
     }
 
 
-def read_results(path, settings=None):
-    """The finished runs in `path`; with `settings`, refuses runs made with other settings."""
+def read_results(path, settings=None, keys=None):
+    """The finished runs in `path`; with `settings`, refuses runs made with other settings.
+
+    With `keys`, only those settings are compared; a run added with `--add_runs` is
+    compared on `_SCORE_SETTINGS` (it did not train with the grid's own flags).
+    """
     if not os.path.exists(path):
         return []
     results = []
@@ -382,7 +416,13 @@ def read_results(path, settings=None):
                     "heldout_bits_per_char)."
                 ) from None
             record["settings"] = _without_size_lines(record.get("settings"))
-            if settings is not None and record.get("settings") != settings:
+            compared, wanted = record.get("settings"), settings
+            # An added run was checked against the recipe when it was added.
+            row_keys = _SCORE_SETTINGS if keys is None and "added_from" in record else keys
+            if row_keys is not None and isinstance(compared, dict) and settings is not None:
+                compared = {k: compared.get(k) for k in row_keys}
+                wanted = {k: settings.get(k) for k in row_keys}
+            if settings is not None and compared != wanted:
                 raise errors.InvalidValueError(
                     f"{path}:{number}: run u{key[0]}_s{key[1]} was made with other settings "
                     f"({record.get('settings')}, now {settings}); use another --output_dir."
@@ -408,6 +448,108 @@ def run_grid(config):
             run_name(point),
             record["heldout_bits_per_char"],
             record["train_s"] + record["eval_s"],
+        )
+        results.append(record)
+    return results
+
+
+def _same_value(recipe_value, run_value):
+    """A recipe's flag text and a run's recorded value name the same setting."""
+    try:
+        return math.isclose(float(recipe_value), float(run_value), rel_tol=1e-9)
+    except (TypeError, ValueError):
+        return str(recipe_value) == str(run_value)
+
+
+def added_run(run_dir, recipe):
+    """A finished training run's grid point (its size, steps, characters), checked.
+
+    Args:
+      run_dir: the run's --model_dir.
+      recipe: the recipe's flags ({name: text}) the grid trains with.
+
+    Returns:
+      {"units", "steps", "warmup_steps", "chars", "weights"} plus what results.json says.
+
+    Raises:
+      errors.MissingFileError, errors.InvalidValueError: one line naming the run and why it
+        cannot count as a grid point.
+    """
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+
+    if not rundir.holds(run_dir, rundir.CONFIG_FILE):
+        raise errors.MissingFileError(
+            f"--add_runs: {run_dir}: no {rundir.CONFIG_FILE} (not a tf-mlstm-train run)."
+        )
+    config = rundir.read_config(run_dir)
+    results = rundir.read_results(run_dir)
+    if results is None or "final_learning_rate" not in results:
+        raise errors.InvalidValueError(
+            f"--add_runs: {run_dir}: no {rundir.RESULTS_FILE}: the run has not ended "
+            "(resume it to its end)."
+        )
+    step, rate = int(results["step"]), float(results["final_learning_rate"])
+    if rate > 1e-6 * config.lr:
+        raise errors.InvalidValueError(
+            f"--add_runs: {run_dir}: its rate ended at {rate:.3g}, not 0 (step {step:,} of "
+            f"{results.get('schedule_steps', '?')}, stopped by {results.get('stopped_by')}): "
+            "a run cut short is not a short run; resume it to its end or leave it out."
+        )
+    for name in _LOSS_FLAGS:
+        if name in recipe and not _same_value(recipe[name], getattr(config, name)):
+            raise errors.InvalidValueError(
+                f"--add_runs: {run_dir}: --{name}={getattr(config, name)}, the recipe's is "
+                f"{recipe[name]}: its loss does not count with the grid's."
+            )
+    chars = step * config.batch_size * config.seq_length
+    minutes = results.get("train_minutes")
+    return {
+        "units": config.hidden_size,
+        "steps": step,
+        "warmup_steps": config.warmup_steps,
+        "chars": chars,
+        "weights": sizing.model_weights(
+            config.hidden_size, config.embedding_size, weight_norm=config.weight_norm
+        ),
+        "validation_bits_per_char": results.get("validation_bits_per_char"),
+        "run_chars_per_s": round(chars / (60 * minutes)) if minutes else None,
+        "stopped_by": results.get("stopped_by"),
+    }
+
+
+def add_runs(config):
+    """Scores each run in `config["add_runs"]` and records it; returns all finished runs.
+
+    A run already recorded from the same folder is not scored again.
+    """
+    path = os.path.join(config["output_dir"], RESULTS_FILE)
+    results = read_results(path, config["settings"], keys=_SCORE_SETTINGS)
+    done = {r.get("added_from") for r in results}
+    for run_dir in config["add_runs"]:
+        if run_dir in done:
+            logging.info("skipping %s: added before (%s)", run_dir, RESULTS_FILE)
+            continue
+        point = added_run(run_dir, config["recipe"])
+        result, eval_s = score(run_dir, config["heldout"], config["text_key"])
+        command = eval_command(run_dir, config["heldout"], config["text_key"])
+        record = {
+            **point,
+            "heldout_bits_per_char": result["bits_per_char"],
+            "heldout_chars": result["chars"],
+            "chars_per_s": None,  # another machine's rate does not plan this one
+            "eval_s": round(eval_s, 1),
+            "added_from": run_dir,
+            "settings": config["settings"],
+            "eval_command": shlex.join(command),
+        }
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        logging.info(
+            "added %s (%d units, %s chars): %.4f held-out bits/char",
+            run_dir,
+            point["units"],
+            f"{point['chars']:,}",
+            record["heldout_bits_per_char"],
         )
         results.append(record)
     return results
@@ -470,7 +612,8 @@ def markdown_table(results, report):
             f"| {r['units']} | {r['weights']:,} | {r['steps']:,} | {r['chars']:,} "
             f"| {r['heldout_bits_per_char']:.4f} "
             f"| {'' if validation is None else f'{validation:.4f}'} "
-            f"| {'' if rate is None else f'{rate:,.0f}'} | {r.get('train_s', '')} | {residual} "
+            f"| {'' if rate is None else f'{rate:,.0f}'} "
+            f"| {'(added)' if 'added_from' in r else r.get('train_s', '')} | {residual} "
             f"| {'' if loo is None else f'{loo[i]:+.4f}'} |"
         )
     return "\n".join(lines)
@@ -665,7 +808,7 @@ def body(config):
         config["heldout"] = heldout_sample(
             config["heldout"], config["heldout_every"], config["output_dir"]
         )
-        results = run_grid(config)
+        results = add_runs(config) if config["add_runs"] else run_grid(config)
     results = sorted(results, key=lambda r: (r["units"], r["chars"]))
     reports, report = best_report(results, config["forms"])
     final = {"runs": len(results)}
@@ -755,6 +898,17 @@ def build_config():
         "recipe_path": recipe_path,
     }
     if FLAGS.fit_only:
+        if FLAGS.add_runs:
+            raise errors.InvalidValueError(
+                "--add_runs and --fit_only: give one (--add_runs scores runs, then fits)."
+            )
+        return config
+    config["add_runs"] = [os.path.abspath(run) for run in FLAGS.add_runs]
+    if FLAGS.add_runs:
+        recipe = read_recipe(recipe_path)
+        recipe.update(flag[2:].partition("=")[::2] for flag in FLAGS.train_flags)
+        config["recipe"] = recipe
+        config["settings"] = recipe_settings(recipe_path, config)
         return config
     if not FLAGS.train_data:
         raise errors.InvalidValueError("--train_data: give the TFRecord folder the runs train on.")
@@ -766,17 +920,21 @@ def build_config():
     config["train_data"] = os.path.abspath(FLAGS.train_data)
     config["embedding_size"] = int(recipe.get("embedding_size", "64"))
     config["points"] = grid(sizes, budgets, recipe, FLAGS.warmup_fraction)
-    # What makes two runs comparable: the recipe's text, the extra flags, the held-out sample.
+    config["settings"] = recipe_settings(recipe_path, config)
+    return config
+
+
+def recipe_settings(recipe_path, config):
+    """What makes two runs comparable: the recipe's text, the extra flags, the held-out sample."""
     with open(recipe_path, encoding="utf-8") as f:
         recipe_lines = sorted(line.strip() for line in f if line.strip().startswith("--"))
-    config["settings"] = {
+    return {
         "recipe": [line for line in recipe_lines if not line.startswith(_SIZE_FLAGS)],
         "train_flags": config["train_flags"],
         "heldout": os.path.basename(config["heldout"]),
-        "heldout_every": FLAGS.heldout_every,
+        "heldout_every": config["heldout_every"],
         "warmup_fraction": FLAGS.warmup_fraction,
     }
-    return config
 
 
 def run():
