@@ -381,7 +381,7 @@ def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastes
     assert record["optimize_for"] == "bits"
 
     # For transfer: the widest size predicted within the margin of the lowest loss. With
-    # 1024 units at 3,500 chars/s that is 1024 (0.097 above 512's); at 1,500 it stays 512.
+    # 1024 units at 3,500 chars/s that is 1024 (0.049 above 512's); at 1,500 it stays 512.
     def faster_1024(sizes, cap):
         return autosize.Rates({**AUTO_RATES, 1024: 3500.0}, "measured", 60.0)
 

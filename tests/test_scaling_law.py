@@ -527,7 +527,7 @@ def test_compute_plan_flags_and_measures_extrapolation():
     # The shipped law's ranges are the grid's: the paper's model is far outside both.
     shipped = sizing.REVIEWS_LAW
     assert shipped.weights_range == (174_080, 3_418_880)
-    assert shipped.chars_range == (503_808, 8_003_584)
+    assert shipped.chars_range == (503_808, 24_637_440)
     assert shipped.extrapolates(sizing.model_weights(4096), 1.2e11)
 
 
