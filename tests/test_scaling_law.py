@@ -403,11 +403,7 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
     run_dir = checkpoints.parent
     added = tmp_path / "added"
     adding = [f"--flagfile_recipe={recipe}", f"--heldout={heldout}", "--heldout_every=2"]
-    adding.append(f"--add_runs={run_dir}")
-    refused = _models.run(_tool_command(added, *adding), timeout=120)
-    assert refused.returncode == 1
-    assert f"--add_runs: {run_dir}: --seq_length=16, the recipe's is 32" in refused.stderr
-    adding.append("--train_flags=--seq_length=16")
+    adding += [f"--add_runs={run_dir}", "--train_flags=--seq_length=16"]
     done = _models.run(_tool_command(added, *adding), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = [json.loads(line) for line in (added / "results.jsonl").read_text().splitlines()]
@@ -420,6 +416,9 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
     assert len((added / "results.jsonl").read_text().splitlines()) == 1
     # A run that did not end its schedule is not a short run; nor is one of another recipe.
     tool = _load_tool()
+    message = f"--add_runs: {run_dir}: --seq_length=16, the recipe's is 32: its loss"
+    with pytest.raises(errors.InvalidValueError, match=message):
+        tool.added_run(str(run_dir), tool.read_recipe(str(recipe)))  # without --train_flags
     recipe_flags = {**tool.read_recipe(str(recipe)), "seq_length": "16"}
     assert tool.added_run(str(run_dir), recipe_flags)["chars"] == 128
     cut = tmp_path / "cut"
