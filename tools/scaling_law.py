@@ -418,8 +418,8 @@ def read_results(path, settings=None, keys=None):
             record["settings"] = _without_size_lines(record.get("settings"))
             compared, wanted = record.get("settings"), settings
             # An added run was checked against the recipe when it was added.
-            row_keys = _SCORE_SETTINGS if keys is None and "added_from" in record else keys
-            if row_keys is not None and isinstance(compared, dict) and settings is not None:
+            row_keys = keys or (_SCORE_SETTINGS if "added_from" in record else None)
+            if row_keys and isinstance(compared, dict) and settings is not None:
                 compared = {k: compared.get(k) for k in row_keys}
                 wanted = {k: settings.get(k) for k in row_keys}
             if settings is not None and compared != wanted:
@@ -892,6 +892,7 @@ def build_config():
         "forms": list(FLAGS.forms),
         "heldout": os.path.abspath(FLAGS.heldout),
         "heldout_every": FLAGS.heldout_every,
+        "warmup_fraction": FLAGS.warmup_fraction,
         "text_key": FLAGS.heldout_text_key,
         "timeout": FLAGS.run_timeout_s,
         "train_flags": list(FLAGS.train_flags),
@@ -933,7 +934,7 @@ def recipe_settings(recipe_path, config):
         "train_flags": config["train_flags"],
         "heldout": os.path.basename(config["heldout"]),
         "heldout_every": config["heldout_every"],
-        "warmup_fraction": FLAGS.warmup_fraction,
+        "warmup_fraction": config["warmup_fraction"],
     }
 
 

@@ -7,6 +7,7 @@ is added here and nowhere else.
 
 import numpy as np
 
+from tf_mlstm import sizing
 from tf_mlstm.data.fields import NGRAM_KIND
 
 AUTO = "auto"
@@ -28,9 +29,8 @@ CLUSTER_RESOLVERS = ("tf_config", "slurm")
 # === Optimization and budget ===
 
 SCHEDULE_LENGTHS = ("budget", "steps")
-OPTIMIZE_FOR = ("bits", "transfer")
-"""What `hidden_size=auto` optimises: predicted held-out bits/char, or transfer (the
-largest size within `sizing.TRANSFER_MARGIN` of the lowest prediction)."""
+OPTIMIZE_FOR = sizing.OPTIMIZE_FOR
+"""What `hidden_size=auto` optimises (the planner's own list, `tf_mlstm.sizing`)."""
 SCALINGS = ("none", "linear", "sqrt")
 """Learning-rate scaling with the batch (train/schedules.py)."""
 DECAYS = ("constant", "linear", "cosine", "exponential")
