@@ -44,8 +44,13 @@ time.sleep(60)
 """
 
 # A small Keras 3 model trained for 3 steps by a custom loop under the
-# multi_worker strategy, each worker on different data.
+# multi_worker strategy, each worker on different data. Worker 0's part of the
+# final synchronization's all-reduce ends 2 s after worker 1's, as when it is
+# still fetching worker 1's buffer: `finalize` must hold worker 1 until then
+# (a worker that exits there fails its peer's collective).
 _TRAINING_WORKER = """
+import time
+
 import numpy as np
 import keras
 import tensorflow as tf
@@ -92,8 +97,18 @@ for _ in range(3):
     loss = train_step(iterator)
 print(f"worker_info={task_type},{worker_id},{num_workers} chief={strategy_lib.is_chief(strategy)}")
 print(f"initial_sum={initial:.6f} weights_sum={weight_sum():.6f} loss={float(loss):.6f}")
+real_sum_over_replicas = strategy_lib.sum_over_replicas
+
+def late_on_worker_0(*args):
+    total = real_sum_over_replicas(*args)
+    if worker_id == 0:
+        time.sleep(2)
+    print(f"collective_done={time.time():.3f}", flush=True)
+    return total
+
+strategy_lib.sum_over_replicas = late_on_worker_0
 strategy_lib.finalize(strategy)
-print("finished")
+print(f"finished={time.time():.3f}")
 """
 
 
@@ -317,5 +332,14 @@ def test_two_workers_train_in_sync_through_the_launcher(tmp_path):
     assert all(before != after for before, after in initial)  # it trained
     assert "[worker 0] worker_info=worker,0,2 chief=True" in out
     assert "[worker 1] worker_info=worker,1,2 chief=False" in out
-    assert out.count("] finished") == 2
+    times = {
+        (worker, event): float(value)
+        for worker, event, value in re.findall(
+            r"^\[worker (\d)\] (collective_done|finished)=(\S+)", out, re.M
+        )
+    }
+    assert len(times) == 4, out
+    # No worker leaves the final synchronization before every worker's part
+    # of its collective is over.
+    assert times["1", "finished"] >= times["0", "collective_done"], times
     assert "have crashed" not in err

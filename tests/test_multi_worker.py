@@ -53,6 +53,10 @@ TINY = [
     "--sample_every_steps=0",
     "--log_every_steps=1",
     "--jit_compile=false",
+    # Fixed, so no run measures precisions first: on a CPU with native
+    # bfloat16 the chief's timing would outlast a test's short
+    # --collective_timeout_s while the other worker waits to agree on it.
+    "--precision=float32",
     "--noexport",  # seconds a run; the first test below exports
 ]
 _STEP_LINE = re.compile(r"step (\d+)/\d+\s+loss ([0-9.naif]+)")
@@ -361,7 +365,6 @@ def test_the_launcher_passes_sigterm_and_ctrl_c_on_and_the_same_command_resumes(
         data_dir,
         f"--max_steps={max_steps}",
         f"--checkpoint_every_steps={every}",
-        "--precision=float32",
     )
     resumed_from = 0
     for name, signum, said, status in (

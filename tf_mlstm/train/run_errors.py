@@ -16,14 +16,9 @@ from tf_mlstm import errors
 from tf_mlstm.train import stop_signals
 from tf_mlstm.train import strategy as strategy_lib
 
-# How a collective fails once the coordination service has noticed that a
-# peer task is gone (heartbeat timeout) or has cancelled the pending ops.
-PEER_ERRORS = (
-    tf.errors.UnavailableError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-)
+# How a collective (or the coordination service's barrier) fails once a
+# peer task is gone.
+PEER_ERRORS = strategy_lib.PEER_ERRORS
 # Exit statuses of a run stopped by SIGTERM (75) or Ctrl-C (130) after its
 # checkpoint: relaunching resumes.
 EXIT_PREEMPTED = stop_signals.EXIT_PREEMPTED

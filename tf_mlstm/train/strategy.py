@@ -37,6 +37,7 @@ does not make a slower peer log "tasks have crashed".
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -71,6 +72,22 @@ _TEMP_ROOT_PREFIX = "tf_mlstm_workertemp_"
 
 # Collective keys (group and instance) each `MirroredStrategy` may use.
 _COLLECTIVE_KEY_RANGE = 100_000
+
+# How a collective or a barrier fails once the coordination service has
+# noticed that a peer task is gone (heartbeat timeout) or has cancelled the
+# pending ops.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)
+
+# The barrier after `finalize`'s all-reduce: every worker reaches it within
+# moments of the others (the all-reduce already waited for the slowest), so
+# its timeout only bounds a peer lost in between.
+_FINAL_BARRIER_TIMEOUT_S = 300
+_FINALIZE_CALLS = itertools.count()
 
 
 class PeerWorkerError(errors.UserError, RuntimeError):
@@ -395,7 +412,13 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
 
     Without it the first worker to finish exits while a slower one may still
     be inside its last step or heartbeat, and the slower one then logs that
-    its peer has crashed. A no-op without a cluster.
+    its peer has crashed. An all-reduce waits for every worker (as long as a
+    collective may wait), but its end is no barrier: a worker's part is done
+    once it has what it needs, while a peer may still be fetching that
+    worker's buffer, and a worker that exits then fails its peer's
+    collective ("Socket closed"). So a coordination-service barrier follows
+    it: no worker returns before every worker's collective has returned. A
+    no-op without a cluster.
 
     Args:
       strategy: the run's strategy.
@@ -410,7 +433,12 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
 
     try:
         total = sum_over_replicas(strategy, lambda context: tf.ones([]))
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as e:
+        # Every worker calls finalize as often as the others (the all-reduce
+        # needs it too), so the count names the same barrier on each.
+        tf_context.context().wait_at_barrier(
+            f"tf_mlstm_finalize_{next(_FINALIZE_CALLS)}", _FINAL_BARRIER_TIMEOUT_S * 1000
+        )
+    except PEER_ERRORS as e:
         first_line = (e.message or str(e)).strip().splitlines()[0]
         raise PeerWorkerError(
             f"final synchronization failed, a peer worker stopped early: {first_line}"
