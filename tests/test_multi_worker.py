@@ -648,3 +648,28 @@ def test_a_live_but_stuck_peer_hits_the_collective_timeout(tmp_path, data_dir):
         -4000:
     ]
     assert "Traceback" not in follower
+
+
+def test_a_peer_late_at_start_up_is_one_line_naming_the_timeout(tmp_path, data_dir):
+    # The chief times XLA on and off first (a shape no other test caches)
+    # while the other worker waits to agree on its choice, longer than the
+    # collective timeout: the waiting worker stops with the training step's
+    # kind of line, not TensorFlow's graph-execution error.
+    args = _train_args(
+        tmp_path / "run",
+        data_dir,
+        "--max_steps=100",  # long enough to pay for measuring
+        "--seq_length=24",
+        "--jit_compile=auto",
+        "--collective_timeout_s=1",
+    )
+    code, log = _run_launcher(2, tmp_path / "log.txt", args)
+    follower = _worker_text(log, 1)
+    assert code != 0, log[-4000:]
+    assert (
+        "worker 1 stops during start-up: a peer worker did not reach the all-reduce within "
+        "--collective_timeout_s=1 (stuck, or far slower: the chief may first time the auto "
+        "settings, up to a minute)" in follower
+    ), follower[-4000:]
+    assert "Graph execution error" not in follower
+    assert "Traceback" not in follower

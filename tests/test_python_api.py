@@ -292,6 +292,11 @@ def python_blocks(markdown):
 # probe, its TFRecord reader on a CSV, its error and warning log lines, and
 # Python warnings (Keras's on `fit` or `load_model`).
 NOISE = re.compile(r"cuInit|cuda|DATA_LOSS|^[EW]\d{4} |Warning: ", re.M | re.I)
+# Except one: on some AVX-512 CPUs (seen on a virtual Intel Xeon with AMX)
+# TensorFlow's oneDNN build logs at error level, once per data type, that it
+# falls back to its own kernels for an integer op. Nothing but hiding every
+# error line (TF_CPP_MIN_LOG_LEVEL=3) or oneDNN itself silences it.
+ONEDNN_FALLBACK = re.compile(r"oneDNN supports DT_\w+ only on platforms with AVX-512")
 
 
 @pytest.mark.slow
@@ -312,5 +317,9 @@ def test_the_python_page_s_examples_run_in_order_and_quietly(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert f"block {len(blocks) - 1} done" in done.stdout
-    noise = [line for line in done.stderr.splitlines() if NOISE.search(line)]
+    noise = [
+        line
+        for line in done.stderr.splitlines()
+        if NOISE.search(line) and not ONEDNN_FALLBACK.search(line)
+    ]
     assert not noise, done.stderr[-3000:]

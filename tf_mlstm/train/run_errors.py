@@ -62,7 +62,7 @@ class TrainingDivergedError(errors.UserError, RuntimeError):
 def peer_failure(
     error: tf.errors.OpError,
     worker: int,
-    step: int,
+    step: int | None,
     collective_timeout_s: float,
     latest_checkpoint: str | None,
 ) -> strategy_lib.PeerWorkerError:
@@ -71,7 +71,7 @@ def peer_failure(
     Args:
       error: the TensorFlow error.
       worker: this worker's index.
-      step: the step it stops at.
+      step: the step it stops at; None during start-up, before the first step.
       collective_timeout_s: the `collective_timeout_s` in force.
       latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
 
@@ -80,12 +80,18 @@ def peer_failure(
     """
     what = "stopped"
     if isinstance(error, tf.errors.DeadlineExceededError):
+        slower = (
+            "stuck, or far slower: the chief may first time the auto settings, up to a minute"
+            if step is None
+            else "stuck, or far slower"
+        )
         what = (
             f"did not reach the all-reduce within {errors.setting_name('collective_timeout_s')}="
-            f"{collective_timeout_s:g} (stuck, or far slower)"
+            f"{collective_timeout_s:g} ({slower})"
         )
+    where = "during start-up" if step is None else f"at step {step}"
     return strategy_lib.PeerWorkerError(
-        f"worker {worker} stops at step {step}: a peer worker {what} "
+        f"worker {worker} stops {where}: a peer worker {what} "
         f"({_error_summary(error)}). Relaunch every worker with the same command to resume "
         "from the last checkpoint"
         + (f" ({os.path.basename(latest_checkpoint)})." if latest_checkpoint else ".")

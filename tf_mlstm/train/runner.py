@@ -115,6 +115,16 @@ class Runner:
         self.config = config
         task.check_inputs()
         self._setup_strategy(strategy)
+        try:
+            self._set_up(task, config)
+        except PEER_ERRORS as e:
+            # The start-up's own collectives (the chief's auto settings, the
+            # resume step) fail as the training step's do: one line.
+            if self.num_workers <= 1:
+                raise
+            raise peer_failure(e, self.worker, None, config.collective_timeout_s, None) from e
+
+    def _set_up(self, task, config):
         layout = auto_settings.Layout(
             self.strategy, self.chief, self.num_workers, self.local_replicas, self.per_replica_batch
         )
