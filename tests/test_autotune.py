@@ -639,8 +639,12 @@ def test_two_workers_use_the_choice_the_chief_measured(tmp_path, demo_tfrecords)
     # A budget the 2 steps never reach (measuring allowed); the later flag wins over TINY's.
     # The size is auto too: the chief times both sizes at the table's precision and XLA,
     # then the other settings at the size it chose (the first is cached by then).
-    auto = ["--hidden_size=auto", "--size_candidates=8,16", "--precision=auto"]
-    auto.append("--jit_compile=auto")
+    auto = [
+        "--hidden_size=auto",
+        "--size_candidates=8,16",
+        "--precision=auto",
+        "--jit_compile=auto",
+    ]
     args = _train_args(model_dir, demo_tfrecords, "--max_steps=2", "--max_minutes=300")
     code, log = _run_launcher(2, tmp_path / "log.txt", [*args, *auto], 400)
     assert code == 0, log[-4000:]
