@@ -66,6 +66,22 @@ def test_auto_starts_two_workers_per_core(monkeypatch, pytestconfig):
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None
 
 
+def test_the_longest_test_is_collected_first(pytestconfig):
+    # A renamed test would leave FIRST naming nothing and the walk-through back at the end.
+    for nodeid in conftest.FIRST:
+        path, name = nodeid.split("::")
+        tree = ast.parse((pytestconfig.rootpath / path).read_text())
+        assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    items = [_Item("tests/b.py::t"), _Item(conftest.FIRST[0]), _Item("tests/a.py::t")]
+    conftest.pytest_collection_modifyitems(pytestconfig, items)
+    assert [item.nodeid for item in items] == [conftest.FIRST[0], "tests/b.py::t", "tests/a.py::t"]
+
+
+class _Item:
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
 def test_the_run_fails_its_remaining_tests_past_the_deadline():
     config = _Config("30", start=1000.0)
     assert conftest.suite_deadline_passed(config, now=1000.0 + 30 * 60) is None
