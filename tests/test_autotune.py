@@ -554,6 +554,40 @@ def test_an_auto_sized_run_measures_logs_one_line_records_it_and_a_resume_keeps_
     assert json.loads((tmp_path / "run" / "config.json").read_text())["autosize"] == record
 
 
+def test_settings_only_auto_reads_are_named_when_the_size_is_given():
+    from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+
+    both = TrainConfig(hidden_size=512, optimize_for="transfer", scaling_law="fit.json")
+    assert autosize.unused_settings(both) == (
+        "--optimize_for=transfer and --scaling_law=fit.json do nothing: they choose the size "
+        "of --hidden_size=auto, and this run has --hidden_size=512"
+    )
+    # The defaults, a recipe's candidate list, or an auto size: nothing to say.
+    assert autosize.unused_settings(TrainConfig(hidden_size=512, size_candidates="8,16")) is None
+    assert autosize.unused_settings(TrainConfig(hidden_size="auto", scaling_law="f")) is None
+
+
+@pytest.mark.slow
+def test_a_run_of_a_given_size_warns_that_optimize_for_does_nothing(
+    tmp_path, demo_tfrecords, caplog
+):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    files = tfrecord.split_files(demo_tfrecords, "train")
+    config = tiny_train_config(
+        tmp_path / "run", demo_tfrecords, optimize_for="transfer", max_steps=1
+    )
+    with caplog.at_level(logging.INFO):
+        _, results = _train(config, files)
+    warned = [r for r in caplog.records if "--optimize_for=transfer does nothing" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert f"this run has --hidden_size={config.hidden_size}." in warned[0].getMessage()
+    assert results["step"] == 1 and "autosize" not in json.loads(
+        (tmp_path / "run" / "config.json").read_text()
+    )
+
+
 @pytest.mark.slow
 def test_the_time_spent_measuring_comes_off_the_budget(tmp_path, demo_tfrecords):
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top

@@ -102,6 +102,8 @@ class AutoSettings:
         """
         if getattr(config, "hidden_size", None) == autosize.AUTO:
             config = self._resolve_size(config)
+        elif (unused := autosize.unused_settings(config)) and self.layout.chief:
+            logging.warning("%s.", unused)
         if hardware.AUTO in (config.precision, config.jit_compile):
             config = hardware.resolve_run_config(
                 config,

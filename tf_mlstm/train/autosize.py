@@ -329,6 +329,49 @@ def _candidate_record(choice, replica_rate):
     }
 
 
+def unused_settings(config) -> "str | None":
+    """The line for settings only `hidden_size=auto` reads, set on a run of a given size.
+
+    `optimize_for` and `scaling_law` choose among `size_candidates`; with a given
+    `hidden_size` they change nothing, and a user who set them expects them to.
+    (`size_candidates` is left out: a recipe's flagfile sets it, and a command that
+    overrides the recipe's auto size with its own keeps the file's list.)
+
+    Args:
+      config: the run's config.
+
+    Returns:
+      One line naming what does nothing, or None (an auto size, or the defaults).
+
+    Example:
+
+    >>> from tf_mlstm.config import TrainConfig
+    >>> from tf_mlstm.train.autosize import unused_settings
+    >>> line = unused_settings(TrainConfig(hidden_size=512, optimize_for="transfer"))
+    >>> line[:60]
+    '--optimize_for=transfer does nothing: it chooses the size of'
+    >>> line[60:]
+    ' --hidden_size=auto, and this run has --hidden_size=512'
+    >>> unused_settings(TrainConfig(hidden_size="auto", optimize_for="transfer")) is None
+    True
+    """
+    size = getattr(config, "hidden_size", AUTO)
+    if size == AUTO:
+        return None
+    unused = []
+    if getattr(config, "optimize_for", sizing.OPTIMIZE_FOR[0]) != sizing.OPTIMIZE_FOR[0]:
+        unused.append(f"--optimize_for={config.optimize_for}")
+    if getattr(config, "scaling_law", ""):
+        unused.append(f"--scaling_law={config.scaling_law}")
+    if not unused:
+        return None
+    verb, pronoun = ("does", "it chooses") if len(unused) == 1 else ("do", "they choose")
+    return (
+        f"{' and '.join(unused)} {verb} nothing: {pronoun} the size of --hidden_size=auto, "
+        f"and this run has --hidden_size={size}"
+    )
+
+
 def log(decision) -> None:
     """The one line: the choice, how it was made, the rates, predictions and alternatives."""
     if decision.how in ("recorded", "from the chief"):
