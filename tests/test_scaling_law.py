@@ -299,6 +299,10 @@ def test_tool_bad_input_is_one_line(tmp_path):
         (["--fit_only", "--plan_rates=128:5"], "'128:5' is not UNITS=CHARS_PER_S"),
         (["--fit_only"], f"{results}:1: not a results line"),
         (["--fit_only", "--add_runs=r"], "--add_runs and --fit_only: give one"),
+        (
+            ["--fit_only", f"--output_dir={tmp_path / 'typo'}"],
+            f"--fit_only: no results.jsonl in --output_dir={tmp_path / 'typo'} (run the grid",
+        ),
         (["--train_data=" + str(tmp_path / "none")], "--train_data=" + str(tmp_path / "none")),
     ]
     for flags, message in cases:
@@ -306,6 +310,7 @@ def test_tool_bad_input_is_one_line(tmp_path):
         assert done.returncode == 1, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not (tmp_path / "typo").exists()
 
 
 def test_tool_fits_reports_and_plans_from_its_results(tmp_path):

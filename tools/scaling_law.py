@@ -801,10 +801,16 @@ def body(config):
     """Runs the grid (unless fit_only), fits, plans; returns the final line's object."""
     if config.get("cluster"):
         return plan_cluster(config)
-    os.makedirs(config["output_dir"], exist_ok=True)
     if config["fit_only"]:
-        results = read_results(os.path.join(config["output_dir"], RESULTS_FILE))
+        path = os.path.join(config["output_dir"], RESULTS_FILE)
+        if not os.path.exists(path):
+            raise errors.MissingFileError(
+                f"--fit_only: no {RESULTS_FILE} in --output_dir={config['output_dir']} (run the "
+                "grid there first, without --fit_only, or name the folder it wrote)."
+            )
+        results = read_results(path)
     else:
+        os.makedirs(config["output_dir"], exist_ok=True)
         config["heldout"] = heldout_sample(
             config["heldout"], config["heldout_every"], config["output_dir"]
         )
