@@ -235,6 +235,20 @@ def test_csv_without_text_column_names_file_and_columns(tmp_path):
         _read([str(path)], text_keys=("text", "sentence"))
 
 
+def test_csv_without_a_label_column_names_file_and_columns(tmp_path):
+    path = tmp_path / "cols.csv"
+    path.write_text("label,sentence\n1,hello\n", encoding="utf-8")
+    columns = r"in its header, which has the columns \['label', 'sentence'\]$"
+    with pytest.raises(readers.InputError, match=r"cols\.csv: no column 'lable' " + columns):
+        _read([str(path)], text_keys=("sentence",), label_key="lable")
+    # The columns a caller keeps (the labels of several-label data) must be there too.
+    with pytest.raises(readers.InputError, match=r"no column 'joy', 'fear' " + columns):
+        list(readers.read_documents([str(path)], ("sentence",), keep_keys=("label", "joy", "fear")))
+    # JSON lines have no header: a record without the key is skipped and counted.
+    docs, log = _read([_write_jsonl(tmp_path / "j.jsonl", [{"text": "a"}])], label_key="x")
+    assert docs == [] and log.counts == {"missing_label": 1}
+
+
 def test_empty_csv_raises(tmp_path):
     path = tmp_path / "empty.csv"
     path.write_bytes(b"")

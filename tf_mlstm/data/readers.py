@@ -874,6 +874,11 @@ def _read_delimited(
             f"{path}: no text column: none of {list(fields.text_keys)} in its header, "
             f"which has the columns {header}"
         )
+    # A label column the header lacks would skip every row, one by one, as unlabeled.
+    missing = [k for k in (fields.label_key, *fields.keep_keys) if k and k not in header]
+    if missing:
+        named = ", ".join(repr(key) for key in dict.fromkeys(missing))
+        raise InputError(f"{path}: no column {named} in its header, which has the columns {header}")
     while True:
         source.begin()
         try:
