@@ -6,10 +6,12 @@ parts a run cannot time deterministically: a second Ctrl-C while the main
 thread is busy, what is restored afterwards, a late signal passed on.
 """
 
+import importlib
 import logging
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -134,3 +136,54 @@ def test_ctrl_c_in_any_binary_is_one_line_and_status_130(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "interrupted (Ctrl-C): stopped (exit status 130)."
     ]
+
+
+def test_after_training_began_sigterm_is_the_default_again():
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stop_signals.stop_until_training()
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        with stop_signals.StopSignals().caught():
+            pass
+        # The final results and the export end by the signal, as documented.
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("binary", ["train", "finetune"])
+def test_the_training_binaries_stop_on_sigterm_from_their_first_moment(monkeypatch, binary):
+    module = importlib.import_module(f"tf_mlstm.cli.{binary}")
+    seen = []
+    monkeypatch.setattr(
+        _main, "run_binary", lambda *args, **kwargs: seen.append(signal.getsignal(signal.SIGTERM))
+    )
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        module.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [stop_signals._stop_now]
+
+
+def test_sigterm_in_a_training_binarys_first_moments_is_one_line_and_status_75(tmp_path):
+    """A scheduler's SIGTERM while `tf-mlstm-train` still starts (TensorFlow's import,
+    the config): status 75 and one line, not death by the signal. A fresh interpreter, as
+    a scheduler starts it: a fork of a warm one would have TensorFlow imported already."""
+    flags = [f"--model_dir={tmp_path / 'run'}", "--max_steps=2", "--hidden_size=8"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tf_mlstm.cli.train", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    # Well inside start-up: the interpreter and absl are up, TensorFlow is not.
+    time.sleep(0.6)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == stop_signals.EXIT_PREEMPTED == 75, err[-3000:]
+    assert err.strip().splitlines() == [stop_signals.START_UP_LINE], err[-3000:]
+    assert not (tmp_path / "run").exists()

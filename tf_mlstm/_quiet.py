@@ -108,11 +108,24 @@ class _QuietLoader(importlib.abc.Loader):
             _probe_devices(module)
 
 
+_SAVED_STDERR = []  # the real stderr's descriptor while fd 2 is on /dev/null
+
+
+def stderr_fd() -> int:
+    """The descriptor of the process's real stderr, also while start-up is quiet.
+
+    For a line that must be seen whenever it comes (a signal handler that ends
+    the process during TensorFlow's import).
+    """
+    return _SAVED_STDERR[-1] if _SAVED_STDERR else 2
+
+
 @contextlib.contextmanager
 def stderr_to_devnull():
     """Points file descriptor 2 at /dev/null (C++ writes there directly), then back."""
     sys.stderr.flush()
     saved = os.dup(2)
+    _SAVED_STDERR.append(saved)
     try:
         with open(os.devnull, "w", encoding="utf-8") as devnull:
             os.dup2(devnull.fileno(), 2)
@@ -120,4 +133,5 @@ def stderr_to_devnull():
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
+        _SAVED_STDERR.pop()
         os.close(saved)

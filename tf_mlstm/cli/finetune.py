@@ -37,6 +37,7 @@ from tf_mlstm import config as finetune_lib
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.train import stop_signals
 
 FLAGS = flags.FLAGS
 _DEFAULTS = finetune_lib.FinetuneConfig()
@@ -109,6 +110,7 @@ def main(config) -> dict:
 
 def run() -> None:
     """Entry point of `tf-mlstm-finetune`."""
+    stop_signals.stop_until_training()
     _main.run_binary(
         __name__,
         define_finetune_flags,

@@ -33,6 +33,7 @@ from tf_mlstm import preflight
 from tf_mlstm import sizing
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
+from tf_mlstm.train import stop_signals
 
 FLAGS = flags.FLAGS
 _DEFAULTS = config_lib.TrainConfig()
@@ -117,6 +118,7 @@ def main(config) -> dict:
 
 def run() -> None:
     """Entry point of `tf-mlstm-train`."""
+    stop_signals.stop_until_training()
     _main.run_binary(__name__, define_train_flags, main, config_lib.TrainConfig)
 
 

@@ -17,11 +17,15 @@ the second one is counted by a thread that reads the interpreter's signal
 wakeup file descriptor, written by the C-level handler as each signal
 arrives.
 
-Outside training (start-up before the run folder, the final export) the
-process's own handlers apply: SIGTERM ends it at once, SIGINT raises
-KeyboardInterrupt, which the binaries report in one line with status 130. A
-signal that came after the last step's agreement is passed on to them when
-training returns (`deliver_late`), not dropped.
+Before training (`tf-mlstm-train` and `tf-mlstm-finetune` from their first
+moment: TensorFlow's import, the config, the automatic settings) nothing of
+the run is written yet, so SIGTERM ends the process at once with one line
+and status 75 (`stop_until_training`); the same command starts or resumes
+the run. After training (the final results, the export) SIGTERM ends it by
+the signal. SIGINT outside training raises KeyboardInterrupt, which the
+binaries report in one line with status 130. A signal that came after the
+last step's agreement is passed on when training returns (`deliver_late`),
+not dropped.
 
 This module imports no TensorFlow: the runner uses it, and tests check it in
 a bare interpreter.
@@ -30,8 +34,11 @@ a bare interpreter.
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+
+from tf_mlstm import _quiet as quiet
 
 # Exit status of a run stopped by SIGTERM after its checkpoint (sysexits.h
 # EX_TEMPFAIL: a temporary condition, relaunching resumes).
@@ -46,6 +53,10 @@ STOP_SIGNALS = {
 }
 # What a worker reports when it stopped because another worker got the signal.
 PEER_SIGNAL = "a stop signal to another worker"
+START_UP_LINE = (
+    "SIGTERM before training began: stopped at once, nothing of the run written yet "
+    f"(exit status {EXIT_PREEMPTED}); the same command starts or resumes the run."
+)
 ABORT_LINE = (
     "Ctrl-C again: stopped at once, without a checkpoint of this step (exit status "
     f"{EXIT_INTERRUPTED}); the same command resumes from the last checkpoint."
@@ -105,7 +116,8 @@ class StopSignals:
                 yield
         finally:
             for signum, handler in previous.items():
-                signal.signal(signum, handler)
+                # Training has begun, so start-up is over: after it, the default.
+                signal.signal(signum, signal.SIG_DFL if handler is _stop_now else handler)
 
     def _handle(self, signum, frame):
         del frame
@@ -134,6 +146,34 @@ class StopSignals:
         signum, self.received = self.received, None
         if signum is not None:
             signal.raise_signal(signum)
+
+
+def stop_until_training() -> None:
+    """Until a run enters `StopSignals.caught()`, SIGTERM ends the process with status 75.
+
+    For the training binaries, called first thing: a scheduler's SIGTERM in
+    the first seconds (TensorFlow's import, the automatic settings) then
+    gets the documented status and one line (`START_UP_LINE`), not death by
+    the signal (143). Nothing of the run is written before training enters
+    `caught()` (the run folder is made inside it), so stopping at once
+    loses nothing. Once training has entered it, SIGTERM is the runner's,
+    and after training the default again. Only the main thread can set
+    handlers: elsewhere this does nothing.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop_now)
+
+
+def _stop_now(signum, frame):
+    del signum, frame
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    # Also while TensorFlow's import runs with fd 2 on /dev/null (`_quiet`).
+    os.write(quiet.stderr_fd(), (START_UP_LINE + "\n").encode())
+    # At once, without unwinding: the signal may land inside any import or
+    # library call, where an exception could leave a half-built state behind.
+    os._exit(EXIT_PREEMPTED)
 
 
 @contextlib.contextmanager
