@@ -302,7 +302,7 @@ _SERVER = textwrap.dedent(
                 errread, errwrite, restore_signals, gid, gids, uid, umask,
                 start_new_session, process_group,
             ):
-                unsupported = [preexec_fn, pass_fds, gid, gids, uid, umask not in (-1, None)]
+                unsupported = [pass_fds, gid, gids, uid, umask not in (-1, None)]
                 argv = forkable(
                     args, os.environ if env is None else env, shell, executable, unsupported
                 )
@@ -317,6 +317,8 @@ _SERVER = textwrap.dedent(
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
+                    if preexec_fn is not None:  # As in a spawned child: after the fork.
+                        preexec_fn()
                     fds = (p2cread, c2pwrite, errwrite)
                     forked_main(argv, env, cwd, fds, process_group, start_new_session)
                 self.pid = pid

@@ -314,6 +314,44 @@ def test_a_worker_that_ignores_sigterm_is_killed_once_the_grace_period_ends():
         proc.kill()
 
 
+def _dead_or_zombie(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat = pathlib.Path(f"/proc/{pid}/stat")
+    try:  # Reparented to an init that has not reaped it yet.
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
+)
+def test_workers_end_with_a_launcher_killed_outright():
+    """SIGKILL of the launcher (nothing forwarded): its workers end with it, so none goes
+    on as an orphan holding the run's lock and the relaunch takes over at once."""
+    script = "import os, time; print('up', os.getpid(), flush=True); time.sleep(60)"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = _forkserver.Popen(
+        [sys.executable, LAUNCHER, "--num_workers=2", "--", sys.executable, "-c", script],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while not all(_dead_or_zombie(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_dead_or_zombie(pid) for pid in pids), pids
+    finally:
+        proc.kill()
+
+
 # === A real two-worker training run ===
 
 

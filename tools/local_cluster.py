@@ -6,6 +6,11 @@ process group, prefix every line they print with `[worker i] `, optionally
 pin each to its own CPU cores, and supervise them: the first worker to fail
 takes the others down and its exit status becomes the launcher's.
 
+Workers end with their launcher: on Linux each gets SIGKILL when the
+launcher dies (the parent-death signal), so a launcher killed outright (a
+lost login node, `kill -9`) leaves no orphans holding the run's lock, and
+the same command relaunched takes the run over at once.
+
 Stopping a worker takes SIGKILL in general: a TensorFlow multi-worker
 process installs a SIGTERM handler (for preemption notices) and keeps
 blocking in a collective, so SIGTERM is sent first and SIGKILL follows after
@@ -13,6 +18,7 @@ a grace period.
 """
 
 import contextlib
+import ctypes
 import json
 import os
 import shlex
@@ -39,6 +45,8 @@ _POLL_S = 0.05
 # (its handler back to the default once training has ended) would end it
 # before it says it.
 _REPORT_S = 5.0
+# prctl(2)'s option that sends the calling process a signal when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 
 def pick_ports(num_workers: int, base_port: int = 0, host: str = HOST) -> list[int]:
@@ -158,6 +166,32 @@ def worker_env(
     return env
 
 
+def end_with_launcher():
+    """A `preexec_fn` that makes a worker get SIGKILL when this process dies, or None.
+
+    Linux only (`prctl(PR_SET_PDEATHSIG)`); elsewhere None, and a killed
+    launcher's workers run on. The function is resolved here, before any
+    fork, so the child only calls it.
+
+    Returns:
+      The function for `subprocess.Popen(preexec_fn=...)`, or None.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+
+    def preexec():
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != launcher:  # The launcher died before the line above took effect.
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
 def run_local_workers(
     command: Sequence[str],
     num_workers: int,
@@ -247,6 +281,7 @@ class _Supervisor:
             # Its own group, so that stopping a worker also stops whatever it
             # started, and a terminal's Ctrl-C reaches workers only through us.
             process_group=0,
+            preexec_fn=end_with_launcher(),
         )
         self._procs.append(proc)
         if cores is not None:
