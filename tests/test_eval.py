@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import sys
 
 import _forkserver
@@ -10,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import _models
+import tf_mlstm
 from tf_mlstm.data import convert
 from tf_mlstm.data import framing
 from tf_mlstm.data import tfrecord
@@ -130,10 +132,8 @@ def test_bad_raw_corpus_is_one_error_line(tmp_path):
     )
 
 
-def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
-    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-
-    model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
+def _converted(tmp_path):
+    """TEXTS converted by the library into `tmp_path/tf`, one shard a split (all in train)."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "tf"
@@ -142,9 +142,64 @@ def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
             input=str(corpus), output_dir=str(out), num_shards=1, split=(1000, 1, 1)
         )
     )
+    return out
+
+
+def test_empty_or_incomplete_tfrecord_folder_is_refused(tmp_path):
+    from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
+
+    model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
+    out = _converted(tmp_path)
     assert json.loads((out / "stats.json").read_text())["splits"]["test"]["records"] == 0
     with pytest.raises(ValueError, match=rf"no records to score: the 1 test shards of {out}"):
         evaluation.evaluate_data(str(model_dir), str(out), ["text"])  # 3 documents, none in test.
     (out / tfrecord.INCOMPLETE_MARKER).write_text("")
     with pytest.raises(tfrecord.IncompleteDataError, match=rf"{out}: incomplete TFRecord data"):
         evaluation.evaluate_data(str(model_dir), str(out), ["text"], split="train")
+
+
+def _example(**features):
+    """A serialized `tf.train.Example` of `features` (name -> a list of bytes or of ints)."""
+    example = tf.train.Example()
+    for name, values in features.items():
+        kind = "bytes_list" if isinstance(values[0], bytes) else "int64_list"
+        getattr(example.features.feature[name], kind).value.extend(values)
+    return example.SerializeToString()
+
+
+# Another tool's records in a converted folder, and what the one line says after the shard
+# and record.
+_FOREIGN_RECORDS = {
+    "another feature name": (
+        _example(body=[b"Fine."], label=[1]),
+        r" has no feature 'text' \(it has: body, label\)",
+    ),
+    "text of another type": (
+        _example(text=[3]),
+        r": feature 'text' holds int64 values, where tf-mlstm-make-tfrecords writes bytes",
+    ),
+    "not an Example": (b"just text, not a proto", r" is not a tf\.train\.Example"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FOREIGN_RECORDS))
+def test_a_converted_folder_of_foreign_records_is_refused_naming_shard_record_and_problem(
+    tmp_path, case
+):
+    record, problem = _FOREIGN_RECORDS[case]
+    model_dir, _ = _models.write_untrained_model_dir(tmp_path / "m")
+    out = _converted(tmp_path)
+    # The conversion's folder (stats.json and all) with another tool's shard in it.
+    shard = sorted(out.glob("train-*"))[0]
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        writer.write(record)
+        writer.write(_example(text=[b"A record of the schema after it."]))
+    match = re.escape(f"{shard}: record 1") + problem
+    with pytest.raises(tf_mlstm.UserError, match=match):
+        tf_mlstm.evaluate(
+            tf_mlstm.EvalConfig(model_dir=str(model_dir), data=str(out), split="train")
+        )
+    run = tmp_path / "run"
+    with pytest.raises(tf_mlstm.UserError, match=match):
+        tf_mlstm.pretrain(tf_mlstm.TrainConfig(model_dir=str(run), train_data=str(out)))
+    assert not (run / "checkpoints").exists()

@@ -463,13 +463,22 @@ def test_tfrecord_data_is_told_from_raw_files_by_content_not_only_by_name(tmp_pa
 
 @pytest.mark.slow
 def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     _shards(tmp_path / "empty", 0)
     # Three documents, all train: the validation shard is empty.
     _shards(tmp_path / "data", 3, num_shards=1, split=(1000, 1, 1))
+    # A converted folder whose shard holds another tool's Examples (`body`, not `text`).
+    foreign = _shards(tmp_path / "foreign", 3, num_shards=1, split=(1000, 1, 1))["train"][0]
+    example = tf.train.Example()
+    example.features.feature["body"].bytes_list.value.append(b"Another tool's review.")
+    with tf.io.TFRecordWriter(foreign) as writer:
+        writer.write(example.SerializeToString())
     train = f"--train_data={tmp_path / 'data'}/train-*"
-    refused, proc = run_in_one_process(
+    refused, other_schema, proc = run_in_one_process(
         [
             _train_cmd(tmp_path / "m0", f"--train_data={tmp_path / 'empty'}"),
+            _train_cmd(tmp_path / "m1", f"--train_data={tmp_path / 'foreign'}"),
             [sys.executable, "-m", "tf_mlstm.cli.train", f"--model_dir={tmp_path / 'm'}", train]
             + SMALL,
         ],
@@ -481,6 +490,11 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
     assert expected in refused.stderr
     assert not (tmp_path / "m0" / "checkpoints").exists()
     assert refused.seconds < 120
+    # The whole stderr is the one line, naming the shard, the record and the feature.
+    lines = other_schema.stderr.splitlines()
+    assert other_schema.returncode == 1 and len(lines) == 1, other_schema.stderr[-3000:]
+    assert f"{foreign}: record 1 has no feature 'text' (it has: body)" in lines[0]
+    assert not (tmp_path / "m1" / "checkpoints").exists()
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "hold no records: training without validation" in proc.stderr

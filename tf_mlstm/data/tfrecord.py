@@ -26,11 +26,15 @@ finished (see `tf_mlstm.data.convert`); `split_files` refuses such a folder,
 so a crashed conversion is never trained or evaluated on. Folders without
 the marker (finished, written by older versions, or by other tools) are read.
 `nonempty_files` drops shards without records, which would otherwise make a
-repeating input pipeline spin.
+repeating input pipeline spin, and refuses a shard whose first record is not
+an Example of this schema (another tool's features, or not an Example at
+all) in one line naming the shard, rather than TensorFlow's parse error
+naming no file in the middle of training or evaluation.
 """
 
 import bisect
 import concurrent.futures
+import contextlib
 import gzip
 import hashlib
 import json
@@ -40,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from tf_mlstm import errors
 from tf_mlstm.data import fields
@@ -200,8 +205,7 @@ def is_tfrecord_data(spec: str) -> bool:
         return True
     first = matches[0]
     try:
-        with tf.io.gfile.GFile(first, "rb") as f:
-            stream = gzip.GzipFile(fileobj=f) if first.endswith(".gz") else f
+        with _record_stream(first, first.endswith(GZIP_SUFFIX)) as stream:
             head = stream.read(_RECORD_HEADER)
     except (OSError, EOFError, zlib.error, tf.errors.OpError):
         return False
@@ -214,6 +218,17 @@ def is_tfrecord_data(spec: str) -> bool:
 
 _RECORD_HEADER = 12
 """Bytes a TFRecord starts with: the record's length (uint64) and its masked CRC-32C (uint32)."""
+
+
+@contextlib.contextmanager
+def _record_stream(path, gzipped):
+    """`path` open for reading its records' framing, decompressed when `gzipped`."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        if gzipped:
+            with gzip.GzipFile(fileobj=f) as stream:
+                yield stream
+        else:
+            yield f
 
 
 def _crc32c_table():
@@ -333,29 +348,118 @@ def check_complete(folder: str) -> None:
         )
 
 
-def _has_record(path: str, compression: str) -> bool:
-    # A TFRecord file without records is empty (uncompressed) or an empty
-    # gzip stream, and any record is at least 16 bytes: one byte tells. Read
-    # in Python, this costs a fraction of a millisecond; a tf.data pipeline
-    # per file costs tens.
+def _first_record(path: str, compression: str) -> bytes | None:
+    """The data of the first record of the TFRecord file `path`; None when it holds none.
+
+    Read in Python, this costs a fraction of a millisecond; a tf.data pipeline
+    per file costs tens. The data's own checksum is left to the reader that
+    trains on it (a record of 1 MiB would take a second to sum in Python).
+
+    Args:
+        path: A shard file.
+        compression: "GZIP" or "".
+
+    Returns:
+        The record's bytes, or None for a file without records (empty, or an
+        empty gzip stream).
+
+    Raises:
+        ValueError: The file cannot be read, or it does not start with a
+            record's framing; the message names it.
+    """
     try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            if compression == "GZIP":
-                with gzip.GzipFile(fileobj=f) as stream:
-                    return bool(stream.read(1))
-            return bool(f.read(1))
+        with _record_stream(path, compression == "GZIP") as stream:
+            head = stream.read(_RECORD_HEADER)
+            if not head:
+                return None
+            if not starts_with_tfrecord_header(head):
+                raise errors.InvalidValueError(
+                    f"{path}: not a TFRecord file (it does not start with a record's length "
+                    "and its checksum); convert the corpus with tf-mlstm-make-tfrecords"
+                )
+            length = int.from_bytes(head[:8], "little")
+            data = stream.read(length)
     except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
         message = getattr(e, "message", None) or str(e)
         raise errors.InvalidValueError(
             f"{path}: not a readable {compression or 'uncompressed'} TFRecord file ({message})"
         ) from None
+    if len(data) < length:
+        raise errors.InvalidValueError(
+            f"{path}: record 1 is cut short ({len(data)} of its {length} bytes)"
+        )
+    return data
+
+
+# The `tf.train.Feature` value list `parse_example` reads each dtype of `feature_spec` from.
+_LIST_OF_DTYPE = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_list"}
+
+
+def check_example(record: bytes, where: str) -> None:
+    """Raises unless `record` is an Example that `parse_example` reads.
+
+    Checked against `feature_spec`, the one schema: each required feature
+    present, and each feature present holding one value of its type.
+
+    Args:
+        record: A record's bytes.
+        where: The shard and record, for the message ("train-00000-....tfrecord: record 1").
+
+    Raises:
+        InvalidValueError: One line naming `where` and what is wrong: not an
+            Example, a feature missing (with the features it has), or a
+            feature of another type or count.
+    """
+    try:
+        example = tf.train.Example.FromString(record)
+    except DecodeError:
+        raise errors.InvalidValueError(
+            f"{where} is not a tf.train.Example (its bytes do not parse as one); convert the "
+            "corpus with tf-mlstm-make-tfrecords"
+        ) from None
+    # A feature without a value list reads as absent, as TensorFlow's parser takes it.
+    kinds = {name: f.WhichOneof("kind") for name, f in example.features.feature.items()}
+    kinds = {name: kind for name, kind in kinds.items() if kind}
+    for name, spec in feature_spec().items():
+        wanted = _LIST_OF_DTYPE[spec.dtype]
+        if name not in kinds:
+            if spec.default_value is not None:
+                continue  # optional: parse_example fills in its default
+            has = ", ".join(sorted(kinds)) or "no features"
+            raise errors.InvalidValueError(
+                f"{where} has no feature {name!r} (it has: {has}): not a tf-mlstm-make-tfrecords "
+                "record; convert the corpus with tf-mlstm-make-tfrecords"
+            )
+        if kinds[name] != wanted:
+            held, want = kinds[name].removesuffix("_list"), wanted.removesuffix("_list")
+            raise errors.InvalidValueError(
+                f"{where}: feature {name!r} holds {held} values, where tf-mlstm-make-tfrecords "
+                f"writes {want}; convert the corpus with tf-mlstm-make-tfrecords"
+            )
+        count = len(getattr(example.features.feature[name], wanted).value)
+        if count != 1:
+            raise errors.InvalidValueError(
+                f"{where}: feature {name!r} holds {count} values, where tf-mlstm-make-tfrecords "
+                "writes one"
+            )
+
+
+def _holds_records(path: str, compression: str) -> bool:
+    """Whether `path` holds records, its first one checked to be of the schema."""
+    record = _first_record(path, compression)
+    if record is None:
+        return False
+    check_example(record, f"{path}: record 1")
+    return True
 
 
 def nonempty_files(files: Sequence[str]) -> list[str]:
-    """The files that hold at least one record, in order.
+    """The files that hold at least one record, in order, each checked against the schema.
 
-    Reads the first byte of each file's records, a few files at once (object
-    stores answer slowly but in parallel).
+    Reads the first record of each file, a few files at once (object stores
+    answer slowly but in parallel), and checks it with `check_example`: a
+    folder of another tool's Examples is refused here, before training or
+    evaluation starts, instead of at its first batch.
 
     Args:
         files: TFRecord files, all gzip or all uncompressed.
@@ -365,14 +469,16 @@ def nonempty_files(files: Sequence[str]) -> list[str]:
 
     Raises:
         ValueError: If a file cannot be read (a ".gz" file that is not gzip,
-            say; the message names it), or compression is mixed.
+            say), is not TFRecord data, or its first record is not an Example
+            of the schema (the message names the file, the record and what
+            is wrong), or compression is mixed.
     """
     files = list(files)
     if not files:
         return []
     compression = compression_type(files)
     with concurrent.futures.ThreadPoolExecutor(min(_PROBE_THREADS, len(files))) as pool:
-        has = list(pool.map(lambda path: _has_record(path, compression), files))
+        has = list(pool.map(lambda path: _holds_records(path, compression), files))
     return [path for path, keep in zip(files, has) if keep]
 
 
