@@ -257,6 +257,48 @@ def test_score_of_an_empty_text_is_a_user_error_naming_its_index(loaded):
         loaded.score(["Fine.", " \n", "Ok"])
 
 
+# Every entry point that takes texts, given a value that is not one, and the name (argument
+# and index) its one error gives it.
+_TEXT_TAKERS = {
+    "TrainedModel.featurize": (lambda m, c: m.featurize(["fine", None, 3]), "texts[1]"),
+    "TrainedModel.score": (lambda m, c: m.score(["fine", None]), "texts[1]"),
+    "TrainedModel.classify": (lambda m, c: m.classify(["fine", None]), "texts[1]"),
+    "TrainedModel.generate": (lambda m, c: m.generate(None, length=4), "prompt"),
+    "MLSTMClassifier.fit": (lambda m, c: c.fit(["fine", None], [1, 0], verbose=0), "x[1]"),
+    "MLSTMClassifier.evaluate": (lambda m, c: c.evaluate(["ok", None], [1, 0], verbose=0), "x[1]"),
+    "MLSTMClassifier.predict": (lambda m, c: c.predict(np.array(["ok", None]), verbose=0), "x[1]"),
+    "BytePreprocessor.frame": (
+        lambda m, c: tf_mlstm.BytePreprocessor.for_windows(8, normalize=True).frame(["ok", None]),
+        "texts[1]",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def text_classifier(model_dir):
+    classifier = tf_mlstm.MLSTMClassifier.from_run(
+        str(model_dir), num_classes=2, feature="mean", max_length=16
+    )
+    classifier.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return classifier
+
+
+@pytest.mark.parametrize("entry", sorted(_TEXT_TAKERS))
+def test_a_text_that_is_not_a_str_is_a_user_error_naming_argument_and_index(
+    loaded, text_classifier, entry
+):
+    call, name = _TEXT_TAKERS[entry]
+    match = rf"^{re.escape(name)} must be a str, got NoneType \(None\)$"
+    with pytest.raises(tf_mlstm.InvalidValueError, match=match):
+        call(loaded, text_classifier)
+
+
+def test_texts_given_as_bytes_are_read_as_utf8(loaded, text_classifier):
+    np.testing.assert_array_equal(loaded.score(["Café ok"]), loaded.score(["Café ok".encode()]))
+    want = text_classifier.predict(["Café ok"], verbose=0)
+    np.testing.assert_array_equal(text_classifier.predict([b"Caf\xc3\xa9 ok"], verbose=0), want)
+
+
 def test_classifier_fit_takes_plain_python_lists(model_dir):
     classifier = tf_mlstm.MLSTMClassifier.from_run(
         str(model_dir), num_classes=2, feature="mean", max_length=16

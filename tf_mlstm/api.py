@@ -35,6 +35,7 @@ from tf_mlstm import fileio
 from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
+from tf_mlstm.data.text import check_texts
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.models import language_model
@@ -460,13 +461,17 @@ class TrainedModel:
         `featurize` signature.
 
         Args:
-          texts: a sequence of str.
+          texts: a sequence of str (bytes are read as UTF-8).
           kinds: the feature kinds to return (`FEATURE_KINDS` of
             `tf_mlstm.models.featurize`: cell, hidden, mean, max, min, std,
             cell_mean, cell_max, cell_min).
 
         Returns:
           dict kind -> float32 [len(texts), hidden_size].
+
+        Raises:
+          InvalidValueError: a text is not a str (`texts[1] must be a str,
+            got NoneType (None)`), or `texts` is one str.
         """
         kinds = tuple(kinds)
         if self._featurizer is None or self._featurizer.kinds != kinds:
@@ -483,15 +488,16 @@ class TrainedModel:
         alone, and the SavedModel's `score` signature.
 
         Args:
-          texts: a sequence of str.
+          texts: a sequence of str (bytes are read as UTF-8).
 
         Returns:
           float64 [len(texts)] bits/char.
 
         Raises:
-          InvalidValueError: a text is empty after normalization (blank, or
-            only whitespace): it has no byte to score. The message names its
-            index; leave such texts out before scoring.
+          InvalidValueError: a text is not a str, or is empty after
+            normalization (blank, or only whitespace): it has no byte to
+            score. The message names its index; leave such texts out before
+            scoring.
         """
         texts = _normalized(texts)
         for index, text in enumerate(texts):
@@ -532,6 +538,10 @@ class TrainedModel:
 
         Returns:
           The normalized prompt followed by its continuation, as a str.
+
+        Raises:
+          InvalidValueError: `prompt` is not a str (`prompt must be a str, got
+            NoneType (None)`), or a setting is out of range.
         """
         if self._sampler is None:
             self._sampler = sampling.make_sampler(self.model)
@@ -557,15 +567,17 @@ class TrainedModel:
         `--max_length`.
 
         Args:
-          texts: a sequence of str.
+          texts: a sequence of str (bytes are read as UTF-8).
 
         Returns:
           A `Classified` (labels, probabilities, classes).
 
         Raises:
-          ValueError: no classifier given and the run is not a finished
-            fine-tuning run.
+          InvalidValueError: a text is not a str (checked first), or no
+            classifier was given and the run is not a finished fine-tuning
+            run.
         """
+        texts = _normalized(texts)  # checked before anything is loaded
         if self._predictor is None:
             if not self.classifier and not rundir.is_finetune_run(self.model_dir):
                 raise errors.InvalidValueError(
@@ -582,11 +594,10 @@ class TrainedModel:
                 model=self.model,
             )
         predictor, classes = self._predictor
-        probabilities, labels = predictor(_normalized(texts))
+        probabilities, labels = predictor(texts)
         return Classified(np.asarray(labels), np.asarray(probabilities), tuple(classes))
 
 
 def _normalized(texts):
-    if isinstance(texts, str):
-        raise errors.InvalidValueError("texts must be a list of str, not one str")
-    return [normalize_text(text) for text in texts]
+    """`texts` checked (`check_texts`: a text that is not one is named by its index), normalized."""
+    return [normalize_text(text) for text in check_texts(texts)]

@@ -3,6 +3,9 @@
 Every document the model sees goes through `normalize_text` (or its in-graph
 twin `normalize_text_tf`, used by serving signatures that take raw strings),
 so training data, evaluation data and served requests agree byte for byte.
+Texts a Python caller gives (the API's and the models' public methods) pass
+`check_texts` / `check_text` first, so a text of another type is one error
+naming the argument and its index.
 
 `DOC_START` (the byte 10, a newline) starts every document in the byte
 stream the model reads; `tf_mlstm.data.framing` puts it there for every
@@ -21,6 +24,8 @@ import sys
 import unicodedata
 
 import tensorflow as tf
+
+from tf_mlstm import errors
 
 DOC_START = 10
 """The byte that starts every document in a training stream (b"\\n")."""
@@ -128,6 +133,76 @@ def normalize_text(text: str) -> str:
     # str.split() splits on exactly the characters Python's `\s` matches
     # (`str.isspace`), drops empty pieces, and so also strips.
     return " ".join(text.split())
+
+
+def check_text(text, name="text") -> str:
+    """A text a caller gave, as a `str`; bytes are read as UTF-8.
+
+    Bytes are what a `tf.string` tensor, a SavedModel request or a file
+    holds: invalid UTF-8 in them becomes U+FFFD, as `normalize_text_tf` makes
+    it.
+
+    Args:
+      text: the value given.
+      name: how the caller named it, for the message (`prompt`, `texts[1]`).
+
+    Returns:
+      `text` as a `str`.
+
+    Raises:
+      errors.InvalidValueError: `text` is neither a `str` nor bytes; the
+        message names it, its type and its value (`texts[1] must be a str,
+        got NoneType (None)`).
+
+    Example:
+
+    >>> from tf_mlstm.data.text import check_text
+    >>> check_text(b"caf\\xc3\\xa9")
+    'café'
+    """
+    if isinstance(text, bytes):
+        return text.decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        value = repr(text)
+        value = value if len(value) <= 40 else value[:37] + "..."
+        raise errors.InvalidValueError(f"{name} must be a str, got {type(text).__name__} ({value})")
+    return text
+
+
+def check_texts(texts, name="texts") -> list[str]:
+    """Texts a caller gave, as a list of `str`, each checked by `check_text`.
+
+    Args:
+      texts: a sequence (or any iterable) of texts.
+      name: the argument's name, for the message; an item is `name[index]`.
+
+    Returns:
+      The texts, as a list of `str`.
+
+    Raises:
+      errors.InvalidValueError: `texts` is one text rather than a sequence
+        of them, is not iterable, or holds a value that is not a text.
+
+    Example:
+
+    >>> from tf_mlstm.data.text import check_texts
+    >>> check_texts(["fine", None])
+    Traceback (most recent call last):
+    ...
+    tf_mlstm.errors.InvalidValueError: texts[1] must be a str, got NoneType (None)
+    """
+    if isinstance(texts, (str, bytes)):
+        # One text is a sequence of characters: refused rather than read as many texts.
+        raise errors.InvalidValueError(
+            f"{name} must be a list of str, not one {type(texts).__name__}"
+        )
+    try:
+        items = iter(texts)
+    except TypeError:
+        raise errors.InvalidValueError(
+            f"{name} must be a list of str, got {type(texts).__name__}"
+        ) from None
+    return [check_text(text, f"{name}[{index}]") for index, text in enumerate(items)]
 
 
 def normalize_text_tf(texts: tf.Tensor) -> tf.Tensor:

@@ -33,6 +33,7 @@ import tensorflow as tf
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.data.fields import split_keys
+from tf_mlstm.data.text import check_texts
 from tf_mlstm.models import pooling
 from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import MULTICLASS
@@ -242,7 +243,8 @@ class MLSTMClassifier(keras.Model):
         return self.head_spec.probabilities_tf(logits)
 
     # Keras's data adapters take tensors, arrays of numbers and datasets; a
-    # list of strings (what a notebook user has) becomes a string tensor, and
+    # list of strings (what a notebook user has) becomes a string tensor, each
+    # item checked (a None among them would be a data-adapter error), and
     # a list of labels (as scikit-learn takes them) an array. A dataset keeps
     # its own order: Keras's default `shuffle=True` would only warn that it
     # ignores it.
@@ -418,10 +420,17 @@ class MLSTMClassifier(keras.Model):
 
 
 def _texts_tensor(x):
-    """`x` as a [N] `tf.string` tensor when it is a list or array of texts; else `x`."""
-    if isinstance(x, (list, tuple)) and x and all(isinstance(t, (str, bytes)) for t in x):
-        return tf.constant(list(x), tf.string)
+    """`x` as a [N] `tf.string` tensor when it is a list or array of texts; else `x`.
+
+    Each item is checked (`check_texts`): a value that is not a text is one
+    error naming `x[index]`, not a Keras data-adapter error naming nothing;
+    one str (a sequence of characters to Keras) is refused.
+    """
+    if isinstance(x, (str, bytes, list, tuple)) and len(x):
+        return tf.constant(check_texts(x, "x"), tf.string)
     if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
+        if x.ndim == 1:
+            return tf.constant(check_texts(x.tolist(), "x"), tf.string)
         return tf.constant(x.astype(object).tolist(), tf.string)
     return x
 

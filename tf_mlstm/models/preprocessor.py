@@ -32,6 +32,7 @@ import numpy as np
 
 from tf_mlstm.data import framing
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.data.text import check_texts
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.data.text import normalize_text_tf
 
@@ -98,6 +99,7 @@ class BytePreprocessor(keras.layers.Layer):
     # === The two forms ===
     def frame(self, texts, dtype=np.int32) -> framing.FramedIds:
         """The NumPy form: a sequence of `str` -> `FramedIds` of arrays (ids of `dtype`)."""
+        texts = check_texts(texts)
         if self.normalize:
             texts = [normalize_text(text) for text in texts]
         return framing.frame_ids(

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tf_mlstm import errors
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.data.text import check_text
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models.preprocessor import BytePreprocessor
 
@@ -339,7 +340,7 @@ def generate_texts(
       ValueError: as `sample_ids`.
     """
     errors.check_int32("num_samples", num_samples)
-    prompt = normalize_text(prompt)
+    prompt = normalize_text(check_text(prompt, "prompt"))
     ids = BytePreprocessor.for_prompts()(tf.constant([prompt] * num_samples)).ids
     out = sample_ids(
         model,
