@@ -383,32 +383,71 @@ def test_negative_numbers_are_one_line_before_tensorflow_starts(flag):
     assert done.stdout == ""
 
 
+_INT32 = "is out of range: sizes, counts and steps are at most 2147483647."
+
+
 @pytest.mark.parametrize(
-    ("module", "flag"),
+    ("module", "given", "message"),
     [
-        ("generate", "--length=3000000000"),
-        ("generate", "--num_samples=2147483648"),
-        ("train", "--batch_size=4294967296"),
-        ("finetune", "--max_length=3000000000"),
-        ("classify", "--chunk_texts=3000000000"),
-        ("export", "--max_generate_length=3000000000"),
-        ("visualize", "--max_chars=3000000000"),
-        ("make_tfrecords", "--max_documents=9000000000"),
-        ("transfer", "--seed=-3000000000"),
+        # A size, length or count: its bound (tf_mlstm/config/bounds.py).
+        (
+            "train",
+            "--seq_length=1000000000",
+            "--seq_length must be at most 1048576, got 1000000000.",
+        ),
+        ("generate", "--length=3000000000", "--length must be at most 1048576, got 3000000000."),
+        (
+            "generate",
+            "--num_samples=2147483648",
+            "--num_samples must be at most 1048576, got 2147483648.",
+        ),
+        (
+            "train",
+            "--batch_size=4294967296",
+            "--batch_size must be at most 1048576, got 4294967296.",
+        ),
+        (
+            "finetune",
+            "--max_length=3000000000",
+            "--max_length must be at most 1048576, got 3000000000.",
+        ),
+        (
+            "classify",
+            "--chunk_texts=3000000000",
+            "--chunk_texts must be at most 1048576, got 3000000000.",
+        ),
+        (
+            "export",
+            "--max_generate_length=3000000000",
+            "--max_generate_length must be at most 1048576, got 3000000000.",
+        ),
+        (
+            "visualize",
+            "--max_chars=3000000000",
+            "--max_chars must be at most 1048576, got 3000000000.",
+        ),
+        # Each within its bound, their tensor past int32: one line naming both.
+        (
+            "train",
+            "--batch_size=100000 --seq_length=100000",
+            "--batch_size x --seq_length must be at most 2147483647 (a step's bytes and targets: "
+            "the elements of one tensor), got 100000 x 100000 = 10000000000.",
+        ),
+        # Any other integer flag: int32.
+        ("make_tfrecords", "--max_documents=9000000000", f"--max_documents=9000000000 {_INT32}"),
+        ("transfer", "--seed=-3000000000", f"--seed=-3000000000 {_INT32}"),
     ],
 )
-def test_an_integer_past_int32_is_one_line_naming_the_flag_before_tensorflow_starts(
-    module, flag, tmp_path
+def test_an_integer_past_its_bound_is_one_line_naming_the_flag_before_tensorflow_starts(
+    module, given, message, tmp_path
 ):
-    """Every integer flag reaches a tensor (a shape, a loop bound, a seed) as 32 bits."""
+    """A size reaches a tensor (a shape, a loop bound) alone and with others; a seed, NumPy's."""
     required = [arg.format(t=tmp_path) for arg in _ERRORS_AFTER_START[module][0]]
-    done = _console(module, *required, flag)
+    done = _console(module, *required, *given.split())
     assert done.returncode == 1, done.stderr
     lines = [line for line in done.stderr.splitlines() if "tensorflow imported" not in line]
-    assert lines == [
-        f"tf-mlstm-{module.replace('_', '-')}: {flag} is out of range: sizes, counts and steps "
-        "are at most 2147483647. (--help lists the flags)"
-    ], done.stderr
+    binary = f"tf-mlstm-{module.replace('_', '-')}"
+    assert lines == [f"{binary}: {message} (--help lists the flags)"], done.stderr
     assert "tensorflow imported: False" in done.stderr
 
 

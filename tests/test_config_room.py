@@ -5,6 +5,8 @@ Python caller, the flag to a binary's user.
 """
 
 import ast
+import contextlib
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 import tf_mlstm
 from tf_mlstm import config
 from tf_mlstm import errors
+from tf_mlstm.config import bounds
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tf_mlstm"
@@ -134,6 +137,84 @@ def test_a_wrong_type_names_the_argument():
     for wrong in (64.0, "64", "big", True):
         with pytest.raises(errors.InvalidValueError, match=r"hidden_size must be an int or 'auto'"):
             config.TrainConfig(hidden_size=wrong)
+
+
+# === Sizes, lengths and counts: one table of bounds (config/bounds.py) ===
+
+# The fewest arguments each config with a bounded field validates with.
+_REQUIRED = {
+    config.TrainConfig: {},
+    config.EvalConfig: {"model_dir": "m", "data": "d"},
+    config.FinetuneConfig: {"init_model_dir": "i", "model_dir": "o", "train_data": "t"},
+    config.TransferConfig: {"model_dir": "m", "output_dir": "o", "train_data": "t"},
+    config.GenerateConfig: {"model_dir": "m"},
+    config.ExportConfig: {"model_dir": "m", "export_dir": "e"},
+    config.ClassifyConfig: {"model_dir": "m", "classifier": "", "input": "i", "output": "o"},
+    config.VisualizeConfig: {"model_dir": "m", "neuron": 0, "input": "Fine.", "output_dir": "v"},
+    config.ClassifyBeamConfig: {"saved_model": "s", "input": "i", "output": "o", "runner": "r"},
+    config.ConvertConfig: {"input": "a.jsonl", "output_dir": "o"},
+}
+
+
+def _validated(config_class, **values):
+    built = config_class(**_REQUIRED[config_class], **values)  # ConvertConfig checks here
+    return built.validate() if hasattr(built, "validate") else built
+
+
+def _bounded_fields():
+    return [
+        pytest.param(config_class, field.name, id=f"{config_class.__name__}.{field.name}")
+        for config_class in _REQUIRED
+        for field in dataclasses.fields(config_class)
+        if field.name in bounds.LARGEST
+    ]
+
+
+def test_every_bound_is_a_field_of_a_config():
+    fields = {field.name for klass in _REQUIRED for field in dataclasses.fields(klass)}
+    assert set(bounds.LARGEST) <= fields, set(bounds.LARGEST) - fields
+
+
+@pytest.mark.parametrize(("config_class", "name"), _bounded_fields())
+def test_a_size_past_its_bound_is_one_line_naming_it_and_the_bound_is_accepted(config_class, name):
+    largest = bounds.LARGEST[name]
+    _validated(config_class, **{name: largest})
+    for past in (largest + 1, 3_000_000_000):  # past int32 too: the bound, not an overflow
+        message = rf"{name} must be at most {largest}, got {past}\.$"
+        with pytest.raises(errors.InvalidValueError, match="^" + message):
+            _validated(config_class, **{name: past})
+        with errors.naming_flags(), pytest.raises(errors.InvalidValueError, match="^--" + message):
+            _validated(config_class, **{name: past})
+
+
+_ROWS_BY_BYTES = ((32767, 65536), (100000, 100000))  # at int32 elements, past it
+
+
+@pytest.mark.parametrize(
+    ("config_class", "names", "accepted", "refused"),
+    [
+        # Each value within its bound, their tensor at int32 (accepted) and past it.
+        (config.TrainConfig, ("batch_size", "seq_length"), *_ROWS_BY_BYTES),
+        (config.EvalConfig, ("batch_size", "seq_length"), *_ROWS_BY_BYTES),
+        (config.FinetuneConfig, ("batch_size", "max_length"), *_ROWS_BY_BYTES),
+        (config.TransferConfig, ("batch_size", "window"), *_ROWS_BY_BYTES),
+        (config.ClassifyConfig, ("batch_size", "window"), *_ROWS_BY_BYTES),
+        (config.GenerateConfig, ("num_samples", "length"), (2047, 2**20), (2048, 2**20)),
+        (config.TrainConfig, ("seq_length", "hidden_size"), (2**17, 4095), (2**17, 4096)),
+    ],
+)
+def test_a_product_past_int32_is_one_line_naming_each_setting(
+    config_class, names, accepted, refused
+):
+    (product,) = [p for p in bounds.PRODUCTS if p.names == names]
+    _validated(config_class, **dict(zip(names, accepted)))
+    factor = "" if product.factor == 1 else f"{product.factor} x "
+    got = " x ".join(str(value) for value in refused)
+    for prefix, context in (("", contextlib.nullcontext), ("--", errors.naming_flags)):
+        named = " x ".join(prefix + name for name in names)
+        message = rf"^{factor}{named} must be at most 2147483647 \(.*\), got {factor}{got} = "
+        with context(), pytest.raises(errors.InvalidValueError, match=message):
+            _validated(config_class, **dict(zip(names, refused)))
 
 
 def test_the_python_entry_point_names_the_argument(tmp_path):

@@ -12,7 +12,9 @@ import tensorflow as tf
 import tf_mlstm
 from _models import write_untrained_model_dir
 from tf_mlstm.cli import generate
+from tf_mlstm.config import bounds
 from tf_mlstm.data.text import DOC_START
+from tf_mlstm.errors import InvalidValueError
 from tf_mlstm.models import sampling
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 
@@ -110,19 +112,30 @@ def test_temperature_must_be_positive(lm, temperature):
         generate.GenerateConfig(model_dir="m", temperature=temperature).validate()
 
 
-def test_a_length_or_count_past_int32_is_one_line_naming_it(lm):
-    """Through the Python API (`tf_mlstm.load(...).generate`) as through the binary."""
+def test_a_length_or_count_past_its_bound_is_one_line_naming_it(lm):
+    """Through the Python API (`tf_mlstm.load(...).generate`), by the binaries' table."""
     model_dir, model, sampler = lm
-    past = 3_000_000_000
-    with pytest.raises(ValueError, match=rf"^length={past} is out of range: .* at most 2147483647"):
-        sampling.sample_ids(model, _prompt(), past, sampler=sampler)
-    with pytest.raises(ValueError, match=rf"^num_samples={past} is out of range"):
-        sampling.generate_texts(model, "Ok", 5, num_samples=past, sampler=sampler)
+    length, rows = bounds.LARGEST["length"], bounds.LARGEST["num_samples"]
+    for past in (3_000_000_000, length + 1):  # past int32 too: the bound, never an overflow
+        message = rf"^length must be at most {length}, got {past}\.$"
+        with pytest.raises(InvalidValueError, match=message):
+            sampling.sample_ids(model, _prompt(), past, sampler=sampler)
+    with pytest.raises(InvalidValueError, match=rf"^num_samples must be at most {rows}, got"):
+        sampling.generate_texts(model, "Ok", 5, num_samples=rows + 1, sampler=sampler)
+    with pytest.raises(InvalidValueError, match=r"^num_samples x length must be at most 21474"):
+        sampling.generate_texts(model, "Ok", length, num_samples=2048, sampler=sampler)
     trained = tf_mlstm.load(str(model_dir))
-    with pytest.raises(ValueError, match=rf"^length={past} is out of range"):
-        trained.generate("Ok", length=past)
-    with pytest.raises(ValueError, match=rf"^batch_size={past} is out of range"):
-        tf_mlstm.load(str(model_dir), batch_size=past)
+    with pytest.raises(InvalidValueError, match=rf"^length must be at most {length}, got"):
+        trained.generate("Ok", length=3_000_000_000)
+    for name in ("batch_size", "window"):
+        largest = bounds.LARGEST[name]
+        with pytest.raises(InvalidValueError, match=rf"^{name} must be at most {largest}, got"):
+            tf_mlstm.load(str(model_dir), **{name: largest + 1})
+    with pytest.raises(InvalidValueError, match=r"^batch_size x window must be at most 2147483647"):
+        tf_mlstm.load(str(model_dir), batch_size=100_000, window=100_000)
+    # At the bounds, alone and together.
+    assert tf_mlstm.load(str(model_dir), batch_size=2**20, window=2047).window == 2047
+    assert tf_mlstm.load(str(model_dir), batch_size=2, window=2**20).window == 2**20
 
 
 def test_unit_outside_the_model_is_refused(lm):

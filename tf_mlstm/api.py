@@ -35,6 +35,7 @@ from tf_mlstm import fileio
 from tf_mlstm import outputs
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
+from tf_mlstm.config import bounds
 from tf_mlstm.data.text import check_texts
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
@@ -334,12 +335,12 @@ def load(
     Raises:
       MissingFileError: (a `UserError` and `FileNotFoundError`) no trained
         model in `model_dir`, or no file `classifier`.
-      InvalidValueError: (a `UserError` and `ValueError`) a `classifier`
+      InvalidValueError: (a `UserError` and `ValueError`) a `batch_size` or
+        `window` past its bound (`tf_mlstm.config.bounds`), a `classifier`
         that is a folder, not a classifier file, or was fitted on a model of
         another size or other weights than those of `model_dir`.
     """
-    for name, value in (("batch_size", batch_size), ("window", window)):
-        errors.check_int32(name, value)
+    bounds.check_sizes({"batch_size": batch_size, "window": window})
     _check_exists("model_dir", model_dir)
     if not rundir.holds(model_dir, rundir.CONFIG_FILE):
         raise errors.MissingFileError(

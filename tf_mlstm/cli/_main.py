@@ -60,6 +60,7 @@ from absl import logging
 from tf_mlstm import _quiet as quiet
 from tf_mlstm import errors
 from tf_mlstm.cli._config import config_from_flags
+from tf_mlstm.config import bounds
 
 FLAGS = flags.FLAGS
 
@@ -175,18 +176,24 @@ def parse_flags(argv, name):
 
 
 def check_int_flags(flag_values):
-    """Refuses an integer flag past int32, whichever binary defines it.
+    """Refuses an integer flag past its bound, whichever binary defines it.
 
     Every integer flag is a size, a count, a length, a step, an index or a
-    seed, and each reaches a tensor (or NumPy's seed) as 32 bits at most.
+    seed: each reaches a tensor (or NumPy's seed) as 32 bits at most, and a
+    size, length or count has its own bound, alone and in the tensors it
+    shapes with others (`tf_mlstm.config.bounds`), checked here before a
+    config function can start TensorFlow.
 
     Raises:
-      errors.InvalidValueError: one line naming the flag and the bound.
+      errors.InvalidValueError: one line naming the flag (or flags) and the bound.
     """
+    values = {}
     for flag_name in sorted(flag_values):
         flag = flag_values[flag_name]
-        if isinstance(flag.parser, flags.IntegerParser) and isinstance(flag.value, int):
-            errors.check_int32(f"--{flag.name}", flag.value)
+        if isinstance(flag.parser, flags.IntegerParser) or flag.name in bounds.LARGEST:
+            values[flag.name] = flag.value
+    with errors.naming_flags():
+        bounds.check_sizes(values)
 
 
 @contextlib.contextmanager

@@ -136,7 +136,7 @@ def config_from_flags(
         batch_size=flag_values.batch_size,
         num_output_shards=flag_values.num_output_shards,
         pipeline_args=tuple(pipeline_args),
-    )
+    ).validate()
 
 
 def check_before_work(flag_values: flags.FlagValues) -> None:

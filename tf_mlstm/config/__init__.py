@@ -15,6 +15,9 @@ One module per concern:
   feature kinds, penalties, solvers, ...), each list defined once;
 - `base`: what every config shares: type checks on construction, range and
   choice checks, the JSON round trip of the run folder's config files;
+- `bounds`: the largest value of each size, length and count, by setting
+  name, alone and in the tensors several of them shape (every config's
+  `validate`, every binary's flags and the Python API check against it);
 - `runner`: the groups of settings every run on the distributed runner
   shares (runtime, optimization, budget);
 - `training`: the language model's `TrainConfig` and `EvalConfig`;

@@ -20,6 +20,7 @@ from typing import Self
 from typing import TypeVar
 
 from tf_mlstm import errors
+from tf_mlstm.config import bounds
 from tf_mlstm.errors import setting_name as _name
 
 _SETTING = re.compile(r"`(\w+)`")
@@ -164,8 +165,10 @@ class JsonConfig(CheckedFields):
         """Raises ValueError naming the first number field out of its range.
 
         Floats must be finite; integers must be >= 0, or >= their entry in
-        `NEGATIVE_INTS`. Ranges particular to a field are `validate`'s.
+        `NEGATIVE_INTS`, and at most their bound (`bounds.check_sizes`).
+        Ranges particular to a field are `validate`'s.
         """
+        bounds.check_config_sizes(self)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -173,7 +176,6 @@ class JsonConfig(CheckedFields):
                     f"{_name(field.name)} must be a finite number, got {value}."
                 )
             if isinstance(value, int) and not isinstance(value, bool):
-                errors.check_int32(_name(field.name), value)
                 lowest = self.NEGATIVE_INTS.get(field.name, 0)
                 if value < lowest:
                     raise errors.InvalidValueError(

@@ -14,6 +14,7 @@ import re
 from typing import Self
 
 from tf_mlstm import errors
+from tf_mlstm.config.bounds import check_config_sizes
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.errors import setting_name as _name
@@ -151,6 +152,7 @@ class GenerateConfig:
 
     def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
+        check_config_sizes(self)
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise errors.InvalidValueError(
                 f"{_name('temperature')} must be a positive number, got {self.temperature}."
@@ -223,6 +225,7 @@ class ExportConfig:
 
     def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
+        check_config_sizes(self)
         for name in ("window", "max_text_bytes", "max_generate_length"):
             value = getattr(self, name)
             if value <= 0:
@@ -293,6 +296,7 @@ class ClassifyConfig:
 
     def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
+        check_config_sizes(self)
         if min(self.batch_size, self.window, self.chunk_texts) <= 0:
             raise errors.InvalidValueError(
                 f"{_name('batch_size')}, {_name('window')} and {_name('chunk_texts')} "
@@ -354,6 +358,7 @@ class VisualizeConfig:
 
     def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
+        check_config_sizes(self)
         if self.neuron is None and not self.classifier:
             raise errors.InvalidValueError(
                 f"give {_name('neuron')} (a cell unit) or {_name('classifier')} "
@@ -429,3 +434,8 @@ class ClassifyBeamConfig:
     batch_size: int = 64
     num_output_shards: int = 0
     pipeline_args: tuple = ()
+
+    def validate(self) -> Self:
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        check_config_sizes(self)
+        return self

@@ -9,6 +9,7 @@ import dataclasses
 import os
 
 from tf_mlstm import errors
+from tf_mlstm.config.bounds import check_config_sizes
 from tf_mlstm.data.fields import DEFAULT_MAX_DOCUMENT_BYTES
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import TEXT_MODES
@@ -76,6 +77,7 @@ class ConvertConfig:
     progress_interval_s: float = DEFAULT_LOG_INTERVAL_S
 
     def __post_init__(self):
+        check_config_sizes(self)
         if not self.input.strip(" ,"):
             raise errors.InvalidValueError(f"{_name('input')} must name at least one file or glob")
         if not self.output_dir:

@@ -5,6 +5,7 @@ import numbers
 from typing import Self
 
 from tf_mlstm import errors
+from tf_mlstm.config import bounds
 from tf_mlstm.config.base import CheckedFields
 from tf_mlstm.config.choices import AUTO
 from tf_mlstm.config.choices import OPTIMIZE_FOR
@@ -148,7 +149,8 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         """`size_candidates` as sorted, distinct units.
 
         Raises:
-          errors.InvalidValueError: an entry that is not a positive integer, or none.
+          errors.InvalidValueError: an entry that is not a positive integer or is wider
+            than a `hidden_size` may be, or none.
         """
         units = set()
         for piece in (p.strip() for p in self.size_candidates.split(",")):
@@ -157,6 +159,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
                     f"{_name('size_candidates')} must be comma-separated positive numbers of "
                     f"units (e.g. 256,512,768), got {self.size_candidates!r}."
                 )
+            bounds.check_at_most("size_candidates", int(piece), bounds.LARGEST["hidden_size"])
             units.add(int(piece))
         return tuple(sorted(units))
 
@@ -199,6 +202,7 @@ class EvalConfig(CheckedFields):
 
     def validate(self) -> Self:
         """Raises ValueError with one clear line for a bad value; returns self."""
+        bounds.check_config_sizes(self)
         if not self.text_keys:
             raise errors.InvalidValueError(f"{_name('text_key')} must name at least one key")
         return self

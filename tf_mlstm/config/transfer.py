@@ -15,6 +15,7 @@ from typing import Self
 
 from tf_mlstm import errors
 from tf_mlstm.config.base import CheckedFields
+from tf_mlstm.config.bounds import check_config_sizes
 from tf_mlstm.config.choices import ALL_KINDS
 from tf_mlstm.config.choices import AUTO
 from tf_mlstm.config.choices import AUTO_NGRAMS
@@ -476,6 +477,7 @@ class TransferConfig(LabeledDataFields):
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad setting."""
+        check_config_sizes(self)
         for name in ("model_dir", "output_dir"):
             if not getattr(self, name):
                 raise errors.InvalidValueError(f"{_name(name)} is required.")

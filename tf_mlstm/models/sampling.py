@@ -19,6 +19,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm.config import bounds
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.data.text import check_text
 from tf_mlstm.data.text import normalize_text
@@ -222,14 +223,15 @@ def sample_ids(
       `(ids, trace)` with trace [N, length] float32 (NaN after a row ended).
 
     Raises:
-      ValueError: a non-positive temperature, a negative length, an empty
-        prompt, or a unit index outside the model.
+      ValueError: a non-positive temperature, a negative length or one past
+        its bound (`tf_mlstm.config.bounds`), an empty prompt, or a unit
+        index outside the model.
     """
     if not (temperature > 0 and math.isfinite(temperature)):
         raise errors.InvalidValueError(f"temperature must be a positive number, got {temperature}.")
     if length < 0:
         raise errors.InvalidValueError(f"length must be >= 0, got {length}.")
-    errors.check_int32("length", length)  # the loop's bound and the output's shape
+    bounds.check_sizes({"length": length})  # the loop's bound and the output's shape
     _check_unit("neuron", neuron, model.hidden_size, allow_none=True)
     if trace_unit is not None:
         _check_unit("trace_unit", trace_unit, model.hidden_size, allow_none=False)
@@ -337,9 +339,10 @@ def generate_texts(
       continuation.
 
     Raises:
-      ValueError: as `sample_ids`.
+      ValueError: as `sample_ids`; also `num_samples`, or `num_samples` x
+        `length`, past its bound.
     """
-    errors.check_int32("num_samples", num_samples)
+    bounds.check_sizes({"num_samples": num_samples, "length": length})
     prompt = normalize_text(check_text(prompt, "prompt"))
     ids = BytePreprocessor.for_prompts()(tf.constant([prompt] * num_samples)).ids
     out = sample_ids(
