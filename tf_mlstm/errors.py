@@ -70,10 +70,10 @@ class InvalidValueError(UserError, ValueError):
 
     >>> from tf_mlstm import errors
     >>> try:
-    ...     errors.check_int32("--length", 2**31)
+    ...     errors.check_int32("--seed", 2**31)
     ... except ValueError as error:  # also an InvalidValueError
     ...     print(error)
-    --length=2147483648 is out of range: sizes, counts and steps are at most 2147483647.
+    --seed=2147483648 is out of range: sizes, counts and steps are at most 2147483647.
     """
 
 
