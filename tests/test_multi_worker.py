@@ -673,3 +673,41 @@ def test_a_peer_late_at_start_up_is_one_line_naming_the_timeout(tmp_path, data_d
     ), follower[-4000:]
     assert "Graph execution error" not in follower
     assert "Traceback" not in follower
+
+
+def test_sigterm_while_tensorflow_holds_a_worker_in_the_rendezvous_stops_the_run_at_step_1(
+    tmp_path, data_dir
+):
+    """Worker 0 waits for worker 1 to register, inside TensorFlow, which answers SIGTERM
+    with its own notifier: the signal still stops the run at its first step on both
+    workers (status 75, a checkpoint of that step), instead of being lost."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import local_cluster  # pylint: disable=g-import-not-at-top
+
+    ports = local_cluster.pick_ports(2)
+    args = _train_args(tmp_path / "run", data_dir, "--max_steps=30")
+    args.append("--distribution_strategy=multi_worker")
+    procs = []
+    try:
+        for index in (0, 1):
+            env = dict(_env(), TF_CONFIG=local_cluster.build_tf_config(ports, index))
+            env.pop("TF_CPP_MIN_LOG_LEVEL")
+            log = open(tmp_path / f"worker{index}.txt", "w")  # noqa: SIM115
+            procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT))
+            if index == 0:
+                deadline = time.monotonic() + 60
+                while "to register" not in (tmp_path / "worker0.txt").read_text():
+                    assert time.monotonic() < deadline and procs[0].poll() is None
+                    time.sleep(0.05)
+                time.sleep(1.0)  # inside the wait
+                procs[0].send_signal(signal.SIGTERM)
+                time.sleep(1.0)
+        codes = [proc.wait(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    texts = [(tmp_path / f"worker{i}.txt").read_text() for i in (0, 1)]
+    assert codes == [75, 75], texts[0][-3000:] + texts[1][-3000:]
+    assert max(_losses(texts[0])) <= 2, texts[0][-3000:]
+    assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))

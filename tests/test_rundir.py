@@ -6,9 +6,12 @@ import io
 import json
 import logging
 import os
+import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 
 import _forkserver
@@ -18,6 +21,7 @@ import tensorflow as tf
 
 from _models import write_untrained_model_dir
 from tf_mlstm import errors
+from tf_mlstm import processes
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import demo
@@ -167,6 +171,29 @@ def test_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path, caplog):
     assert any(
         "Taking over the lock" in m and f"pid {stale['pid']}" in m for m in _warnings(caplog)
     )
+
+
+def test_lock_of_a_killed_process_not_yet_reaped_is_taken_over(tmp_path, caplog):
+    """A zombie holds nothing: a chief killed with its launcher, whose orphaned process
+    no init reaps (a container's first process), must not keep the relaunch out."""
+    zombie = subprocess.Popen(["sleep", "60"])
+    try:
+        start = processes.start_time(zombie.pid)
+        os.kill(zombie.pid, signal.SIGKILL)
+        stat = pathlib.Path(f"/proc/{zombie.pid}/stat")
+        deadline = time.monotonic() + 10
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        holder = {"host": socket.gethostname(), "pid": zombie.pid, "process_start": start}
+        path = _lock_path(str(tmp_path))
+        with open(path, "w") as f:
+            json.dump({**holder, "started": "earlier"}, f)
+        rundir.acquire_lock(str(tmp_path))
+        assert json.loads(open(path).read())["pid"] == os.getpid()
+        assert any("Taking over the lock" in m for m in _warnings(caplog))
+    finally:
+        zombie.wait()
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from tf_mlstm import errors
+from tf_mlstm import processes
 
 TMP_PREFIX = ".tmp-"
 """Names of outputs being written (`Staged`): hidden, beside their final name."""
@@ -109,21 +110,6 @@ def staging_name(final) -> str:
     return _sibling(final, TMP_PREFIX)
 
 
-def _writer_gone(host, pid):
-    """Whether the process `pid` of `host` has ended (False when it cannot tell)."""
-    if host != socket.gethostname():
-        return False  # another machine: no way to tell, so it counts as live
-    if pid == os.getpid():
-        return True  # ours but not in flight (the caller checks): an earlier process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):
-        pass
-    return False
-
-
 def _leftover_of(entry, name, folder):
     """Whether folder entry `entry` is a staged or moved-aside `name` of an ended writer."""
     for prefix in (TMP_PREFIX, OLD_PREFIX):
@@ -137,7 +123,7 @@ def _leftover_of(entry, name, folder):
             or os.path.join(folder, entry) in (_IN_FLIGHT)
         ):
             continue
-        if _writer_gone(writer[0], int(writer[1])):
+        if processes.ended(writer[0], int(writer[1])):
             return prefix
     return None
 

@@ -26,6 +26,7 @@ import os
 import socket
 
 from tf_mlstm import errors
+from tf_mlstm import processes
 from tf_mlstm.data.fields import INCOMPLETE_MARKER
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.errors import setting_name as _name
@@ -411,19 +412,6 @@ def _read_json(path):
 # === The run lock's holder ===
 
 
-def process_start(pid) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), else None.
-
-    With the pid it tells a live holder from a later process that reuses its pid.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # The command name (field 2) may hold spaces; it ends at the last ')'.
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def holder_gone(record) -> bool:
     """True when the lock `record` names a process of this host that no longer runs."""
     if record.get("host") != socket.gethostname():
@@ -431,18 +419,12 @@ def holder_gone(record) -> bool:
     pid = record.get("pid")
     if not isinstance(pid, int):
         return True
-    if pid == os.getpid():
-        # Our pid but not our lock: an earlier incarnation (containers restart
-        # with the same pid).
+    # Our pid but not our lock is an earlier incarnation (containers restart with
+    # the same pid); a zombie (a killed worker its dead launcher left) has ended.
+    if processes.ended(record.get("host"), pid):
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, another user's
     start = record.get("process_start")
-    now = process_start(pid)
+    now = processes.start_time(pid)
     return start is not None and now is not None and start != now
 
 

@@ -59,6 +59,7 @@ from absl import logging
 from tf_mlstm import errors
 from tf_mlstm import fileio
 from tf_mlstm import preflight
+from tf_mlstm import processes
 from tf_mlstm.config import PRECISIONS
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.errors import setting_name as _name
@@ -396,7 +397,7 @@ def _lock_record():
 
 # Who holds a lock, and whether it is gone: TensorFlow-free, so the binaries ask it
 # before any work too (`preflight.check_not_in_use`).
-_process_start = preflight.process_start
+_process_start = processes.start_time
 _holder_gone = preflight.holder_gone
 _describe_holder = preflight.describe_holder
 

@@ -57,6 +57,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import failpoints
 from tf_mlstm import fileio
 from tf_mlstm import preflight
 from tf_mlstm import rundir
@@ -453,6 +454,7 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
     target = os.path.join(base_dir, str(version))
     with fileio.replacing(target) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
+        failpoints.reach("export")
         meta = dict(metadata or {})
         meta.update(exporter=EXPORTER, version=version, limits=module.limits())
         fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)

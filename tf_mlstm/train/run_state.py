@@ -11,6 +11,7 @@ state, agreed by one all-reduce.
 import tensorflow as tf
 from absl import logging
 
+from tf_mlstm import failpoints
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.train import checkpointing
@@ -163,10 +164,13 @@ class RunState:
             checkpointing.save_input_state(
                 model_dir, worker, step, self.iterator, self._layout, keep=keep
             )
+        failpoints.reach("checkpoint-state")
         if self._all_saved is not None:
             self._all_saved()
+        failpoints.reach("checkpoint-commit")
         with fileio.write_errors(where):
             self.manager.save(checkpoint_number=step)
+        failpoints.reach("checkpoint-saved")
 
     def restore(self) -> str | None:
         """Restores the newest intact checkpoint and this worker's state; its path or None.

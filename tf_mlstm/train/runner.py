@@ -46,6 +46,7 @@ Ctrl-C ends the process at once (status 130), without that checkpoint.
 
 import dataclasses
 import os
+import signal
 import time
 
 import keras
@@ -54,6 +55,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import failpoints
 from tf_mlstm import fileio
 from tf_mlstm import rundir
 from tf_mlstm.train import auto_settings
@@ -340,6 +342,8 @@ class Runner:
             # From before the run folder is made: a signal during start-up
             # stops the run at its first step, which is checkpointed.
             with self._signals.caught():
+                if strategy_lib.stop_signal_during_start_up(self.strategy):
+                    self._signals.note(signal.SIGTERM)
                 results = self._train(finalize)
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
@@ -368,6 +372,7 @@ class Runner:
         rundir.begin_run(
             self.config.model_dir, self.task.configs(), chief=self.chief, extras=extras
         )
+        failpoints.reach("resume")
         restored = self.restore()
         start_step = int(self.step.numpy())
         if restored:

@@ -119,10 +119,14 @@ class StopSignals:
                 # Training has begun, so start-up is over: after it, the default.
                 signal.signal(signum, signal.SIG_DFL if handler is _stop_now else handler)
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum, frame=None):
         del frame
         if self.received is None:
             self.received = signum
+
+    def note(self, signum: int) -> None:
+        """Records `signum` as if it had been caught (one that another handler heard)."""
+        self._handle(signum)
 
     def acted_on(self) -> tuple[str, int]:
         """Every worker stopped for the signal: returns (its name, the exit status), clears it.
@@ -154,7 +158,11 @@ def stop_until_training() -> None:
     For the training binaries, called first thing: a scheduler's SIGTERM in
     the first seconds (TensorFlow's import, the automatic settings) then
     gets the documented status and one line (`START_UP_LINE`), not death by
-    the signal (143). Nothing of the run is written before training enters
+    the signal (143). The interpreter runs the handler between two bytecodes:
+    inside a multi-worker rendezvous (TensorFlow waiting for its peers to
+    register, with the interpreter's lock held and a SIGTERM notifier of its
+    own) no signal but SIGKILL acts until the wait ends, which the local
+    launcher's grace period bounds. Nothing of the run is written before training enters
     `caught()` (the run folder is made inside it), so stopping at once
     loses nothing. Once training has entered it, SIGTERM is the runner's,
     and after training the default again. Only the main thread can set

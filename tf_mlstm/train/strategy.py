@@ -90,6 +90,10 @@ _FINAL_BARRIER_TIMEOUT_S = 300
 _FINALIZE_CALLS = itertools.count()
 
 
+# The coordination service key TensorFlow's preemption notifier sets on SIGTERM.
+_PREEMPTION_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+
+
 class PeerWorkerError(errors.UserError, RuntimeError):
     """Another worker of the cluster stopped (crashed, killed, preempted) mid-run.
 
@@ -448,6 +452,26 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
             f"final synchronization counted {int(total.numpy())} replicas, expected "
             f"{strategy.num_replicas_in_sync}"
         )
+
+
+def stop_signal_during_start_up(strategy: tf.distribute.Strategy) -> bool:
+    """Whether a worker got SIGTERM while TensorFlow held it in the cluster's rendezvous.
+
+    While the workers register with the coordination service, TensorFlow
+    holds the interpreter and answers SIGTERM with a notifier of its own
+    (for its preemption handling), so the run's handler never hears it; the
+    notifier records it as the cluster-wide preemption notice. Read once,
+    when training begins, so such a signal still stops the run at its first
+    step (status 75) instead of being lost. False without a cluster.
+    """
+    _, _, num_workers = worker_info(strategy)
+    if num_workers <= 1:
+        return False
+    try:
+        tf_context.context().get_config_key_value(_PREEMPTION_NOTICE_KEY, timeout_in_ms=1)
+    except tf.errors.OpError:
+        return False  # No notice within the time-out: no such signal came.
+    return True
 
 
 # === Multi-worker ===

@@ -1,0 +1,95 @@
+"""A short seeded schedule of faults through tools/chaos.py, on every CI run.
+
+Two training workers through the local launcher, each launch meeting one
+fault at a random or named moment, relaunched until the run finishes; the
+tool's checker must find the weights, every step's loss, the run folder and
+every exit as an uninterrupted run's. docs/reliability.md reports a long run.
+"""
+
+import io
+import pathlib
+import random
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+
+import chaos  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+_TINY = [
+    "--distribution_strategy=multi_worker",
+    "--hidden_size=16",
+    "--embedding_size=8",
+    "--seq_length=16",
+    "--batch_size=4",
+    "--precision=float32",
+    "--jit_compile=false",
+    "--eval_every_steps=0",
+    "--sample_every_steps=0",
+    "--checkpoint_every_steps=3",
+    "--max_steps=45",
+]
+
+
+def test_the_seeded_schedule_is_the_same_for_the_same_seed_and_mixes_every_kind():
+    kinds = ("signal", "failpoint", "damage")
+    first = chaos.schedule(random.Random(0), 4, 2, kinds, 16.0)
+    assert first == chaos.schedule(random.Random(0), 4, 2, kinds, 16.0)
+    # What the suite's run below meets: faults inside checkpoints, on the launcher and a
+    # worker, a damaged checkpoint, a signal at a random moment.
+    assert [f.describe() for f in first[:3]] == [
+        "SIGKILL to the launcher at checkpoint-commit #3",
+        "SIGKILL to the worker 0 at checkpoint-saved #2",
+        "the newest checkpoint cut short before the launch",
+    ]
+    assert first[3].kind == "signal" and 1.6 <= first[3].delay_s <= 16.0
+    many = chaos.schedule(random.Random(1), 200, 2, chaos.KINDS, 10.0)
+    assert {f.kind for f in many} == set(chaos.KINDS)
+    assert {f.moment for f in many if f.kind == "failpoint"} == set(chaos.failpoints.MOMENTS)
+    signals = [f for f in many if f.kind in ("signal", "failpoint")]
+    assert {f.target for f in signals} == {"launcher", "worker 0", "worker 1"}
+    assert {f.action for f in signals} == {"kill", "term", "int"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kinds": ("signal", "flood")}, "kinds must be among"),
+        ({"kinds": ("disk",)}, "give disk_mb"),
+        ({"command": ["tf-mlstm-train", "--model_dir=x"]}, "leave it out"),
+    ],
+)
+def test_bad_arguments_are_one_line(tmp_path, kwargs, message):
+    arguments = {"command": ["tf-mlstm-train"], "output_dir": str(tmp_path), **kwargs}
+    with pytest.raises(chaos.errors.InvalidValueError, match=message):
+        chaos.run_chaos(**arguments)
+
+
+@pytest.mark.slow
+def test_a_short_schedule_of_faults_ends_with_the_weights_of_a_run_never_stopped(
+    tmp_path, demo_tfrecords
+):
+    command = [sys.executable, "-m", "tf_mlstm.cli.train", f"--train_data={demo_tfrecords}"]
+    out = io.StringIO()
+    report = chaos.run_chaos(
+        [*command, *_TINY],
+        tmp_path / "chaos",
+        faults=4,
+        seed=0,
+        num_workers=2,
+        kinds=("signal", "failpoint", "damage"),
+        grace_s=10,
+        launch_timeout_s=240,
+        out=out,
+    )
+    printed = out.getvalue()
+    assert report["ok"], printed
+    assert all(report["checks"].values()), printed
+    # The checkpoint faults come before the run can finish: at least those three land.
+    assert report["injected"] >= 3, printed
+    assert report["survived"] == report["injected"], printed
+    assert printed.count("\nfault ") + printed.startswith("fault ") == 4, printed
+    assert "faults injected" in printed.splitlines()[-7]
+    assert (tmp_path / "chaos" / "chaos.json").exists()
