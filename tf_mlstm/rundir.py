@@ -1,7 +1,6 @@
 """The run directory (`--model_dir`): its layout, config files, lock and trained model.
 
-Every tool that writes or reads a run folder goes through this module, so the
-names below are defined once:
+Every tool that writes or reads a run folder goes through this module:
 
 ```
 MODEL_DIR/
@@ -17,27 +16,11 @@ MODEL_DIR/
   train/, validation/          TensorBoard events
 ```
 
-What it guarantees:
-
-* A resumed run starts from the newest *intact* checkpoint: one whose files
-  are missing or truncated (a full disk, a copy cut short) is skipped with a
-  warning naming it (`restore_checkpoint`), for training and for every
-  `from_run` (`restore_model`) alike, instead of a silent restart from step 0
-  that would rotate the intact ones away.
-* A resumed run may change its budget and bookkeeping (logged), never the
-  model's shape or precision (`begin_run` refuses with one line naming the
-  flags and both values).
-* One chief at a time: a second one (a duplicate launch, or `TF_CONFIG` set
-  with the default strategy) is refused with the holder's host, pid and
-  start time; a lock left by a process that is gone is taken over.
-* Files are replaced atomically (`tf_mlstm.fileio`), through `tf.io.gfile`,
-  so all of this holds on `gs://` and other TensorFlow filesystems too.
-
-Layering: this module sits below `models` (whose classes load themselves
-from a run folder: `MLSTMLanguageModel.from_run`, `MLSTMClassifier.from_run`),
-`train`, `serving`, `transfer` and `cli`, and above `tf_mlstm.config` (the
-plain dataclasses of `config.json` and `finetune_config.json`); it builds no
-model itself.
+A resume starts from the newest intact checkpoint (a damaged one is skipped
+with a warning) and refuses a change of the model's shape or precision; one
+chief holds the lock at a time (a lock of a process that is gone is taken
+over); files are replaced atomically (`fileio`), on any TensorFlow
+filesystem. It builds no model itself.
 """
 
 import atexit

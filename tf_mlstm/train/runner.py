@@ -1,47 +1,21 @@
 """The distributed runner: one training loop for every kind of training.
 
 Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
-runner owns everything they share, in the task/trainer split of
-tensorflow/models `official/core`, and this module holds the `Runner`
-itself: the strategy, the replica layout and seeding; the model and the
-optimizer with loss scaling (`optimizer.py`); the step loop with the
-`max_minutes` budget, the checkpoint cadence, the task's periodic
-evaluations and the final synchronization and `results.json`. Its parts
-live beside it, one job a file:
+`Runner` owns what they share, as tensorflow/models `official/core`'s
+trainer does: the strategy, the replica layout and seeding, the model and
+optimizer, the step loop with its time budget, checkpoints, evaluations, the
+final synchronization and `results.json`. Its parts live beside it, one job
+a file: `auto_settings.py` (the `auto` size, precision and XLA),
+`task_protocol.py` (what a task supplies and sees), `run_state.py` (what a
+checkpoint restores), `compiled_step.py` (the step and its one all-reduce),
+`cadence.py` (what happens between steps), `summaries.py` (TensorBoard),
+`run_errors.py` (how a run ends short).
 
-* `auto_settings.py`: the `auto` model size (`autosize.py`), precision
-  and XLA (`autotune.py`), decided by the chief before the model is built
-  and agreed by every worker;
-* `task_protocol.py`: what a task supplies (`Task`) and what it may know of
-  the run (`TaskContext`): the strategy, the replica layout, the step, the
-  summary writers, never the runner itself;
-* `run_state.py`: what a checkpoint restores (`RunState`): the shared
-  checkpoint and this worker's carried state and input position beside it;
-* `compiled_step.py`: the step: forward and backward, ONE all-reduce of the
-  gradients bundled with the statistics and the stop flags, the update;
-* `cadence.py`: what happens between steps: the progress window, pauses
-  and the ETA, profiling, the count of non-finite steps;
-* `summaries.py`: the TensorBoard writers and the HParams record;
-* `run_errors.py`: how a run ends short of its last step (`PreemptedError`,
-  `TrainingDivergedError`, a peer worker's failure in one line).
-
-Divergence: a step whose all-reduced gradients are not finite is skipped in
-every precision (`optimizer.py`), and counted. A checkpoint that falls due
-inside such a stretch waits for the next finite step, so a diverging run
-does not rotate its good checkpoints out; after `max_nonfinite_steps` in a
-row the run ends with `TrainingDivergedError` (the binaries: one line, exit
-status 1).
-
-Preemption: a Slurm time limit or a Kubernetes eviction sends SIGTERM and
-kills a little later; a person at a terminal presses Ctrl-C (SIGINT). While
-training, either signal only sets a flag (`stop_signals.py`, the one place
-signals are handled); before each step the flag joins the stop flags in the
-all-reduce, so every worker stops after the same step, writes a checkpoint
-(with carried state and input position) and exits with `EXIT_PREEMPTED`
-(75, `EX_TEMPFAIL`: "try again") after SIGTERM, `EXIT_INTERRUPTED` (130)
-after Ctrl-C, distinct from success (0), errors (1) and a death by signal
-(128 + n). Relaunching the same command resumes with no step lost. A second
-Ctrl-C ends the process at once (status 130), without that checkpoint.
+A step whose gradients are not finite is skipped and counted; after
+`max_nonfinite_steps` in a row the run stops (`TrainingDivergedError`). A
+stop signal (`stop_signals.py`) joins the stop flags in the all-reduce, so
+every worker checkpoints the same step and exits 75 (SIGTERM) or 130
+(Ctrl-C); the same command resumes (docs/reliability.md).
 """
 
 import dataclasses

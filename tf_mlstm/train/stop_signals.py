@@ -1,34 +1,19 @@
-"""The signals that stop a training run at an agreed step, after its checkpoint.
+"""The signals that stop a training run: SIGTERM (75) and Ctrl-C (130), after a checkpoint.
 
-SIGTERM (a Slurm time limit, a Kubernetes eviction, the local launcher
-passing one on) and SIGINT (Ctrl-C at a terminal) are handled alike while a
-run trains: the handler only records the first one, the runner's step loop
-turns it into a stop that every worker agrees on, checkpoints that step (with
-each worker's carried state and input position) and exits with the signal's
-status: 75 (`EX_TEMPFAIL`, "try again") after SIGTERM, 130 (128 + SIGINT,
-what a shell reports for Ctrl-C) after SIGINT. The same command resumes.
+- While a run trains, `StopSignals.caught()` records the first SIGTERM or
+  SIGINT; the runner turns it into a stop every worker agrees on,
+  checkpoints that step and exits 75 (`EX_TEMPFAIL`) or 130. The same
+  command resumes.
+- A second Ctrl-C ends the process at once (130), counted by a thread that
+  reads the interpreter's signal wakeup descriptor, since a long TensorFlow
+  call delays Python's handlers.
+- Before training (`stop_until_training`, the training binaries' first
+  line) SIGTERM ends the process at once with one line and status 75:
+  nothing of the run is written yet. After training it ends by the signal;
+  one that came after the last step's agreement is passed on then
+  (`deliver_late`).
 
-A second Ctrl-C ends the process at once, without a checkpoint of the step
-it is in (a person pressing it again does not want to wait): one line, exit
-status 130, whatever the main thread is doing. Python runs signal handlers
-only in the main thread between two bytecodes, which a long TensorFlow call
-(a step, a collective waiting for a stuck peer) can delay for minutes; so
-the second one is counted by a thread that reads the interpreter's signal
-wakeup file descriptor, written by the C-level handler as each signal
-arrives.
-
-Before training (`tf-mlstm-train` and `tf-mlstm-finetune` from their first
-moment: TensorFlow's import, the config, the automatic settings) nothing of
-the run is written yet, so SIGTERM ends the process at once with one line
-and status 75 (`stop_until_training`); the same command starts or resumes
-the run. After training (the final results, the export) SIGTERM ends it by
-the signal. SIGINT outside training raises KeyboardInterrupt, which the
-binaries report in one line with status 130. A signal that came after the
-last step's agreement is passed on when training returns (`deliver_late`),
-not dropped.
-
-This module imports no TensorFlow: the runner uses it, and tests check it in
-a bare interpreter.
+No TensorFlow here: tests check it in a bare interpreter.
 """
 
 import contextlib

@@ -1,38 +1,20 @@
 """Distribution strategy factory and the multi-worker chores around it.
 
 `get_distribution_strategy` turns a name ("default", "one_device",
-"mirrored", "multi_worker") and a few options into a `tf.distribute.Strategy`,
-in the manner of tensorflow/models `official/common/distribute_utils.py`, but
-with the failure modes of multi-worker startup made explicit:
+"mirrored", "multi_worker") into a `tf.distribute.Strategy`, as
+tensorflow/models `official/common/distribute_utils.py` does, with the
+failure modes of multi-worker start-up made explicit:
 
-* A bad `TF_CONFIG` is rejected by `parse_tf_config` with one line naming
-  what is wrong, before TensorFlow sees it (TensorFlow's own errors for a bad
-  cluster are stack traces from deep inside, or a hang).
-* A peer that never shows up makes startup fail after `timeout_s` instead of
-  blocking forever: the coordination service is configured here, before the
-  `MultiWorkerMirroredStrategy` is built, with a registration deadline and a
-  registration barrier (without the barrier the leader happily starts alone
-  and then hangs in its first collective).
-* A peer that dies mid-run is noticed by the coordination service heartbeat:
-  the survivors' next collective fails with `tf.errors.UnavailableError`
-  naming the dead task, `heartbeat_timeout_s` after its last heartbeat
-  (TensorFlow 2.21's default is 10 s; measured on loopback, a survivor's step
-  fails 2-3 s after its peer is SIGKILLed with a 2 s heartbeat timeout, and
-  about 9 s after with the default).
-* A peer that is alive but never reaches the next collective (a deadlock, a
-  stuck filesystem, a job far slower than the others) still sends
-  heartbeats, so only a collective timeout ends the wait:
-  `collective_timeout_s` makes each collective fail with
-  `tf.errors.DeadlineExceededError` after that long. It must exceed the
-  longest legitimate gap between two steps of the slowest worker (the first
-  step's XLA compilation, a chief-only sample or export), hence the generous
-  default of 30 minutes.
+* a bad `TF_CONFIG` is one line (`parse_tf_config`), before TensorFlow sees it;
+* a peer that never shows up fails start-up after `timeout_s` (a
+  registration deadline and barrier of the coordination service);
+* a peer that dies mid-run fails the survivors' next collective after the
+  heartbeat timeout; one alive but stuck, after `collective_timeout_s`
+  (30 minutes by default: longer than any legitimate gap between steps).
 
-The helpers `is_chief`, `worker_info`, `write_dirpath`, `remove_temp_dirpath`
-and `finalize` cover what a custom training loop needs around the strategy:
-who keeps outputs, where the others write theirs (every worker must take part
-in saving a checkpoint), and a final synchronization so that a normal finish
-does not make a slower peer log "tasks have crashed".
+`is_chief`, `worker_info`, `write_dirpath`, `remove_temp_dirpath` and
+`finalize` cover what a custom loop needs around the strategy: who keeps
+outputs, where the others write theirs, and a final synchronization.
 """
 
 import atexit
