@@ -45,6 +45,21 @@ def _run(tmp_path, *flags):
 
 
 @pytest.mark.slow
+def test_the_products_of_the_step_add_up_to_its_flops():
+    sys.path.insert(0, str(BENCHMARK.parent))
+    try:
+        import benchmark  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(BENCHMARK.parent))
+    for mode in ("train", "featurize"):
+        products = benchmark.mlstm_products(mode, 64, 8, 16)
+        assert sum(f for _, f in products) == benchmark.flops_per_char("mlstm", mode, 64, 32)
+    # Half the time the products alone take: a fraction of 0.5.
+    products = [((8, 8, 8), 100.0)]
+    assert benchmark.matrix_fraction(products, lambda shape: 1.0, 5e6) == pytest.approx(0.5)
+
+
+@pytest.mark.slow
 def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     # The mLSTM (the model this project trains) in every mode, XLA off and on; the Keras LSTM
     # baseline once more, in train and featurize, in mixed_bfloat16 (each line carries the
@@ -103,6 +118,13 @@ def test_smoke_run_prints_a_json_line_per_configuration(tmp_path):
     # mLSTM training: 6 (H·H + H·4H) + 6·256·H.
     mlstm_train = [r for r in runs if r["impl"] == "mlstm" and r["mode"] == "train"][0]
     assert mlstm_train["flops_per_char"] == 6 * 5 * 8 * 8 + 6 * 256 * 8
+    # The step over its own products' rate, each timed at its real shape.
+    for record in runs:
+        assert 0 < record["matrix_fraction"] < 1.5 and record["matrix_gflops"] > 0
+        slots = record["chars_per_s"] / (1 - record.get("padding_fraction", 0.0))
+        assert record["matrix_fraction"] == pytest.approx(
+            record["flops_per_char"] * slots / 1e9 / record["matrix_gflops"]
+        )
     # Featurization is compared with training of the same model.
     for group in (runs, baseline):
         for record in group:

@@ -34,6 +34,12 @@ the rate of the step's own recurrent product shape (batch x H @ H x 4H) and
 `skinny_fm_gflops` that of the feature-major orientation the mLSTM loop uses
 (4H x H @ H x batch).
 
+`matrix_fraction` (mLSTM lines) is the step's own limit: the time its matrix
+products would take alone, each timed at its real shape in the policy's
+compute dtype (the recurrent products per time step, the weight gradients and
+the head over all rows; `mlstm_products`), over the time the step takes;
+`matrix_gflops` is the rate those products reach together.
+
 Every line also says what it ran on: `cpu_model`, `cpu_extensions` (the vector and
 matrix extensions oneDNN can use: avx2, avx512f, avx512_bf16, amx_bf16, ...) and `gpus`
 (name and compute capability each), from `tf_mlstm.train.hardware`; the same summary is
@@ -82,6 +88,7 @@ RESULT_KEYS = (
     "flops_per_char",
     "gflops",
     "peak_fraction",
+    "matrix_fraction",
     "matmul_gflops",
     "skinny_gflops",
     "skinny_fm_gflops",
@@ -224,6 +231,58 @@ def flops_per_char(impl, mode, hidden, embedding):
     return 2 * recurrent
 
 
+def mlstm_products(mode, hidden, batch, seq):
+    """The matrix products of the mLSTM's step at their real shapes, with their FLOPs per slot.
+
+    A slot is one byte position the model runs (a character, or padding when
+    featurizing). The recurrent products run once per time step, feature-major
+    (`layers/recurrence.py`); the weight gradients and the head once per
+    sequence over all B x T rows. Their FLOPs add up to `flops_per_char`.
+
+    Args:
+      mode: "train" or "featurize".
+      hidden: H.
+      batch: the rows B of a step.
+      seq: the time steps T.
+
+    Returns:
+      A list of ((m, k, n), FLOPs per slot).
+    """
+    h, rows = hidden, batch * seq
+    forward = [((h, h, batch), 2 * h * h), ((4 * h, h, batch), 8 * h * h)]
+    if mode != "train":
+        return forward
+    return forward + [
+        ((h, 4 * h, batch), 8 * h * h),  # d h from the gates, each step
+        ((h, h, batch), 2 * h * h),  # d h from the multiplicative path, each step
+        ((h, rows, 4 * h), 8 * h * h),  # the recurrent kernels' gradients, once
+        ((h, rows, h), 2 * h * h),
+        ((rows, h, VOCAB), 2 * VOCAB * h),  # the head: logits, d hidden, d kernel
+        ((rows, VOCAB, h), 2 * VOCAB * h),
+        ((h, rows, VOCAB), 2 * VOCAB * h),
+    ]
+
+
+def matrix_fraction(products, rate_of, slots_per_s):
+    """The step's rate over the rate its own products reach alone.
+
+    Args:
+      products: `mlstm_products`' list.
+      rate_of: `rate_of((m, k, n))` is that product's GFLOP/s in the compute dtype.
+      slots_per_s: the byte positions the model ran per second.
+
+    Returns:
+      Between 0 and about 1: the time the products alone would take, over the step's.
+
+    Example:
+
+    >>> matrix_fraction([((8, 8, 8), 100.0)], lambda shape: 1.0, 5e6)
+    0.5
+    """
+    ideal_s_per_slot = sum(flops / (rate_of(shape) * 1e9) for shape, flops in products)
+    return ideal_s_per_slot * slots_per_s
+
+
 class MatrixRates:
     """float32 matrix-product rates through TensorFlow, in GFLOP/s (medians)."""
 
@@ -262,6 +321,34 @@ class MatrixRates:
             self._squares[dtype]().numpy()
             rates.append(2 * 2048**3 / (time.perf_counter() - start) / 1e9)
         return float(np.median(rates))
+
+    def product(self, m, k, n, dtype="float32"):
+        """Median rate of `[m, k] @ [k, n]` in `dtype`, in a loop as the step runs it (cached)."""
+        key = (m, k, n, dtype)
+        if key not in self._cache:
+            tf = self._tf
+            rng = np.random.RandomState(0)
+            a = tf.cast(tf.constant(rng.randn(m, k).astype("float32") / k), dtype)
+            b = tf.cast(tf.constant(rng.randn(k, n).astype("float32")), dtype)
+            # About 2 GFLOP per timing, between 2 and 1000 products.
+            count = min(1000, max(2, int(2e9 / (2 * m * k * n))))
+
+            @tf.function(autograph=False)
+            def run():
+                return tf.while_loop(
+                    lambda i, total: i < count,
+                    lambda i, total: (i + 1, total + tf.cast(tf.matmul(a, b)[0, 0], tf.float32)),
+                    (tf.constant(0), tf.constant(0.0)),
+                )[1]
+
+            run()
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                run().numpy()
+                times.append(time.perf_counter() - start)
+            self._cache[key] = 2 * m * k * n * count / float(np.median(times)) / 1e9
+        return self._cache[key]
 
     def skinny(self, batch, hidden):
         """(batch x H @ H x 4H, 4H x H @ H x batch) rates, in a loop as the RNN runs them."""
@@ -808,6 +895,16 @@ def _model_record(mode, run, result, rates, common):
     if compute_square is not None:
         record["matmul_gflops_compute"] = compute_square
         record["peak_fraction_compute"] = gflops / compute_square
+    if run.impl == "mlstm":
+        # What the step reaches of its own products' rate, in its own precision.
+        rows = result.get("featurize_batch", run.batch)
+        products = mlstm_products(mode, run.hidden, rows, run.seq)
+        slots = result["chars_per_s"] / (1 - result.get("padding_fraction", 0.0))
+        rate_of = lambda shape: rates.product(*shape, dtype=compute)
+        record["matrix_fraction"] = matrix_fraction(products, rate_of, slots)
+        record["matrix_gflops"] = sum(f for _, f in products) / sum(
+            f / rate_of(shape) for shape, f in products
+        )
     return record
 
 
