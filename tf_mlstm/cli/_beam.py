@@ -29,9 +29,8 @@ def split_pipeline_args(
 ) -> tuple[list[str], list[str]]:
     """Takes the flags a binary does not define out of a command line given `--runner`.
 
-    Without `--runner` nothing is taken out. A flag that is not the binary's
-    (nor absl's) goes to Beam, with the value after it when that is no flag
-    (`--project my-project`).
+    Without `--runner` nothing is taken out; a foreign flag goes to Beam with
+    the value after it when that is no flag (`--project my-project`).
 
     Args:
         argv: The command line, the program first.
@@ -91,10 +90,9 @@ def run_binary(module_name, define_flags, body, build_config, required=()):
     """`_main.run_binary` for a binary with `--runner`: Beam's flags go to `build_config`.
 
     Args:
-      module_name, define_flags, body, required: as for `_main.run_binary`;
-        `define_flags` takes the `FlagValues` to define on.
-      build_config: `build_config(flags.FLAGS, pipeline_args)` builds the
-        validated config from the parsed flags and the flags for Beam.
+      module_name, define_flags, body, required: as for `_main.run_binary`
+        (`define_flags` takes the `FlagValues` to define on).
+      build_config: `build_config(flags.FLAGS, pipeline_args)` builds the config.
     """
     argv, pipeline_args = split_pipeline_args(sys.argv, define_flags)
     sys.argv[:] = argv

@@ -10,16 +10,14 @@ def config_from_flags(config_class, flag_values=flags.FLAGS):
     """Builds `config_class` from the flags named like its fields, then validates it.
 
     Args:
-      config_class: a dataclass whose fields all have flags of the same name
-        and whose `validate()` returns the config or raises ValueError.
+      config_class: a dataclass whose fields all have flags of the same name.
       flag_values: the parsed flags.
 
     Returns:
       The validated config.
 
     Raises:
-      app.UsageError: a flag value or combination is invalid (the message is
-        `validate`'s).
+      app.UsageError: a flag value or combination is invalid (`validate`'s message).
     """
     values = {f.name: flag_values[f.name].value for f in dataclasses.fields(config_class)}
     try:

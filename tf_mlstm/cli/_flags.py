@@ -33,9 +33,7 @@ DEPRECATED_ALIASES = {}
 def one_commands_flags() -> Iterator[None]:
     """Undoes what one binary run in this process did to the flags, when it ends.
 
-    For running several binaries one after another in one process (the
-    tests' walk-throughs): the flags the binary defined are removed, the
-    others unparsed, and the deprecated aliases put back as they were.
+    For running several binaries in one process (the tests' walk-throughs).
     """
     known, aliases = set(flags.FLAGS), dict(DEPRECATED_ALIASES)
     try:
@@ -51,9 +49,8 @@ def one_commands_flags() -> Iterator[None]:
 def define_deprecated_alias(old_name, name, flag_values=flags.FLAGS) -> None:
     """Defines `--old_name` as a deprecated spelling of the existing flag `--name`.
 
-    The alias parses like `--name` and sets its value (so a required `--name`
-    is satisfied by it too); each use logs one warning line naming the new
-    spelling. `--help` lists it as deprecated.
+    It sets `--name`'s value (satisfying a required `--name` too) and logs one
+    warning naming the new spelling on each use.
 
     Args:
       old_name: the spelling that is going away.
@@ -140,22 +137,17 @@ def define_fields(
 ) -> None:
     """Defines a flag for each field `names` of the config `defaults`, derived from the field.
 
-    The flag's name is the field's, its default the field's value in
-    `defaults`, its type the field's (bool, int, float, str), and its help the
-    field's documentation (`field_help`); a field with `choices` is an enum,
-    one that may hold several values (a tuple) a comma-separated list. The
-    flags belong to the module that calls this (`--helpfull` lists them under
-    it), as if it had defined them itself.
+    Name, default, type and help (`field_help`) are the field's; a field with
+    `choices` is an enum, a tuple field a comma-separated list. The flags belong
+    to the calling module, as if it had defined them.
 
     Args:
       defaults: the binary's config with its defaults (a `TrainConfig`, ...).
       names: the fields, in the order `--help` lists them.
       choices: field name -> the values it may take (`tf_mlstm.config.choices`).
       lower_bounds: field name -> the least value its (int or float) flag takes.
-      no_default: fields whose flag has no default (None): a required flag, or
-        one whose absence the binary resolves.
-      flag_values: where to define them (`flags.FLAGS` when None; a binary with
-        `--runner` defines its flags on a fresh `FlagValues` too).
+      no_default: fields whose flag defaults to None (required, or resolved later).
+      flag_values: where to define them (`flags.FLAGS` when None).
     """
     caller = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
     module = {"module_name": sys.argv[0] if caller == "__main__" else caller}
@@ -190,10 +182,7 @@ text_keys = split_keys  # The keys of a `--text_key` (or any key list) value.
 
 
 def define_feature_precision(default="auto", note="", help_text=None) -> None:
-    """`--precision` of the binaries that compute features (transfer, classify).
-
-    Its help is `help_text` (the config field's documentation) when given.
-    """
+    """`--precision` of the binaries that compute features (help: `help_text` when given)."""
     flags.DEFINE_enum(
         "precision",
         default,
@@ -210,10 +199,7 @@ def define_feature_precision(default="auto", note="", help_text=None) -> None:
 
 
 def define_overwrite(output_flag, fv=None, help_text=None) -> None:
-    """`--overwrite` of a binary that writes `output_flag` (the rerun rule: `tf_mlstm.outputs`).
-
-    Its help is `help_text` (the config field's documentation) when given.
-    """
+    """`--overwrite` of a binary that writes `output_flag` (help: `help_text` when given)."""
     kwargs = {} if fv is None else {"flag_values": fv}
     flags.DEFINE_bool(
         "overwrite",
@@ -227,10 +213,7 @@ def define_overwrite(output_flag, fv=None, help_text=None) -> None:
 
 
 def define_allow_other_model(help_text=None) -> None:
-    """`--allow_other_model` of the binaries that apply a fitted classifier (classify, export).
-
-    Its help is `help_text` (the config field's documentation) when given.
-    """
+    """`--allow_other_model` of classify and export (help: `help_text` when given)."""
     flags.DEFINE_bool(
         "allow_other_model",
         False,
@@ -252,15 +235,11 @@ def resolve_feature_precision(choice, model_dir=None, batch_size=None, window=No
 def define_runner_flags(defaults) -> None:
     """The distributed runner's flags, shared by tf-mlstm-train and tf-mlstm-finetune.
 
-    Optimization (rate, warmup, decay, clipping), the step and time budget,
-    the cadence (log, evaluate, checkpoint, profile), divergence handling,
-    precision, XLA, seed and distribution. Each help text is the field's
-    documentation in the runner's field groups (`tf_mlstm.config.runner`),
-    so both binaries say the same.
+    Each help text is the field's documentation in `tf_mlstm.config.runner`, so
+    both binaries say the same.
 
     Args:
-      defaults: the binary's config with its defaults (a `TrainConfig` or a
-        `FinetuneConfig`); each flag's default is the field of its name.
+      defaults: the binary's config with its defaults; each flag's default is its field's.
     """
 
     define_fields(

@@ -1,46 +1,14 @@
 """The one skeleton every tf-mlstm binary runs in.
 
-A binary supplies its flag definitions, a config (a frozen dataclass whose
-fields are named like the flags, or a function that builds one) and a body
-that turns the config into a result. `run_binary` does the rest, the same
-way for every binary:
-
-1. defines the flags and marks the required ones;
-2. makes `--help` show the binary's own usage text and flags also when it
-   runs as a console script (absl describes the `__main__` module, which is
-   then a generated shim without either);
-3. answers `-h`/`--help`/`--helpfull` (the usage text on stdout) and
-   `--version` with exit status 0 (absl's help exits 1 and knows neither
-   `-h` nor `--version`);
-4. parses the flags and refuses positional arguments; an unknown flag, a
-   bad value, a missing required flag, flag bounds and the config's
-   `validate()` answer before TensorFlow is imported, with one error line
-   and exit status 1 (absl would print several lines, or the whole usage
-   text with every flag); from here on a message names a setting as its
-   flag (`--hidden_size`, `errors.naming_flags`), where a Python caller of
-   the same check reads the argument (`hidden_size`);
-5. runs the binary's checks before work, when its module defines
-   `check_before_work(flag_values)` (`tf_mlstm.preflight`): its inputs
-   exist and are of the right kind, its outputs can be written, the run
-   folder is of the right kind and a resume keeps its model; after the
-   values (a dataclass config's `validate`), before a config function (which
-   may load a model and measure on it) and the body, before TensorFlow is
-   imported, so a mistake in a path is one line (as in the body) in well
-   under a second;
-6. keeps TensorFlow's start-up messages (its C++ log: CUDA probing on a
-   machine without GPUs, CPU instruction notices) off the screen wherever
-   TensorFlow starts (a config function that measures on a model starts it
-   too, and a user error there is one line like the body's), unless
-   `--verbosity` was given (its level then applies to TensorFlow's log too)
-   or the user set `TF_CPP_MIN_LOG_LEVEL`, which is left as it is;
-7. runs the body; a user's error (`tf_mlstm.errors.is_user_error`: a bad
-   value, a missing or unwritable file, a full disk, a port in use, a dead
-   peer) is one error line and exit status 1, a training run stopped by
-   SIGTERM or Ctrl-C exits with its own status (75 or 130, relaunch to
-   resume), Ctrl-C anywhere else is one line and status 130, and anything
-   else is a bug that keeps its traceback;
-8. prints the body's result, when it returns one, as the last line: one
-   JSON object.
+A binary supplies its flag definitions, a config (a frozen dataclass named
+like the flags, or a function that builds one) and a body. `run_binary`
+answers `--help` and `--version` (exit 0), refuses bad flags and config
+values in one line before TensorFlow is imported, runs the module's
+`check_before_work(flag_values)` when it has one, keeps TensorFlow's start-up
+log quiet unless `--verbosity` or `TF_CPP_MIN_LOG_LEVEL` asks, turns a user's
+error into one line and exit 1 (a run stopped by SIGTERM or Ctrl-C: 75 or
+130), and prints the body's result as a final JSON line. The steps and their
+reasons: docs/architecture.md.
 """
 
 import contextlib
@@ -69,9 +37,8 @@ TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_TF_LOG_LEVEL = "3"
 """TensorFlow's log level when neither the user nor `--verbosity` asked for more.
 
-On a machine without GPUs TensorFlow logs its failed CUDA probe at ERROR
-level; a real failure of a run comes back as a Python exception, which the
-binaries report in one line whatever this level.
+A failure of a run comes back as a Python exception, reported whatever this
+level; what it hides is noise such as the failed CUDA probe without GPUs.
 """
 HELP_ARGS = ("-h", "--help", "-help", "-?", "--helpshort", "-helpshort")
 HELPFULL_ARGS = ("--helpfull", "-helpfull")
@@ -85,19 +52,13 @@ def run_binary(module_name, define_flags, body, config, required=()):
     """Defines the flags, then runs `body(config)` as a binary (see the module doc).
 
     Args:
-      module_name: the binary's module (`__name__`), whose docstring is the
-        usage text and whose flags `--help` lists.
+      module_name: the binary's module (`__name__`); its docstring is the usage text.
       define_flags: defines the binary's flags.
-      body: `body(config)` does the work; it returns a JSON-serializable
-        result to print as the last line, or None.
-      config: a dataclass for `config_from_flags`, or a function of no
-        arguments that builds the validated config from `FLAGS` (raising
-        ValueError or app.UsageError for bad values).
+      body: `body(config)` does the work; returns a JSON-serializable result or None.
+      config: a dataclass for `config_from_flags`, or a function of no arguments
+        that builds the validated config from `FLAGS` (ValueError or
+        app.UsageError for bad values).
       required: names of flags that must be given.
-
-    The binary's module may define `check_before_work(flag_values)`: run
-    once the flags and a dataclass config's values passed, before a config
-    function, the body and TensorFlow's import (step 5 of the module doc).
     """
     known = set(FLAGS)
     define_flags()
@@ -176,13 +137,10 @@ def parse_flags(argv, name):
 
 
 def check_int_flags(flag_values):
-    """Refuses an integer flag past its bound, whichever binary defines it.
+    """Refuses an integer flag past its bound, before a config function can start TensorFlow.
 
-    Every integer flag is a size, a count, a length, a step, an index or a
-    seed: each reaches a tensor (or NumPy's seed) as 32 bits at most, and a
-    size, length or count has its own bound, alone and in the tensors it
-    shapes with others (`tf_mlstm.config.bounds`), checked here before a
-    config function can start TensorFlow.
+    Every integer flag reaches a tensor (or NumPy's seed) as 32 bits at most; a
+    size, length or count also has its own bound (`tf_mlstm.config.bounds`).
 
     Raises:
       errors.InvalidValueError: one line naming the flag (or flags) and the bound.
@@ -269,10 +227,8 @@ def run_body(body, config):
       What `body` returns.
 
     Raises:
-      SystemExit: 1 after one error line for a user's error; the run's own
-        status after a SIGTERM or Ctrl-C that every worker checkpointed (75
-        or 130); 130 after one line for a Ctrl-C outside training (a
-        person's interrupt is not a bug: no traceback).
+      SystemExit: 1 after one line for a user's error; 75 or 130 for a run
+        stopped by SIGTERM or Ctrl-C after its checkpoint; 130 for Ctrl-C elsewhere.
     """
     try:
         try:
@@ -294,12 +250,10 @@ def run_body(body, config):
 def _describe_in_help(module_name, own_flags):
     """Makes absl's `--help` show the binary's usage text and all of `own_flags`.
 
-    absl prints the docstring of `__main__` and the flags that the file named
-    by `sys.argv[0]` defined. Run as a console script, both are a generated
-    shim's (no text, no flags); and a binary's flags may be defined by a
-    shared flag group in another module. So the binary's docstring is lent
-    to a shim without one, and its flags are made key flags of both the
-    binary's module and the main file.
+    absl describes `__main__` and the flags of the file `sys.argv[0]` names; as a
+    console script both are a generated shim's, and shared flag groups live in
+    other modules. So the shim borrows the binary's docstring, and its flags
+    become key flags of both the binary's module and the main file.
     """
     main = sys.modules.get("__main__")
     module = sys.modules[module_name]
@@ -316,9 +270,7 @@ def tensorflow_log_level(environ, verbosity_given, verbosity):
     Args:
       environ: the environment; a level the user set there is kept.
       verbosity_given: whether `--verbosity` (`-v`) was on the command line.
-      verbosity: its value (absl's: 0 INFO, -1 WARNING, -2 ERROR, -3 FATAL,
-        1 and up debug levels), mapped to TensorFlow's level that shows the
-        same messages.
+      verbosity: its value (absl's levels), mapped to TensorFlow's equivalent.
 
     Returns:
       The level, as the variable's string.
@@ -333,14 +285,9 @@ def tensorflow_log_level(environ, verbosity_given, verbosity):
 def quiet_tensorflow(environ, verbosity_given, verbosity):
     """Sets TensorFlow's log level (see `tensorflow_log_level`); its start-up is then quiet.
 
-    TensorFlow 2.21 prints a few lines while it loads (that it found no CUDA
-    driver, before its log is set up) whatever the level says; when the
-    level hides INFO, the first `import tensorflow` that follows (building
-    the config or in the body, wherever it happens) runs with the process's
-    stderr pointed at /dev/null (`tf_mlstm._quiet`). An import that fails
-    still raises its exception, shown as usual once stderr is back. The
-    level is set in `environ` also when TensorFlow is already imported (it
-    then applies only to the processes the run starts).
+    TensorFlow prints a few lines while it loads whatever the level says, so when
+    the level hides INFO the next `import tensorflow` runs with stderr on
+    /dev/null (`tf_mlstm._quiet`).
     """
     level = tensorflow_log_level(environ, verbosity_given, verbosity)
     environ[TF_LOG_LEVEL] = level

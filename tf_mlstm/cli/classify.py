@@ -6,38 +6,14 @@ r"""tf-mlstm-classify: class probabilities for new text with a fitted classifier
       --classifier=runs/r1/sst/classifier.json --input=- --output=-
   tf-mlstm-classify --model_dir=runs/r1_sst --input=reviews.jsonl --output=scores.csv
 
-With `--classifier`, a logistic regression of `tf-mlstm-transfer` classifies
-features of the language model in `--model_dir` (a trained or a fine-tuned
-one). Without it, `--model_dir` must be a finished `tf-mlstm-finetune` run,
-and its fine-tuned encoder and head classify in float32 (texts cut to the
-run's `--max_length`, as in fine-tuning; `--window` and `--precision` are not
-used), with the decision thresholds chosen on its validation data.
-
-`--input` is CSV / JSON lines / plain text files (read and normalized as
-training text is; records without text are skipped and counted in the log),
-or `-` for one text per line on stdin (read as bytes: blank lines and lines
-that are not valid UTF-8 are skipped and counted the same way). The output CSV (`-`: stdout) has one
-row per classified text: `index` (0-based, in reading order), `line` (where
-the record starts in its file), then for a binary classifier `probability`
-(of the positive class) and `label` (the predicted class); for K classes
-`label` and `probability_<class>` for each class (summing to 1); for
-multi-label `labels` (the predicted label names, joined by ";") and
-`probability_<label>` for each label. No text is written back.
-
-The input streams through in chunks of `--chunk_texts` texts: each chunk is
-read, featurized, classified and its rows written (and flushed) before the
-next is read, so memory stays bounded for any input size; progress (texts
-done, their rate) is logged as chunks finish. stdout gets the rows as they
-come; an output file is written beside its name (a hidden `.tmp-` sibling)
-and renamed in only when every text is classified, after the model, the
-classifier and the first chunk of input were checked, so a failure at any
-stage leaves an earlier file of that name as it was.
-
-A classifier knows its model: classifier.json records the fingerprint of the
-weights it was fitted on, and another model (even of the same size) is
-refused in one line unless `--allow_other_model` (then a warning).
-`--precision` sets the policy the features are computed in; unset, the one
-the classifier was fitted in (as tf-mlstm-export serves it).
+With `--classifier`, a `tf-mlstm-transfer` classifier classifies features of
+`--model_dir` (one fitted on other weights is refused unless
+`--allow_other_model`); without it, `--model_dir` must be a finished
+`tf-mlstm-finetune` run, whose own head classifies. `--input` is CSV / JSON
+lines / text files, or `-` for one text per line on stdin. The CSV (`-`:
+stdout) has a row per text: `index`, `line`, then the probabilities and
+labels. It streams in chunks of `--chunk_texts`, and a file is renamed in
+only when every text is classified. Columns and details: docs/transfer.md.
 """
 
 import contextlib
@@ -78,11 +54,7 @@ def define_classify_flags() -> None:
 
 
 def check_before_work(flag_values) -> None:
-    """The model, the classifier, the input and the output, before TensorFlow starts.
-
-    (`preflight`.) A folder as `--output` would be met only when the
-    classified rows are renamed in, after all the work.
-    """
+    """The model, classifier, input and output, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     if fv.classifier:
         preflight.check_input_file("classifier", fv.classifier, "classifier file")
@@ -99,10 +71,9 @@ def load_predictor(config) -> tuple:
     """The model and classifier of `config`, as one function of texts.
 
     Returns:
-      (predict, classes): `predict(texts)` gives (probabilities [N, K]
-      (binary [N, 2]; multi-label [N, L]), labels: the predicted classes [N]
-      (multi-label: [N, L] 0/1)); classes are the K class values (or L label
-      names) of the probability columns.
+      (predict, classes): `predict(texts)` gives (probabilities [N, K] (binary
+      [N, 2]; multi-label [N, L]), predicted labels [N] (multi-label [N, L] 0/1));
+      classes are the K class values (or L label names) of the columns.
 
     Raises:
       FileNotFoundError: a missing model or classifier.
@@ -161,9 +132,7 @@ def classify(config, stdin=None) -> tuple:
 def main(config) -> None:
     """Classifies the input a chunk at a time, writing each chunk's rows as it goes.
 
-    The model, the classifier and the first chunk of the input are checked
-    before any output exists; a file output is written beside its name and
-    renamed in at the end, so a failure leaves an earlier one as it was.
+    A file output is renamed in at the end, so a failure leaves an earlier one as it was.
     """
     from tf_mlstm import fileio  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top

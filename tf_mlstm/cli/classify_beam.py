@@ -8,23 +8,12 @@ r"""tf-mlstm-classify-beam: apply an exported SavedModel to many files as an Apa
       --runner=DataflowRunner --project=my-project --region=us-central1 \
       --temp_location=gs://bucket/tmp
 
-Needs the `beam` extra (`pip install tf_mlstm[beam]`). Every flag this
-binary does not define goes to Beam as a pipeline option. The SavedModel is
-one `tf-mlstm-export` wrote (with `--classifier` for the `classify`
-signature); Beam's RunInference applies its `classify` (or `featurize`)
-signature to every text of `--input` (CSV / JSON lines / plain text files,
-read and normalized as training text is; records without text are skipped
-and counted by reason). The output is JSON lines in sharded files
-`<output>-SSSSS-of-NNNNN.jsonl`, one row per text with `input` (its file)
-and `line` (where its record starts) to join it back, then the signature's
-outputs by name; they appear only once the pipeline has succeeded. An
-input file that cannot be read (a corrupt gzip file, a CSV file without the
-text column, a file gone since it was listed) ends the run with one error
-line naming the first such file, its cause and how many failed, and no
-output file (an earlier run's files stay as they were); a wrong
-`--saved_model` is refused before the pipeline starts. The numbers are
-those of `tf-mlstm-classify` with the same model and classifier (float32).
-See `tf_mlstm/beam/inference.py`.
+Needs the `beam` extra (`pip install tf_mlstm[beam]`); every flag this binary
+does not define goes to Beam as a pipeline option. RunInference applies the
+`classify` (or `featurize`) signature of a `tf-mlstm-export` SavedModel to
+every text of `--input` (CSV / JSON lines / text files) and writes JSON lines
+`<output>-SSSSS-of-NNNNN.jsonl`, one row per text with `input` and `line` to
+join it back, once the pipeline has succeeded. Details: docs/distributed.md.
 """
 
 import functools

@@ -5,29 +5,14 @@ r"""tf-mlstm-export: write a servable, versioned SavedModel of a trained model.
       --classifier=runs/r1/sst/classifier.json
   tf-mlstm-export --model_dir=runs/r1_sst --export_dir=serving/mlstm_sst_tuned
 
-`--export_dir` is the folder TensorFlow Serving is pointed at: the SavedModel
-goes to `EXPORT_DIR/<step>/`, the version being the global step of the
-checkpoint exported, so a later checkpoint becomes a newer version. It is
-written beside its final place and renamed in; an export of the same step is
-replaced. A folder holding anything else (a model folder, `.`) is refused,
-never emptied.
-
-The SavedModel has the signatures `featurize` (the default), `score` and
-`generate`, and with `--classifier` also `classify` (standardization and the
-logistic regression run in the graph). A finished `tf-mlstm-finetune` run
-given as `--model_dir` without `--classifier` gets the `classify` of its
-fine-tuned head (its classes or labels, and the thresholds chosen on its
-validation data; each text's first `--max_length` bytes, as in fine-tuning).
-Every signature takes raw UTF-8 text and normalizes it in the graph as
-training did; requests beyond
-`--max_text_bytes` or `--max_generate_length` fail with InvalidArgument (see
-docs/serving.md). The model is exported in float32 whatever precision it
-trained in, or with `--classifier` in the precision the classifier's features
-were fitted in (`--precision` overrides either); a classifier fitted on other
-model weights than those of `--model_dir` is refused (classifier.json records
-their fingerprint) unless `--allow_other_model`. The last line printed is one
-JSON object:
+The SavedModel goes to `EXPORT_DIR/<step>/` (the folder TensorFlow Serving
+watches), renamed in when whole; a folder holding anything else is refused.
+Its signatures are `featurize` (the default), `score` and `generate`, plus
+`classify` with `--classifier` or for a fine-tuned `--model_dir`; each takes
+raw UTF-8 text. The model is exported in float32, or in the precision the
+classifier was fitted in (`--precision` overrides). The last line printed is
 {"export_dir": <the version folder>, "version": ..., "signatures": [...]}.
+Details: docs/serving.md.
 """
 
 from absl import flags

@@ -6,29 +6,15 @@ r"""tf-mlstm-finetune: fine-tune a trained mLSTM end to end as a text classifier
   tf-mlstm-finetune ... --label_key=funny,useful,spoiler        # multi-label
   tf-mlstm-finetune ... --label_key=stars \
       --label_map=1:neg,2:neg,3:neutral,4:pos,5:pos --head_hidden=256   # 3 classes
-  tf-mlstm-finetune ... --distribution_strategy=multi_worker \
-      --precision=mixed_float16 --lm_loss_weight=0.5
 
-A head on the final cell state (`--features=cell`), the mean hidden state
-(`--features=mean`) or several kinds concatenated (`--features=mean,max,min`)
-trains with the encoder unfrozen, optionally with the language-model loss as
-an auxiliary term. `--head_init=probe` starts a linear head as the logistic
-regression on the starting model's features, then fine-tunes (linear probing,
-then fine-tuning). The head is linear, or with
-`--head_hidden=N` one ReLU layer of N units before the output layer;
-`--head_dropout` drops features before the output layer in training. One
-`--label_key` of 0/1 labels (or pos/neg, true/false) is a binary task (a
-sigmoid); one of K other classes (or the classes of `--label_map`) a K-class
-task (a softmax); several comma-separated `--label_key`s a multi-label task
-(a sigmoid each). The decision threshold of each sigmoid label is chosen on
-the validation data (or a `--validation_fraction` share of train).
-Distribution and precision flags are those of `tf-mlstm-train`. Writes
-checkpoints, `finetune_config.json` and `results.json` (with the task's
-`kind`, its `classes` or `thresholds`, and the metrics of each split) to
-`--model_dir` (a rerun resumes); prints the results JSON.
-Training runs on the same runner as `tf-mlstm-train`, with the same time
-budget, non-finite step handling and exit statuses (0 done, 1 error, 75
-stopped by SIGTERM or 130 by Ctrl-C after a checkpoint: rerun to resume).
+A head on `--features` of the text trains with the encoder unfrozen
+(`--head_init=probe`: started as the logistic regression, then fine-tuned).
+The labels decide the task: binary, K classes or multi-label, each sigmoid's
+threshold chosen on validation. It runs on `tf-mlstm-train`'s runner, with
+its distribution and precision flags, time budget and exit statuses (75 or
+130 after a checkpoint: rerun to resume). Writes checkpoints,
+`finetune_config.json` and `results.json` to `--model_dir` and prints the
+results. Details: docs/transfer.md.
 """
 
 from absl import flags

@@ -6,20 +6,13 @@ r"""tf-mlstm-generate: sample review text from a trained model.
   tf-mlstm-generate --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
       --sentiment=negative                        # the neuron tf-mlstm-transfer found
 
-The model reads the prompt (normalized as training text is) after the
-document-start byte and continues it one byte at a time. `--neuron` holds
-one cell-state unit at `--neuron_value` after every byte, prompt included
-(the sentiment-neuron experiment). `--classifier` takes the unit from a
-tf-mlstm-transfer classifier.json (its sentiment neuron: a cell unit, or a
-hidden unit when the classifier has no cell-state feature) and holds it two
-standard deviations past its threshold on the `--sentiment` side, the
-direction given by the neuron's sign
-(`tf_mlstm.transfer.probe.neuron`); `--neuron` and `--neuron_value` still win, and
-a disagreement is logged. The unit and value held are logged. Sampling
-stops at the end of the review (the next document-start byte) unless
-`--nostop_at_end`. Each sample is
-printed as the prompt followed by its continuation; with several samples a
-`=== sample K ===` line precedes each.
+The model continues the (normalized) prompt one byte at a time, until the end
+of the review unless `--nostop_at_end`. `--neuron` holds one cell-state unit
+at `--neuron_value` after every byte; `--classifier` takes the unit from a
+tf-mlstm-transfer classifier.json and holds it two standard deviations past
+its threshold on the `--sentiment` side (`--neuron` and `--neuron_value`
+still win). Each sample is printed as prompt and continuation, after a
+`=== sample K ===` line when there are several.
 """
 
 from absl import flags
@@ -75,15 +68,11 @@ def generate_texts(config, model=None, sampler=None) -> list[str]:
       sampler: a `sampling.make_sampler(model)` to reuse across calls.
 
     Returns:
-      A list of `num_samples` strs, each the normalized prompt and its
-      continuation.
+      `num_samples` strs, each the normalized prompt and its continuation.
 
     Raises:
-      FileNotFoundError: no trained model in `config.model_dir`, or no
-        `config.classifier` file.
-      ValueError: `--neuron` is outside the model, or the classifier is
-        invalid, from a model of another size or its neuron is no unit a held
-        value gives (`std`, a word n-gram).
+      FileNotFoundError: no trained model in `config.model_dir`, or no `config.classifier`.
+      ValueError: `neuron` outside the model, or an invalid or mismatched classifier.
     """
     from tf_mlstm.models import language_model  # pylint: disable=g-import-not-at-top
     from tf_mlstm.models import sampling  # pylint: disable=g-import-not-at-top

@@ -5,13 +5,11 @@ r"""tf-mlstm-import-openai: OpenAI's released byte mLSTM as a tf_mlstm run folde
       --model_dir=runs/openai
   tf-mlstm-transfer --model_dir=runs/openai --output_dir=runs/openai/sst ...
 
-Reads the 15 arrays `0.npy` .. `14.npy` of the release (Radford et al. 2017,
-4096 units, 64-wide byte embedding), checks their shapes against the
-release's layout, maps them onto `MLSTMLanguageModel` (the mapping and why it
-is exact: `tf_mlstm.models.openai_weights`) and writes `--model_dir`:
-config.json and a checkpoint that every tool loads (eval, generate,
-visualize, transfer, classify, export, finetune). Prints one JSON line with
-the folder and the model's sizes.
+Checks the release's 15 arrays (`0.npy` .. `14.npy`; Radford et al. 2017,
+4096 units) against its layout, maps them onto `MLSTMLanguageModel`
+(`tf_mlstm.models.openai_weights`) and writes config.json and a checkpoint
+to `--model_dir`, which every tool then loads. Prints one JSON line with the
+folder and the model's sizes.
 """
 
 from absl import flags

@@ -1,30 +1,17 @@
 r"""tf-mlstm-make-tfrecords: convert a review corpus into sharded train/validation/test TFRecords.
 
-Reads JSON lines (the Amazon dump, IMDB), CSV/TSV with a header, or plain
-text, each optionally gzip-compressed, normalizes the text and writes
-`{split}-NNNNN-of-NNNNN.tfrecord` shards plus a `stats.json` that counts
-records per split and every skipped record by reason. A non-empty output
-directory is refused unless `--overwrite`. The new shards are staged and
-moved in only once all are written, so a conversion that fails leaves an
-earlier data set in the folder as it was; one that is killed leaves a folder
-that training and evaluation refuse until it is re-run.
-
     tf-mlstm-make-tfrecords \
         --input='reviews/*.json.gz' --output_dir=data/amazon --num_shards=1000
-
-    python -m tf_mlstm.cli.make_tfrecords \
-        --input=imdb/train.jsonl,imdb/unsup.jsonl --output_dir=data/imdb --num_shards=10
-
-With `--runner` the same conversion runs as an Apache Beam pipeline
-(`pip install tf_mlstm[beam]`; `tf_mlstm/beam/convert.py`), and every flag
-this binary does not define goes to Beam as a pipeline option:
-
     tf-mlstm-make-tfrecords --input='reviews/*.json.gz' --output_dir=data/amazon \
         --runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing
 
-Either way a document's split and shard follow from its input file's base
-name and line alone (`tfrecord.ShardAssignment`), so both write the same
-documents into the same shards with the same stats.json.
+Reads JSON lines, CSV/TSV with a header or plain text (gzip or not),
+normalizes the text and writes `{split}-NNNNN-of-NNNNN.tfrecord` shards and a
+`stats.json` of records per split and skips by reason. A non-empty output
+folder is refused unless `--overwrite`; the shards are moved in only once all
+are written. With `--runner` the same conversion runs as an Apache Beam
+pipeline (`pip install tf_mlstm[beam]`), and every flag this binary does not
+define goes to Beam; both put each document in the same shard.
 """
 
 import dataclasses
@@ -193,15 +180,14 @@ def job_from_flags(
 
     Args:
         flag_values: Parsed flags, as defined by `define_flags`.
-        pipeline_args: The flags the binary did not define (see
-            `split_pipeline_args`), for Beam.
+        pipeline_args: The flags the binary did not define, for Beam.
 
     Returns:
         A `ConvertConfig`, or with `--runner` a `BeamConversion`.
 
     Raises:
-        app.UsageError: A flag value is invalid, `--runner` without Apache
-            Beam installed, or a flag that is no Beam pipeline option either.
+        app.UsageError: An invalid flag, `--runner` without Apache Beam, or a
+            flag that is no Beam pipeline option either.
     """
     config = config_from_flags(flag_values)
     if not flag_values.runner:
@@ -238,9 +224,8 @@ def main(config: ConvertConfig | BeamConversion) -> None:
 def _raise_open_file_limit() -> None:
     """Raises the soft open-file limit to the hard one.
 
-    With all shards open, 1000 shards need more than the usual soft limit of
-    1024 files; the writer falls back to part files when the limit stays low,
-    which costs a second pass over the output.
+    1000 open shards exceed the usual soft limit of 1024 files, and the writer's
+    fallback (part files) costs a second pass over the output.
     """
     if resource is None:
         return

@@ -1,29 +1,17 @@
 r"""tf-mlstm-train: train a byte-level mLSTM language model.
 
-With no flags it trains a small model on the embedded demo corpus (the
-`flags/demo.flags` recipe), then prints validation bits/char and exports a
-SavedModel, all under ./tf_mlstm_demo. Recipes: `--flagfile=flags/X.flags`.
-
   tf-mlstm-train --train_data=data/reviews --model_dir=runs/r1 \
       --hidden_size=4096 --batch_size=256
 
-Precision and XLA default to `auto`: measured at start-up, a few steps of
-each native setting at the run's shape, cached in the user's cache folder
-(`tf_mlstm/train/autotune.py`; the table in `tf_mlstm/train/hardware.py` for
-runs too short to measure); the run folder's config.json records the
-concrete values and the rates. `--hidden_size=auto` chooses the model's size
-for the budget the same way (`tf_mlstm/train/autosize.py`): each of
---size_candidates timed, the scaling law's prediction at the end of the
-budget, one log line; the run folder records the size and a resume keeps it.
-It picks the lowest predicted bits/char, or with --optimize_for=transfer the
-widest size predicted within 0.15 bits/char of that (wider features transfer
-better: docs/scaling.md).
+With no flags it trains a small model on the embedded demo corpus
+(`flags/demo.flags`) under ./tf_mlstm_demo, then evaluates and exports it.
+Recipes: `--flagfile=flags/X.flags`. Precision, XLA and `--hidden_size=auto`
+are chosen by measuring at start-up (docs/performance.md, docs/scaling.md);
+config.json records the values chosen.
 
 Exit status: 0 done; 1 a bad flag or input, a peer worker's failure, or a
-run that diverged (--max_nonfinite_steps non-finite steps in a row); 75 a
-SIGTERM (preemption) stopped every worker at the same step after its
-checkpoint, 130 Ctrl-C did: rerun the same command to resume. A second
-Ctrl-C stops at once, without that checkpoint (also 130).
+diverged run; 75 (SIGTERM) or 130 (Ctrl-C) after every worker checkpointed
+the same step: rerun the same command to resume.
 """
 
 from absl import flags
@@ -85,11 +73,7 @@ def define_train_flags() -> None:
 
 
 def check_before_work(flag_values) -> None:
-    """The run folder, the data and a resume's model, before TensorFlow starts (`preflight`).
-
-    A mistake here would otherwise be met after TensorFlow's start-up, the
-    autotune measurement or the model's construction.
-    """
+    """The run folder, the data and a resume's model, before TensorFlow starts (`preflight`)."""
     fv = flag_values
     preflight.check_output_dir("model_dir", fv.model_dir)
     preflight.check_folder_kind(

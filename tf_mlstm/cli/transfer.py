@@ -5,36 +5,18 @@ r"""tf-mlstm-transfer: sentiment classification from a trained model's features.
       --test_data=../shared/data/sst/test.csv --text_key=sentence --label_key=label
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/imdb \
       --train_data=imdb/train.jsonl --test_data=imdb/test.jsonl --features=auto,tfidf
-  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/amazon \
-      --train_data=amazon/books.jsonl --test_data=amazon/electronics.jsonl \
-      --text_key=reviewText --label_key=overall --label_threshold=4
-  tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/sst5 \
-      --train_data=sst5/train.csv --validation_data=sst5/val.csv --test_data=sst5/test.csv \
-      --text_key=sentence
   tf-mlstm-transfer --model_dir=runs/r1 --output_dir=runs/r1/semeval \
       --train_data=semeval/train.csv --test_data=semeval/test.csv --text_key=Tweet \
       --label_key=anger,fear,joy,sadness --threshold_metric=f1
 
-Reads labeled CSV / JSON lines (gzip or not) exactly as training text is
-read and normalized: a class label (two classes or more), a score cut into
-two classes with `--label_threshold`, raw values mapped to classes with
-`--label_map` (e.g. `1:negative,2:negative,3:neutral,4:positive,5:positive`
-for Amazon stars), or with several comma-separated `--label_key`s one 0/1
-label each (multi-label). Featurizes every text with the model (by default
-`--features=auto`: the final states, the hidden-state statistics and the
-cell-state statistics, combined as validation prefers; or any combination
-such as `--features=cell,cell_mean`; `tfidf` adds TF-IDF of word uni- and
-bigrams fitted on the training texts, e.g. `--features=auto,tfidf`), fits an
-L2- (or `--penalty=l1`) regularized logistic regression (two classes: the
-paper's; more: multinomial;
-multi-label: one per label, each with a threshold chosen on validation)
-with C chosen on validation (`--validation_data`, or a seeded stratified
-`--validation_fraction` of train), and finds the sentiment neuron (per class or
-label: its top unit against the rest). Writes to `--output_dir`:
-results.json, classifier.json (for tf-mlstm-classify and tf-mlstm-export
---classifier), neuron_histogram.png and accuracy_vs_labeled.png. The last
-line printed is one JSON object with `test_accuracy` and the other headline
-numbers.
+Reads labeled CSV / JSON lines (a class label, a score cut by
+`--label_threshold`, values mapped by `--label_map`, or several `--label_key`s
+for multi-label), featurizes every text (`--features`), fits a regularized
+logistic regression with C chosen on validation, and finds the sentiment
+neuron. Writes results.json, classifier.json (for tf-mlstm-classify and
+tf-mlstm-export --classifier) and plots to `--output_dir`; the last line is
+one JSON object with `test_accuracy` and the other headline numbers. More
+recipes and details: docs/transfer.md.
 """
 
 from absl import app
@@ -186,10 +168,7 @@ def headline(results) -> dict:
 
 
 def neuron_note(results, split) -> str:
-    """The sentiment neuron's accuracy on `split`, in parentheses, for a binary task's log line.
-
-    Returns "" for other tasks, whose neurons are per class or label (results.json).
-    """
+    """The neuron's accuracy on `split` in parentheses, for a binary task's log line, else ""."""
     if results["task"] != "binary" or not results.get("neuron"):
         return ""
     return f" (sentiment neuron alone {results['neuron'][f'{split}_accuracy']:.4f})"
@@ -198,9 +177,7 @@ def neuron_note(results, split) -> str:
 def check_before_work(flag_values) -> None:
     """The model, the data and the output folder, before TensorFlow starts (`preflight`).
 
-    `--precision=auto` loads the model and measures it while the config is
-    built, and the data is read after that: a missing file or a wrong folder
-    is answered before either.
+    Before `--precision=auto` loads and measures the model while the config is built.
     """
     fv = flag_values
     preflight.check_trained_model(fv.model_dir)

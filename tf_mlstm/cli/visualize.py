@@ -7,18 +7,12 @@ r"""tf-mlstm-visualize: draw one cell-state unit's activation over text.
   tf-mlstm-visualize --model_dir=runs/r1 --classifier=runs/r1/sst/classifier.json \
       --input="Terrible plot. But the acting was wonderful!" --output_dir=viz
 
-`--input` is literal text, or, when every comma-separated piece of it names
-an existing file or a glob that matches files, corpus files read as
-`tf-mlstm-make-tfrecords` reads them (JSON lines, CSV, plain text; gzip or
-not). Writes `neuron_N.html` (each character colored red..green by the
-unit's cell value after it), `neuron_N.png` (the same as a heat map) and
-`neuron_N.json` (the values) into `--output_dir`, and prints their paths.
-
-`--classifier` takes the unit from a tf-mlstm-transfer classifier.json (its
-sentiment neuron: a cell unit, or a hidden unit when the classifier has no
-cell-state feature) and its sign: with sign
--1 the colors are flipped so that green means positive. `--neuron` still
-wins (a disagreement is logged); one of the two is needed.
+`--input` is literal text, or corpus files when every comma-separated piece
+names an existing file or a matching glob. Writes `neuron_N.html` (each
+character colored red..green by the unit's value after it), `neuron_N.png`
+and `neuron_N.json` into `--output_dir`, and prints their paths.
+`--classifier` takes the unit and its sign (green then means positive) from a
+tf-mlstm-transfer classifier.json; `--neuron` still wins.
 """
 
 import itertools
@@ -60,7 +54,7 @@ def define_visualize_flags() -> None:
 def check_before_work(flag_values) -> None:
     """The model, the classifier and the output folder, before TensorFlow starts (`preflight`).
 
-    `--input` is literal text or files, told apart by what exists: not checked here.
+    `--input` is text or files, told apart by what exists: not checked here.
     """
     preflight.check_trained_model(flag_values.model_dir)
     preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
