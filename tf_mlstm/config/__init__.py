@@ -1,36 +1,14 @@
 """Every config of tf_mlstm: small frozen dataclasses, built once, importable without TensorFlow.
 
-A binary turns its flags into one of these (`tf_mlstm.cli`), a Python caller
-builds it by hand (`tf_mlstm.TrainConfig(hidden_size=64)`), and everything
-below receives it; nothing reads absl FLAGS. A config's field is the flag of
-the same name, documented once, in the class docstring's `Attributes:` (the
-flag's `--help` is that text); `validate()` turns a bad value or combination
-into one line that names the setting as its reader wrote it: the Python
-argument (`hidden_size`) to a Python caller, the flag (`--hidden_size`) to a
-binary's user (`tf_mlstm.errors.setting_name`).
-
-One module per concern:
-
-- `choices`: the values a setting may take (precisions, strategies, decays,
-  feature kinds, penalties, solvers, ...), each list defined once;
-- `base`: what every config shares: type checks on construction, range and
-  choice checks, the JSON round trip of the run folder's config files;
-- `bounds`: the largest value of each size, length and count, by setting
-  name, alone and in the tensors several of them shape (every config's
-  `validate`, every binary's flags and the Python API check against it);
-- `runner`: the groups of settings every run on the distributed runner
-  shares (runtime, optimization, budget);
-- `training`: the language model's `TrainConfig` and `EvalConfig`;
-- `transfer`: labeled data, `FinetuneConfig`, `TransferConfig`;
-- `convert`: `ConvertConfig`, one conversion to TFRecords;
-- `binaries`: the configs of the binaries that apply a trained model or
-  bring one in (classify, classify-beam, export, generate, visualize,
-  import-openai).
-
-Layering: this room imports only `errors`, `progress` and `data`'s field
-names (no TensorFlow; tests/test_config_room.py proves it for every module
-here), so that the run folder (`rundir`), which reads and writes config.json,
-sits below training without importing it.
+A binary builds one from its flags, a Python caller by hand
+(`tf_mlstm.TrainConfig(hidden_size=64)`); nothing reads absl FLAGS. Each field
+is the flag of the same name, documented once in its class's `Attributes:`
+(also the flag's `--help`); `validate()` names a bad setting in one line.
+Modules: `choices` (the values a setting may take), `base` (checks, JSON),
+`bounds` (largest sizes), `runner` (the runner's field groups), `training`,
+`transfer`, `convert` and `binaries`. Only `errors`, `progress` and `data`'s
+field names are imported (tests/test_config_room.py), so `rundir` sits below
+training.
 """
 
 from tf_mlstm.config.base import CheckedFields

@@ -1,13 +1,9 @@
 """What every config dataclass shares: field docs, type checks, range checks, JSON.
 
-A config documents each field once, in its class docstring's `Attributes:`
-(as tensorflow/models' `official/core` configs do); `field_doc` reads it for
-Python's readers and `field_help` words it for a binary's `--help`, so a
-flag's help text is its field's documentation.
-
-`CheckedFields` refuses a scalar field of the wrong type when a config is
-constructed; `JsonConfig` adds the range and choice checks that `validate`
-methods call, and the JSON round trip of the run folder's config files.
+Each field is documented once, in its class docstring's `Attributes:`
+(as tensorflow/models' configs do): `field_doc` reads it, `field_help` words
+it as the flag's `--help`. `CheckedFields` checks scalar types on
+construction; `JsonConfig` adds range and choice checks and the JSON round trip.
 """
 
 import dataclasses
@@ -31,8 +27,7 @@ T = TypeVar("T")
 def field_docs(config_class: type) -> dict[str, str]:
     """{field: its documentation, on one line} from the `Attributes:` of `config_class`.
 
-    A field documented nowhere in the class itself keeps the documentation of
-    the nearest base class (a field group) that has it.
+    A field the class does not document keeps its nearest base class's entry.
     """
     docs = {}
     for klass in reversed(config_class.__mro__):
@@ -76,11 +71,8 @@ def field_doc(config_class: type, name: str) -> str:
 
 
 def field_help(config_class: type, name: str) -> str:
-    """The `--help` text of the flag `--name`: the field's documentation.
+    """The `--help` text of `--name`: the field's documentation, `field` written as --field."""
 
-    A field of the same config named in backquotes (`lr`) reads as its flag
-    (--lr), as the binary's user writes it.
-    """
     fields = {field.name for field in dataclasses.fields(config_class)}
     return _SETTING.sub(
         lambda m: f"--{m.group(1)}" if m.group(1) in fields else m.group(0),
@@ -109,10 +101,7 @@ def _accepts(expected, value):
 class CheckedFields:
     """Checks the scalar fields' types when a config dataclass is constructed.
 
-    A value of the wrong type (`TrainConfig(embedding_size="64")`) is refused at
-    once, naming the field, instead of failing deep inside the work. Fields
-    of other types (tuples, which flags may give as a comma-separated str)
-    are left to `validate`, as are ranges.
+    Tuples (which flags may give as a comma-separated str) and ranges are left to `validate`.
 
     Example:
 
@@ -164,9 +153,8 @@ class JsonConfig(CheckedFields):
     def check_numbers(self) -> None:
         """Raises ValueError naming the first number field out of its range.
 
-        Floats must be finite; integers must be >= 0, or >= their entry in
-        `NEGATIVE_INTS`, and at most their bound (`bounds.check_sizes`).
-        Ranges particular to a field are `validate`'s.
+        Floats must be finite; integers >= 0 (or their `NEGATIVE_INTS` entry) and
+        within `bounds.check_sizes`.
         """
         bounds.check_config_sizes(self)
         for field in dataclasses.fields(self):

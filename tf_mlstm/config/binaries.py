@@ -1,9 +1,7 @@
 """The configs of the binaries that apply a trained model or bring one in.
 
-`tf-mlstm-classify`, `-classify-beam`, `-export`, `-generate`, `-visualize`
-and `-import-openai` each build one of these from their flags (the field
-names are the flags'); the values are checked here, the paths by the
-binary's `check_before_work` (`tf_mlstm.preflight`).
+classify, classify-beam, export, generate, visualize and import-openai; the
+values are checked here, the paths by `check_before_work` (`tf_mlstm.preflight`).
 """
 
 import dataclasses
@@ -51,17 +49,12 @@ def _input_files(spec):
 
 
 def refuse_output_over_input(output_flag, output, input_flag, input_spec) -> None:
-    """Refuses an output file that is one of the input files, before any work is done.
-
-    Writing the output would replace the user's input (a CSV of texts
-    replaced by their scores). Symbolic and hard links to an input count as
-    the input.
+    """Refuses an output file that is one of the input files (links included), before any work.
 
     Args:
-      output_flag: the output's name, for the message (`setting_name("output")`).
-      output: the output file's path, or a callable that tells whether a path
-        is among the outputs (a folder of named outputs); "-" is stdout.
-      input_flag: the input's name (`setting_name("input")`).
+      output_flag: the output's name, for the message.
+      output: the output's path, or a callable telling whether a path is an output; "-" is stdout.
+      input_flag: the input's name.
       input_spec: comma-separated files or globs.
 
     Raises:
@@ -121,13 +114,11 @@ class GenerateConfig:
       length: Bytes to generate per sample (at most).
       temperature: Softmax temperature (> 0; small is near argmax).
       seed: Random seed; the same seed gives the same text.
-      neuron: Unit held at `neuron_value` (-1 = none): of the cell state, or of the
-        `classifier`'s neuron's state. Unset: the `classifier`'s sentiment neuron, or none.
+      neuron: Cell-state unit held at `neuron_value` (-1 = none). Unset: `classifier`'s, or none.
       neuron_value: The value `neuron` is held at. Unset: from `classifier`, or 0.
       num_samples: Samples drawn (in one batch).
       stop_at_end: End a sample at the end of the review (the next document-start byte).
-      classifier: A tf-mlstm-transfer classifier.json: hold its sentiment neuron (a unit of the
-        model) on the `sentiment` side of its threshold.
+      classifier: A tf-mlstm-transfer classifier.json whose sentiment neuron is held.
       sentiment: With `classifier`: the side the neuron is held on (default positive).
 
     Example:
@@ -184,26 +175,13 @@ class ExportConfig:
 
     Attributes:
       model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
-      export_dir: The folder of SavedModel versions, e.g. serving/NAME: the export goes to
-        EXPORT_DIR/<checkpoint step>. Must be new, empty or hold only earlier exports.
-      classifier: A tf-mlstm-transfer classifier.json; adds the classify signature (a
-        tf-mlstm-finetune `model_dir` has its own without this flag).
+      export_dir: The folder of SavedModel versions: the export goes to EXPORT_DIR/<step>.
+      classifier: A tf-mlstm-transfer classifier.json; adds the classify signature.
       window: Bytes per model call inside the signatures.
-      max_text_bytes: Longest text or prompt (UTF-8 bytes) a request may hold; longer ones are
-        refused.
-      max_generate_length: Largest length the generate signature accepts; larger requests are
-        refused.
-      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
-        the weights and features stay float32. auto: the fastest on this machine, timed on a few
-        batches of the model at --batch_size x `window` among the policies the hardware computes
-        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
-        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
-        cached in the user's cache folder. Unset: with `classifier`, the precision its features
-        were fitted in (recorded in classifier.json), else float32. 'auto' decides by this
-        machine, not the server's.
-      allow_other_model: Apply a classifier to other model weights than those it was fitted on
-        (classifier.json records their fingerprint), with a warning; without it that is an
-        error.
+      max_text_bytes: Longest text or prompt (UTF-8 bytes) a request may hold.
+      max_generate_length: Largest length the generate signature accepts.
+      precision: Feature policy; auto: the fastest here. Unset: the classifier's, else float32.
+      allow_other_model: Apply a classifier fitted on other weights, with a warning.
 
     Example:
 
@@ -241,31 +219,17 @@ class ClassifyConfig:
     """What to classify. Field names match the flags.
 
     Attributes:
-      model_dir: The `model_dir` the classifier's features come from; without `classifier`, a
-        tf-mlstm-finetune `model_dir`.
-      classifier: A classifier.json written by tf-mlstm-transfer; empty = the fine-tuned head of
-        `model_dir`.
+      model_dir: The model the classifier reads; without `classifier`, a tf-mlstm-finetune run.
+      classifier: A tf-mlstm-transfer classifier.json; empty = the fine-tuned head of `model_dir`.
       input: Files/globs to classify (CSV, JSONL, text), or - for stdin.
       output: The CSV to write, or - for stdout.
       text_key: Keys/columns holding the text, tried in order.
       batch_size: Texts per model call.
       window: Bytes per model call.
-      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
-        the weights and features stay float32. auto: the fastest on this machine, timed on a few
-        batches of the model at `batch_size` x `window` among the policies the hardware computes
-        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
-        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
-        cached in the user's cache folder. Unset: the precision the classifier's features were
-        fitted in (recorded in classifier.json; float32 for files without it), as
-        tf-mlstm-export serves it.
-      chunk_texts: Texts read, classified and written at a time: memory stays bounded by this
-        many texts whatever the input's size, and the output grows as the input is read.
-      allow_other_model: Apply a classifier to other model weights than those it was fitted on
-        (classifier.json records their fingerprint), with a warning; without it that is an
-        error.
-      overwrite: Replace what `output` already holds (once the new output is all written; a
-        failed run leaves it as it was); without it an existing output is refused before any
-        work.
+      precision: Feature policy; auto: the fastest here. Unset: the classifier's.
+      chunk_texts: Texts read, classified and written at a time (bounds the memory).
+      allow_other_model: Apply a classifier fitted on other weights, with a warning.
+      overwrite: Replace an existing `output` once the new one is written; else it is refused.
 
     Example:
 
@@ -317,21 +281,17 @@ class VisualizeConfig:
 
     Attributes:
       model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
-      neuron: The unit to draw (overrides `classifier`'s neuron): of the cell state, or of the
-        `classifier`'s neuron's state.
-      input: Literal text, or comma-separated corpus files/globs (see the module doc).
+      neuron: The cell-state unit to draw (overrides `classifier`'s neuron).
+      input: Literal text, or comma-separated corpus files/globs.
       output_dir: Where the HTML, PNG and JSON files go.
-      classifier: A tf-mlstm-transfer classifier.json: draw its sentiment neuron (a unit of the
-        model), green meaning positive.
+      classifier: A tf-mlstm-transfer classifier.json: draw its sentiment neuron, green positive.
       text_key: Corpus files: text keys/columns, first present wins.
       text_mode: Plain-text files: a text per line or per file.
       max_texts: Corpus files: texts drawn, at most.
       max_chars: Characters drawn per text; longer texts are cut.
       width: Heat-map characters per row.
       scale: Value drawn as full red/green (0 = largest absolute value).
-      overwrite: Replace what `output_dir`'s neuron_N files already holds (once the new output
-        is all written; a failed run leaves it as it was); without it an existing output is
-        refused before any work.
+      overwrite: Replace existing neuron_N files once the new ones are written; else refused.
 
     Example:
 
@@ -406,8 +366,7 @@ class ClassifyBeamConfig:
       saved_model: The SavedModel folder (<export_dir>/<version>).
       input: Files/globs to read (CSV, JSONL, text).
       output: Prefix of the output files: <output>-SSSSS-of-NNNNN.jsonl.
-      runner: The Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...);
-        every flag this binary does not define is passed to Beam as a pipeline option.
+      runner: The Beam runner (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...).
       signature: The signature to apply.
       text_key: Keys/columns holding the text, tried in order.
       batch_size: Most texts per model call.

@@ -1,13 +1,9 @@
 """The largest value each size, length and count a user gives may take: one table for all.
 
-A setting has one name in every config, binary and Python function (the
-flag is the field), so its bound is kept once, by name: `LARGEST` for one
-value, `PRODUCTS` for the tensors that several settings shape together.
-`check_sizes` applies both to any mapping of names to values: a config's
-fields (each config's `validate`), a binary's integer flags (before
-TensorFlow starts, `tf_mlstm.cli._main`) and the Python API's arguments
-(`tf_mlstm.load(batch_size=, window=)`, `generate(length=)`). An integer
-setting without an entry is still bounded by int32 (`errors.check_int32`).
+Kept once by setting name (the flag is the field): `LARGEST` for one value,
+`PRODUCTS` for the tensors several settings shape together. `check_sizes`
+applies both to configs, binaries' flags and the Python API's arguments; an
+integer without an entry is still bounded by int32 (`errors.check_int32`).
 
 Example:
 
@@ -106,11 +102,8 @@ LARGEST = {
 class Product:
     """Settings whose product (times `factor`) sizes one tensor, bounded by int32.
 
-    The rows x window products are a dimension: the step flattens its
-    [rows, window] bytes for the loss and the backward pass, and TensorFlow
-    computes that shape in int32, so past it the step fails with a traceback
-    (`--seq_length=1000000000` at 32 rows: "Cannot reshape a tensor with
-    32000000000 elements to shape [1935228928]").
+    TensorFlow computes such a shape in int32 (the step flattens [rows, window]),
+    so past it the step would fail with a traceback instead of one line.
 
     Attributes:
       names: the settings multiplied.
@@ -161,13 +154,10 @@ def check_sizes(values: Mapping[str, object]) -> None:
     """Refuses the first integer past its bound, then the first product past int32.
 
     Args:
-      values: setting name -> value: a config's fields, a binary's flags, a
-        function's arguments. Values that are not integers (None, 'auto',
-        floats, text) are passed over, as are products missing a setting.
+      values: setting name -> value; non-integers and incomplete products are passed over.
 
     Raises:
-      errors.InvalidValueError: one line naming the setting (the flag inside
-        `errors.naming_flags`), the value and the bound.
+      errors.InvalidValueError: one line naming the setting, the value and the bound.
     """
     ints = {name: value for name, value in values.items() if _is_int(value)}
     for name, value in ints.items():

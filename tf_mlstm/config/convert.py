@@ -1,8 +1,6 @@
 """What one conversion does (`tf-mlstm-make-tfrecords`), as a TensorFlow-free dataclass.
 
-Apart from `tf_mlstm.data.convert` (which imports TensorFlow) so that the
-binary checks its flags, and a notebook builds a config, without starting
-TensorFlow.
+Apart from `tf_mlstm.data.convert`, so flags are checked without starting TensorFlow.
 """
 
 import dataclasses
@@ -23,31 +21,21 @@ class ConvertConfig:
     """Everything one conversion needs. Field names match the flags.
 
     Attributes:
-        input: Comma-separated input files and globs: .jsonl/.json (JSON lines), .csv, .tsv,
-            anything else plain text; each may end in .gz.
+        input: Comma-separated files and globs: .jsonl/.json, .csv, .tsv, else plain text; .gz too.
         output_dir: Directory for the TFRecord shards and, by default, the stats file.
-        text_key: JSON keys / CSV columns of the text, tried in order: the first present one
-            wins.
-        label_key: JSON key / CSV column of an integer label (0/1, pos/neg); records without
-            a valid label are then skipped. Unset: no labels.
-        rating_key: JSON key / CSV column of a numeric rating. Unset: 'overall' or 'rating' if
-            present.
+        text_key: JSON keys / CSV columns of the text, tried in order: the first present wins.
+        label_key: Key/column of an integer label (0/1, pos/neg); records without one are skipped.
+        rating_key: Key/column of a numeric rating. Unset: 'overall' or 'rating' if present.
         text_mode: Plain-text inputs: one document per line, or per file.
         num_shards: Number of train shards.
-        split: Relative sizes of the train, validation and test splits: three positive
-            integers.
+        split: Relative sizes of the train, validation and test splits: three positive integers.
         gzip: Write GZIP-compressed shards (*.tfrecord.gz).
         max_documents: Stop after this many documents; 0 converts all.
-        interleave_inputs: Spread every input file over the whole output (files are often one
-            per category); false reads them one after another.
+        interleave_inputs: Spread every input file over the whole output; false: one after another.
         stats_file: JSON stats file. Unset: <output_dir>/stats.json.
-        overwrite: Replace the shards and stats of a non-empty `output_dir` (other files there
-            are left alone; a failed run leaves them as they were); without it such a folder
-            is refused before any work.
-        max_document_bytes: Longest input record in bytes (a line; a CSV record; a whole file
-            when `text_mode` is file); longer ones are skipped and counted, never held in memory.
-        progress_interval_s: Seconds between progress log lines when stderr is not a terminal
-            (on one, a bar is redrawn in place).
+        overwrite: Replace the shards and stats of a non-empty `output_dir`; else it is refused.
+        max_document_bytes: Longest input record in bytes; longer ones are skipped and counted.
+        progress_interval_s: Seconds between progress lines when stderr is not a terminal.
 
     Raises:
         ValueError: If a field is out of range.

@@ -1,13 +1,9 @@
 """The groups of settings every run on the distributed runner shares.
 
-`RuntimeFields` (precision, XLA, seed, distribution), `OptimizationFields`
-(batch, rate, warmup, decay, clipping) and `BudgetFields` (steps, time,
-cadence, divergence), each with its one validation. The language model's
-`TrainConfig` and fine-tuning's `FinetuneConfig` are composed of them: their
-fields are the groups' fields (so config files stay flat and a flag name is a
-field name), and `validate` calls each group's check once
-(`validate_runner_settings`). A config changes a group's default by declaring
-the field again; its check stays the group's.
+`RuntimeFields`, `OptimizationFields` and `BudgetFields`, each with its one
+check. `TrainConfig` and `FinetuneConfig` inherit their fields (config files
+stay flat, a flag name is a field name) and `validate_runner_settings` runs
+each check once; a config changes a default by declaring the field again.
 """
 
 import dataclasses
@@ -31,7 +27,7 @@ def profile_bounds(spec: str) -> tuple[int, int] | None:
     """`--profile_steps` "START,END" as (START, END): profile the steps after START up to END.
 
     Returns:
-      None for "" (no profiling).
+      (START, END), or None for "" (no profiling).
 
     Raises:
       ValueError: not two integers with 0 <= START < END.
@@ -56,22 +52,15 @@ class RuntimeFields(JsonConfig):
     """Where and how the steps run: precision, XLA, seed, distribution.
 
     Attributes:
-      precision: Dtype policy; mixed_float16 adds dynamic loss scaling. auto: the fastest
-        measured here among the policies the hardware computes natively (a few steps each at the
-        run's shape, cached in the user's cache folder; the table in tf_mlstm/train/hardware.py
-        for runs too short to measure); a resumed run keeps the precision its config records.
+      precision: Dtype policy (mixed_float16 adds loss scaling); auto: the fastest measured here.
       allreduce_dtype: Gradient all-reduce dtype (float16 halves traffic; needs mixed_float16).
-      jit_compile: XLA-compile the per-replica step; auto: measured with `precision` (on and off
-        timed), else the table in tf_mlstm/train/hardware.py.
+      jit_compile: XLA-compile the per-replica step; auto: measured with `precision`.
       seed: Random seed.
-      distribution_strategy: default | one_device | mirrored (one machine, all GPUs) |
-        multi_worker (cluster from TF_CONFIG or Slurm).
+      distribution_strategy: default | one_device | mirrored | multi_worker (TF_CONFIG or Slurm).
       all_reduce: Collective implementation for gradient all-reduce.
       cluster_resolver: Where multi_worker reads the cluster from.
       num_gpus: GPUs per worker (-1 = all visible).
-      collective_timeout_s: multi_worker: a gradient all-reduce that waits longer than this for
-        a peer fails with one clear line (a peer that is alive but stuck; 0 = wait forever).
-        Must exceed the longest pause of the slowest worker (the first step's compilation).
+      collective_timeout_s: Fail when an all-reduce waits longer for a peer (0 = forever).
 
     Example:
 
@@ -176,18 +165,11 @@ class BudgetFields(JsonConfig):
 
     Attributes:
       max_steps: Stop after this many steps.
-      max_minutes: Stop cleanly after this wall-clock budget (0 = none), then finish as at a
-        normal end (training evaluates and exports; fine-tuning chooses thresholds and
-        evaluates).
-      schedule_length: budget: with `max_minutes`, the rate follows the schedule, then cools
-        down to its end over the last fifth of the budget, so the decay ends when the budget
-        does (predicted from the measured step rate, re-planned as the run goes); steps: the
-        decay ends at the schedule's last step, and a budget stop cuts it short.
-      max_nonfinite_steps: Stop with an error after this many non-finite (skipped) steps in a
-        row; the last checkpoint is the last finite one.
+      max_minutes: Stop cleanly after this wall-clock budget, then finish as usual (0 = none).
+      schedule_length: budget: the decay ends with `max_minutes`; steps: at the last step.
+      max_nonfinite_steps: Stop with an error after this many non-finite steps in a row.
       log_every_steps: Progress line and TensorBoard interval.
-      profile_steps: START,END: capture a TensorBoard profile of the steps after START up to END
-        into MODEL_DIR/train (view it with the [profile] extra: tensorboard-plugin-profile).
+      profile_steps: START,END: profile the steps after START up to END into MODEL_DIR/train.
       eval_every_steps: Validation interval (0 = only at the end).
       checkpoint_every_steps: Checkpoint interval.
       keep_checkpoints: Checkpoints kept.

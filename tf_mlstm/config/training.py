@@ -24,38 +24,18 @@ from tf_mlstm.errors import setting_name as _name
 class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     """Training settings. Field names match the `tf-mlstm-train` flags.
 
-    Runtime, optimization and budget settings are the shared groups'
-    (`tf_mlstm.config.runner`, documented there); the fields here are the
-    language model's own.
+    The runner's shared fields are documented in `tf_mlstm.config.runner`.
 
     Attributes:
-      train_data: TFRecord folder (its train-* shards are read) or a glob of shards, from
-        tf-mlstm-make-tfrecords. Empty: the embedded demo corpus.
-      validation_data: Validation shards (folder or glob). Empty: the validation-* shards beside
-        `train_data`.
-      model_dir: Checkpoints, TensorBoard events, config, results and the SavedModel go here; a
-        rerun resumes from it.
+      train_data: TFRecord folder or glob of shards. Empty: the embedded demo corpus.
+      validation_data: Validation shards. Empty: the validation-* shards beside `train_data`.
+      model_dir: Checkpoints, events, config, results and the SavedModel; a rerun resumes.
       shuffle_buffer: Documents in the training shuffle buffer (0 = off).
-      source_repeats: Oversample documents by the input file they were converted from:
-        comma-separated PATTERN=COUNT rules, a glob over the record's source path (e.g.
-        '*/amazon/*=8' puts 8 copies of each Amazon review into the shuffle buffer). Training
-        only; validation keeps the corpus as it is.
-      hidden_size: mLSTM units (the paper: 4096), or auto: the size whose held-out bits/char
-        the scaling law (`scaling_law`) predicts lowest at the end of the run's budget. Each of
-        `size_candidates` is timed at start-up on this machine (a few steps on synthetic data,
-        cached in the user's cache folder with the precision rates), its characters are its
-        rate x the `max_minutes` left, at most `max_steps` x global batch x `seq_length`, and one
-        log line says the choice, the rates, the predictions and the alternatives. Without a
-        time budget nothing is timed (every size trains on the steps' characters, so the law
-        favours the largest). config.json records the size and the plan; a resume keeps it.
+      source_repeats: Oversample by source file: PATTERN=COUNT rules, e.g. '*/amazon/*=8'.
+      hidden_size: mLSTM units (the paper: 4096), or auto: the best predicted for the budget.
       size_candidates: The sizes `hidden_size`=auto chooses among: comma-separated mLSTM units.
-      optimize_for: What `hidden_size`=auto optimises. bits: the lowest predicted held-out
-        bits/char. transfer: the largest candidate predicted within 0.15 bits/char of the
-        lowest (a wider model's features transfer better at a slightly worse bits/char;
-        docs/scaling.md has the measurement).
-      scaling_law: The law `hidden_size`=auto plans with: a fit.json of tools/scaling_law.py (or
-        a JSON of the law's E, A, alpha, B, beta). Empty: the law fitted on the review corpora
-        (docs/scaling.md).
+      optimize_for: bits: the lowest predicted bits/char; transfer: the widest within 0.15 of it.
+      scaling_law: The law `hidden_size`=auto plans with (a fit.json). Empty: the built-in one.
       embedding_size: Byte embedding width (the paper: 64).
       weight_norm: Weight-normalized mLSTM kernels.
       seq_length: Truncated BPTT length in bytes (the paper: 256).
@@ -63,16 +43,11 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
       lr_base_batch: The batch at which `lr` was tuned.
       max_lr: Cap on the scaled rate (0 = none).
       total_steps: Schedule length in steps (0 = `max_steps`).
-      epochs: Instead of `max_steps`: passes over the training shards, turned into steps from
-        the byte counts that tf-mlstm-make-tfrecords recorded in stats.json (global batch x
-        `seq_length` characters a step; `source_repeats` copies are not counted).
-      eval_batches: Batches per periodic validation (the final one scores the whole validation
-        split).
+      epochs: Instead of `max_steps`: passes over the training shards (from stats.json).
+      eval_batches: Batches per periodic validation (the final one scores the whole split).
       sample_every_steps: Generated-text sample interval (0 = off).
       sample_length: Bytes per generated sample.
-      export: Export the final step's SavedModel into MODEL_DIR/export when training ends.
-        --noexport skips it (seconds on a small model); tf-mlstm-export makes it later from the
-        run folder.
+      export: Export the final SavedModel into MODEL_DIR/export when training ends.
 
     Example:
 
@@ -149,8 +124,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         """`size_candidates` as sorted, distinct units.
 
         Raises:
-          errors.InvalidValueError: an entry that is not a positive integer or is wider
-            than a `hidden_size` may be, or none.
+          errors.InvalidValueError: an entry that is no positive integer or too wide, or none.
         """
         units = set()
         for piece in (p.strip() for p in self.size_candidates.split(",")):

@@ -1,11 +1,9 @@
 """The configs of transfer: labeled data, fine-tuning and the linear probe.
 
-`LabeledDataFields` is the group `tf-mlstm-transfer`, `tf-mlstm-finetune` and
-`tools/tfidf_baseline.py` read under the same flag names; `FinetuneConfig`
-composes it with the runner's groups (`tf_mlstm.config.runner`),
-`TransferConfig` with the probe's own settings. The parsers of the settings'
-small languages (`--features`, `--label_map`) are here too, so that a config
-is checked whole without TensorFlow.
+`LabeledDataFields` is read by transfer, fine-tuning and
+`tools/tfidf_baseline.py` under the same flag names; `FinetuneConfig` adds
+the runner's groups, `TransferConfig` the probe's settings. The parsers of
+`--features` and `--label_map` live here, so a config is checked without TensorFlow.
 """
 
 import dataclasses
@@ -54,16 +52,13 @@ def parse_feature_kinds(spec: str) -> str | tuple[str, ...]:
     """Parses a `--features` value.
 
     Args:
-      spec: comma-separated kinds from `ALL_KINDS` ("cell,mean", "tfidf"),
-        "auto", or "auto,tfidf".
+      spec: comma-separated kinds from `ALL_KINDS` ("cell,mean", "tfidf"), "auto" or "auto,tfidf".
 
     Returns:
-      `AUTO`, `AUTO_NGRAMS`, or a tuple of distinct kinds in `ALL_KINDS`
-      order (so "mean,cell" and "cell,mean" name the same features).
+      `AUTO`, `AUTO_NGRAMS`, or distinct kinds in `ALL_KINDS` order ("mean,cell" is "cell,mean").
 
     Raises:
-      ValueError: an empty spec, an unknown kind, or "auto" mixed with model
-        kinds.
+      ValueError: an empty spec, an unknown kind, or "auto" mixed with model kinds.
     """
     names = [name.strip().lower() for name in spec.split(",") if name.strip()]
     choices = f"choose from {list(ALL_KINDS)}, auto or auto,tfidf"
@@ -85,8 +80,7 @@ def feature_cache_cap_bytes() -> int:
     """The cache's size cap in bytes: `TF_MLSTM_FEATURE_CACHE_MB`, else `FEATURE_CACHE_CAP_MB`.
 
     Raises:
-      errors.InvalidValueError: the variable is set to something other than a
-        number >= 0.
+      errors.InvalidValueError: the variable is set to something other than a number >= 0.
     """
     value = os.environ.get(FEATURE_CACHE_CAP_ENV, "").strip()
     if not value:
@@ -113,9 +107,7 @@ class LabelMap:
     Attributes:
       spec: the spec it was parsed from.
       entries: ((raw value as written, class), ...) in the spec's order.
-      classes: the distinct classes in the order the spec first names them;
-        integers when every class is written as a non-negative integer
-        (so `1:0,2:0,4:1,5:1` gives the classes 0 and 1), else strings.
+      classes: the distinct classes in first-named order; ints when all are written as such.
 
     Example:
 
@@ -130,11 +122,7 @@ class LabelMap:
     classes: tuple
 
     def lookup(self, value) -> int | str | None:
-        """The class of raw `value`, or None when the map does not name it.
-
-        Numbers match numerically (JSON 5.0, CSV "5" and the spec's "5" are
-        one value); other values match as stripped, case-insensitive text.
-        """
+        """The class of raw `value` (numbers numerically, text case-insensitively), or None."""
         key = _map_key(value)
         for raw, label in self.entries:
             if _map_key(raw) == key:
@@ -160,10 +148,7 @@ def _map_key(value):
 
 
 def parse_label_map(spec: str | None) -> LabelMap | None:
-    """Parses a label map such as "1:negative,2:negative,3:neutral,4:positive,5:positive".
-
-    Syntax: comma-separated `VALUE:CLASS` entries; the class is what follows
-    the last colon. Several values may share a class; a value is named once.
+    """Parses a label map of comma-separated VALUE:CLASS entries, such as "1:neg,2:neg,4:pos".
 
     Args:
       spec: the spec; "" or None for no map.
@@ -172,8 +157,7 @@ def parse_label_map(spec: str | None) -> LabelMap | None:
       A `LabelMap`, or None for an empty spec.
 
     Raises:
-      ValueError: one line naming the bad entry: no colon, an empty value or
-        class, a value named twice, or fewer than two classes.
+      ValueError: one line naming the bad entry (no colon, empty, named twice), or < 2 classes.
     """
     if not spec or not spec.strip():
         return None
@@ -211,24 +195,15 @@ def parse_label_map(spec: str | None) -> LabelMap | None:
 class LabeledDataFields(CheckedFields):
     """Labeled text for transfer and fine-tuning: splits, keys, labels, subsampling.
 
-    `tf-mlstm-transfer`, `tf-mlstm-finetune` and `tools/tfidf_baseline.py`
-    read the same fields under the same flag names, checked by
-    `validate_labeled_data` once.
-
     Attributes:
       train_data: Labeled training files (comma-separated files/globs).
       validation_data: Labeled validation files; empty: hold out `validation_fraction` of train.
       test_data: Labeled test files; empty: no test metrics.
       text_key: Text keys/columns, tried in order: the first present one wins.
-      label_key: Key/column of the class label (two classes or more); several, comma-separated:
-        one 0/1 label each (multi-label).
-      label_map: Raw label values -> classes, as comma-separated VALUE:CLASS entries (e.g.
-        1:negative,2:negative,3:neutral,4:positive,5:positive for Amazon stars); numbers match
-        numerically (5.0 is 5), text case-insensitively; the classes keep the map's order. A
-        value the map does not name is an error naming file and line.
+      label_key: Key/column of the class label; several, comma-separated: multi-label (0/1 each).
+      label_map: Raw label values -> classes as VALUE:CLASS entries, e.g. 1:neg,2:neg,4:pos,5:pos.
       validation_fraction: Share of train held out for validation without `validation_data`.
-      max_train_examples: Use a seeded random subset of this many training texts (0 = all);
-        tf-mlstm-transfer, tf-mlstm-finetune and tools/tfidf_baseline.py keep the same rows.
+      max_train_examples: Use a seeded random subset of this many training texts (0 = all).
       max_eval_examples: The same for `validation_data` and `test_data` each (0 = all).
 
     Example:
@@ -301,21 +276,15 @@ class FinetuneConfig(
 ):
     """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags.
 
-    Composed of the labeled-data group (above) and the runner's runtime,
-    optimization and budget groups (`tf_mlstm.config.runner`); the fields here are
-    fine-tuning's own, and the shared ones whose default differs.
+    Labeled data and the runner's fields are documented in their groups.
 
     Attributes:
       init_model_dir: The tf-mlstm-train `model_dir` to start from.
       model_dir: Output: checkpoints, configs and results.json.
       max_length: Bytes per text (document start included); longer texts are cut.
-      features: The head's features, one or several (concatenated) of
-        cell,hidden,mean,max,min,std: the final cell or hidden state, or the mean, max, min or
-        std of the hidden state over the text.
-      head_init: random, or probe: start a linear head as the logistic regression on the
-        starting model's features (C chosen on validation), then fine-tune.
-      head_hidden: 0 = a linear head; N = one hidden layer of N ReLU units before the output
-        layer.
+      features: The head's features, concatenated: of cell,hidden,mean,max,min,std.
+      head_init: random, or probe: start a linear head as the logistic regression, then fine-tune.
+      head_hidden: 0 = a linear head; N = one hidden layer of N ReLU units.
       head_dropout: Dropout rate before the output layer (training only; 0 = none).
       lm_loss_weight: Weight of the auxiliary language-model loss (0 = off).
       threshold_metric: What each label's threshold maximizes on the validation data.
@@ -398,53 +367,24 @@ class FinetuneConfig(
 class TransferConfig(LabeledDataFields):
     """Settings of one transfer run. Field names match the flags.
 
-    The labeled data (splits, keys, labels, subsampling) is the group that
-    fine-tuning reads too (`LabeledDataFields`).
-
     Attributes:
       model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
-      output_dir: Where results, classifier and plots are written; not a model folder (its
-        results.json belongs to the run).
-      label_threshold: Read `label_key` as a score (stars, a 1-10 rating) and label it positive
-        when >= this value, negative below (e.g. `label_key`=overall `label_threshold`=4 for
-        Amazon stars). Unset: the label is already a class.
-      threshold_metric: Multi-label: what each label's probability threshold (and its C)
-        maximizes on validation; f1 suits rare labels.
-      features: Comma-separated of cell, hidden (final states), mean, max, min, std (of the
-        hidden state), cell_mean, cell_max, cell_min (of the cell state), tfidf (TF-IDF of word
-        uni- and bigrams, fitted on the training texts), concatenated; or auto (choose among
-        final / hidden statistics / cell statistics on validation); auto,tfidf: the n-grams are
-        one more group to choose.
-      num_labeled: Training-set sizes for the accuracy curve (balanced seeded subsamples);
-        empty: none.
+      output_dir: Where results, classifier and plots are written; not a model folder.
+      label_threshold: Read `label_key` as a score: positive when >= this. Unset: a class.
+      threshold_metric: Multi-label: what each label's threshold (and its C) maximizes.
+      features: Kinds, concatenated (cell, mean, ..., tfidf); auto: chosen on validation.
+      num_labeled: Training-set sizes for the accuracy curve; empty: none.
       batch_size: Texts per model call.
       window: Bytes per model call (the state carries across).
-      precision: Policy the features are computed in: a mixed one runs the products in 16 bits,
-        the weights and features stay float32. auto: the fastest on this machine, timed on a few
-        batches of the model at `batch_size` x `window` among the policies the hardware computes
-        natively (float32; mixed_bfloat16 on CPUs with bfloat16 instructions or AMX;
-        mixed_float16 on GPUs with tensor cores, mixed_bfloat16 from compute capability 8.0),
-        cached in the user's cache folder.
+      precision: Policy the features are computed in; auto: the fastest on this machine.
       c_grid: Comma-separated inverse regularization strengths; empty: 1e-4 .. 1.
-      penalty: l2: dense weights, more accurate from the pooled features of small models; l1:
-        sparse weights (Radford et al.), the units that carry sentiment stand out.
-      solver: auto: batch, this project's full-batch solver on float32 features (L-BFGS for l2,
-        FISTA for l1); liblinear (two classes), saga and lbfgs (l2) are scikit-learn's.
+      penalty: l2: dense weights, more accurate; l1: sparse weights (Radford et al.).
+      solver: auto: batch, this project's solver; liblinear, saga and lbfgs are scikit-learn's.
       seed: Seed of subsamples, the held-out split and the solver.
-      cv_folds: With a validation split under 2,000 rows, choose the features and C by this many
-        folds of stratified cross-validation over train and validation together (the classifier
-        is still fitted on train); 0: the validation split chooses.
-      progress: A progress bar on stderr while features are computed and fitted; None: on a
-        terminal only.
-      overwrite: Replace what `output_dir` already holds (once the new output is all written; a
-        failed run leaves it as it was); without it an existing output is refused before any
-        work.
-      feature_cache: Keep each split's model features in the user's cache folder
-        ($XDG_CACHE_HOME/tf_mlstm/features, ~/.cache without it; at most
-        $TF_MLSTM_FEATURE_CACHE_MB megabytes, 4096 by default, least recently used first out),
-        keyed by the weights, the texts, the kinds, `precision` and `window`, and read them back
-        in any run that would compute the same; --nofeature_cache computes everything and keeps
-        nothing.
+      cv_folds: Folds of cross-validation for a validation split under 2,000 rows (0: none).
+      progress: A progress bar on stderr; None: on a terminal only.
+      overwrite: Replace `output_dir`'s outputs once the new ones are written; else refused.
+      feature_cache: Keep and reuse each split's features in the user's cache folder.
 
     Example:
 
