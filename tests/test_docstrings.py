@@ -10,6 +10,11 @@ holds fails the suite.
 
 An example that needs a trained run folder uses `model_dir`, a tiny untrained
 one this module writes once (`EXAMPLE_GLOBALS`).
+
+The README and the recipes (`flags/*.flags`) stay short: measurements,
+per-machine figures and history belong in docs/, so README.md holds at most
+`README_MAX_LINES` lines and each flag file at most `FLAG_FILE_MAX_COMMENT_LINES`
+comment lines.
 """
 
 import ast
@@ -23,6 +28,9 @@ import _models
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tf_mlstm"
+
+README_MAX_LINES = 300
+FLAG_FILE_MAX_COMMENT_LINES = 30
 
 # Files exempt while a restructuring moves them (a folder ends with "/"), brought in
 # by removing them here once the move lands. None now: every public module is checked.
@@ -175,6 +183,33 @@ def test_every_exempt_path_exists():
     # An entry whose file has moved or gone is stale: bring its successor in.
     missing = [entry for entry in BEING_RESTRUCTURED if not (REPO / entry).exists()]
     assert not missing, f"exempt paths that no longer exist: {missing}"
+
+
+def comment_lines(text):
+    """How many lines of a flag file are comments (`#` first, after any indentation)."""
+    return sum(line.lstrip().startswith("#") for line in text.splitlines())
+
+
+def test_the_readme_and_the_flag_files_stay_short():
+    too_long = []
+    readme = len((REPO / "README.md").read_text(encoding="utf-8").splitlines())
+    if readme > README_MAX_LINES:
+        too_long.append(f"README.md: {readme} lines (at most {README_MAX_LINES})")
+    flag_files = sorted((REPO / "flags").glob("*.flags"))
+    assert flag_files
+    for path in flag_files:
+        count = comment_lines(path.read_text(encoding="utf-8"))
+        if count > FLAG_FILE_MAX_COMMENT_LINES:
+            too_long.append(
+                f"{_relative(path)}: {count} comment lines (at most {FLAG_FILE_MAX_COMMENT_LINES})"
+            )
+    why = "measurements, per-machine figures and history go to docs/"
+    assert not too_long, why + ":\n" + "\n".join(too_long)
+
+
+def test_comment_lines_counts_comments_only():
+    text = "# why\n--lr=0.006\n  # indented\n#\n--seed=0\n"
+    assert comment_lines(text) == 3
 
 
 def _modules_with_examples():
