@@ -166,10 +166,25 @@ def test_the_training_binaries_stop_on_sigterm_from_their_first_moment(monkeypat
     assert seen == [stop_signals._stop_now]
 
 
-def test_sigterm_in_a_training_binarys_first_moments_is_one_line_and_status_75(tmp_path):
+def _catches_sigterm(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def _loads_tensorflow(pid):
+    return "tensorflow" in pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.parametrize(
+    "moment", [_catches_sigterm, _loads_tensorflow], ids=["first", "tf-import"]
+)
+def test_sigterm_in_a_training_binarys_first_moments_is_one_line_and_status_75(tmp_path, moment):
     """A scheduler's SIGTERM while `tf-mlstm-train` still starts (TensorFlow's import,
     the config): status 75 and one line, not death by the signal. A fresh interpreter, as
-    a scheduler starts it: a fork of a warm one would have TensorFlow imported already."""
+    a scheduler starts it: a fork of a warm one would have TensorFlow imported already.
+    Linux: the handler's presence is read from /proc."""
     flags = [f"--model_dir={tmp_path / 'run'}", "--max_steps=2", "--hidden_size=8"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
@@ -180,8 +195,12 @@ def test_sigterm_in_a_training_binarys_first_moments_is_one_line_and_status_75(t
         text=True,
         env=env,
     )
-    # Well inside start-up: the interpreter and absl are up, TensorFlow is not.
-    time.sleep(0.6)
+    # As soon as it catches SIGTERM (its first line), or once TensorFlow's import runs
+    # (with stderr on /dev/null: the line must still be seen).
+    deadline = time.monotonic() + 60
+    while not (_catches_sigterm(proc.pid) and moment(proc.pid)):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == stop_signals.EXIT_PREEMPTED == 75, err[-3000:]
