@@ -1,27 +1,13 @@
 """Corpus to sharded TFRecords: the library behind `tf-mlstm-make-tfrecords`.
 
-(`tf_mlstm.beam.convert` runs the same conversion as a Beam pipeline, through
-`run_staged` and `read_documents` here; each document's split and shard are
-`tfrecord.ShardAssignment`'s in both.)
-
-`convert(ConvertConfig(...))` streams documents from the input files through
-`read_documents` into a `ShardedWriter`, reports its progress (a bar on a
-terminal, a log line now and then otherwise: `tf_mlstm.progress`), and
-writes a JSON stats file: record and byte counts per split, throughput, and
-every skipped record counted by reason with examples.
-
-A conversion never mixes with what was in its output folder: a folder that
-is not empty is refused unless `overwrite` is set. The new shards are
-written into a hidden staging folder inside it (`fileio.TMP_PREFIX`); only
-once every document is written do the old shards and stats go and the new
-shards move in. A conversion that fails (a bad input file, a full disk, no
-documents at all) removes its staging folder and leaves an earlier data set
-byte for byte as it was, and readable. From the start to the very end the
-folder holds `tfrecord.INCOMPLETE_MARKER`; the stats file is written last,
-atomically, and only then is the marker removed. Training and evaluation
-refuse a folder with the marker, so a killed conversion is never read as
-data (its old shards are still there: the rerun with `--overwrite` replaces
-them).
+`convert(ConvertConfig(...))` streams documents through `read_documents`
+into a `ShardedWriter`, reports progress and writes a JSON stats file
+(counts per split, throughput, skips by reason). A non-empty output folder
+is refused unless `overwrite`. Shards are staged in a hidden folder and
+moved in only when all are written, so a failure leaves an earlier data set
+as it was; `tfrecord.INCOMPLETE_MARKER` stays until the stats file is
+written last, so a killed conversion is never read as data.
+`tf_mlstm.beam.convert` shares `run_staged`.
 """
 
 import contextlib
@@ -62,11 +48,7 @@ def _marker(output_dir: str) -> str:
 
 
 def _prepare_output_dir(config: ConvertConfig) -> None:
-    """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete.
-
-    The marker goes in first, so that from here until the end of the
-    conversion, a crash leaves a folder that is refused as data. A former
-    conversion's files stay until the new one is written (`_remove_old`).
+    """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete (first).
 
     Raises:
         FileExistsError: If the folder is not empty and `overwrite` is not set.
@@ -128,11 +110,7 @@ def _move_in(config: ConvertConfig, shard_paths: dict[str, list[str]]) -> None:
 
 
 def _abandon(config: ConvertConfig, existed: bool, was_complete: bool) -> None:
-    """After a failed conversion: its staging folder goes, the folder is as it was.
-
-    The marker goes too when the folder held a complete data set before (it
-    is readable again) or nothing (the folder goes when this run made it).
-    """
+    """After a failed conversion: its staging folder goes, and the folder is as it was."""
     staging = _staging_dir(config)
     if tf.io.gfile.isdir(staging):
         tf.io.gfile.rmtree(staging)
@@ -155,22 +133,16 @@ def convert(config: ConvertConfig) -> dict[str, Any]:
         config: What to read and where to write.
 
     Returns:
-        The stats written to `config.stats_path`: `records`, `bytes` (of
-        normalized text), `input_bytes` (uncompressed input read), `seconds`,
-        `input_mb_per_second`, `splits` (`{split: {records, bytes, shards}}`),
-        `skipped` (`{total, by_reason, examples}`), `inputs` (the files),
+        The stats written to `config.stats_path`: `records`, `bytes`, `input_bytes`,
+        `seconds`, `input_mb_per_second`, `splits`, `skipped`, `inputs`,
         `output_dir`, `compression` and `warnings`.
 
     Raises:
         FileNotFoundError: If an input file or glob matches nothing.
         readers.InputError: If an input file as a whole is unreadable.
-        NoDocumentsError: If no document was written: what the conversion
-            created is removed again (its staged shards and marker, and the
-            folder when it made it; an earlier data set stays as it was), so
-            a corrected rerun needs no `--overwrite`; the message names the
-            first skipped record.
-        FileExistsError: If `output_dir` is not empty and `overwrite` is not
-            set.
+        NoDocumentsError: If no document was written (what the run made is
+            removed, so a rerun needs no `--overwrite`).
+        FileExistsError: If `output_dir` is not empty and `overwrite` is not set.
     """
     start = time.monotonic()
     paths = readers.expand_inputs(config.input)
@@ -197,12 +169,9 @@ def run_staged(
 ) -> dict[str, Any]:
     """A conversion's folder handling around `write`, which stages the shards.
 
-    Shared by the single-process converter (`convert`) and the Beam one
-    (`tf_mlstm.beam.convert`), so both refuse, stage, abandon and commit the
-    same way (the module doc). `write` writes every shard file into the
-    staging folder it is given, counting skips in the `SkipLog` and the bytes
-    read in the `ReadStats`; its shards move in only once it returns with
-    documents written, the stats file last.
+    Shared by `convert` and `tf_mlstm.beam.convert`, so both refuse, stage,
+    abandon and commit alike: the shards move in once `write` returns with
+    documents, the stats file last.
 
     Args:
         config: What to read and where to write.
@@ -287,12 +256,7 @@ def read_documents(
 
 
 def _progress(config: ConvertConfig, paths: list[str]) -> Progress:
-    """The conversion's progress, in input bytes or documents.
-
-    The stored bytes read of the input files count against the sum of their
-    sizes; with `max_documents`, the documents written count against it (the
-    likelier end).
-    """
+    """The conversion's progress: stored input bytes read, or documents with `max_documents`."""
     if config.max_documents:
         total, unit, scale = config.max_documents, "records", 1.0
     else:
@@ -310,10 +274,8 @@ def _write_documents(
     progress: Progress,
     read_stats: readers.ReadStats,
 ) -> int:
-    """Writes `documents` (up to `max_documents`); returns the count.
+    """Writes `documents` (up to `max_documents`), then closes writer and progress; the count."""
 
-    The writer and the progress are closed on the way out.
-    """
     records = 0
     # The progress closes first, on an error too, so the error starts on a line of its own.
     with writer, contextlib.closing(documents), progress:

@@ -1,8 +1,4 @@
-"""The embedded demo corpus: a few hundred short reviews shipped with the package.
-
-It lets `tf-mlstm-train` run with no flags and no download: the corpus is
-converted once into TFRecord shards like any user corpus.
-"""
+"""The embedded demo corpus: a few hundred short reviews, so `tf-mlstm-train` runs with no flags."""
 
 import os
 

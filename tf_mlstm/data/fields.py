@@ -1,8 +1,4 @@
-"""The record fields every binary looks in for text, in one order.
-
-Apart from the readers (which import TensorFlow for its filesystems) so that
-flag definitions can name the default without loading TensorFlow.
-"""
+"""The text fields every binary reads, in one order, and other TensorFlow-free names."""
 
 # Tried in order, the first present one wins: Amazon reviews (`reviewText`),
 # IMDB and most JSON/CSV sets (`text`), SST (`sentence`). One order for every
@@ -29,8 +25,7 @@ def split_keys(value) -> tuple[str, ...]:
     """Field names from a flag: a list, or one comma-separated string; blanks left out.
 
     Args:
-      value: e.g. ["reviewText", "text"] (a list flag) or "anger,joy" (a
-        string, as configs saved before list flags hold it).
+      value: e.g. ["reviewText", "text"] (a list flag) or "anger,joy" (older saved configs).
 
     Returns:
       The names, stripped, in order, as a tuple.

@@ -1,35 +1,13 @@
-"""Framing: normalized text -> the byte ids the model reads.
+"""Framing: normalized text -> the byte ids the model reads, `DOC_START` + UTF-8 bytes.
 
-Every consumer (the training pipeline, featurization, fine-tuning, sampling,
-serving) frames a document the same way:
-
-    DOC_START + UTF-8 bytes of the normalized text
-
-and, for a batch, pads the framed rows to one width. This module is the one
-place that does it, twice over: NumPy functions for Python lists of `str`
-(fine-tuning, the command-line tools) and `_tf` twins for `tf.string` tensors
-inside a graph (tf.data, SavedModel signatures). The two agree exactly (the
-tests check them against each other).
-
-A batch of framed rows, `FramedIds`:
-
-- `ids` [N, T]: row i holds its framed bytes, on the right (`padding="right"`:
-  `[DOC_START, text bytes, pad ...]`) or on the left (`padding="left"`:
-  `[pad ..., DOC_START, text bytes]`);
-- `valid` [N, T] float32: 1 on the framed bytes, 0 on the padding;
-- `lengths` [N] int32: framed bytes kept per row, `DOC_START` included;
-- `truncated` [N] bool: the framed text was longer than `max_length`.
-
-Truncation keeps the first `max_length` bytes of the framed text (so the row
-always starts with `DOC_START`); a cut can split a multi-byte character. The
-width T is the longest kept row, rounded up to a multiple of
-`pad_to_multiple`; an empty batch has T = 0.
-
-The pad id is 0 by default, which normalized text never contains (a control
-character) and which the `valid` mask hides. Prompts for sampling pad with
-`DOC_START` on the left instead: the model resets its state at every
-`DOC_START`, so each row ends in the state its own text gives and all rows
-continue from the last column together.
+The one place every consumer (training, featurization, fine-tuning, sampling,
+serving) frames and pads text: NumPy functions for lists of `str` and `_tf`
+twins for `tf.string` tensors in a graph, which agree exactly (tested).
+Truncation keeps the first `max_length` framed bytes (a cut may split a
+multi-byte character); the width is the longest row rounded up to
+`pad_to_multiple`. The pad id 0 never occurs in normalized text. Sampling
+prompts pad with `DOC_START` on the left instead: the state resets at every
+`DOC_START`, so all rows continue from the last column together.
 """
 
 from typing import Any
@@ -47,7 +25,13 @@ PADDINGS = ("right", "left")
 
 
 class FramedIds(NamedTuple):
-    """A batch of framed, padded texts (NumPy arrays or tensors; see the module doc).
+    """A batch of framed, padded texts (NumPy arrays or tensors).
+
+    Attributes:
+      ids: [N, T] framed bytes, padded on the right (`[DOC_START, text, pad ...]`) or left.
+      valid: [N, T] float32, 1 on the framed bytes and 0 on the padding.
+      lengths: [N] int32 framed bytes kept per row, `DOC_START` included.
+      truncated: [N] bool, whether the framed text was longer than `max_length`.
 
     Example:
 
@@ -100,8 +84,7 @@ def frame_ids(
     Args:
       texts: a sequence of normalized texts (str).
       padding: "right" or "left": the side the padding goes on.
-      max_length: framed bytes per row at most (`DOC_START` included);
-        longer texts keep their first bytes. None: no limit.
+      max_length: framed bytes per row at most (`DOC_START` included); None: no limit.
       pad_to_multiple: pad the width to a multiple of this.
       pad_id: the byte value of the padding.
       dtype: the NumPy dtype of `ids`.
@@ -171,11 +154,7 @@ def frame_ids_tf(
 
     Args:
       texts: [N] `tf.string` of normalized texts.
-      padding: "right" or "left": the side the padding goes on.
-      max_length: framed bytes per row at most (`DOC_START` included);
-        longer texts keep their first bytes. None: no limit.
-      pad_to_multiple: pad the width to a multiple of this.
-      pad_id: the byte value of the padding.
+      padding, max_length, pad_to_multiple, pad_id: as for `frame_ids`.
       dtype: the dtype of `ids`.
 
     Returns:

@@ -1,32 +1,16 @@
 """tf.data pipelines from documents to batches of contiguous byte windows.
 
-Each batch row is a stream of whole documents (each framed by `DOC_START`),
-so row j of batch k+1 continues row j of batch k and the model carries its
-state across batches. Documents go to the row whose pending buffer is
-shortest, which keeps all rows within one document's length of each other:
-memory is bounded by rows x (longest document + window), whatever the
-corpus size. A window holds `seq_length + 1` bytes; consecutive windows of a
-row overlap by one byte, so inputs are `window[:-1]` and targets
-`window[1:]` and no target is skipped or counted twice.
+Each batch row is a stream of whole framed documents, so row j of batch k+1
+continues row j of batch k and the model carries its state across batches.
+A document goes to the row with the shortest pending buffer, bounding memory
+by rows x (longest document + window). Windows hold `seq_length + 1` bytes
+and overlap by one, so no target is skipped or counted twice; a finite
+stream (evaluation) is flushed with padding that `weights` masks out.
 
-When the document stream is finite (evaluation), the rows are flushed at the
-end with padding, and `weights` marks the real targets, so every byte of
-every document is scored exactly once.
-
-Order (as in tensorflow/models input pipelines): list shard files -> split
-them by input pipeline -> (shuffle files) -> interleave readers -> (repeat)
--> parse -> (repeat documents by source) -> (shuffle documents) -> frame ->
-window -> batch rows -> prefetch. The repeat comes after the readers, not
-before: repeating the file list would make shards without records an
-endless loop of empty reads, whereas an epoch without records ends the
-repeat (training checks for records before it starts, see
-`tfrecord.nonempty_files`).
-
-Training can oversample the documents of some input files (a small
-in-domain corpus beside a large general one): `source_repeats` rules
-`PATTERN=COUNT` match the record's `source` (the input file named at
-conversion) with a glob, and the first matching rule's count of copies of
-the document enter the shuffle buffer, which spreads them apart.
+Order: shard files -> split by pipeline -> (shuffle) -> interleave readers ->
+(repeat: after the readers, so empty shards end an epoch instead of spinning)
+-> parse -> (repeat by `source_repeats`) -> (shuffle) -> frame -> window ->
+batch -> prefetch.
 """
 
 import re
@@ -64,10 +48,8 @@ def source_copies(sources, rules) -> tf.Tensor:
 
 
 def source_census(files, rules, records=1000) -> tuple[int, list, list]:
-    """How many of the first `records` records of `files[0]` each rule matches.
+    """How many of the first `records` records of `files[0]` each rule matches (for the log).
 
-    For the log at the start of training, so a pattern that matches nothing
-    is seen at once.
 
     Returns:
       (records read, records with a source, {pattern: matches}).
@@ -102,16 +84,13 @@ def document_dataset(
 
     Args:
       files: shard file paths (all gzip or all uncompressed).
-      input_context: a `tf.distribute.InputContext`; this pipeline reads the
-        shards `files[pipeline_id::num_pipelines]`.
+      input_context: a `tf.distribute.InputContext`: read `files[pipeline_id::num_pipelines]`.
       shuffle: shuffle shard order each epoch (seeded).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer (0 = no shuffling).
-      repeat: cycle through the shards forever (or end at once if they hold
-        no record).
+      repeat: cycle through the shards forever (or end at once if they hold no record).
       cycle_length: shards read in parallel.
-      source_repeats: `parse_source_repeats` rules: documents whose source
-        matches a rule are repeated its count of times (before the shuffle).
+      source_repeats: `parse_source_repeats` rules, applied before the shuffle.
 
     Returns:
       A dataset of document texts.
@@ -173,26 +152,18 @@ def corpus_documents(
     errors=None,
     read_stats=None,
 ) -> tf.data.Dataset:
-    """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset.
+    """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset, via `readers`.
 
-    Reads with `tf_mlstm.data.readers`, so bad records are counted and
-    reported exactly as in conversion.
-
-    A file that cannot be read as a whole (corrupt gzip, CSV without a text
-    column, permission denied) ends the stream early: raised inside tf.data
-    it would come out as an opaque op error with a traceback, so it is
-    appended to `errors` instead, for the caller to raise once the dataset
-    has been consumed.
+    A file that cannot be read as a whole ends the stream and goes to `errors`
+    for the caller to raise afterwards (inside tf.data it would be an opaque op error).
 
     Args:
         paths: corpus files.
         text_keys: keys/columns tried in order for the text.
         text_mode: plain-text files: "line" or "file".
         max_document_bytes: longest record read (see `readers.read_documents`).
-        errors: a list that receives the `readers.InputError` that ended the
-            stream, if any. None: such an error is raised inside tf.data.
-        read_stats: a `readers.ReadStats` kept up to date as the files are
-            read (the bytes read, for a progress against their sizes), or None.
+        errors: a list that receives the `readers.InputError`; None: raised inside tf.data.
+        read_stats: a `readers.ReadStats` kept up to date as the files are read, or None.
 
     Returns:
         A dataset of tf.string document texts.
@@ -238,7 +209,7 @@ def window_dataset(documents, rows, seq_length, finite=False) -> tf.data.Dataset
       finite: flush and pad the rows when the documents end (evaluation).
 
     Returns:
-      A dataset of dicts: `inputs` and `targets` [rows, seq_length] uint8,
+      A dataset of dicts: `inputs`, `targets` [rows, seq_length] uint8 and
       `weights` [rows, seq_length] float32 (1 for real targets).
     """
     width = seq_length + 1
@@ -305,8 +276,7 @@ def lm_dataset(
       files: TFRecord shard paths.
       batch_size: rows (streams) per batch of this pipeline.
       seq_length: characters per row per batch.
-      input_context: the `tf.distribute.InputContext`, if distributed: this
-        pipeline reads its share of the shards.
+      input_context: the `tf.distribute.InputContext`, if distributed.
       training: repeat forever and shuffle (else one finite padded pass).
       seed: shuffle seed.
       shuffle_buffer: documents in the shuffle buffer when training.

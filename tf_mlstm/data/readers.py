@@ -1,29 +1,14 @@
 """Streaming corpus readers: JSON lines, CSV/TSV and plain text, optionally gzip.
 
-`read_documents` turns input files into a stream of `Document`s, file by
-file and line by line, in bounded memory, so it reads the 40 GB Amazon dump
-as easily as a test file. Files are opened through `tf.io.gfile`, so
-`gs://...` and other TensorFlow file systems work like local paths.
-
-The format comes from the file name, after an optional `.gz`:
-
-- `.jsonl`, `.json`, `.ndjson`: one JSON object per line (the Amazon dump:
-  `reviewText`, `summary`, `overall`, ...; IMDB: `text`, `label`, `rating`).
-- `.csv` / `.tsv`: a header row, then records (quoted fields may span lines).
-- anything else: plain text, one document per line or per file.
-
-Every record is decoded as strict UTF-8 and its text normalized with
-`normalize_text`, so every consumer sees identical text. A record that
-cannot be used is skipped and counted in a `SkipLog` under a reason, with
-the first examples kept as "path:line: message"; nothing is dropped
-silently. Errors that concern a whole file (missing, corrupt gzip, CSV
-without a text column) raise instead.
-
-Memory stays bounded whatever the input: a record (a line; a CSV record,
-which may span lines; a whole file in "file" text mode) longer than
-`max_document_bytes` is skipped as `record_too_long` without ever being held
-whole, and a CSV quote left open is skipped as `unterminated_quote` at its
-line, the lines after it being read again rather than swallowed.
+`read_documents` streams `Document`s file by file in bounded memory (the
+40 GB Amazon dump as easily as a test file), through `tf.io.gfile`, so
+`gs://` paths work. The format comes from the name before an optional
+`.gz`: `.jsonl`/`.json`/`.ndjson` one object per line, `.csv`/`.tsv` a
+header then records, anything else plain text (a document per line or file).
+Text is strict UTF-8, normalized by `normalize_text`. An unusable record is
+skipped and counted by reason in a `SkipLog` (a record over
+`max_document_bytes` is never held whole; an open CSV quote loses only its
+line); a whole-file error (missing, corrupt gzip, no text column) raises.
 """
 
 import collections
@@ -103,8 +88,7 @@ class Document:
         rating: Star or score rating, or None when unknown.
         source: Path of the file it was read from.
         line: 1-based line where the record starts in that file.
-        kept: The raw values of the `keep_keys` asked of `read_documents`, in
-            their order; None where a key is absent (or, in CSV, empty).
+        kept: Raw values of `read_documents`'s `keep_keys`, in order; None where absent.
 
     Example:
 
@@ -135,9 +119,7 @@ class ReadStats:
 
     Attributes:
         input_bytes: Uncompressed bytes read so far (grows in 1 MiB steps).
-        stored_bytes: Bytes of the files as stored (compressed, for gzip) read
-            so far; against the sum of the file sizes, the share of the input
-            read.
+        stored_bytes: Bytes of the files as stored (compressed, for gzip) read so far.
         files_read: Files opened so far.
 
     Example:
@@ -158,8 +140,7 @@ class SkipLog:
     """Counts skipped records per reason and keeps the first few examples.
 
     Args:
-        max_examples: How many "path:line: message" examples to keep per
-            reason.
+        max_examples: How many "path:line: message" examples to keep per reason.
 
     Example:
 
@@ -212,11 +193,7 @@ class SkipLog:
         return {"total": self.total, "by_reason": self.counts, "examples": self.examples}
 
     def merge(self, skipped: Mapping[str, Any]) -> None:
-        """Adds the skips of another log, given as its `to_dict()`.
-
-        Examples are kept in the order merged, up to `max_examples` per
-        reason: merging the logs of files in input order keeps the first
-        examples of a conversion that reads the files one after another.
+        """Adds the skips of another log, given as its `to_dict()` (examples in the order merged).
 
         Args:
             skipped: `{"by_reason": {reason: count}, "examples": {reason: [...]}}`.
@@ -245,9 +222,8 @@ class SkipLog:
 def expand_inputs(spec: str) -> list[str]:
     """Expands comma-separated paths and globs into a list of files.
 
-    Each glob's matches are sorted; the pieces keep the order given, and a
-    file named twice is kept once, at its first place. File names that
-    contain commas cannot be given.
+    Each glob's matches are sorted, the pieces keep their order, and a file named
+    twice is kept at its first place (names with commas cannot be given).
 
     Args:
         spec: For example "data/a.jsonl,data/more/*.jsonl.gz".
@@ -285,13 +261,11 @@ def parse_label(value: Any) -> int:
     """Parses a class label from a JSON or CSV value.
 
     Args:
-        value: A bool, a non-negative integer (or integral float), or a string
-            holding one, or "pos"/"positive"/"true" (1), "neg"/"negative"/
-            "false" (0), in any case.
+        value: A bool, a non-negative integer (or a string of one), or
+            pos/positive/true (1), neg/negative/false (0), in any case.
 
     Returns:
-        The label, in [0, 2**63 - 1] (-1 is reserved for "unknown" in TFRecords,
-        which store labels as int64).
+        The label, in [0, 2**63 - 1] (TFRecords store -1 for "unknown").
 
     Raises:
         ValueError: If `value` is none of these.
@@ -368,42 +342,25 @@ def read_documents(
     """Streams normalized documents from corpus files.
 
     Args:
-        paths: Files to read, in order (see `expand_inputs`). All are checked
-            for existence before the first document is produced.
-        text_keys: JSON keys / CSV columns holding the text, tried in order;
-            the first one present and not null (not empty, in CSV) wins, so
-            ("reviewText", "text") reads Amazon and IMDB files in one run.
-        label_key: Key of the class label (see `parse_label`); when given,
-            records without a valid label are skipped. None: no labels.
-        rating_key: Key of the rating (see `parse_rating`); when given,
-            records without a valid rating are skipped. None: the rating is
-            read from "overall" or "rating" when present.
-        text_mode: For plain-text files: "line" (one document per line) or
-            "file" (the whole file is one document).
-        skip_log: Where skipped records are counted. None: a private log
-            whose summary is logged when the stream ends.
+        paths: Files to read, in order; all are checked to exist before the first document.
+        text_keys: JSON keys / CSV columns of the text, tried in order: the first non-null wins.
+        label_key: Key of the class label (`parse_label`); records without one are skipped.
+        rating_key: Key of the rating (`parse_rating`); None: "overall" or "rating" if present.
+        text_mode: For plain-text files: "line" or "file" (the whole file one document).
+        skip_log: Where skips are counted. None: a private log, summarized at the end.
         read_stats: Optional running totals (bytes read) to update.
-        interleave: Spread every file over the whole stream (documents drawn
-            from the file least far through, by size) instead of reading the
-            files one after another.
-        max_document_bytes: Longest record, in input bytes: a line (JSON
-            lines, plain text), a CSV/TSV record, or a whole file in "file"
-            text mode. Longer ones are skipped as `record_too_long` and never
-            held in memory whole.
-        keep_keys: Keys whose raw values (as the file holds them: JSON
-            values, CSV strings) each document carries in `kept`, for callers
-            that parse a field themselves (labels through a label map).
+        interleave: Spread every file over the whole stream instead of one after another.
+        max_document_bytes: Longest record in input bytes; longer ones are skipped unread.
+        keep_keys: Keys whose raw values each document carries in `kept`.
 
     Returns:
         An iterator of `Document`s; their text is normalized and never empty.
 
     Raises:
         FileNotFoundError: If a file does not exist (raised by the call).
-        ValueError: If `text_keys` is empty, `text_mode` is unknown or
-            `max_document_bytes` is not positive (raised by the call).
-        InputError: While iterating, if a gzip file is truncated or corrupt,
-            or a CSV/TSV file has no header or no text column; the message
-            names the file.
+        ValueError: An empty `text_keys`, unknown `text_mode` or a non-positive limit.
+        InputError: While iterating, a truncated or corrupt gzip file, or a
+            CSV/TSV file without header or text column; the message names it.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -453,13 +410,9 @@ def _stream_documents(
 def _interleave_by_size(generators: list[Iterator[Document]], sizes: list[int]):
     """Merges document streams so each file is spread over the whole output.
 
-    Corpora often come as one file per category (the Amazon dump has one per
-    product type); read one after another, a training stream would see one
-    category for hours. The next document is taken from the stream that is
-    least far through its file, measured as documents read per byte of file
-    size, so all files finish at about the same time. At most
-    `_MAX_OPEN_FILES` files are open at once; beyond that, groups of files are
-    interleaved one group after another.
+    Corpora often come one file per category; read in turn, training would see
+    one category for hours. The next document comes from the stream least far
+    through its file (documents per byte), with at most `_MAX_OPEN_FILES` open.
     """
     for start in range(0, len(generators), _MAX_OPEN_FILES):
         group = list(range(start, min(start + _MAX_OPEN_FILES, len(generators))))
@@ -503,8 +456,7 @@ def record_fields(path: str) -> tuple[str, ...] | None:
         path: a raw corpus file, gzip or not.
 
     Returns:
-        The names in file order; None for plain text (no fields), or when the
-        first record does not parse (the reader itself says why, with its line).
+        The names in file order; None for plain text or a first record that does not parse.
     """
     kind = _file_kind(path)
     if kind == "text":
@@ -546,15 +498,11 @@ def _iter_lines(
     max_bytes: int,
     compressed: BinaryIO | None = None,
 ) -> Iterator[bytes | _LongLine]:
-    """Yields the lines of a binary stream without their b"\\n".
+    """Yields the lines of a binary stream without their b"\\n", in 1 MiB chunks.
 
-    Reads 1 MiB chunks: GFile's own readline costs a Python call per line.
-    A UTF-8 byte-order mark at the start is dropped. A line longer than
-    `max_bytes` is yielded as a `_LongLine`: its bytes are dropped as they
-    arrive, so memory stays within `max_bytes` plus a chunk and time linear
-    however long the line is. `compressed` is the stored file under a gzip
-    `stream` (None for an uncompressed one): its position counts the stored
-    bytes read.
+    A leading UTF-8 byte-order mark is dropped; a line over `max_bytes` comes as
+    a `_LongLine` whose bytes are never held. `compressed` is the stored file
+    under a gzip `stream` (None otherwise), to count stored bytes read.
 
     Raises:
         InputError: If a gzip stream is truncated or corrupt.
@@ -637,16 +585,9 @@ class _RecordFields:
     def document(
         self, record: Mapping[str, Any], path: str, line: int, empty_is_null: bool = False
     ) -> Document | None:
-        """Builds the Document for `record`.
+        """Builds the Document for `record`, or returns None after counting why it was skipped.
 
-        Args:
-            record: The parsed record.
-            path: Its file, for skip examples.
-            line: Its line, for skip examples.
-            empty_is_null: Treat "" as absent (CSV has no null).
-
-        Returns:
-            The Document, or None after counting why the record was skipped.
+        `empty_is_null` treats "" as absent (CSV has no null).
         """
         skip = self.skip_log.add
         for key in self.text_keys:
@@ -699,9 +640,6 @@ class _RecordFields:
 
 def _check_json_lines(first_line: bytes, path: str, line_number: int) -> None:
     """Refuses a whole-file JSON document (an array, an indented object) read as JSON lines.
-
-    Read line by line it would give at most one document, every other line
-    skipped as malformed JSON.
 
     Raises:
         InputError: the first record line opens an array, or is a lone `{`.
@@ -765,16 +703,10 @@ class _BadRecord(Exception):
 class _CsvLines:
     """The lines of a CSV/TSV file, fed to `csv.reader` one record at a time.
 
-    `csv.reader` pulls lines until its record is complete, so a quote left
-    open would pull the rest of the file into one field. This source numbers
-    the lines, stops a record that grows past `max_bytes` or reaches the end
-    of the file still open (raising `_BadRecord` through the reader), and
-    after any bad record `restart` puts back the lines after its first, so
-    only that first line is lost. The put-back lines are at most `max_bytes`.
-
-    Args:
-        lines: The file's lines, as from `_iter_lines`.
-        max_bytes: Longest record.
+    A quote left open would pull the rest of the file into one field, so a
+    record that grows past `max_bytes` or hits the end still open is abandoned
+    (`_BadRecord`), and `restart` puts back its lines after the first: only that
+    line is lost.
     """
 
     def __init__(self, lines: Iterable[bytes | _LongLine], max_bytes: int):

@@ -1,8 +1,4 @@
-"""`--source_repeats`: how many copies of each source's documents training reads.
-
-Apart from the pipeline that applies the rules so that checking a flag
-value does not import TensorFlow.
-"""
+"""`--source_repeats`: copies of each source's documents training reads (TensorFlow-free)."""
 
 from tf_mlstm import errors
 
@@ -11,8 +7,7 @@ def parse_source_repeats(spec) -> tuple[tuple[str, int], ...]:
     """Parses `PATTERN=COUNT,...` into `((pattern, count), ...)`.
 
     Args:
-      spec: comma-separated rules, e.g. "*/amazon/*=8"; "" for none. A
-        pattern is a glob (`*`, `?`) over the record's whole source path.
+      spec: comma-separated rules, e.g. "*/amazon/*=8" (a glob over the whole source path); "".
 
     Returns:
       A tuple of (pattern, count) pairs, in the order given.

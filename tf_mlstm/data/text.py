@@ -1,20 +1,11 @@
 """Text normalization for review corpora, and the document-start byte.
 
 Every document the model sees goes through `normalize_text` (or its in-graph
-twin `normalize_text_tf`, used by serving signatures that take raw strings),
-so training data, evaluation data and served requests agree byte for byte.
-Texts a Python caller gives (the API's and the models' public methods) pass
-`check_texts` / `check_text` first, so a text of another type is one error
-naming the argument and its index.
-
-`DOC_START` (the byte 10, a newline) starts every document in the byte
-stream the model reads; `tf_mlstm.data.framing` puts it there for every
-consumer. It is defined here because its meaning rests on the normalizer:
-normalized text never contains a newline (all whitespace collapses to single
-spaces), so a newline byte in the stream occurs exactly at document starts:
-the model resets its recurrent state wherever the input byte is `DOC_START`,
-and a sampler can stop at the next one. TFRecord files store the normalized
-text without the framing byte; the input pipeline adds it.
+twin `normalize_text_tf`), so training data and served requests agree byte
+for byte; texts a Python caller gives pass `check_texts` first. `DOC_START`
+(byte 10, a newline) starts every document in the byte stream: normalized
+text never holds a newline, so the model resets its state exactly at
+documents' starts and a sampler can stop at the next one.
 """
 
 import functools
@@ -71,14 +62,7 @@ _GRAPH_ENTITIES = (
 
 @functools.cache
 def _control_re() -> re.Pattern:
-    """Compiles the class of Cc/Cf characters that are not whitespace.
-
-    Built from `unicodedata` on first use (about 0.1 s) rather than at import,
-    because `re` has no Unicode-category classes.
-
-    Returns:
-        A compiled pattern matching one such character.
-    """
+    """The class of Cc/Cf characters that are not whitespace, built on first use (about 0.1 s)."""
     ranges = []
     for code in range(sys.maxunicode + 1):
         char = chr(code)
@@ -97,19 +81,15 @@ def _control_re() -> re.Pattern:
 def normalize_text(text: str) -> str:
     """Normalizes review text into the single form the model is trained on.
 
-    Steps, in order: `html.unescape`; HTML line-break and paragraph tags
-    (`<br>`, `<br/>`, `<br />`, `<p>`, `</p>`, any case) become a space;
-    Unicode NFKC; control and format characters (categories Cc and Cf) are
-    removed, except whitespace; every run of whitespace (newlines, tabs,
-    no-break spaces, ...) becomes one space; leading and trailing spaces are
-    stripped. Lone surrogates become U+FFFD.
+    `html.unescape`; `<br>` and `<p>` tags become a space; NFKC; control and
+    format characters (not whitespace) go; whitespace runs become one space;
+    the ends are stripped; lone surrogates become U+FFFD.
 
     Args:
         text: Raw text, for example a review as stored in a JSON dump.
 
     Returns:
-        The normalized text; "" when nothing but whitespace and control
-        characters remains. It never contains a newline.
+        The normalized text, never with a newline; "" when nothing printable remains.
 
     Raises:
         TypeError: If `text` is not a `str`.
@@ -136,11 +116,7 @@ def normalize_text(text: str) -> str:
 
 
 def check_text(text, name="text") -> str:
-    """A text a caller gave, as a `str`; bytes are read as UTF-8.
-
-    Bytes are what a `tf.string` tensor, a SavedModel request or a file
-    holds: invalid UTF-8 in them becomes U+FFFD, as `normalize_text_tf` makes
-    it.
+    """A text a caller gave, as a `str`; bytes are read as UTF-8 (invalid bytes: U+FFFD).
 
     Args:
       text: the value given.
@@ -150,9 +126,7 @@ def check_text(text, name="text") -> str:
       `text` as a `str`.
 
     Raises:
-      errors.InvalidValueError: `text` is neither a `str` nor bytes; the
-        message names it, its type and its value (`texts[1] must be a str,
-        got NoneType (None)`).
+      errors.InvalidValueError: `text` is neither a `str` nor bytes (named, with its type).
 
     Example:
 
@@ -180,8 +154,7 @@ def check_texts(texts, name="texts") -> list[str]:
       The texts, as a list of `str`.
 
     Raises:
-      errors.InvalidValueError: `texts` is one text rather than a sequence
-        of them, is not iterable, or holds a value that is not a text.
+      errors.InvalidValueError: one text instead of several, not iterable, or a non-text item.
 
     Example:
 
@@ -208,12 +181,8 @@ def check_texts(texts, name="texts") -> list[str]:
 def normalize_text_tf(texts: tf.Tensor) -> tf.Tensor:
     """Normalizes a string tensor in the graph, matching `normalize_text`.
 
-    For serving signatures that receive raw strings. Invalid UTF-8 is first
-    replaced by U+FFFD. Of the HTML entities, the common named ones (`&amp;`,
-    `&lt;`, `&gt;`, `&quot;`, `&apos;`, `&nbsp;`) and `&#39;` are decoded;
-    `normalize_text` decodes every entity, so the two differ only on text with
-    rarer entities. Unicode NFKC uses ICU through `tensorflow_text`, whose
-    Unicode version can differ slightly from Python's `unicodedata`.
+    It differs only on rare HTML entities (the common named ones and `&#39;` are
+    decoded) and where ICU's Unicode version differs from Python's.
 
     Args:
         texts: A `tf.string` tensor of any shape.

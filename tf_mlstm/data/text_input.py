@@ -1,11 +1,7 @@
 """The texts a trained model is applied to: files/globs or stdin lines, in reading order.
 
-`iter_texts` is what `tf-mlstm-classify` (and anything else that scores new
-text) reads: normalized texts with the line each starts at, so that an output
-row can be joined back to its input. Files go through `readers.read_documents`
-(the formats, normalization and skip reasons of training text); stdin is one
-text per line, read as bytes, with blank lines and lines that are not valid
-UTF-8 skipped and counted the same way.
+Files go through `readers.read_documents`; stdin is one text per line, read
+as bytes, with blank and invalid UTF-8 lines skipped and counted the same way.
 """
 
 import sys
@@ -21,18 +17,13 @@ STDIN = "-"
 def iter_texts(spec, text_keys, stdin=None, read_stats=None) -> Iterator[tuple[int, str]]:
     """Streams the texts to classify, with the line each starts at, in reading order.
 
-    Records that cannot be used are skipped and counted in a `readers.SkipLog`
-    whose summary is logged once the input is read (one line with the counts
-    per reason, then the first examples as "path:line: message"); stdin is
-    "<stdin>" there.
+    Skips are counted in a `readers.SkipLog` logged once the input is read ("<stdin>" for stdin).
 
     Args:
       spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
       text_keys: keys/columns holding the text.
-      stdin: the stream read for "-" (default: the bytes of `sys.stdin`); a
-        text stream is accepted too.
-      read_stats: a `readers.ReadStats` the file reader keeps up to date (the
-        bytes read, for the progress), or None.
+      stdin: the stream read for "-" (default: `sys.stdin`'s bytes; text streams work too).
+      read_stats: a `readers.ReadStats` the file reader keeps up to date, or None.
 
     Yields:
       (line, text): a normalized text and the line it starts at.

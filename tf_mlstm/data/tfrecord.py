@@ -1,35 +1,14 @@
 """TFRecord schema, sharded writer and parser for review corpora.
 
-Each record is a `tf.train.Example` with four features:
-
-- `text` (bytes): the normalized UTF-8 text, without the framing byte
-  (`tf_mlstm.data.text.DOC_START` is added by the input pipeline);
-- `label` (int64): the class label, `UNKNOWN_LABEL` (-1) when unknown;
-- `rating` (float): the star rating or score, NaN when unknown;
-- `source` (bytes): the input file the document came from, as it was named
-  on the converter's command line (empty in records written before this
-  feature existed). Training can oversample by it (`--source_repeats`).
-
-A corpus is written as shards named `{split}-{index:05d}-of-{count:05d}.tfrecord`
-(with `.gz` appended when GZIP-compressed), for the splits in `SPLITS`.
-`ShardAssignment` places a document in a split, by fixed weights (1000/1/1
-in the paper), and in a shard of that split, by a stable hash of its identity
-(its input file's base name and the line its record starts at), so that
-where a document goes depends neither on the order the documents are read
-in nor on how the work is divided: the single-process `ShardedWriter` and
-the Beam converter (`tf_mlstm.beam.convert`) write the same documents into
-the same shards. `split_files` finds a split's shards again for the
-training pipeline.
-
-A folder being written holds `INCOMPLETE_MARKER` until the conversion has
-finished (see `tf_mlstm.data.convert`); `split_files` refuses such a folder,
-so a crashed conversion is never trained or evaluated on. Folders without
-the marker (finished, written by older versions, or by other tools) are read.
-`nonempty_files` drops shards without records, which would otherwise make a
-repeating input pipeline spin, and refuses a shard whose first record is not
-an Example of this schema (another tool's features, or not an Example at
-all) in one line naming the shard, rather than TensorFlow's parse error
-naming no file in the middle of training or evaluation.
+A record is a `tf.train.Example` of `text` (normalized UTF-8, unframed),
+`label` (int64, -1 unknown), `rating` (float, NaN unknown) and `source` (the
+input file, for `--source_repeats`). Shards are named
+`{split}-{index:05d}-of-{count:05d}.tfrecord[.gz]`. `ShardAssignment` places a
+document by a stable hash of its file's base name and line, so the
+single-process `ShardedWriter` and the Beam converter write the same shards.
+`split_files` refuses a folder still holding `INCOMPLETE_MARKER` (a
+conversion that did not finish); `nonempty_files` drops empty shards and
+refuses one whose first record is not of this schema, in one line.
 """
 
 import bisect
@@ -79,10 +58,7 @@ _GZIP_LEVEL = 1
 
 
 def make_example(doc: Document) -> bytes:
-    """Serializes a document as a `tf.train.Example`.
-
-    Builds the proto directly (no TensorFlow ops), as the converter calls this
-    once per document.
+    """Serializes a document as a `tf.train.Example`, building the proto without TensorFlow ops.
 
     Args:
         doc: The document; its text is stored as is (already normalized).
@@ -125,8 +101,7 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         serialized: A scalar `tf.string` tensor.
 
     Returns:
-        `{"text": string scalar, "label": int64 scalar, "rating": float32 scalar,
-        "source": string scalar}`.
+        {"text", "label", "rating", "source"}: string, int64, float32 and string scalars.
     """
     return tf.io.parse_single_example(serialized, feature_spec())
 
@@ -151,9 +126,7 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
     """Lists the shard files of one split.
 
     Args:
-        data_dir_or_glob: A directory written by `ShardedWriter` (its
-            `{split}-*.tfrecord*` files are returned) or a glob (its matches
-            are returned, whatever `split` is).
+        data_dir_or_glob: A `ShardedWriter` folder (its `{split}-*` files) or a glob (all matches).
         split: One of `SPLITS`.
 
     Returns:
@@ -162,8 +135,7 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
     Raises:
         ValueError: If `split` is not one of `SPLITS`.
         FileNotFoundError: If nothing matches.
-        IncompleteDataError: If a folder of the files holds a conversion that
-            has not finished.
+        IncompleteDataError: If a folder holds a conversion that has not finished.
     """
     if split not in SPLITS:
         raise errors.InvalidValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -182,19 +154,15 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
 def is_tfrecord_data(spec: str) -> bool:
     """Whether `spec` names TFRecord data rather than raw corpus files.
 
-    TFRecord data is a folder of `tf-mlstm-make-tfrecords` shards, or a glob
-    or file whose name says `.tfrecord`; any other file counts when its first
-    bytes are a record's framing (a length and its checksum, read in Python:
-    TensorFlow's reader would log an error on a text file). Comma-separated lists, and files such as
-    `reviews.jsonl` or `notes.txt`, are raw corpus files (JSON lines, CSV,
-    text), which `readers.read_documents` reads.
+    A shard folder, a `.tfrecord` name, or a file whose first bytes are a
+    record's framing (read in Python: TensorFlow's reader would log an error on
+    text); comma-separated lists and other files are raw corpus files.
 
     Args:
         spec: a `--data`/`--train_data` value.
 
     Returns:
-        True for TFRecord data, or for a spec that matches nothing (the
-        TFRecord path then says what is missing); False for raw files.
+        True for TFRecord data or a spec that matches nothing; False for raw files.
     """
     if tf.io.gfile.isdir(spec) or TFRECORD_SUFFIX in spec:
         return True
@@ -256,8 +224,7 @@ def masked_crc32c(data: bytes) -> int:
 def starts_with_tfrecord_header(head: bytes) -> bool:
     """Whether `head` (a file's first bytes) opens a TFRecord: a length and its checksum.
 
-    Text is never taken for one: the four checksum bytes would have to match
-    the eight before them by chance (about one file in four billion).
+    Text passes for one only by a 1-in-2**32 chance of the checksum.
     """
     if len(head) < _RECORD_HEADER:
         return False  # Some bytes but shorter than a record's framing: text ("Ok\n").
@@ -296,8 +263,7 @@ def split_bytes(files: Sequence[str], split: str) -> int:
 def split_counts(files: Sequence[str], split: str) -> dict[str, int]:
     """Records and bytes of normalized text in `files`, from their folders' stats.json.
 
-    The conversion records each split's counts; a folder of which only some
-    shards are named counts its share of the split's shards.
+    A folder of which only some shards are named counts its share.
 
     Args:
       files: shards of `split`.
@@ -351,21 +317,11 @@ def check_complete(folder: str) -> None:
 def _first_record(path: str, compression: str) -> bytes | None:
     """The data of the first record of the TFRecord file `path`; None when it holds none.
 
-    Read in Python, this costs a fraction of a millisecond; a tf.data pipeline
-    per file costs tens. The data's own checksum is left to the reader that
-    trains on it (a record of 1 MiB would take a second to sum in Python).
-
-    Args:
-        path: A shard file.
-        compression: "GZIP" or "".
-
-    Returns:
-        The record's bytes, or None for a file without records (empty, or an
-        empty gzip stream).
+    Read in Python (a fraction of a millisecond against tens for a tf.data
+    pipeline); the data's checksum is left to the reader that trains on it.
 
     Raises:
-        ValueError: The file cannot be read, or it does not start with a
-            record's framing; the message names it.
+        ValueError: the file cannot be read or does not start with a record's framing.
     """
     try:
         with _record_stream(path, compression == "GZIP") as stream:
@@ -396,10 +352,7 @@ _LIST_OF_DTYPE = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "
 
 
 def check_example(record: bytes, where: str) -> None:
-    """Raises unless `record` is an Example that `parse_example` reads.
-
-    Checked against `feature_spec`, the one schema: each required feature
-    present, and each feature present holding one value of its type.
+    """Raises unless `record` is an Example of `feature_spec`, which `parse_example` reads.
 
     Args:
         record: A record's bytes.
@@ -407,8 +360,7 @@ def check_example(record: bytes, where: str) -> None:
 
     Raises:
         InvalidValueError: One line naming `where` and what is wrong: not an
-            Example, a feature missing (with the features it has), or a
-            feature of another type or count.
+            Example, a missing feature, or a feature of another type or count.
     """
     try:
         example = tf.train.Example.FromString(record)
@@ -456,10 +408,8 @@ def _holds_records(path: str, compression: str) -> bool:
 def nonempty_files(files: Sequence[str]) -> list[str]:
     """The files that hold at least one record, in order, each checked against the schema.
 
-    Reads the first record of each file, a few files at once (object stores
-    answer slowly but in parallel), and checks it with `check_example`: a
-    folder of another tool's Examples is refused here, before training or
-    evaluation starts, instead of at its first batch.
+    The first records are read a few files at once (object stores answer slowly
+    but in parallel), so another tool's folder is refused before training starts.
 
     Args:
         files: TFRecord files, all gzip or all uncompressed.
@@ -468,10 +418,8 @@ def nonempty_files(files: Sequence[str]) -> list[str]:
         The files with records.
 
     Raises:
-        ValueError: If a file cannot be read (a ".gz" file that is not gzip,
-            say), is not TFRecord data, or its first record is not an Example
-            of the schema (the message names the file, the record and what
-            is wrong), or compression is mixed.
+        ValueError: A file unreadable, not TFRecord data or not of the schema
+            (named, with its record), or compression is mixed.
     """
     files = list(files)
     if not files:
@@ -492,8 +440,7 @@ def compression_type(files: Sequence[str]) -> str:
         "GZIP" if every name ends in ".gz", "" if none does.
 
     Raises:
-        ValueError: If compressed and uncompressed files are mixed, as one
-            dataset reads them with one compression type.
+        ValueError: If compressed and uncompressed files are mixed.
     """
     gzipped = {name.endswith(GZIP_SUFFIX) for name in files}
     if len(gzipped) > 1:
@@ -504,11 +451,7 @@ def compression_type(files: Sequence[str]) -> str:
 
 
 def split_shard_counts(num_train_shards: int, split_weights: Sequence[int]) -> dict[str, int]:
-    """Returns the shard count per split.
-
-    Train gets `num_train_shards`; validation and test get
-    `max(1, round(num_train_shards * weight / train_weight))`, so that each
-    split's shards hold about as many records as a train shard.
+    """Returns the shard count per split, so each split's shards hold about a train shard's records.
 
     Args:
         num_train_shards: Shards of the train split, >= 1.
@@ -531,11 +474,9 @@ def split_shard_counts(num_train_shards: int, split_weights: Sequence[int]) -> d
 def document_key(source: str, line: int, text: str = "") -> bytes:
     """The stable hash of a document's identity that `ShardAssignment` maps to a shard.
 
-    The identity is the base name of the input file (so the same corpus read
-    from another folder or bucket is split the same way) and the 1-based line
-    its record starts at, which is unique within a file. A document that was
-    not read from a file (line 0) is known by its text instead. BLAKE2b, not
-    Python's `hash`, which differs between processes.
+    The identity is the input file's base name (another folder splits the same)
+    and the record's 1-based line; with line 0, the text. BLAKE2b, not Python's
+    per-process `hash`.
 
     Args:
         source: The input file, as named to the converter.
@@ -553,13 +494,9 @@ def document_key(source: str, line: int, text: str = "") -> bytes:
 class ShardAssignment:
     """Which split and which shard of it a document goes to, from its identity alone.
 
-    The first 8 bytes of `document_key`, as a fraction of 2**64, pick the
-    split by its share of the weights; the next 8 bytes, modulo the split's
-    shard count, pick the shard. A split thus receives its share of the
-    documents in expectation (binomially: with 1000/1/1 and a few thousand
-    documents, validation and test hold a handful each, possibly none) and a
-    document's place is the same whatever else is converted with it, in
-    whatever order and by however many workers.
+    `document_key`'s first 8 bytes pick the split by its share of the weights,
+    the next 8 the shard; a split gets its share in expectation (binomially), and
+    a place never depends on the other documents, their order or the workers.
 
     Args:
         num_train_shards: Number of train shards, >= 1.
@@ -587,10 +524,8 @@ class ShardAssignment:
         self._bounds = bounds
 
     def assign(self, source: str, line: int, text: str = "") -> tuple[int, int]:
-        """Returns (index of the split in `SPLITS`, shard index within the split).
+        """(index of the split in `SPLITS`, shard index in the split); args as `document_key`'s."""
 
-        The arguments are `document_key`'s.
-        """
         return self.assign_key(document_key(source, line, text))
 
     def assign_key(self, key: bytes) -> tuple[int, int]:
@@ -616,40 +551,25 @@ def record_options(compression: str | None) -> tf.io.TFRecordOptions:
 
 
 class ShardedWriter:
-    """Writes documents into sharded TFRecord files, split by weights.
+    """Writes documents into sharded TFRecord files, split by weights (`ShardAssignment`).
 
-    Each document goes to the split and shard that `ShardAssignment` gives
-    its source file and line, and shards hold their documents in the order
-    they were written. Every shard file is created, even one that receives no
-    document.
-
-    When every shard fits within `max_open_files`, all shard files are open
-    at once and written as documents come. Otherwise (1000 shards under the
-    usual limit of 1024 open files) records are buffered in memory up to
-    `spill_bytes`, then appended to per-shard part files under
-    `SPILL_SUBDIR`, one file open at a time, and `close` assembles each shard
-    from its parts. Either way the shards hold the same records in the same
-    order.
-
-    Leaving the `with` block by an exception discards the buffered records
-    rather than assembling shards.
+    Every shard file is created, even an empty one. When more shards than
+    `max_open_files` are needed, records are buffered up to `spill_bytes`, then
+    appended to part files under `SPILL_SUBDIR`, from which `close` assembles
+    the same shards. An exception in the `with` block discards what is buffered.
 
     Args:
         output_dir: Directory for the shards; created if missing.
         num_train_shards: Number of train shards, >= 1.
         split_weights: Positive integer weights (train, validation, test).
         compression: None, or "GZIP" for gzip-compressed shards ("*.gz").
-        max_open_files: Most shard files open at once; None for a quarter of
-            the process's open-file limit.
-        spill_bytes: Records buffered before they go to part files, when not
-            every shard can be open.
+        max_open_files: Most shard files open at once; None: a quarter of the limit.
+        spill_bytes: Records buffered before they go to part files.
 
     Raises:
         ValueError: If an argument is out of range.
 
     Example:
-
-    Use as a context manager (or call `open` and `close`):
 
     >>> from tf_mlstm.data.readers import Document
     >>> from tf_mlstm.data.tfrecord import ShardedWriter
@@ -728,10 +648,8 @@ class ShardedWriter:
             self.
 
         Raises:
-            FileExistsError: If the directory already holds shard files that
-                this writer would not overwrite (another shard count or
-                compression): `split_files` would read them as part of the
-                data set.
+            FileExistsError: the directory holds shard files this writer would not
+                overwrite (another count or compression), which `split_files` would read.
         """
         if self._open:
             return self
@@ -770,7 +688,7 @@ class ShardedWriter:
         return record_options(self._compression)
 
     def write(self, doc: Document) -> str:
-        """Writes one document to its shard (`ShardAssignment` of its source and line).
+        """Writes one document to its shard.
 
         Args:
             doc: The document.

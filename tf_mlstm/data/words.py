@@ -1,22 +1,11 @@
 """Words and word n-grams of normalized text, in TensorFlow ops: the TF-IDF features.
 
-The word n-gram feature kind (`NGRAM_KIND`) of transfer is TF-IDF of word
-unigrams and bigrams. Its tokens come from these TensorFlow ops alone, both
-where the vocabulary is fitted and scored in Python (scikit-learn reads the
-tokens these ops produce) and inside an exported `classify` signature, so the
-two agree token for token whatever the text holds:
-
-- lowercase (`tf.strings.lower` with UTF-8: Unicode case mapping);
-- a word is a maximal run of letters, combining marks, digits and `_`
-  (`\\p{L}\\p{M}\\p{N}_`), everything else separates words;
-- words of one character are dropped, as scikit-learn's default
-  `token_pattern` (`\\b\\w\\w+\\b`) drops them;
-- bigrams join two consecutive kept words with one space.
-
-`tfidf` computes, from a vocabulary table and its IDF weights, what
-scikit-learn's `TfidfVectorizer(sublinear_tf=True)` computes (1 + log of the
-count, times IDF, each row scaled to unit L2 norm), as a dense [N, V] float32
-tensor.
+The tokens come from these ops alone, both where scikit-learn fits the
+vocabulary and inside an exported `classify` signature, so they agree: text
+lowercased, a word a maximal run of `\\p{L}\\p{M}\\p{N}_` of two characters
+or more (scikit-learn's default `token_pattern`), bigrams joined by a space.
+`tfidf` computes what `TfidfVectorizer(sublinear_tf=True)` does, as a dense
+[N, V] float32 tensor.
 """
 
 import tensorflow as tf
@@ -44,10 +33,8 @@ def ngrams(texts, max_n=MAX_N) -> tf.RaggedTensor:
 
 
 def word_strings(texts) -> list[str]:
-    """Each text's kept words, joined by single spaces, as Python strings.
+    """Each text's kept words (`tokenize`) joined by spaces, for scikit-learn's `str.split`.
 
-    What a scikit-learn vectorizer reads with `tokenizer=str.split`: the words
-    are those of `tokenize`, so vocabulary, counts and a served request agree.
 
     Args:
       texts: a sequence of str.
@@ -83,8 +70,7 @@ def tfidf(texts, table, idf, max_n=MAX_N) -> tf.Tensor:
       max_n: the longest n-gram counted.
 
     Returns:
-      Sublinear term frequency (1 + log count) times IDF, each row scaled to
-      unit L2 norm (a row with no known term stays 0).
+      (1 + log count) x IDF, each row scaled to unit L2 norm (0 with no known term).
     """
     terms = ngrams(texts, max_n)
     columns = table.lookup(terms.flat_values)
