@@ -1,9 +1,6 @@
-"""The tasks of the distributed runner, side by side: one kind of training each.
+"""The distributed runner's tasks, one kind of training each (neither imports the other).
 
-`language_model.LanguageModelTask` trains the mLSTM language model on
-TFRecord shards (`tf-mlstm-train`); `finetune.FinetuneTask` trains a
-`MLSTMClassifier` on labeled text (`tf-mlstm-finetune`). Each supplies what
-`tf_mlstm.train.task_protocol.Task` asks for, and the runner
-(`tf_mlstm.train.runner`) does the rest: strategy, step, checkpoints,
-budget, faults. Neither task imports the other.
+`language_model.LanguageModelTask` (`tf-mlstm-train`) and
+`finetune.FinetuneTask` (`tf-mlstm-finetune`) supply what
+`train.task_protocol.Task` asks; `train.runner` does the rest.
 """

@@ -1,16 +1,11 @@
 """Fine-tuning as a task of the distributed runner (`tf-mlstm-finetune`).
 
-`FinetuneTask` trains a `MLSTMClassifier` (a head on features of a trained
-language model, the encoder unfrozen) on labeled text: it reads, holds out
-and scores the data with `tf_mlstm.transfer.labeled`, can start its head
-from a linear probe (`tf_mlstm.transfer.probe`), and hands the runner
-(`tf_mlstm.train.runner`) the model, the loss, its per-worker input and its
-results; `SyntheticFinetuneTask` is the same step on random rows, what
-`auto` precision times. The runner owns the strategy, the all-reduced step,
-checkpoints, the time budget and a peer worker's failure, as for the
-language model's task beside it (`tasks.language_model`), which this module
-never imports. What fine-tuning does, and the run folder it leaves, is told
-in `tf_mlstm.transfer.finetune`.
+`FinetuneTask` trains a `MLSTMClassifier` (a head on a trained language
+model's features, the encoder unfrozen) on labeled text read with
+`transfer.labeled`, its head optionally from a linear probe; the runner owns
+strategy, step, checkpoints and budget. `SyntheticFinetuneTask` is the same
+step on random rows, which `auto` precision times. The run folder it leaves:
+`tf_mlstm.transfer.finetune`.
 """
 
 import functools
@@ -67,13 +62,10 @@ def task_kind(data: labeled.LabeledData) -> str:
 class FinetuneTask(Task):
     """Fine-tuning a `MLSTMClassifier` as a task of the distributed runner.
 
-    The encoder starts from `init_model_dir`; the classifier head is new
-    (random, or fitted by a linear probe: `probe_head`).
-    The training labels choose the task (`task_kind`): its outputs are the
-    label keys (binary, multi-label) or the training data's classes.
-    Each worker reads its shard of the training texts in a seeded order
-    reshuffled every epoch; the shuffle holds row indices, not texts, so the
-    saved input position stays small (8 bytes a text).
+    The encoder starts from `init_model_dir`, the head is new (random or
+    `probe_head`), and the training labels choose the task (`task_kind`). Each
+    worker reads its shard of the texts in a seeded order reshuffled every epoch,
+    holding row indices so the saved input position stays small.
 
     Args:
       config: a validated `FinetuneConfig`.
@@ -137,10 +129,8 @@ class FinetuneTask(Task):
     def probe_head(self) -> tuple:
         """(kernel [D, K], bias [K]): the logistic regression on the starting features.
 
-        The starting model featurizes the training and validation texts as
-        the head will read them; `probe.fit.fit_logistic` fits them (L2, C
-        chosen on validation; multi-label: per label, with its threshold
-        metric), and its standardization is folded into the weights.
+        `probe.fit.fit_logistic` on the training and validation texts' features (L2,
+        C chosen on validation), its standardization folded into the weights.
 
         Returns:
           (kernel, bias) as NumPy arrays.
@@ -469,13 +459,9 @@ class FinetuneTask(Task):
     def measurement(self, rows) -> autotune.Probe:
         """Fine-tuning's step at this run's shape on synthetic rows (see `autotune.Probe`).
 
-        The base model's size comes from its config.json (already read by
-        `check_inputs`); the head from the config: its features, hidden
-        layer, dropout and outputs (the label keys, or a label map's
-        classes; one sigmoid for a single key without a map, whose classes
-        only the data tells: a K-class head adds a [D, K] product, nothing
-        next to the mLSTM). Rows are `max_length` bytes, the widest a batch
-        gets.
+        The base model's size comes from its config.json, the head from the config
+        (a single key without a map: one sigmoid, as only the data tells its
+        classes); rows are `max_length` bytes, the widest a batch gets.
 
         Args:
           rows: rows per replica.
@@ -518,10 +504,8 @@ class FinetuneTask(Task):
 class SyntheticFinetuneTask(FinetuneTask):
     """Fine-tuning's step on random rows: what `auto` times (`autotune.py`).
 
-    The same classifier, loss and step as `FinetuneTask`, on a fresh encoder
-    of the base model's shape (its weights do not change the speed); the
-    batches are one random block of `max_length`-byte rows, repeated, so no
-    file is read and the real run's input is untouched.
+    The same classifier, loss and step on a fresh encoder of the base shape,
+    fed one repeated random block, so no file is read.
 
     Args:
       config: the `FinetuneConfig` of the candidate (its precision and XLA).

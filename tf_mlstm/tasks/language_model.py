@@ -1,14 +1,11 @@
 """Language-model training (`tf-mlstm-train`) as a task of the distributed runner.
 
-The mLSTM learns next-byte prediction with truncated BPTT: each replica
-carries its rows' recurrent state [h, c] from step to step (the model resets
-it at document starts), so the state is part of what a checkpoint must
-restore (the runner saves it per worker beside the checkpoint). The loss is
-the mean cross-entropy over the global batch's characters, so the SUM
-all-reduce of replica gradients is the global mean gradient. Every worker
-reads its own share of the training shards (`pipeline.lm_dataset` with the
-worker's input context) through a plain iterator whose position is saved.
-Validation reports bits/char; the chief also logs text samples.
+Next-byte prediction with truncated BPTT: each replica carries its rows'
+state [h, c] across steps (reset at document starts), so checkpoints save it
+per worker. The loss is the mean cross-entropy over the global batch's
+characters, so the SUM all-reduce gives the global mean gradient. Each
+worker reads its share of the shards through an iterator whose position is
+saved; validation reports bits/char and the chief logs samples.
 """
 
 import math
@@ -79,9 +76,6 @@ class LanguageModelTask(Task):
     >>> task = LanguageModelTask(config, ["data/train-00000-of-00001.tfrecord"], [])
     >>> task.carried_state_shape(rows=4), task.describe()
     ((4, 16), ' x 32 chars')
-
-    `train.runner.Runner(task, config).train()` trains it (see the `Runner`
-    example).
     """
 
     title = "Training"
@@ -211,8 +205,7 @@ class LanguageModelTask(Task):
           max_batches: the most batches read.
 
         Returns:
-          `evaluation.evaluate`'s dict (`bits_per_char`, `chars`, `chars_per_s`),
-          or None without validation shards.
+          `evaluation.evaluate`'s dict, or None without validation shards.
         """
         if not self.validation_files:
             return None
@@ -278,9 +271,7 @@ class LanguageModelTask(Task):
 class SyntheticLanguageModelTask(LanguageModelTask):
     """The language model's step on random bytes: what `auto` times (`autotune.py`).
 
-    The same model, loss, carried state and step as `LanguageModelTask`; the
-    batches are one random [rows, seq_length] block, repeated, so no file is
-    read and the real run's input is untouched.
+    The same model, loss, carried state and step, fed one repeated random block.
 
     Args:
       config: the `TrainConfig` of the candidate (its precision and XLA).
