@@ -1,27 +1,15 @@
 """`--hidden_size=auto`: the model's size for the run's budget, from measured rates and a law.
 
-The scaling law (`tf_mlstm.sizing`) predicts held-out bits/char from a
-model's weights and the characters it trains on; what a budget buys in
-characters depends on the machine. So, as `auto` precision is measured
-(`autotune.py`), the chief times one replica's step of each of
-`size_candidates` on synthetic data, at the precision and XLA the table gives
-as its prior (or the explicit one), within `autotune.time_cap_s`, each size's
-rate cached under the key its precision rates use (a later run of the same
-shape on the same machine measures nothing). Each size then trains on
+As `auto` precision does (`autotune.py`), the chief times one replica's step
+of each of `size_candidates` within `autotune.time_cap_s` (rates cached);
+each size then trains on
 
     chars = min(rate x replicas x the seconds left, max_steps x global batch x seq_length)
 
-and `sizing.plan_size` takes the size whose predicted loss is lowest. With
-no time budget nothing is timed: every size trains on the steps' characters,
-and the law favours the largest. One log line says the choice, the rates,
-the predictions and the alternatives; every worker takes the chief's size
-(`autotune.agree_values`); the run's config.json records the size and the
-plan (`Decision.record`), and a resume keeps the recorded size, measuring
-nothing.
-
-`decide` is the pure part: the config, what was recorded, a function that
-gives the rates and one that agrees, in; a `Decision` out. The runner
-(`runner.py`) supplies the step it trains with.
+and `sizing.plan_size` takes the lowest predicted loss (without a time
+budget nothing is timed and the law favours the largest). Every worker takes
+the chief's size, config.json records it, and a resume keeps it. `decide` is
+the pure part. Measurements: docs/scaling.md.
 """
 
 import dataclasses
@@ -94,8 +82,7 @@ class Decision:
 
     Attributes:
       units: the chosen mLSTM units.
-      how: "measured", "cached", "measured and cached", "steps" (no time budget, or no rate),
-        "recorded" (a resume) or "from the chief".
+      how: "measured", "cached", "measured and cached", "steps", "recorded" or "from the chief".
       line: the one log line.
       record: the config.json "autosize" record.
       seconds: time spent measuring (counted against the time budget).
@@ -208,9 +195,8 @@ def decide(
     """The size of a `hidden_size=auto` run, on every worker.
 
     Args:
-      config: the validated config (`hidden_size` "auto", `size_candidates`, `scaling_law`,
-        the budget, `batch_size`, `seq_length`, `embedding_size`, `weight_norm`).
-      replicas: replicas in sync (each size's characters: one replica's rate x replicas).
+      config: the validated config (`hidden_size` "auto", its candidates, law and budget).
+      replicas: replicas in sync (a size's characters: one replica's rate x replicas).
       chief: whether this worker decides (measures).
       num_workers: workers of the run; above one every worker calls `agree`.
       recorded: `rundir.recorded_hidden_size(model_dir)`: (units, record) or None.
@@ -332,10 +318,8 @@ def _candidate_record(choice, replica_rate):
 def unused_settings(config) -> "str | None":
     """The line for settings only `hidden_size=auto` reads, set on a run of a given size.
 
-    `optimize_for` and `scaling_law` choose among `size_candidates`; with a given
-    `hidden_size` they change nothing, and a user who set them expects them to.
-    (`size_candidates` is left out: a recipe's flagfile sets it, and a command that
-    overrides the recipe's auto size with its own keeps the file's list.)
+    (`size_candidates` is left out: a recipe's flagfile sets it, and a command
+    overriding the recipe's auto size keeps the file's list.)
 
     Args:
       config: the run's config.
@@ -394,9 +378,8 @@ def rates_on_this_machine(
       config: the run's config (precision and XLA: "auto" or fixed; `num_gpus`).
       task: the run's task (its `measurement` gives the step's shape and synthetic task).
       per_replica_batch: rows a replica trains on.
-      replicas: replicas in sync (part of the cache key, as for precision).
-      build_step: `build_step(setting, probe, scratch, use_gpus, hidden_size)` -> one step
-        (the runner's `_candidate_step`).
+      replicas: replicas in sync (part of the cache key).
+      build_step: `build_step(setting, probe, scratch, use_gpus, hidden_size)` -> one step.
       sizes: the units to rate.
       max_seconds: the time cap.
 

@@ -1,28 +1,15 @@
 """`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest.
 
-A table of CPU flags cannot tell the machines apart: with the same
-`avx512_bf16` flag, mixed_bfloat16 trained 1.42x as fast as float32 on an AMD
-EPYC and 0.67x as fast on an Intel Xeon without AMX (docs/performance.md;
-`hardware.py` keeps the table as the prior). So where a run can afford it, `auto`
-times a few steps of every setting the hardware runs natively, at the run's
-own shape, and takes the fastest:
-
-* float32 with XLA on and off, everywhere;
-* mixed_bfloat16 (XLA on and off) on a CPU with bfloat16 instructions or
-  matrix units (`BFLOAT16_CPU_FLAGS`): on an AVX2-only CPU bfloat16 is
-  emulated (5.7x slower there), so it is no candidate;
-* mixed_float16 on GPUs with tensor cores (compute capability >= 7.0) and
-  mixed_bfloat16 on GPUs of compute capability >= 8.0 (no loss scaling).
-
-`choose` is the pure part: candidates, a function that builds a candidate's
-step, a clock and a cache in, a `Choice` out. A candidate that fails to
-build, compile or run is skipped with a warning; the time spent is capped
-(`time_cap_s`: a small fraction of the run's budget, at most
-`MAX_MEASURE_S`); the rates and the choice are cached in the user's cache
-folder (`cache_path`) per machine kind, TensorFlow version and shape, so the
-next run of the same shape starts at once. The runner (`runner.py`) supplies
-the step it trains with and makes every worker of a multi-worker run use the
-chief's choice (`agree`).
+CPU flags cannot tell machines apart (the same `avx512_bf16` flag, 1.42x and
+0.67x for bfloat16: docs/performance.md), so `auto` times a few steps of
+every setting the hardware runs natively at the run's shape: float32 with
+XLA on and off; mixed_bfloat16 on CPUs with bfloat16 units
+(`BFLOAT16_CPU_FLAGS`); mixed_float16 from GPU compute capability 7.0 and
+mixed_bfloat16 from 8.0. `choose` is the pure part (candidates, a step
+builder, a clock and a cache in; a `Choice` out): failures are skipped,
+measuring is capped (`time_cap_s`), rates are cached per machine kind,
+TensorFlow version and shape (`cache_path`), and every worker takes the
+chief's choice (`agree`). `hardware.py` keeps the table that is the prior.
 """
 
 import dataclasses
@@ -82,7 +69,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        """E.g. "mixed_bfloat16/xla_off": the key of its rate in logs, cache and config.json."""
+        """E.g. "mixed_bfloat16/xla_off": its rate's key in logs, cache and config.json."""
         return f"{self.precision}/xla_{'on' if self.jit else 'off'}"
 
     @classmethod
@@ -97,12 +84,10 @@ class Choice:
 
     Attributes:
       candidate: the chosen `Candidate`.
-      how: "measured", "cached", "measured and cached" (some rates from
-        each), "table", "only candidate" or "from the chief" (a worker
-        that received the chief's choice).
+      how: "measured", "cached", "measured and cached", "table", "only candidate" or
+        "from the chief".
       rates: {candidate name: units per second} measured (or cached).
-      skipped: {candidate name: why it has no rate (failed, or left out by
-        the time cap)}.
+      skipped: {candidate name: why it has no rate (failed, or past the time cap)}.
       unit: what `rates` count ("chars/s").
       seconds: time spent measuring now (0 when cached).
       note: why the table decided, when it did.
@@ -153,10 +138,8 @@ class Probe:
     """How a task's step is timed (see `runner.Task.measurement`).
 
     Attributes:
-      make_task: `make_task(config)` -> a task with the same model, loss and
-        step as the real one, fed synthetic batches (no files read).
-      shape: what the step's speed depends on besides the machine (model
-        size, rows per replica, sequence length), for the cache key.
+      make_task: `make_task(config)` -> a task of the same step on synthetic batches.
+      shape: what the step's speed depends on besides the machine, for the cache key.
       units_per_step: characters one replica's step processes.
 
     Example:
@@ -212,8 +195,7 @@ def candidates(
       jit: "auto", "true" or "false".
 
     Returns:
-      A list of `Candidate`, the prior first (it is measured first, so a
-      time cap never leaves it out).
+      A list of `Candidate`, the prior first (so a time cap never leaves it out).
     """
     prior, _ = hardware.resolve_precision(precision, machine, use_gpus)
     precisions = native_precisions(machine, use_gpus) if precision == hardware.AUTO else [prior]
@@ -357,12 +339,10 @@ def measure(
 
     Args:
       candidates_: `Candidate`s, in the order to measure them.
-      build: `build(candidate)` -> a function that runs one step and returns
-        when it is done (its results read back).
+      build: `build(candidate)` -> a function that runs one step to completion.
       units_per_step: what one step processes (characters), for the rates.
       clock: seconds, monotonic (`time.perf_counter`; tests pass a fake).
-      max_seconds: measuring stops after this long; the first candidate is
-        always measured in full.
+      max_seconds: measuring stops after this long; the first candidate is always measured.
       unit: what `units_per_step` counts, per second (for the log).
 
     Returns:
@@ -482,14 +462,11 @@ def choose(
 
     Args:
       candidates_: `Candidate`s, the prior first.
-      build: see `measure`.
-      units_per_step: see `measure`.
+      build, units_per_step, clock, max_seconds: see `measure`.
       cache: a `Cache`, or None for none.
       key: the cache key (`cache_key`).
-      clock: see `measure`.
-      max_seconds: see `measure`.
-      allowed: whether measuring is allowed now (`worth_measuring`); when
-        not, a complete cache entry still decides, else the prior does.
+      allowed: whether measuring is allowed (`worth_measuring`); if not, a
+        complete cache entry still decides, else the prior does.
       not_allowed_why: the phrase logged when it is not.
       unit: what the rates count.
 
@@ -549,9 +526,8 @@ def decode(values) -> Candidate:
 def agree_values(strategy, values, chief, local_replicas) -> list[float]:
     """Every worker's copy of the chief's `values` (floats), by one SUM all-reduce.
 
-    The chief's first replica contributes `values`, every other replica zeros
-    (of the same length), so the sum is the chief's values on every worker; it
-    needs no shared file system. Every worker must call this at the same point.
+    The chief's first replica adds `values`, every other replica zeros (no shared
+    file system needed); every worker must call this at the same point.
 
     Args:
       strategy: the run's (multi-worker) strategy.

@@ -1,10 +1,8 @@
 """The step loop's cadence: progress windows, pauses and the ETA, profiling, divergence.
 
-The runner's loop (`runner.py`) runs the steps; what happens between them
-lives here: the statistics of a progress line's window, the time spent in
-checkpoints and evaluations (left out of the rate, added to the ETA), the
-profiler's start and stop at `--profile_steps`, the count of non-finite
-steps that ends a diverging run, and the line a signal's stop logs.
+What happens between the runner's steps: a progress line's statistics, the
+pauses left out of the rate and added to the ETA, the profiler, the count of
+non-finite steps that ends a diverging run, and the line a signal's stop logs.
 """
 
 import contextlib
@@ -53,11 +51,7 @@ class Window:
         self.paused = 0.0  # seconds of checkpoints and evaluations in the window
 
     def add(self, stats: np.ndarray) -> None:
-        """Adds one step's statistics (summed over replicas).
-
-        Args:
-          stats: the step's statistics vector.
-        """
+        """Adds one step's statistics vector (summed over replicas)."""
         self.total = stats.astype(np.float64) if self.total is None else self.total + stats
         self.steps += 1
 
@@ -69,9 +63,8 @@ CHECKPOINT = "checkpoint"
 class Pauses:
     """The time the step loop spends outside steps, by kind: checkpoints, each periodic task.
 
-    A progress line's rate leaves these pauses out and its ETA adds the ones
-    still due, each at the mean time its kind has taken in this launch, so the
-    ETA neither jumps up after an evaluation nor forgets the ones ahead.
+    A rate leaves them out; an ETA adds those still due at their mean times, so
+    it neither jumps after an evaluation nor forgets the ones ahead.
 
     Example:
 
@@ -92,11 +85,7 @@ class Pauses:
 
     @contextlib.contextmanager
     def timed(self, kind: object, window: Window) -> Iterator[None]:
-        """Times the block as a pause of `kind`, and leaves it out of `window`'s time.
-
-        Args:
-          kind: `CHECKPOINT`, or a periodic callback's index.
-          window: the progress window the block falls in.
+        """Times the block as a pause of `kind` (`CHECKPOINT`, a callback's index), out of `window`.
 
         Yields:
           Nothing: the block runs inside.
@@ -111,7 +100,7 @@ class Pauses:
             self._seconds[kind] = (count + 1, total + seconds)
 
     def ahead(self, step: int, max_steps: int, cadences: dict) -> float:
-        """Seconds of the pauses still due at `step` (after its line) to `max_steps`, at mean times.
+        """Seconds of the pauses still due after `step`'s line up to `max_steps`, at mean times.
 
         Args:
           step: the step just logged (its own pauses come after the line).
@@ -131,14 +120,7 @@ class Pauses:
 
 
 def format_duration(seconds: float) -> str:
-    """H:MM:SS of `seconds` (an ETA).
-
-    Args:
-      seconds: the duration.
-
-    Returns:
-      The text, e.g. "0:02:49".
-    """
+    """H:MM:SS of `seconds` (an ETA), e.g. "0:02:49"."""
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
@@ -166,11 +148,7 @@ class Profiler:
         self._profiling = False
 
     def at(self, step: int) -> None:
-        """Starts or stops the profiler when `step` (the step before the next one) is a bound.
-
-        Args:
-          step: the global step before the next one runs.
-        """
+        """Starts or stops the profiler when `step` (the step before the next one) is a bound."""
         bounds = profile_bounds(self._profile_steps)
         if not bounds or not self._chief:
             return
@@ -203,7 +181,7 @@ def count_nonfinite(
       finite: whether the step was finite (applied).
       norm: its all-reduced gradient norm (logged).
       last_saved: the last checkpointed step, or -1.
-      max_nonfinite_steps: the `max_nonfinite_steps` in force.
+      max_nonfinite_steps: the limit in force.
       writers: the run's summary writers (flushed before the run stops).
       strategy: the run's strategy (a last synchronization before it stops).
 
@@ -239,12 +217,8 @@ def count_nonfinite(
 
 
 def log_signal_stop(step: int, signum: int | None) -> None:
-    """Logs that every worker stops at `step` on a stop signal, and checkpoints it.
+    """Logs that every worker stops at `step` on a stop signal (`signum`: this worker's or None)."""
 
-    Args:
-      step: the step every worker stops after.
-      signum: the signal this worker got, or None (another worker's).
-    """
     name = stop_signals.STOP_SIGNALS[signum][1] if signum else stop_signals.PEER_SIGNAL
     again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
     logging.warning("%s: every worker stops at step %d and checkpoints it%s.", name, step, again)

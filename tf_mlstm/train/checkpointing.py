@@ -1,30 +1,13 @@
 """Checkpoints, the carried recurrent state and the input position, for exact resumption.
 
-A `tf.train.Checkpoint` holds the model, the optimizer (with its loss
-scale) and the step counter; only the chief's copy is kept. What differs
-between workers is written by each worker beside it, in the shared model
-folder (names from `tf_mlstm.rundir`):
-
-* the recurrent state each replica carries across batches (not a variable),
-  as `carried_state/worker-<id>-step-<step>.tensor`: one serialized
-  `TensorProto` [replicas, 2 (h, c), rows, units] in the compute dtype, so a
-  bfloat16 or float16 state comes back bit for bit (NumPy's `.npz` has no
-  bfloat16: it reads back as raw bytes);
-* the position of the worker's input iterator, as a small checkpoint
-  `input_state/worker-<id>/step-<step>` with the input layout it belongs to
-  in `step-<step>.json` (every worker reads its own shards, so one iterator
-  state cannot serve all).
-
-The shared checkpoint is committed only after every worker has written
-both (`run_state.RunState.save`), so a checkpoint never lacks a worker's state
-because that worker died while it was being saved.
-
-A resumed run reloads both when the step and the layout match, so the loss
-trajectory continues exactly. When the layout changed (a checkpoint from N
-workers resumed on M), the state starts from zeros and the input from the
-start of this worker's shards, and the log says so. All file access goes
-through `tf.io.gfile`, so a `gs://` (or any TensorFlow filesystem) model
-folder resumes as exactly as a local one.
+The chief's `tf.train.Checkpoint` holds model, optimizer and step. Each
+worker writes beside it what is its own: the carried [h, c] of its replicas
+(`carried_state/worker-<id>-step-<step>.tensor`, a `TensorProto` in the
+compute dtype, so bfloat16 comes back bit for bit) and its input iterator's
+position with its layout (`input_state/worker-<id>/step-<step>`). The shared
+checkpoint is committed only after every worker wrote both
+(`run_state.RunState.save`). A resume reloads both when step and layout
+match, else starts them afresh with a warning; all access is `tf.io.gfile`.
 """
 
 import io
@@ -60,8 +43,7 @@ def save_carried_state(model_dir, worker, step, local_states, keep=3) -> None:
       model_dir: the run's folder (shared by all workers).
       worker: this worker's index.
       step: the global step the state belongs to.
-      local_states: list over local replicas of (h, c) arrays or tensors, all
-        of one shape and dtype.
+      local_states: list over local replicas of (h, c) arrays or tensors, of one shape and dtype.
       keep: how many of this worker's newest files to keep.
     """
     stacked = tf.stack([tf.stack([h, c]) for h, c in local_states])
@@ -101,12 +83,10 @@ def load_carried_state(model_dir, worker, step, replicas, shape, dtype=None) -> 
       step: the restored checkpoint's step.
       replicas: local replicas now.
       shape: expected (rows, units) of each array.
-      dtype: the compute dtype now (None: any); a state saved in another one
-        does not fit.
+      dtype: the compute dtype now (None: any); another saved dtype does not fit.
 
     Returns:
-      A list over local replicas of (h, c) NumPy arrays in the saved dtype,
-      or None (with a warning) when the state restarts from zeros.
+      (h, c) NumPy arrays per local replica, or None (with a warning) to restart from zeros.
     """
     path = _state_path(model_dir, worker, step)
     if not tf.io.gfile.exists(path):
@@ -162,13 +142,11 @@ def has_state(model_dir, worker, step, layout, carried) -> bool:
       model_dir: the run's folder.
       worker: this worker's index.
       step: a checkpoint's step.
-      layout: this run's input layout (a position saved under another one
-        is not used, so it does not count).
+      layout: this run's input layout (a position saved under another does not count).
       carried: whether the task carries a recurrent state.
 
     Returns:
-      True when the input position of `step` under `layout` (and the
-      carried state, if any) is saved.
+      True when the input position of `step` (and the carried state, if any) is saved.
     """
     prefix = _input_prefix(model_dir, worker, step)
     if not tf.io.gfile.exists(prefix + ".json"):
@@ -193,8 +171,7 @@ def save_input_state(model_dir, worker, step, iterator, layout, keep=3) -> None:
       worker: this worker's index.
       step: the global step the position belongs to.
       iterator: the worker's tf.data iterator.
-      layout: JSON-serializable description of the input pipeline; a restore
-        needs an equal one.
+      layout: JSON-serializable description of the input pipeline; a restore needs an equal one.
       keep: how many of this worker's newest positions to keep.
     """
     prefix = _input_prefix(model_dir, worker, step)
@@ -216,8 +193,7 @@ def restore_input_state(model_dir, worker, step, iterator, layout) -> bool:
     """Restores this worker's input position at `step` if its layout matches.
 
     Returns:
-      True when restored; False (with a warning) when the input restarts
-      from the beginning of this worker's shards.
+      True when restored; False (with a warning) when the input restarts from its shards' start.
     """
     prefix = _input_prefix(model_dir, worker, step)
     if not tf.io.gfile.exists(prefix + ".json"):

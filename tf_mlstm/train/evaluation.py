@@ -1,9 +1,7 @@
 """Bits per character of a language model over a finite batch stream.
 
-The state is carried from batch to batch within each row (the rows are
-document streams from `tf_mlstm.data.pipeline`) and reset at every document
-start by the model itself, so the figure is the per-document one. On request
-the progress is reported through `tf_mlstm.progress`, in characters scored.
+The state carries across batches within a row and resets at document
+starts, so the figure is the per-document one.
 """
 
 import time
@@ -34,10 +32,8 @@ def make_eval_step(model, jit_compile=False) -> Callable:
 
 
 def expected_chars(files, split) -> int | None:
-    """About how many characters an evaluation of TFRecord `files` scores.
+    """About how many characters an evaluation of TFRecord `files` scores (all but rows' first).
 
-    Every byte of text and every document's start marker is a target, except
-    the first byte of each batch row.
 
     Args:
       files: shards of `split`.
@@ -60,16 +56,12 @@ def evaluate(
 
     Args:
       model: an `MLSTMLanguageModel`.
-      dataset: finite dataset of batches from `pipeline.lm_dataset(...,
-        training=False)`.
+      dataset: finite batches from `pipeline.lm_dataset(..., training=False)`.
       max_batches: stop after this many batches (0 = all).
       step_fn: a step from `make_eval_step`, to reuse its compiled graph.
-      expected: characters the dataset holds (see `expected_chars`); None if
-        not known. Only the progress uses it.
+      expected: characters the dataset holds (`expected_chars`), for the progress; or None.
       progress: report the progress (a bar on a terminal, else log lines).
-      read: for raw corpus files, whose characters are known only once read:
-        (their size in bytes, the `readers.ReadStats` their reader updates);
-        the progress then counts the bytes read against the size.
+      read: raw corpus files' (size in bytes, `readers.ReadStats`), for the progress.
 
     Returns:
       dict with `bits_per_char`, `chars`, `chars_per_s`.
@@ -133,20 +125,15 @@ def evaluate_data(
     seq_length=256,
     max_batches=0,
 ) -> dict:
-    """Scores `data` under the model of `model_dir` (`tf-mlstm-eval`).
-
-    `data` is a TFRecord folder (its `split` shards), a TFRecord glob, or
-    raw corpus files (JSON lines, CSV, text; gzip or not) read exactly as
-    `tf-mlstm-make-tfrecords` reads them.
+    """Scores `data` (TFRecord folder or glob, or raw corpus files) under `model_dir`'s model.
 
     Returns:
         dict with `bits_per_char`, `chars`, `chars_per_s`.
 
     Raises:
         FileNotFoundError: no data or no model where the flags point.
-        ValueError: the data holds nothing to score, a TFRecord folder is
-            incomplete, or a raw corpus file cannot be read as a whole
-            (`readers.InputError`, naming the file).
+        ValueError: nothing to score, an incomplete TFRecord folder, or an
+            unreadable raw corpus file (`readers.InputError`, naming it).
     """
 
     model = language_model.MLSTMLanguageModel.from_run(model_dir)

@@ -1,19 +1,12 @@
 """What this machine computes on, and the table of precision and XLA settings (the prior).
 
-The fastest precision and XLA setting differ from machine to machine (bfloat16
-is fast on CPUs with matrix units, emulated and slow on others, and either on
-CPUs with only the AVX512-BF16 dot product), so a training run's
-`--precision=auto` and `--jit_compile=auto` are measured on the machine that
-runs (`autotune.py`). This module detects the hardware (`/proc/cpuinfo`, the
-GPUs TensorFlow sees) and keeps the rules below as the prior: what auto picks
-where measuring is impossible or not worth it (featurizing one text, serving,
-a run too short to pay for it). The measurements behind each rule, machine by
-machine, are in docs/performance.md ("Precision and XLA by measurement").
-
-`resolve_run_config` turns a config's `auto` values into concrete ones before
-a run starts, so the run folder's config.json, a resume and every later tool
-read what was actually used. An existing run keeps the precision it was
-started with: a resume on other hardware does not switch it silently.
+Training measures `--precision=auto` and `--jit_compile=auto` (`autotune.py`);
+this module detects the hardware (`/proc/cpuinfo`, TensorFlow's GPUs) and
+keeps the rules `auto` follows where measuring is impossible or not worth it
+(one text, serving, a short run). The measurements behind each rule:
+docs/performance.md. `resolve_run_config` makes a config's `auto` values
+concrete before a run starts, so config.json records what was used and a
+resume keeps the precision it started with.
 """
 
 import dataclasses
@@ -117,8 +110,7 @@ class GpuInfo:
 
     Attributes:
       name: the device name, e.g. "NVIDIA H100 80GB HBM3".
-      compute_capability: (major, minor), or None where TensorFlow gives none
-        (non-CUDA GPUs).
+      compute_capability: (major, minor), or None where TensorFlow gives none.
 
     Example:
 
@@ -154,8 +146,7 @@ class Hardware:
 
     Attributes:
       cpu_model: the CPU's model name ("unknown" where it is not reported).
-      cpu_flags: every feature flag of the CPU (the `flags` line on x86, the
-        `Features` line on AArch64).
+      cpu_flags: every feature flag of the CPU (x86 `flags`, AArch64 `Features`).
       gpus: the GPUs TensorFlow sees, in device order.
 
     Example:
@@ -232,9 +223,8 @@ def read_cpuinfo(path=CPUINFO) -> tuple[str, frozenset]:
       path: the cpuinfo file.
 
     Returns:
-      (model name, frozenset of flags). Without the file the model is what
-      `platform.processor()` says and the flags are empty, so every automatic
-      choice falls back to float32.
+      (model name, frozenset of flags); without the file, `platform.processor()`
+      and no flags, so every automatic choice falls back to float32.
     """
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -244,10 +234,7 @@ def read_cpuinfo(path=CPUINFO) -> tuple[str, frozenset]:
 
 
 def list_gpus() -> tuple[GpuInfo, ...]:
-    """The GPUs TensorFlow sees, with their compute capability.
-
-    Reads physical devices only, so it may run before a strategy restricts the
-    visible GPUs.
+    """The GPUs TensorFlow sees (physical devices, so before a strategy restricts them).
 
     Returns:
       A tuple of `GpuInfo`.
@@ -290,16 +277,13 @@ def detect(cpuinfo_path=CPUINFO, gpus=None) -> Hardware:
 def resolve_precision(choice, hardware, use_gpus=True) -> tuple[str, str]:
     """The precision policy `choice` stands for on `hardware`.
 
-    `auto`: mixed_float16 when the run computes on GPUs that all have tensor
-    cores; mixed_bfloat16 on a CPU with bfloat16 matrix units (see
-    `BFLOAT16_MATRIX_FLAGS`); float32 otherwise. Any other choice is returned
-    as it is.
+    `auto`: mixed_float16 on GPUs that all have tensor cores, mixed_bfloat16 on a
+    CPU with bfloat16 matrix units, else float32; other choices stay as they are.
 
     Args:
       choice: "auto" or a precision policy name.
       hardware: a `Hardware`.
-      use_gpus: whether the run places its work on the GPUs (False with
-        --num_gpus=0).
+      use_gpus: whether the run places its work on the GPUs (False with --num_gpus=0).
 
     Returns:
       (precision, reason): the policy name and a phrase saying why.
@@ -350,32 +334,22 @@ def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
 def resolve_run_config(config, recorded_config_path, hardware=None, decide=None) -> Any:
     """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
 
-    An existing run's recorded precision wins over `auto`, so a resume on
-    other hardware continues in the precision the run started with. An
-    explicit precision that differs from the recorded one is honoured with a
-    warning. `auto` XLA is decided for this machine on every start: it changes
-    speed, not what is trained.
-
-    Without `decide` each worker of a multi-worker run resolves on its own
-    hardware by the table; the runner passes a `decide` that measures on the
-    chief and hands its choice to every worker (`autotune.py`).
+    A run's recorded precision wins over `auto` (an explicit other one is
+    honoured with a warning); `auto` XLA is decided anew on every start. Without
+    `decide` each worker resolves by the table on its own hardware.
 
     Args:
-      config: a frozen dataclass with `precision`, `jit_compile` and
-        optionally `num_gpus` fields (TrainConfig, FinetuneConfig).
+      config: a frozen dataclass with `precision`, `jit_compile` (and `num_gpus`).
       recorded_config_path: the run folder's config JSON, read if it exists.
       hardware: a `Hardware`; None detects this machine.
-      decide: optional `decide(precision, jit_compile, hardware, use_gpus)`
-        -> (precision, reason, jit bool, jit reason), or None to let the
-        table decide; `precision` is the fixed one (explicit or recorded) or
-        "auto".
+      decide: optional `decide(precision, jit_compile, hardware, use_gpus)` ->
+        (precision, reason, jit bool, jit reason); None lets the table decide.
 
     Returns:
       The config with concrete values (re-validated when it has `validate`).
 
     Raises:
-      ValueError: the recorded file is unreadable, or the resolved config is
-        invalid (e.g. --allreduce_dtype=float16 when auto chose bfloat16).
+      ValueError: the recorded file is unreadable, or the resolved config is invalid.
     """
     if config.precision != AUTO and config.jit_compile != AUTO:
         return config

@@ -1,43 +1,17 @@
 """Learning-rate schedules for large-batch training.
 
-The paper's finding: scaling the rate linearly with the batch (Goyal et al.)
-diverges for the mLSTM at a 32k batch, while a rate scaled more gently,
-capped, warmed up and decayed to zero converges. `LargeBatchSchedule`
-expresses that family:
+Linear scaling with the batch diverges for the mLSTM at a 32k batch; a rate
+scaled more gently, capped, warmed up and decayed to zero converges.
+`LargeBatchSchedule` is that family:
 
     peak   = min(lr * scale(global_batch / base_batch), max_lr)
-             scale = 1 (none), ratio (linear), sqrt(ratio) (sqrt)
     lr(t)  = peak * t / warmup_steps                      for t < warmup
            = peak * decay((t - warmup) / (total - warmup)) afterwards
-    decay(p) = 1 (constant), 1 - p (linear), 0.5 (1 + cos(pi p)) (cosine),
-               final_fraction ** p (exponential)
 
-with p clipped to [0, 1].
-
-A time budget (`--max_minutes`) that ends a run before `total` would cut the
-decay short: on a machine half as fast as the one a recipe was tuned on, a
-linear decay stops at half its peak. `SchedulePlan` lets the run move the
-decay's end while it trains: `BudgetPlanner` predicts from the measured step
-rate the step E at which the budget ends, and the decay progress p becomes a
-variable advanced once per applied update,
-
-    p(t + 1) = p(t) + (1 - p(t)) / (aim(t) - t)          for t >= warmup,
-
-which equals (t - warmup) / (aim - warmup) while the aim stays fixed and,
-when the aim moves, bends the remaining decay to end there without a jump
-in the rate. The aim is the recipe's own `total` until the run enters the
-last `cooldown_fraction` of the predicted budget (E - t <= f (E - warmup)),
-and E from then on: the run follows the recipe's rate while it has budget to
-spare and then cools down to zero exactly when the budget ends (the
-warmup-stable-decay pattern). Aiming at E from the start measured worse
-here: in a run that held 40% of its planned steps, decaying over the whole
-budget ended at 2.234 validation bits/char against 2.123 for the recipe's
-schedule cut by the budget, as a short run is still far from where a low
-rate pays, and early predictions of E are the least reliable. The plan and
-the progress are checkpointed with the step, so a resumed run continues the
-same decay: until the resumed launch has measured its own rate (its first
-`settle_steps` pay for tracing), the planner answers `NO_PREDICTION` and
-the restored E holds.
+with scale 1, ratio or sqrt(ratio), and decay(p) 1, 1 - p, 0.5 (1 + cos(pi p))
+or final_fraction ** p. Under a time budget, `BudgetPlanner` predicts the
+step the budget ends at and `SchedulePlan` moves the decay's end there for
+the last `cooldown_fraction` of it (docs/performance.md, Budget-aware schedules).
 """
 
 import math
@@ -95,9 +69,7 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
       warmup_steps: linear warmup steps from 0.
       decay: constant | linear | cosine | exponential.
       final_fraction: for exponential decay, lr(total) / peak.
-      plan: an optional `SchedulePlan`: the decay then follows its progress
-        variable (its planned length may change during the run) instead of
-        the fixed `total_steps`.
+      plan: an optional `SchedulePlan` whose progress the decay follows instead.
 
     Example:
 
@@ -164,18 +136,16 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
 class SchedulePlan:
     """The decay's planned end and its progress, as checkpointable variables.
 
-    Create it under the strategy scope and checkpoint `variables()` with the
-    model: `planned_steps` (the decay ends there), `progress` (p in [0, 1],
-    float64 so thousands of updates add no visible rounding) and `advanced`
-    (the optimizer iterations already counted, so a skipped update, which
-    does not advance the optimizer, does not advance the decay either).
+    Made under the strategy scope and checkpointed with the model. Each update
+    moves the progress p(t + 1) = p(t) + (1 - p(t)) / (aim - t): linear while
+    the aim holds, bending without a jump when it moves. `advanced` counts
+    applied updates, so a skipped one does not advance the decay.
 
     Args:
       total_steps: the recipe's schedule length (`--total_steps` or `--max_steps`).
       warmup_steps: the decay starts after these many updates.
-      cooldown_fraction: the share of the predicted budget (after warmup)
-        over which the rate cools down to the budget's end; 1 decays over
-        the whole budget from the start.
+      cooldown_fraction: the share of the predicted budget the rate cools down
+        over; 1 decays over the whole budget.
 
     Example:
 
@@ -217,16 +187,11 @@ class SchedulePlan:
         }
 
     def advance(self, iterations, planned_steps=None) -> tf.Variable:
-        """Moves the decay on by the updates applied since the last call.
-
-        Call once per training step, after the update, in cross-replica
-        context (or eagerly), with the same value on every worker.
+        """Moves the decay on by the updates since the last call (once a step, on every worker).
 
         Args:
           iterations: the optimizer's update count after this step.
-          planned_steps: optionally the predicted end of the budget, agreed by
-            all workers (never before the current iteration); `NO_PREDICTION`
-            (or less) keeps the planned end as it is.
+          planned_steps: the agreed predicted end of the budget; `NO_PREDICTION` keeps the plan.
 
         Returns:
           The new progress (a float64 tensor).
@@ -258,11 +223,8 @@ class SchedulePlan:
 class BudgetPlanner:
     """Predicts the step at which a time budget will end the run.
 
-    The rate is measured over this launch's steps after `settle_steps` (the
-    first steps pay for tracing and compilation), so evaluation, sampling
-    and checkpoint pauses that recur during the run count against it as they
-    will until the end. A small `margin` of the remaining time is left for
-    the last checkpoint before the deadline.
+    The rate is measured over this launch's steps after `settle_steps` (tracing),
+    so recurring pauses count; `margin` of the time left is kept for the last checkpoint.
 
     Args:
       max_steps: the plan never goes past this.
@@ -303,10 +265,8 @@ class BudgetPlanner:
           now: the time; `clock()` by default.
 
         Returns:
-          An int in [step, max_steps], or `NO_PREDICTION` until this launch's
-          rate is measured (a resumed run keeps its restored plan until then;
-          every worker settles at the same step, so all of them answer it at
-          the same steps).
+          An int in [step, max_steps], or `NO_PREDICTION` until this launch's rate
+          is measured (a resumed run keeps its restored plan until then).
         """
         now = self.clock() if now is None else now
         if self._first_step is None:
