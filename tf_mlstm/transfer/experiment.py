@@ -1,19 +1,10 @@
 """The transfer experiment behind `tf-mlstm-transfer`.
 
-Reads labeled CSV/JSONL splits with `tf_mlstm.transfer.labeled` (so the text
-is normalized exactly as for training), featurizes them with a trained
-model (and, with the `tfidf` kind, computes word n-gram TF-IDF fitted on
-the training rows), fits the L2 (or L1) logistic regression (C chosen on
-validation: the given validation split, or a seeded stratified share of
-train), warns when it is no better than the majority class, finds the
-neurons, repeats the fit on subsamples of train for the `num_labeled`
-curve, and writes `results.json`, `classifier.json` and the plots to the
-output folder.
-
-The task follows the labels: one label key with two classes is the paper's
-binary task (and its sentiment neuron); more classes give a multinomial
-regression with a top unit per class; several label keys give one binary
-regression per label, each with a threshold chosen on validation.
+`run_transfer` reads labeled splits, featurizes them (and word n-grams for
+`tfidf`), chooses feature kinds and C, fits the logistic regression, finds
+the neurons, draws the `num_labeled` curve, and writes `results.json`,
+`classifier.json` and the plots. The labels decide the task: binary, K
+classes, or several keys (one thresholded regression per label).
 """
 
 import dataclasses
@@ -122,19 +113,15 @@ def _read_data(config):
 
 
 def make_data(config, train, splits, held_out) -> _Data:
-    """The `_Data` of splits already read: dict "train" (the fit rows), "val", maybe "test".
-
-    Checks the classes (`_training_classes`) as a run does before featurizing.
-    """
+    """The `_Data` of splits already read (dict "train", "val", maybe "test"), classes checked."""
     return _Data(train, splits, _training_classes(config, splits), held_out)
 
 
 def _training_classes(config, splits):
     """The classes of the fit rows (or the label keys), checked before featurizing.
 
-    A single-label task needs two classes in the fit rows and no other class
-    in val/test (`labeled.encode_classes` names the file and line); a
-    multi-label task needs both values of every label in the fit rows.
+    Single-label: two classes in the fit rows, none other in val/test.
+    Multi-label: both values of every label in the fit rows.
     """
     fit = splits["train"]
     if fit.multilabel:
@@ -168,13 +155,8 @@ def featurize(
 ) -> tuple[dict, dict, ngrams_lib.NgramVocabulary | None]:
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
-    The n-gram vocabulary (None unless a `tfidf` kind is asked for) is fitted
-    on the fit rows of train alone, never on validation or test text. The
-    model's features of a split come from the feature cache when a run
-    computed them before (`feature_cache`, unless `config.feature_cache` is
-    off or no `fingerprint` of the model's weights is given), and go there as
-    soon as they are computed, so an interrupted run keeps the splits it
-    finished.
+    The n-gram vocabulary sees train's fit rows alone. Model features go to
+    `feature_cache` as each split finishes, so an interrupted run keeps them.
     """
     computed, with_ngrams = features_lib.kinds_to_compute(
         features_lib.parse_feature_kinds(config.features)
@@ -236,9 +218,8 @@ def featurize(
 def c_grid_of(config, kinds) -> tuple[float, ...]:
     """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
 
-    `fit_lib.WORDS_C_GRID` reaches 10x further up than the default grid:
-    every n-gram of a small training set, each seen once or twice, wants
-    little regularization.
+    Every n-gram of a small training set, seen once or twice, wants little
+    regularization: `fit_lib.WORDS_C_GRID` reaches 10x further up.
     """
     if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == fit_lib.DEFAULT_C_GRID:
         return fit_lib.WORDS_C_GRID
@@ -261,11 +242,8 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
 def choice_folds(config, data) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
-    With fewer than `selection_lib.CV_MAX_VALIDATION` validation rows (and
-    `cv_folds` not 0) the choice is made by `cv_folds`-fold stratified
-    cross-validation over the fit rows and the validation rows together
-    (folds over train's rows, then validation's); the final classifier is
-    still fitted on the fit rows alone.
+    Folds over fit and validation rows below `selection_lib.CV_MAX_VALIDATION`
+    validation rows; the final classifier is still fitted on the fit rows alone.
     """
     rows = len(data.splits["val"])
     if config.cv_folds < 2 or rows >= selection_lib.CV_MAX_VALIDATION:
@@ -304,14 +282,7 @@ def _choose_kinds(config, features, data, hidden, vocabulary, folds=None):
 
 
 def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, folds):
-    """The C grid of the final fit: `--c_grid`, or the one C cross-validation chose.
-
-    Returns:
-      (c_grid, record): record is None without `folds`, else {by, folds,
-      rows, C, score, per_C, not_converged} (multi-label: C holds each
-      label's C, positive_rate each label's share of held-out rows called
-      positive there, and per_C each label's C -> held-out metric).
-    """
+    """(c_grid of the final fit, record of the C cross-validation chose or None)."""
     if folds is None:
         return c_grid_of(config, kinds), None
     trial = None
@@ -364,25 +335,16 @@ def _choose_c(config, features, data, hidden, vocabulary, kinds, selection, fold
 def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
     """Chooses the feature kinds (`--features`, or on validation) and fits the classifier.
 
-    What `run_transfer` does between featurizing and writing; `tools/tfidf_baseline.py
-    --compare` runs it on the n-grams alone (no model: `hidden` unused).
-
     Args:
       config: the `TransferConfig`.
       features: dict split -> dict kind -> features (`featurize`).
       data: the `_Data` of the splits.
-      hidden: the model's units.
+      hidden: the model's units (unused without a model).
       vocabulary: the `ngrams.NgramVocabulary` of the `tfidf` kind, or None.
 
-    Features and C are chosen on the validation split, or on a small one by
-    cross-validation over train and validation (`choice_folds`).
-
     Returns:
-      (kinds, selection, c_choice, splits, classifier, sweep, seconds): the
-      chosen kinds, the selection record (None unless chosen), the
-      cross-validation's C record (None without it), dict split -> (x,
-      labels) of those kinds, the fitted `LogisticClassifier`, its C sweep
-      and the seconds of that final sweep.
+      (kinds, selection, c_choice, splits, classifier, sweep, seconds): selection
+      and c_choice may be None; splits maps split -> (x, labels).
     """
     folds = choice_folds(config, data)
     kinds, selection = _choose_kinds(config, features, data, hidden, vocabulary, folds)
@@ -413,9 +375,7 @@ def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
 def _labeled_curve(config, full, splits, data, hidden):
     """Refits on subsamples of train, one per `num_labeled` entry.
 
-    Single-label: balanced across classes. Multi-label: seeded random rows;
-    a size whose rows lack a value of some label cannot be fitted and is
-    skipped (logged).
+    Single-label: balanced; multi-label: random, a size lacking a label value skipped.
     """
     x, labels = splits["train"]
     metric = full.score_name

@@ -1,51 +1,10 @@
 """Features of labeled texts kept on disk, so a rerun that would compute the same ones reads them.
 
-`tf-mlstm-transfer` (and `tf_mlstm.probe`) featurize every split with the
-model before they fit; featurizing is most of a transfer's time, while a
-rerun with another C grid, penalty, label map or feature choice, or the
-same command after an interruption, would compute the very same numbers.
-Each split's features are stored here once computed, and read back by any
-later run whose key matches.
-
-The key is what decides the numbers:
-
-* the model: its weights' SHA-256 (`rundir.weights_checksum`, what
-  classifier.json records) and its architecture (sizes, weight norm);
-* the texts themselves, as the model sees them (normalized, after the
-  subsampling and the held-out split): a SHA-256 of their UTF-8 bytes in
-  order. This is a content hash of the input at the last step before the
-  model, so it covers an edited file whatever its size and time stamp say,
-  and every setting that changes which texts a split holds (`--text_key`,
-  `--max_train_examples`, `--validation_fraction`, `--seed`), with nothing to
-  forget; hashing costs milliseconds against the minutes of featurizing;
-* the compute precision and `--window` (the state is carried across
-  windows and the statistics are pooled per window, so it changes the
-  rounding);
-* the versions of tf_mlstm, of TensorFlow and of this entry format.
-
-`--batch_size` is not part of it: the padding is masked, so a text's
-features do not depend on the texts batched with it beyond the last bit
-(measured: at most 1.9e-9 apart in float32 between batches of 1, 7 and 40,
-identical in mixed_bfloat16). The labels are not part of it either: they do
-not change the features.
-
-An entry holds the kinds one run computed; a later run asking for some of
-them (`--features=cell` after `--features=auto`) reads them from it.
-
-Where: `$XDG_CACHE_HOME/tf_mlstm/features` (`~/.cache/tf_mlstm/features`
-without it), beside the autotune cache. Size: at most
-`TF_MLSTM_FEATURE_CACHE_MB` megabytes (`DEFAULT_CAP_MB` without it; 0 stores
-nothing); after each write the least recently used entries (by time of last
-write or read) go until the folder is under the cap, and an entry larger
-than the cap is not stored.
-
-Faults: each entry is one file, written beside its name and renamed in
-(`fileio.Staged`), so a reader sees a whole entry or none, and two processes
-writing the same entry leave one of the two (equal) files. A file whose
-header, size or SHA-256 does not match is damaged: one warning line, the
-features are computed again and the entry replaced; it is never used. A
-cache folder that refuses writes (read-only, full, not a folder) is one
-warning line: the run goes on with the features it computed.
+An entry's key is what decides the numbers: the model's weights and sizes,
+the texts as the model sees them (by content), the precision, `--window` and
+the versions; not `--batch_size` nor the labels, which do not change them.
+Entries are written whole, checked on read, evicted least recently used
+above a cap (docs/transfer.md, "The feature cache").
 """
 
 import hashlib
@@ -90,7 +49,7 @@ def texts_digest(texts) -> str:
 
 
 class FeatureCache:
-    """The cached features of one model in one setting (see the module docstring).
+    """The cached features of one model in one setting.
 
     Args:
       weights_sha256: the model's `rundir.weights_checksum`.
@@ -147,11 +106,7 @@ class FeatureCache:
     # === Reading ===
 
     def get(self, texts, kinds, what="texts") -> dict[str, np.ndarray] | None:
-        """The cached features of `texts` for `kinds`, or None (a miss).
-
-        An entry holding every kind asked for serves (it may hold more). A
-        damaged entry is reported in one warning line, removed, and counts as
-        a miss. A hit is logged in one line naming `what` and the entry.
+        """The cached features of `texts` for `kinds`, or None (a miss; a damaged entry warns).
 
         Args:
           texts: the texts, in order.
@@ -208,16 +163,15 @@ class FeatureCache:
     # === Writing ===
 
     def put(self, texts, features, what="texts") -> str | None:
-        """Stores `features` of `texts`; returns the entry's path, or None when not stored.
-
-        The folder refusing the write is one warning line, never an error.
-        Afterwards the least recently used entries go until the folder is
-        under the cap.
+        """Stores `features` of `texts` (a refused write only warns), then evicts down to the cap.
 
         Args:
           texts: the texts, in order.
           features: dict kind -> [len(texts), H] arrays.
           what: which texts, for the log.
+
+        Returns:
+          The entry's path, or None when not stored.
         """
         if self.cap <= 0 or not features:
             return None
@@ -271,10 +225,7 @@ class FeatureCache:
         return path
 
     def evict(self, keep=None) -> None:
-        """Removes the least recently used entries until the folder is within the cap.
-
-        What ended writers left half written goes first (`fileio.clean_leftovers`),
-        and counts against the cap while a live writer's is there.
+        """Removes least recently used entries (ended writers' leftovers first) down to the cap.
 
         Args:
           keep: an entry never removed (the one just written).

@@ -1,28 +1,10 @@
 """Features of labeled text from a trained language model, for transfer.
 
-`TextFeaturizer` runs a model over a list of (normalized) texts and returns
-the features `tf_mlstm.models.featurize.featurize_ids` computes: the final
-cell and hidden states and statistics of the hidden and cell states over the
-text (`FEATURE_KINDS`), [N, H] each. Texts are sorted by length and batched,
-so a batch holds texts of similar length and little padding; the results
-come back in the input order. The padding is masked, so a text's features do
-not depend on the batch it ran in. The model runs in windows of 256 bytes
-with the state carried, in an inference-only compiled function (no gradient
-tape, no training-mode paths). Progress is reported through
-`tf_mlstm.progress`.
-
-`measured_precision` is `--precision=auto` for featurization: the policy
-whose featurization step runs fastest on this machine at the batch shape,
-timed like a training run's `auto` (`tf_mlstm.train.autotune`) and cached.
-
-A feature spec names which kinds to concatenate ("cell", "cell,mean", ...),
-or "auto" to choose a combination of `FEATURE_GROUPS` on validation data
-(`tf_mlstm.transfer.probe.selection.select_feature_kinds`). One more kind,
-`tfidf` (`NGRAM_KIND`), is not the model's: TF-IDF of word uni- and bigrams
-(`tf_mlstm.transfer.ngrams`), fitted on the training texts; it can stand
-alone ("tfidf"), join model kinds ("cell_mean,tfidf"), or join the choice
-("auto,tfidf": `auto` then also weighs the n-grams as a group of their own,
-alone or beside the model's features).
+`TextFeaturizer` runs a model over texts, sorted by length and batched with
+the padding masked, and returns `FEATURE_KINDS` in input order;
+`measured_precision` is `--precision=auto` for featurization. A feature spec
+names kinds to concatenate, or "auto" to choose `FEATURE_GROUPS` on
+validation; `tfidf` is word n-grams (`tf_mlstm.transfer.ngrams`), not the model's.
 """
 
 import numpy as np
@@ -65,11 +47,7 @@ def resolve_precision(
     """The policy features are computed in: `choice`, or for `auto` this machine's choice.
 
     Args:
-      choice: float32, mixed_bfloat16, mixed_float16, or auto: measured for
-        `model_dir`'s model at this batch shape (`measured_precision`), or,
-        without a model, the hardware table's choice (mixed_float16 on GPUs
-        with tensor cores, mixed_bfloat16 on CPUs with AMX bfloat16 units,
-        else float32). Logged with the reason.
+      choice: a policy, or auto: `measured_precision`, else the hardware table's.
       model_dir: the trained model's run folder, or None.
       batch_size: texts per model call.
       window: bytes per model call.
@@ -99,13 +77,11 @@ def concat_features(features, kinds) -> np.ndarray | sparse.csr_matrix:
     """Concatenates the chosen kinds, in order, into one [N, H * len(kinds)] array.
 
     Args:
-      features: dict of [N, H] arrays keyed by kind (a `TextFeaturizer`
-        result), and for `tfidf` a scipy sparse [N, V] matrix.
+      features: dict kind -> [N, H] arrays; for `tfidf` a scipy sparse [N, V] matrix.
       kinds: the kinds to use (`tfidf`, if there, last).
 
     Returns:
-      float32 [N, H * len(kinds)]; column `k * H + u` is unit u of `kinds[k]`.
-      With `tfidf`: a scipy CSR matrix whose last V columns are the n-grams.
+      float32 [N, H * len(kinds)], column `k * H + u` unit u of `kinds[k]`; CSR with `tfidf`.
 
     Raises:
       KeyError: a kind missing from `features`.
@@ -151,10 +127,8 @@ class TextFeaturizer:
       model: an `MLSTMLanguageModel` (float32 from `MLSTMLanguageModel.from_run`).
       batch_size: texts per model call (memory grows with batch x window x H).
       window: bytes per model call; the state carries across windows.
-      kinds: which features to keep (all are computed together; keeping fewer
-        saves host memory on large data sets).
-      progress_interval_s: seconds between progress log lines when stderr is
-        not a terminal.
+      kinds: which features to keep (keeping fewer saves host memory).
+      progress_interval_s: seconds between progress log lines when stderr is not a terminal.
 
     Raises:
       ValueError: a non-positive batch size or window, or an unknown kind.
@@ -208,10 +182,7 @@ class TextFeaturizer:
 
         Args:
           texts: a sequence of normalized texts (str); "" is allowed.
-          progress: False: report nothing. Otherwise (None too) the progress
-            in characters, as the cost of a text grows with its length: a bar
-            on stderr when it is a terminal, else a log line every
-            `progress_interval_s` seconds and one at the end.
+          progress: False: report nothing; else progress in characters.
 
         Returns:
           dict kind -> float32 [len(texts), H].
@@ -247,12 +218,8 @@ def measured_precision(
 ) -> tuple[str, autotune.Choice]:
     """The policy `model_dir`'s model featurizes fastest in here: `--precision=auto`.
 
-    Every policy the hardware computes natively (`autotune.native_precisions`)
-    featurizes a few batches of `batch_size` one-window texts; the fastest is
-    kept and cached per machine kind, TensorFlow version and shape, so the
-    next call returns at once. The table's choice is the prior: measured
-    first, and kept when nothing else runs. (Featurization is not
-    XLA-compiled, so precision is the only setting.)
+    Each native policy is timed on a few batches and the winner cached per
+    machine kind, TensorFlow version and shape (featurization has no XLA).
 
     Args:
       model_dir: a tf-mlstm-train (or fine-tuning init) `--model_dir`.

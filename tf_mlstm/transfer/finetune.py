@@ -1,56 +1,10 @@
 """Fine-tuning the mLSTM end to end with a classifier head (`tf-mlstm-finetune`).
 
-A `MLSTMClassifier` puts a float32 dense head on features of a trained
-language model (`tf-mlstm-train` --model_dir) and trains both, the encoder
-unfrozen, on labeled text:
-
-- targets are binary (one label key of 0/1 labels), K classes (one label
-  key of other values, or the classes of a label map: a softmax and its
-  cross-entropy) or multi-label (several keys, each a 0/1 label): a sigmoid
-  per label and binary cross-entropy, averaged over labels;
-- the head is linear, or one ReLU hidden layer (`head_hidden` units) and the
-  output layer, with optional dropout before the output layer in training;
-- features: the final cell or hidden state (`cell`, as in Radford et al.
-  2017, or `hidden`) and statistics of the hidden state over the text
-  (`mean`, `max`, `min`, `std`), one kind or several concatenated, with the
-  definitions of `tf_mlstm.models.featurize` (so a served head reads the same
-  numbers);
-- the head starts random, or (`head_init="probe"`, a linear head) as the
-  logistic regression fitted on the starting model's features of the
-  training texts, its C chosen on validation: linear probing, then
-  fine-tuning (Kumar et al. 2022), so the first steps do not spend the
-  encoder's features on fitting a random head;
-- an optional auxiliary language-model loss (`lm_loss_weight` times the mean
-  next-byte cross-entropy of each text) keeps the encoder a language model;
-- after training, one threshold per sigmoid label is chosen on the
-  validation split (maximizing accuracy or F1), and accuracy and F1 (with
-  per-label F1 for multi-label) are reported on validation and test; a K-class
-  task predicts its most probable class and reports accuracy, macro F1 and
-  per-class precision, recall and F1.
-
-The labeled data is read, held out, scored and thresholded by
-`tf_mlstm.transfer.labeled`, as for `tf-mlstm-transfer`.
-
-Padding: rows are padded on the left, so a row reads
-`[pad ... pad, DOC_START, text bytes]`. The model resets its state at
-`DOC_START`, so the padding cannot reach the features or the loss (the mean
-and the language-model loss are masked to the text), and the training path
-(the mLSTM's sequence gradient, which takes no padding mask) gives every text
-exactly the result it would get alone.
-
-Distribution, checkpoints and fault handling are the language model's:
-`FinetuneTask` (`tf_mlstm.tasks.finetune`) is a task of
-`tf_mlstm.train.runner`, which owns the strategy, the all-reduced step (loss
-scaling under `mixed_float16`, optional float16 all-reduce), the time
-budget, a peer worker's failure, TensorBoard summaries (`train/`,
-`validation/`), skipped steps and an exact resume (the input position is
-saved per worker). The output folder holds `checkpoints/` (the
-encoder as `model`, so `MLSTMLanguageModel.from_run` and the other tools read a
-fine-tuned encoder too, plus the head's `classifier` and `head_hidden`,
-optimizer and step; head dropout draws from a stateless generator seeded by the
-step and replica, so a resumed run drops what an uninterrupted one would),
-`input_state/`, the base model's `config.json`,
-`finetune_config.json` and `results.json`.
+`finetune` trains a `MLSTMClassifier` (the encoder unfrozen) as a task of
+`tf_mlstm.train.runner`, which owns distribution, checkpoints and resume;
+`load_finetuned_model` rebuilds a finished run. Rows are padded on the left
+and the state resets at `DOC_START`, so every text gets exactly the result
+it would get alone. More: docs/transfer.md, "Fine-tuning".
 """
 
 import dataclasses
@@ -73,12 +27,13 @@ FinetuneConfig = settings.FinetuneConfig
 
 
 def finetune(config) -> dict:
-    """Fine-tunes per `config`; returns the results dict (see `Runner.train`).
+    """Fine-tunes per `config`; a missing input is the only line on screen.
 
-    The runner checks the inputs first (a missing one is the only line on
-    screen), then resolves `auto` precision and XLA: measured on the chief
-    with `FinetuneTask.measurement` where the run can afford it, else by the
-    hardware table; an existing run keeps the precision it started in.
+    Args:
+      config: a `FinetuneConfig`.
+
+    Returns:
+      The results dict (see `Runner.train`).
     """
     return Runner(FinetuneTask(config), config).train()
 
@@ -87,12 +42,8 @@ def finetune(config) -> dict:
 class FinetunedClassifier:
     """A finished fine-tuning run, ready to classify (see `load_finetuned_model`).
 
-    What it classifies with is the model's: the kind, classes and thresholds
-    of `model.head_spec`, the weights of its head layers (`head`, the same
-    `ClassifierHead` a logistic probe gives, as the SavedModel serves it).
-
     Attributes:
-      model: the float32 `MLSTMClassifier`.
+      model: the float32 `MLSTMClassifier`; its `head_spec` holds kind, classes and thresholds.
       config: its `FinetuneConfig` (texts are read cut to its `max_length`).
 
     Example:
@@ -112,8 +63,7 @@ class FinetunedClassifier:
     config: FinetuneConfig
 
     def predict_proba(self, texts, batch_size=64, progress=False) -> np.ndarray:
-        """[N, C] probabilities of normalized `texts` (`HeadSpec.probabilities_tf`): C = 2
-        for binary (negative, positive), the K classes' softmax, or the L labels' sigmoids."""
+        """[N, C] probabilities of normalized `texts`: C = 2 (binary), K classes or L labels."""
         return predict_served_probabilities(
             self.model, texts, self.config.max_length, batch_size, progress
         )
@@ -124,11 +74,7 @@ class FinetunedClassifier:
 
     @property
     def head(self) -> ClassifierHead:
-        """The fine-tuned head as a `models.head_arrays.ClassifierHead`, as it is served.
-
-        The features are the fine-tuned ones unstandardized (mean 0, scale 1),
-        read from each text's first `max_length` framed bytes as in training.
-        """
+        """The fine-tuned head as the served `ClassifierHead` (identity standardization)."""
         model = self.model
         width = model.encoder.hidden_size * len(model.feature_kinds)
         hidden = {}
@@ -155,8 +101,7 @@ def load_finetuned_model(model_dir, precision="float32") -> FinetunedClassifier:
 
     Args:
       model_dir: a `tf-mlstm-finetune` --model_dir.
-      precision: the policy its encoder computes in (float32: what
-        `tf-mlstm-classify` uses; the head stays float32).
+      precision: the encoder's policy (float32, as `tf-mlstm-classify`; the head stays float32).
 
     Returns:
       A `FinetunedClassifier`.

@@ -1,29 +1,9 @@
 """Labeled text for transfer and fine-tuning: reading, splits, metrics, thresholds.
 
-The one home of labeled data, shared by `tf-mlstm-transfer` (logistic
-regression on features) and `tf-mlstm-finetune` (the whole network):
-
-- `read_labeled` reads CSV / JSON lines (gzip or not, through
-  `tf_mlstm.data.readers`, so the text is normalized exactly as for
-  training) with one label key (classes: two or more) or several (one 0/1
-  label each: multi-label). A label is a class as the data holds it (an
-  integer, true/false, pos/neg), a score cut at `threshold` into 0/1, or
-  any raw value mapped to a class by a `LabelMap` (`--label_map`).
-- `stratified_split` holds out a seeded share of rows with the class (or
-  label-combination) proportions kept: scikit-learn's `train_test_split`.
-- `class_metrics` and `label_metrics` are scikit-learn's metrics: accuracy,
-  per-class and macro F1; for multi-label, Jaccard (samples), micro/macro F1.
-- `choose_thresholds` picks each label's probability threshold on
-  validation from `sklearn.metrics.roc_curve`: one sort, O(N log N) time and
-  O(N) memory however many candidate thresholds there are.
-
-Label rules: a record whose label is absent is skipped and counted (the
-data has no label there); a value that cannot be read as a label is
-skipped and counted too, as the readers count every unusable field. A value
-that reads fine but that the settings do not allow (not in the label map,
-not 0/1 where binary labels are required, a class the training data does
-not have) is an error naming the file and line: the data and the settings
-disagree, and dropping such records would change the task silently.
+The one home of labeled data for `tf-mlstm-transfer` and `tf-mlstm-finetune`.
+An absent or unreadable label is skipped and counted; a readable value the
+settings do not allow is an error naming file and line, since dropping it
+would change the task silently (docs/transfer.md).
 """
 
 import dataclasses
@@ -50,8 +30,7 @@ class LabeledData:
     Attributes:
       source: the input spec (files/globs).
       texts: normalized texts.
-      labels: one label key: [N] classes (int64, or str objects from a label
-        map with named classes); several keys: [N, L] int64 0/1.
+      labels: one key: [N] classes (int64, or str of a label map); several: [N, L] int64 0/1.
       label_keys: the label keys, in order.
       places: (file, line) of each row, for error messages.
       skipped: the skip counts (`readers.SkipLog.to_dict`).
@@ -139,16 +118,11 @@ def read_labeled(
     Args:
       spec: comma-separated files or globs (see `readers.expand_inputs`).
       text_keys: keys/columns of the text, the first present wins.
-      label_keys: the label key (a str or a one-item sequence: a class per
-        text), or several (one 0/1 label each: multi-label).
-      threshold: None, or a number: each label is read as a score (stars, a
-        1-10 rating) and is 1 when >= threshold, else 0.
-      label_map: None, a `LabelMap`, or a spec for `parse_label_map`: raw
-        values -> classes.
+      label_keys: one label key (a class per text), or several (0/1 each: multi-label).
+      threshold: None, or a score cut: a label is 1 when >= threshold, else 0.
+      label_map: None, a `LabelMap`, or a spec for `parse_label_map`.
       binary: require 0/1 labels with one key too (fine-tuning's sigmoid).
-      limit: keep a seeded random subset of this many rows, in file order
-        (0 = all): every tool given the same `limit` and `seed` keeps the
-        same rows.
+      limit: keep a seeded random subset of this many rows, in file order (0 = all).
       seed: the subset's seed.
 
     Returns:
@@ -157,9 +131,7 @@ def read_labeled(
     Raises:
       FileNotFoundError: a file or glob names nothing.
       ValueError: a bad label map, a threshold with a label map, a value the
-        map does not name or not 0/1 where 0/1 is required (the message names
-        file and line), or no usable record (the message gives the skip
-        counts and the first skipped record).
+        settings do not allow (naming file and line), or no usable record.
     """
     keys = (label_keys,) if isinstance(label_keys, str) else tuple(label_keys)
     if not keys:
@@ -284,12 +256,7 @@ def encode_classes(data, classes) -> np.ndarray:
 
 
 def strata(labels) -> np.ndarray:
-    """One stratum id per row: the class, or the label combination ([N, L] labels).
-
-    Strata with a single row are pooled into one (joined to the largest
-    stratum when they are one row altogether), as a stratified split needs
-    two rows of each.
-    """
+    """One stratum id per row (class or label combination), single-row strata pooled."""
     labels = np.asarray(labels)
     if labels.ndim == 2:
         labels = [tuple(row) for row in labels.astype(np.int64).tolist()]
@@ -309,11 +276,7 @@ def strata(labels) -> np.ndarray:
 def stratified_split(labels, fraction, seed) -> tuple[np.ndarray, np.ndarray]:
     """Splits row indices into (kept, held out) with the class proportions kept.
 
-    scikit-learn's `train_test_split(stratify=...)` on `strata(labels)`. The
-    held-out share is `fraction` of the rows, rounded, and at least as many
-    rows as there are strata; scikit-learn allots them to the strata in
-    proportion, so a stratum far rarer than 1 / fraction may have no
-    held-out row (it keeps its rows for fitting).
+    scikit-learn's `train_test_split(stratify=strata(labels))`.
 
     Args:
       labels: [N] classes or [N, L] 0/1 labels.
@@ -393,9 +356,7 @@ def class_metrics(true, predicted, classes) -> dict:
       classes: the K classes the indices stand for.
 
     Returns:
-      dict with `examples`, `accuracy`, `macro_f1` and `per_class` (per class:
-      precision, recall, f1, support); with two classes also `f1`, of the
-      second (positive) class.
+      dict: `examples`, `accuracy`, `macro_f1`, `per_class`; binary also `f1`.
     """
     indices = list(range(len(classes)))
     precision, recall, f1, support = sk_metrics.precision_recall_fscore_support(
@@ -430,12 +391,8 @@ def label_metrics(true, predicted, names, thresholds=None) -> dict:
       thresholds: the L thresholds the predictions came from (reported).
 
     Returns:
-      dict with `examples`, `accuracy` (the mean over labels of each label's
-      accuracy) and `f1` (one label: its F1; several: micro F1); with several
-      labels also `exact_match` (every label right), `jaccard` (samples;
-      a text with no true and no predicted label counts 1), `micro_f1`,
-      `macro_f1` and `per_label` (precision, recall, f1, accuracy, support
-      and the threshold of each).
+      dict: `examples`, `accuracy`, `f1`; with several labels also
+      `exact_match`, `jaccard`, `micro_f1`, `macro_f1` and `per_label`.
     """
     true = np.asarray(true).astype(np.int64)
     predicted = np.asarray(predicted).astype(np.int64)
@@ -480,11 +437,8 @@ def label_metrics(true, predicted, names, thresholds=None) -> dict:
 def choose_threshold(scores, labels, metric="accuracy") -> float:
     """The threshold on `scores` that maximizes `metric` for 0/1 `labels`.
 
-    The candidates are the cuts between neighboring distinct scores (and
-    below and above all of them), from `sklearn.metrics.roc_curve`: one sort,
-    so O(N log N) time and O(N) memory. Each cut is placed at 0.5 when 0.5
-    gives the same predictions, else midway between its two scores; ties go
-    to the cut closest to 0.5.
+    Candidates are the cuts between distinct scores (one sort: O(N log N));
+    ties go to the cut closest to 0.5.
 
     Args:
       scores: [N] probabilities (or any scores).
@@ -534,20 +488,15 @@ def choose_threshold(scores, labels, metric="accuracy") -> float:
 def threshold_at_rate(scores, rate) -> float:
     """The threshold on `scores` above which a `rate` share of them lies.
 
-    A multi-label fit whose C was cross-validated places each label's
-    threshold so: the share of rows it calls positive is chosen on every
-    cross-validation fold's held-out rows (`choose_threshold` there), and only
-    that share is read on the validation split. An F1-best cut chosen on a few
-    hundred validation rows with a few dozen positives moves from draw to
-    draw; the share, measured on all the rows, does not (docs/transfer.md).
+    A share chosen on cross-validation folds is steadier than an F1-best cut
+    on few positives (docs/transfer.md).
 
     Args:
       scores: [N] probabilities (or any scores).
       rate: the share of rows to call positive, in [0, 1].
 
     Returns:
-      The threshold (predict 1 where score > threshold): midway between the
-      round(rate N)-th highest score and the next.
+      The threshold, midway between the round(rate N)-th highest score and the next.
     """
     scores = np.sort(np.asarray(scores, np.float64))[::-1]
     count = int(round(float(rate) * len(scores)))

@@ -1,17 +1,8 @@
 """Word n-gram TF-IDF features: the one vectorizer of transfer and of the bag-of-words baseline.
 
-TF-IDF of word unigrams and bigrams (scikit-learn's `TfidfVectorizer` with
-`VECTORIZER_SETTINGS`: every n-gram of the training texts, sublinear term
-frequency, smoothed IDF, rows of unit L2 norm: the standard recipe,
-`TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)`), with the words of
-`tf_mlstm.data.words` (TensorFlow ops), so an exported `classify` signature
-computes the same features from the stored vocabulary inside the graph.
-
-`fit_vocabulary(texts)` fits on training text only and returns an
-`NgramVocabulary` (terms in column order and their IDF: plain arrays, saved
-in classifier.json); its `transform(texts)` gives the scipy CSR features.
-`tools/tfidf_baseline.py` and `tf-mlstm-transfer --features=tfidf` both use
-it.
+scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)` over
+the words of `tf_mlstm.data.words` (TensorFlow ops), so the exported
+`classify` signature computes the same features in the graph.
 """
 
 import dataclasses
@@ -99,7 +90,7 @@ def fit_vocabulary(texts) -> tuple[NgramVocabulary, sparse.csr_matrix]:
     """Fits the vocabulary and IDF on (training) `texts`.
 
     Returns:
-      (NgramVocabulary, features): the vocabulary and the texts' CSR features.
+      (NgramVocabulary, the texts' CSR features).
 
     Raises:
       ValueError: the texts hold no word.

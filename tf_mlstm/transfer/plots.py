@@ -1,12 +1,4 @@
-"""PNG plots of a transfer run (matplotlib, headless Agg backend).
-
-- `neuron_histogram`: the sentiment neuron's value per class, with the
-  threshold, as in Figure 3 of Radford et al. (2017).
-- `one_against_rest`: the same for each class (or label) of a multiclass
-  (or multilabel) classifier, its own neuron's values for it and the rest.
-- `accuracy_curve`: accuracy against the number of labeled examples, on a
-  log axis.
-"""
+"""PNG plots of a transfer run (headless Agg): neuron histograms, the labeled-examples curve."""
 
 import io
 

@@ -1,18 +1,8 @@
 """Class probabilities of new text from a trained model: one function for both classifier kinds.
 
-A classifier is either a logistic regression fitted by `tf-mlstm-transfer`
-(a `classifier.json`) on the features of a trained or fine-tuned model, or
-the head of a finished `tf-mlstm-finetune` run. `load_predictor` turns
-either into one function of texts, which `tf-mlstm-classify` and
-`tf_mlstm.load(...).classify` both call; `classify_in_chunks` streams an
-input of any size through it, and `PredictionsCsv` writes the rows.
-
-The predictions CSV has one row per classified text: `index` (0-based, in
-reading order), `line` (where the record starts in its file), then for a
-binary classifier `probability` (of the positive class) and `label` (the
-predicted class); for K classes `label` and `probability_<class>` for each
-class (summing to 1); for multi-label `labels` (the predicted label names,
-joined by ";") and `probability_<label>` for each label.
+`load_predictor` turns a classifier.json or a fine-tuned run's head into one
+function of texts, for `tf-mlstm-classify` and `tf_mlstm.load(...).classify`;
+`classify_in_chunks` streams any input through it; `PredictionsCsv` writes rows.
 """
 
 import csv
@@ -45,29 +35,21 @@ def load_predictor(
 
     Args:
       model_dir: a trained or fine-tuned run folder.
-      classifier: a `classifier.json` of `tf-mlstm-transfer`; "" = the
-        fine-tuned head of `model_dir` (a finished `tf-mlstm-finetune` run,
-        which classifies in float32, texts cut to its `--max_length`).
+      classifier: a classifier.json; "" = the fine-tuned head of `model_dir`.
       batch_size: texts per model call.
       window: bytes per model call (a classifier.json's features).
-      precision: the concrete policy a classifier.json's features are computed
-        in (float32: the numbers the exported SavedModel gives).
-      model: the language model of `model_dir`, already loaded in
-        `precision`, to reuse (a classifier.json only).
-      allow_other_model: apply a classifier fitted on other weights than
-        those of `model_dir` (with a warning) instead of refusing it.
+      precision: the concrete policy a classifier.json's features are computed in.
+      model: `model_dir`'s language model, already loaded in `precision` (classifier.json only).
+      allow_other_model: apply a classifier fitted on other weights (with a warning).
 
     Returns:
-      (predict, classes): `predict(texts)` of normalized texts gives
-      (probabilities [N, K] (binary [N, 2]; multi-label [N, L]), labels: the
-      predicted classes [N] (multi-label: [N, L] 0/1)); classes are the K
-      class values (or L label names) of the probability columns.
+      (predict, classes): `predict(texts)` -> (probabilities [N, K or L], labels
+      [N] or [N, L] 0/1); classes name the probability columns.
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: a classifier that does not fit the model (another size, or
-        other weights: `rundir.OtherModelError`), or no classifier
-        and `model_dir` is not a finished fine-tuning run.
+      ValueError: a classifier that does not fit the model (`rundir.OtherModelError`
+        for other weights), or no classifier and no finished fine-tuning run.
     """
     if not classifier:
         return _finetuned_predictor(model_dir, batch_size)
@@ -114,11 +96,7 @@ def _finetuned_predictor(model_dir, batch_size):
 def classify_in_chunks(
     predict, classes, spec, text_keys, chunk_texts, stdin=None
 ) -> Iterator[tuple]:
-    """Classifies the texts of `spec` (`text_input.iter_texts`) `chunk_texts` at a time.
-
-    Memory holds one chunk of texts and their features, whatever the size of
-    the input; progress (the input's bytes, or for stdin its texts, and their
-    rate) is reported as chunks finish.
+    """Classifies the texts of `spec` `chunk_texts` at a time, so memory holds one chunk.
 
     Args:
       predict, classes: what `load_predictor` returns.
@@ -159,7 +137,7 @@ def classify_in_chunks(
 
 
 class PredictionsCsv:
-    """Writes the predictions CSV (columns: see the module doc) a chunk at a time.
+    """Writes the predictions CSV a chunk at a time (columns: docs/transfer.md).
 
     Example:
 

@@ -1,26 +1,8 @@
 """A scikit-learn transformer: texts in, a trained model's features out.
 
-`MLSTMFeaturizer` wraps the featurization `tf-mlstm-transfer` uses
-(`features.TextFeaturizer` over a run folder's model, texts normalized as
-training text was) in scikit-learn's transformer interface, so a trained
-model is one step of a `Pipeline` and works with `GridSearchCV`,
-`cross_val_score` and `clone`:
-
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    pipeline = make_pipeline(
-        MLSTMFeaturizer("runs/r1", features="cell"),
-        StandardScaler(),
-        LogisticRegression(C=0.1),
-    )
-    pipeline.fit(train_texts, train_labels)
-    pipeline.predict_proba(test_texts)  # [N, K]
-
-The featurizer learns nothing from the data: `fit` loads the model (once;
-later calls reuse it) and `transform` runs it. A pickled featurizer holds
-its parameters only and loads the model again when next used.
+`MLSTMFeaturizer` makes a trained model one step of a `Pipeline` (with
+`GridSearchCV`, `cross_val_score`, `clone`). It learns nothing from the data:
+`fit` loads the model, and a pickled featurizer holds its parameters only.
 """
 
 from typing import Self
@@ -40,17 +22,11 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
 
     Args:
       model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-      features: comma-separated feature kinds (`models.kinds.FEATURE_KINDS`),
-        concatenated in that table's order; "auto" needs labels, so it is
-        refused here.
+      features: comma-separated kinds (`FEATURE_KINDS` order); "auto" needs labels: refused.
       batch_size: texts per model call.
       window: bytes per model call (the state carries across).
       precision: the policy the model runs in ("float32" or a mixed one).
-      normalize: normalize texts as training text was (`normalize_text`);
-        False for texts already normalized.
-
-    `transform` returns float32 [N, H * kinds]; column `k * H + u` is unit u
-    of the k-th kind (`get_feature_names_out` names them "cell_17", ...).
+      normalize: normalize texts as training text was; False if already normalized.
 
     Example:
 
@@ -123,7 +99,7 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X) -> np.ndarray:
-        """The features of the texts `X` (a sequence of str): float32 [N, D].
+        """Features of the texts `X`: float32 [N, H * kinds], column `k * H + u` unit u of kind k.
 
         Raises:
           TypeError: an item that is not a string (naming its row).

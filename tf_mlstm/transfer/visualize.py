@@ -1,18 +1,9 @@
 """One unit's activation over text: an HTML page and a PNG heat map.
 
-The activation of a character is the unit's cell value (for a hidden-state
-unit, its hidden value) right after the model read the character's last
-byte, with the state reset at the start of each text (the byte `DOC_START`),
-as in training and featurization. Texts are
-normalized with `normalize_text` first, so the characters drawn are the ones
-the model read.
-
-Colors run from red (negative) through yellow (zero) to green (positive) on a
-scale symmetric around zero: the largest absolute value over all texts, or a
-given one. For a sentiment neuron whose sign is -1 (large values mean the
-negative class) the colors are flipped, so green always means positive
-sentiment; the values written stay the unit's own. The PNG is drawn with
-matplotlib's Agg canvas (no display, no pyplot state).
+A character's activation is the unit's value right after the model read its
+last byte, each text from a reset state. Colors run red, yellow, green on a
+scale symmetric around zero, flipped for a neuron of sign -1 so green always
+means positive (the values written stay the unit's own).
 """
 
 import html
@@ -46,8 +37,7 @@ def unit_activations(model, texts, neuron, hidden_state=False) -> list[np.ndarra
 
     Args:
       model: an `MLSTMLanguageModel`.
-      texts: normalized texts (see `normalize_text`); each is run from a reset
-        state.
+      texts: normalized texts (see `normalize_text`); each is run from a reset state.
       neuron: index of the unit.
       hidden_state: `neuron` is a hidden-state unit (default: a cell unit).
 
@@ -124,15 +114,12 @@ def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=Fal
       texts: the texts, as given to `unit_activations`.
       activations: its result.
       neuron: the unit index (for the title).
-      scale: the absolute value shown as full red / green (default: the
-        largest over all texts).
-      sign: -1 flips the colors (a sentiment neuron whose large values mean
-        negative), so green means positive.
+      scale: the absolute value shown as full red / green (default: the largest).
+      sign: -1 flips the colors, so green means positive.
       hidden_state: the unit is a hidden-state one (for the titles).
 
     Returns:
-      The page as str; every character is HTML-escaped and carries its value
-      (unflipped) in a tooltip.
+      The page as str; each character escaped, its (unflipped) value in a tooltip.
 
     Raises:
       ValueError: a sign other than +1/-1.
@@ -184,9 +171,7 @@ def render_heatmap(
       neuron: the unit index (for the title).
       path: the PNG file to write.
       width: characters per row.
-      scale: as in `render_html`.
-      sign: as in `render_html` (the color bar then shows sign x value).
-      hidden_state: as in `render_html`.
+      scale, sign, hidden_state: as in `render_html`.
 
     Returns:
       `path`.
@@ -247,21 +232,15 @@ def write_visualization(
       neuron: the cell-state unit.
       output_dir: destination folder (created).
       width: heat-map characters per row.
-      scale: the absolute value shown as full red / green (default: the
-        largest).
-      sign: -1 flips the colors (see `render_html`).
-      source: where the unit came from (a classifier file), recorded in the
-        JSON; None: chosen directly.
-      hidden_state: `neuron` is a hidden-state unit (default: a cell unit);
-        recorded in the JSON as `state`.
+      scale, sign: as in `render_html`.
+      source: where the unit came from (a classifier file), for the JSON; None: chosen directly.
+      hidden_state: `neuron` is a hidden-state unit; recorded in the JSON as `state`.
 
     Returns:
-      dict with the `html`, `png` and `json` paths written and the
-      per-character `activations` (a list of arrays).
+      dict: the `html`, `png` and `json` paths and the per-character `activations`.
 
     Raises:
-      ValueError: no text is left after normalization, `neuron` is outside
-        the model, or a sign other than +1/-1.
+      ValueError: no text left, `neuron` outside the model, or a sign not +1/-1.
     """
     _check_sign(sign)
     normalized = [normalize_text(text) for text in texts]

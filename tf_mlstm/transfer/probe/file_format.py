@@ -1,26 +1,8 @@
 """classifier.json: the file a logistic probe is saved in (JSON, never pickle).
 
-`tf-mlstm-transfer` writes it; `tf-mlstm-classify`, `tf-mlstm-export`,
-`tf-mlstm-generate` and `tf-mlstm-visualize` read it. Every version ever
-written still reads:
-
-- **version 1**: a binary classifier: `classes` (two), `C`, `bias` (a
-  number), `weights` (one row), `neuron`, `mean`, `scale`, `feature_kinds`,
-  `hidden_size`;
-- **version 2** adds `kind` (one of `models.head.KINDS`): multiclass writes
-  `classes` (K), `bias` [K], `weights` [K][D] and `neurons` (one per class);
-  multilabel writes `labels` (L), `thresholds`, `C` (one per label), `bias`,
-  `weights` and `neurons` per label; and, when known, `weights_sha256` and
-  `precision` of the model the features came from;
-- **version 3** adds `ngrams` (the TF-IDF vocabulary); only a classifier on
-  word n-grams is written as version 3, so files without them read as before.
-  On word n-grams alone there is no unit of the model to be a neuron:
-  `neuron` is null (binary), `neurons` empty.
-
-Floats round-trip exactly (JSON's shortest repr). The classifier itself is
-`probe.logistic.LogisticClassifier`, a head (`models.head_arrays.ClassifierHead`)
-and a fit report (`probe.logistic.FitReport`); this module turns the two
-into a record and back, and reads and writes the file.
+Written by `tf-mlstm-transfer`, read by classify, export, generate and
+visualize in every version ever written (`READ_VERSIONS`; fields:
+docs/transfer.md, "The classifier file"). Floats round-trip exactly.
 """
 
 import json
@@ -60,14 +42,7 @@ def _neuron_record(classifier, neuron):
 
 
 def to_json(classifier) -> str:
-    """A JSON document holding every field of `classifier`; floats round-trip exactly.
-
-    A binary classifier keeps version 1's fields (`classes`, `bias` and
-    `weights` as one row, `neuron`); multiclass writes `classes` (K),
-    `bias` [K], `weights` [K][D] and `neurons` (one per class);
-    multilabel writes `labels` (L), `thresholds`, `C`, `bias`, `weights`
-    and `neurons` per label.
-    """
+    """A JSON document of every field of `classifier`; a binary one keeps version 1's fields."""
     head, report = classifier.head, classifier.report
     spec = head.head_spec
     multilabel = spec.kind == MULTILABEL
@@ -117,17 +92,14 @@ def from_json(text, build, source="classifier") -> Any:
 
     Args:
       text: the JSON document.
-      build: called as `build(head, report)` with the `ClassifierHead` and
-        the `FitReport` of the record; returns the classifier, raising
-        ValueError where they disagree.
+      build: `build(head, report)` returns the classifier (ValueError where they disagree).
       source: a name for error messages (the file).
 
     Returns:
       What `build` returns.
 
     Raises:
-      ValueError: not a classifier file, or inconsistent contents; the
-        message names `source`.
+      ValueError: not a classifier file, or inconsistent contents (naming `source`).
     """
     try:
         record = json.loads(text)

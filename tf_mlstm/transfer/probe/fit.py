@@ -1,29 +1,9 @@
 """L1- (or L2-) regularized logistic regression on language-model features: the fit.
 
-The transfer recipe of Radford et al. (2017): standardize the features (mean
-and scale from the training rows), fit an L1-regularized logistic
-regression (scikit-learn's `LogisticRegression` objective) for each C of a
-log grid, and keep the C with the best validation score (ties go to the
-smaller C: fewer units). The L1 penalty makes the weights sparse, so the
-units that carry sentiment stand out. The L2 penalty (what
-`tf-mlstm-transfer` uses by default) keeps every weight, which classifies
-better from the weak pooled features of small models. The fits are the
-project's own full-batch solver's (`probe.solver`, solver "batch", the
-default) or scikit-learn's by name (`l1_ratio=1` spells `penalty="l1"` as
-scikit-learn 1.8+ does not deprecate). The grid is swept upwards with warm
-starts and an iteration cap (`MAX_ITER`), each fit's convergence reported and
-its progress logged (`FIT_LOG_INTERVAL_S`); features may include a sparse
-block of word n-gram TF-IDF (`ngrams`), standardized apart
-(`block_standardizer`). A multi-label fit chooses each label's C and
-probability threshold on validation (`labeled.choose_threshold`), or, given
-each label's C and share of rows called positive by cross-validation, the
-threshold that calls that share of validation positive
-(`labeled.threshold_at_rate`).
-
-`fit_logistic` produces a head (`models.head_arrays.ClassifierHead`, its
-`HeadSpec` and arrays) and a fit report (`probe.report.FitReport`: C, the
-neurons found by `probe.neuron.find_neuron`, and the sweep, one row per C,
-per label and C for multi-label), the two a `probe.logistic.LogisticClassifier`.
+Radford et al.'s recipe: standardize the features, fit scikit-learn's
+logistic objective for each C of a log grid (upwards, warm-started), keep
+the C best on validation (ties: the smaller). Solvers, penalties and
+thresholds: docs/transfer.md, "tf-mlstm-transfer", step 3.
 """
 
 import copy
@@ -79,8 +59,7 @@ def resolve_solver(penalty, solver, num_classes=2) -> str:
     """The solver for `penalty` and `num_classes` ("auto" picks one).
 
     Raises:
-      ValueError: an unknown penalty or solver, lbfgs with l1, or liblinear
-        with more than two classes.
+      ValueError: an unknown penalty or solver, lbfgs with l1, or liblinear past two classes.
     """
     if penalty not in PENALTIES:
         raise errors.InvalidValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}")
@@ -115,20 +94,7 @@ def _task(num_outputs, multilabel):
 
 
 def _sweep(z, y, c_grid, penalty, solver, seed, num_classes=2, report=None):
-    """Fits at each C of the (ascending) grid, each from the previous solution.
-
-    Args:
-      z: [N, D] standardized features (dense or CSR).
-      y: [N] class indices, or [N, L] 0/1 labels (multilabel: L binary fits).
-      c_grid: ascending C values.
-      penalty, solver, seed: see `fit_logistic` (solver resolved).
-      num_classes: K of the class indices.
-      report: called as report(c_index, C, iterations) as the fits go.
-
-    Yields:
-      (C, weights [R, D], bias [R], converged [G], iterations [G]) per C,
-      with G = L problems for multilabel, else 1.
-    """
+    """Yields (C, weights [R, D], bias [R], converged [G], iterations [G]) along the grid."""
     multilabel = np.ndim(y) == 2
     task = _task(num_classes, multilabel)
     if solver == "batch":
@@ -166,11 +132,7 @@ def _sweep(z, y, c_grid, penalty, solver, seed, num_classes=2, report=None):
 
 
 def _sklearn_sweep(z, y, c_grid, penalty, solver, seed):
-    """scikit-learn's `LogisticRegression` along the grid.
-
-    Yields:
-      (weights [R, D], bias [R], converged, iterations) per C.
-    """
+    """scikit-learn's `LogisticRegression` along the grid: (weights, bias, converged, steps)."""
     warm = solver != "liblinear"  # liblinear always starts from zero
     model = LogisticRegression(
         l1_ratio=1.0 if penalty == "l1" else 0.0,
@@ -195,14 +157,7 @@ def _sklearn_sweep(z, y, c_grid, penalty, solver, seed):
 
 
 class _SweepProgress:
-    """Progress of one sweep over the C grid, through `tf_mlstm.progress.Progress`.
-
-    Lines read "Fitting <title> at C=0.001: 3.0/9.0 C (33%), 0.4 C/s, 0:15
-    left; 42 iterations" (the C being fitted, the C values done of the grid,
-    the rate, the time left, the fit's iterations so far): on a terminal a
-    bar, elsewhere a log line every `FIT_LOG_INTERVAL_S` seconds and one when
-    the sweep ends.
-    """
+    """A sweep's progress: "Fitting <title> at C=0.001: 3.0/9.0 C (33%), 0.4 C/s, 0:15 left"."""
 
     def __init__(self, title, c_grid, enabled):
         self.title = title
@@ -258,8 +213,7 @@ def fit_logistic(
 
     Args:
       train_x: [N, D] features (`concat_features` of `kinds`).
-      train_y: [N] classes (two or more values), or [N, L] 0/1 labels
-        (multilabel: one logistic regression per label).
+      train_y: [N] classes (two or more), or [N, L] 0/1 labels (multilabel).
       val_x: [M, D] validation features.
       val_y: [M] or [M, L] validation labels.
       kinds: the feature kinds concatenated in `train_x`.
@@ -268,50 +222,22 @@ def fit_logistic(
       solver: one of `SOLVERS`.
       seed: solver seed.
       penalty: one of `PENALTIES`.
-      classes: the classes in order (None: the sorted values of `train_y`);
-        multilabel: the L label names (None: label_0, label_1, ...).
-      threshold_metric: multilabel: what each label's threshold, and its C,
-        maximize on validation (`labeled.THRESHOLD_METRICS`).
-      ngrams: with the `tfidf` kind (last in `kinds`; `train_x` and `val_x`
-        then scipy sparse), its `ngrams.NgramVocabulary`, kept in the
-        classifier.
-      neurons: False skips the search for the neurons (the classifier then
-        has none: it predicts and scores, as feature selection needs, but
-        has no `neuron`, report or serving head). The neurons are units of
-        the model (`neuron.neuron_columns`): with `tfidf` alone there are
-        none, and the classifier says so (`no_neuron`).
-      progress: False reports nothing; otherwise (None too) the sweep's
-        progress, C values done of the grid, the rate and the time left: a
-        bar on a terminal, else a log line every `FIT_LOG_INTERVAL_S` seconds
-        and one at the end (`tf_mlstm.progress.Progress`).
+      classes: the classes in order (None: sorted `train_y`); multilabel: the L label names.
+      threshold_metric: multilabel: what each label's threshold and C maximize.
+      ngrams: the `ngrams.NgramVocabulary` of a `tfidf` kind (`train_x`, `val_x` sparse).
+      neurons: False skips the neuron search (no neuron, report or serving head).
+      progress: False reports nothing; otherwise the sweep's progress.
       title: what the progress lines name (None: the kinds).
-      label_c: multilabel: None (each label's C is the one best on
-        validation), or each label's C, chosen before (by cross-validation,
-        `selection.cross_validate`), each in `c_grid`; each label's
-        threshold is still chosen on validation at its C.
-      label_rate: with `label_c`: None, or each label's share of rows to
-        call positive (the cross-validation's `positive_rate`): each label's
-        threshold at its C is then `labeled.threshold_at_rate` of the
-        validation probabilities, not the best cut on validation alone.
-
-    The features are standardized (training mean and deviation; the n-gram
-    block see `block_standardizer`) and the grid is swept from the smallest
-    C up, each fit starting from the previous solution (batch, lbfgs, saga),
-    at most `MAX_ITER` iterations each.
+      label_c: multilabel: None (best on validation), or each label's C chosen before.
+      label_rate: with `label_c`: each label's share to call positive, or None.
 
     Returns:
-      (LogisticClassifier, sweep): the classifier is the head and the fit
-      report (`classifier.head`, `classifier.report`); sweep is the report's
-      rows (`classifier.report.sweep`), a list of dicts in grid order, {C,
-      train_accuracy, val_accuracy, nonzero_weights, converged, iterations};
-      for multilabel one per label and C, {label, C, threshold,
-      val_<threshold_metric>, positive_rate (the share of validation rows
-      above the threshold), nonzero_weights, converged, iterations}.
+      (LogisticClassifier, sweep): sweep is `classifier.report.sweep`, one dict
+      per C (multilabel: per label and C) of scores, weights and convergence.
 
     Raises:
       ValueError: a bad penalty, solver or grid, fewer than two classes, a
-        validation label the training data does not have, or (multilabel) a
-        label with one value on every training row.
+        validation label train lacks, or a label constant over train.
     """
     c_grid = sorted(float(c) for c in c_grid)
     if not c_grid or min(c_grid) <= 0:
@@ -423,13 +349,9 @@ def _fingerprint(train_x, train_y, val_x, val_y, settings):
 def block_standardizer(x, dense_width) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale of features `x` whose first `dense_width` columns are the model's.
 
-    The model's columns get their training mean and standard deviation
-    (`standardizer`). The rest, the TF-IDF columns of a sparse `x`, keep
-    mean 0 (so they stay sparse) and get scale 1 / sqrt(max(dense_width,
-    `NGRAM_BLOCK_MIN`)): each TF-IDF row has unit norm, each standardized
-    model row a squared norm of about `dense_width`, and scaling the n-grams
-    to the same norm lets one C regularize both blocks alike (and puts the
-    n-grams' best C, alone, inside the default grid).
+    TF-IDF columns keep mean 0 (so they stay sparse) and get scale 1 /
+    sqrt(max(dense_width, `NGRAM_BLOCK_MIN`)): a unit-norm TF-IDF row then
+    weighs as a standardized model row does, and one C regularizes both.
     """
     if not sparse.issparse(x):
         return standardizer(x)
@@ -506,8 +428,7 @@ def _fit_labels(
     label_c=None,
     label_rate=None,
 ):
-    """One binary fit per label and C; per label the C (or `label_c`'s) and threshold best on
-    validation (or, with `label_rate`, the one that calls that share of validation positive)."""
+    """One binary fit per label and C; per label the best C (or `label_c`'s) and threshold."""
     if metric not in labeled.THRESHOLD_METRICS:
         raise errors.InvalidValueError(
             f"threshold metric must be one of {labeled.THRESHOLD_METRICS}"

@@ -1,26 +1,9 @@
 """The fitted logistic probe: a head, a fit report, and the probe's metrics of them.
 
-A fit (`probe.fit.fit_logistic`) produces two things: the head
-(`tf_mlstm.models.head_arrays.ClassifierHead` with its
-`tf_mlstm.models.head.HeadSpec`, the same head a fine-tuned model and the
-SavedModel's `classify` signature run) and a `FitReport` (C, the model's
-size, the neurons, the sweep's scores, iterations and convergence).
-`LogisticClassifier` is the pair. The head serves three kinds of task
-(`models.head.KINDS`):
-
-- **binary** (two classes): the paper's task. The single unit whose
-  threshold alone classifies best is the "sentiment neuron".
-- **multiclass** (K > 2 classes, e.g. SST-5): a multinomial (softmax)
-  logistic regression, C chosen on validation accuracy; each class has its
-  own top unit, found one class against the rest.
-- **multilabel** (L labels per text, each 0/1, e.g. SemEval emotions): one
-  binary logistic regression per label, each with its own C and its own
-  probability threshold chosen on validation (`labeled.choose_threshold`).
-
-`predict_proba` returns [N, K] as scikit-learn does ([N, 2] for binary) and
-[N, L] label probabilities for multilabel. The pair is saved as JSON
-(`probe.file_format`, never pickle); `majority_baseline` tells a classifier
-that learned nothing from one that did.
+`LogisticClassifier` pairs a fit's `ClassifierHead` (what the fine-tuned
+model and the SavedModel's `classify` run too) with its `FitReport`, and adds
+metrics, the neurons' report, the largest weights and classifier.json;
+`majority_baseline` tells a classifier that learned nothing.
 """
 
 import dataclasses
@@ -42,20 +25,7 @@ from tf_mlstm.transfer.probe.threshold import Threshold
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LogisticClassifier:
-    """A fitted logistic probe: its head and its fit report, nothing more.
-
-    The head (`models.head_arrays.ClassifierHead`, with its `HeadSpec`) holds
-    every array and name that classifies: standardizer, weights, classes,
-    thresholds, the fingerprint and precision of the model it was fitted on,
-    the n-gram vocabulary of the `tfidf` kind; it is what `tf-mlstm-export`
-    serves. The report (`FitReport`) holds how it was fitted: C, the model's
-    size, the neurons, the sweep. What this class adds are the probe's
-    views of the two: metrics, the neurons' report, the largest weights, and
-    classifier.json (`probe.file_format`).
-
-    With the `tfidf` kind, features are a scipy sparse matrix (model kinds
-    first, the V n-gram columns last; see `features.concat_features`), and
-    those columns' `mean` is 0 and `scale` 1 / the block's scale.
+    """A fitted logistic probe: its head (all that classifies and is served) and its fit report.
 
     Attributes:
       head: the `ClassifierHead`.
@@ -121,11 +91,7 @@ class LogisticClassifier:
 
     @property
     def no_neuron(self) -> str:
-        """Why the classifier has no neurons, in a phrase; "" when it has them.
-
-        The neurons are units of the model: a classifier on word n-grams alone
-        has none (a classifier fitted with `neurons=False` was not searched).
-        """
+        """Why the classifier has no neurons ("" if it has): n-grams alone, or `neurons=False`."""
         if self.report.neurons:
             return ""
         if not self.head.model_kinds:
@@ -184,9 +150,8 @@ class LogisticClassifier:
           splits: dict name -> (x, labels).
 
         Returns:
-          A list of dicts {class (or label), index, kind, unit, sign, threshold,
-          weight, <split>_balanced_accuracy}: the neuron's balanced accuracy,
-          its class against the rest.
+          dicts {class (or label), index, kind, unit, sign, threshold, weight,
+          <split>_balanced_accuracy}.
         """
         rows = []
         name = "label" if self.head.head_spec.kind == MULTILABEL else "class"
@@ -211,11 +176,7 @@ class LogisticClassifier:
 
     @property
     def output_names(self) -> tuple:
-        """What each row of `weights` (and each neuron) stands for: a class or a label.
-
-        Binary: the second (positive) class alone; multiclass: every class;
-        multilabel: every label.
-        """
+        """What each weight row stands for: binary its positive class, else a class or label."""
         spec = self.head.head_spec
         return spec.classes[1:] if spec.kind == BINARY else spec.classes
 
@@ -251,8 +212,7 @@ class LogisticClassifier:
         """The `count` features with the largest |weight| (in any row), non-zero only.
 
         Returns:
-          list of dicts {index, kind, unit, weight} (binary) or {index, kind,
-          unit, weights: {class or label: weight}}, largest first.
+          dicts {index, kind, unit, weight (binary) or weights by class}, largest first.
         """
         largest = np.max(np.abs(self._weights), axis=0)
         order = np.argsort(-largest, kind="stable")[:count]
@@ -314,8 +274,7 @@ def encode_labels(labels, classes=None, what="labels") -> tuple[np.ndarray, tupl
 
     Args:
       labels: [N] classes (ints or names).
-      classes: the classes in order; None: the distinct values of `labels`,
-        sorted.
+      classes: the classes in order; None: the sorted distinct values of `labels`.
       what: a name for error messages.
 
     Returns:
@@ -344,13 +303,9 @@ def encode_labels(labels, classes=None, what="labels") -> tuple[np.ndarray, tupl
 def majority_baseline(classifier, train_y, val_x, val_y) -> dict:
     """How the classifier compares on validation with always predicting the majority.
 
-    Single-label: the most common training class, scored by accuracy;
-    multi-label: each label's more common training value, scored by Jaccard.
-
     Returns:
-      {metric, classifier, majority, majority_prediction, better}: `better`
-      is whether the classifier scores strictly above the constant
-      prediction.
+      {metric, classifier, majority, majority_prediction, better}: accuracy
+      against the commonest class, or Jaccard against each label's commoner value.
     """
     train_y, val_y = np.asarray(train_y), np.asarray(val_y)
     if classifier.head.head_spec.kind == MULTILABEL:

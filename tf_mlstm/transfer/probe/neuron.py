@@ -1,30 +1,11 @@
 """The sentiment neuron: found when a classifier is fitted, read back to generate and draw.
 
-**Finding it.** `probe.fit.fit_logistic` records, for each output of the
-classifier (a binary classifier's one, each class or label of the others),
-the feature that alone classifies best (`find_neuron`: a `Threshold`, its
-column, sign and cut), chosen among units of the model (`neuron_columns`).
-classifier.json keeps it (`neuron`: its column, feature kind, unit, sign and
-threshold).
-
-**Reading it back.** `tf-mlstm-generate` and `tf-mlstm-visualize` take that
-file instead of copied numbers: `neuron_from_classifier` reads the unit, the
-direction in which the unit means "positive" and the scale of its values,
-and `resolve_unit` / `resolve_value` let explicit flags win, logging every
-disagreement.
-
-Generation holds the neuron's unit and the heat map draws it: a cell unit
-for the cell-state kinds (`CELL_KINDS`), a hidden unit for the hidden-state
-kinds that measure its value (`HIDDEN_KINDS`). Either way the held or drawn
-value is the quantity the classifier measured (a held unit has that value at
-every byte, so its final value, mean, max and min over the text are all the
-held value). `tf-mlstm-transfer` chooses its neuron among those kinds
-(`neuron_columns`); a neuron of another kind (`std`, or a word n-gram) is
-refused with a message that says so. `--neuron` picks another unit of the
-same state as the classifier's neuron (the cell state without one).
-
-No TensorFlow or scikit-learn at import: the binaries read `SENTIMENTS` while
-defining flags.
+A neuron is a unit of the model, cell (`CELL_KINDS`) or hidden
+(`HIDDEN_KINDS`), so generation can hold it and the heat map draw it: a held
+unit has its value at every byte, so its final value, mean, max and min all
+are the held value. Explicit flags win over the classifier's, each
+disagreement logged. No TensorFlow or scikit-learn at import: the binaries
+read `SENTIMENTS` while defining flags.
 """
 
 import dataclasses
@@ -59,24 +40,14 @@ NEURON_CANDIDATES = 10
 
 
 def neuron_columns(kinds, hidden_size) -> np.ndarray | None:
-    """The feature columns a neuron is chosen among: units of the model, cell state first.
-
-    The sentiment neuron is a unit of the model that `tf-mlstm-generate`
-    holds fixed and `tf-mlstm-visualize` draws. It is chosen among the
-    columns of the cell-state kinds (`CELL_KINDS`, Radford et al.'s neuron)
-    when the features have one; else among the hidden-state kinds a held
-    unit gives (`HIDDEN_KINDS`; `--features=auto` always keeps one of the
-    two); else among the model's columns (`std` alone); never among the word
-    n-grams. With `tfidf` alone there is no unit of the model, and no
-    neuron.
+    """The columns a neuron is chosen among: cell kinds, else hidden kinds, else all but n-grams.
 
     Args:
       kinds: the concatenated feature kinds (`tfidf`, if there, last).
       hidden_size: the model's units.
 
     Returns:
-      int64 array of column indices, ascending; None with `tfidf` alone (no
-      unit of the model, no neuron).
+      int64 array of column indices, ascending; None with `tfidf` alone (no neuron).
     """
     model_kinds = [kind for kind in kinds if kind in FEATURE_KINDS]
     for wanted in (CELL_KINDS, HIDDEN_KINDS, tuple(model_kinds)):
@@ -93,9 +64,7 @@ def find_neuron(
 ) -> Threshold:
     """The single feature whose best threshold classifies the training rows best.
 
-    The candidates are the features (among `columns`) with the largest
-    |weight| and those with the largest |correlation| with the label; ties go
-    to the larger |weight|.
+    Candidates: the largest |weight| and the largest |correlation| with the label.
 
     Args:
       train_x: [N, D] features.
@@ -146,11 +115,9 @@ class SentimentNeuron:
       source: the classifier file.
       kind: its feature kind (one of `CELL_KINDS` or `HIDDEN_KINDS`).
       unit: the unit of the cell state (`CELL_KINDS`) or hidden state.
-      sign: +1 where large values mean the positive class, -1 where they mean
-        the negative one.
+      sign: +1 where large values mean the positive class, else -1.
       threshold: the cut between the classes on the feature.
-      spread: the feature's standard deviation over the training texts
-        (the classifier's standardizer scale; 1 for a constant feature).
+      spread: the feature's training standard deviation (the standardizer's scale).
       hidden_size: units of the model the classifier was fitted on.
 
     Example:
@@ -189,8 +156,7 @@ class SentimentNeuron:
           spreads: distance past the threshold, in `spread` units.
 
         Returns:
-          `threshold + direction * sign * spreads * spread` as a float, with
-          direction +1 for positive and -1 for negative.
+          `threshold + direction * sign * spreads * spread`, direction +1 for positive.
 
         Raises:
           ValueError: an unknown sentiment.
@@ -216,18 +182,14 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     Args:
       path: a classifier file written by `tf-mlstm-transfer`.
       tool: the binary asking, for the error message ("tf-mlstm-generate").
-      hidden_size: the model's units, checked against the classifier's
-        (None: not checked).
+      hidden_size: the model's units, checked against the classifier's (None: not checked).
 
     Returns:
       A `SentimentNeuron`.
 
     Raises:
       FileNotFoundError: no file at `path`.
-      ValueError: not a valid classifier file, not a two-class classifier, a
-        classifier fitted on a model of another size, a sign other than
-        +1/-1, or a neuron of a kind no held unit gives (`std`, `tfidf`).
-        Each message is one line naming the file.
+      ValueError: not a two-class classifier file, another size, a bad sign or kind (one line).
     """
     # Imported here: the binaries read SENTIMENTS while defining flags, before
     # TensorFlow and scikit-learn are worth loading.
@@ -290,8 +252,7 @@ def resolve_unit(neuron, flag_unit, flag_name="neuron") -> int | None:
       flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
-      The unit (the flag's when given, else the neuron's), or None when
-      neither names one.
+      The flag's unit when given, else the neuron's, or None when neither names one.
     """
     if neuron is None:
         return flag_unit
@@ -319,9 +280,7 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="neuron_value")
       flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
-      The flag's value when given; else, when `unit` is the neuron's unit,
-      `neuron.value_for(sentiment)`; else 0.0 (the value of a unit held
-      without a classifier).
+      The flag's value; else `neuron.value_for(sentiment)` for the neuron's unit; else 0.0.
     """
     if unit is None or unit < 0:
         return 0.0 if flag_value is None else float(flag_value)  # nothing is held
@@ -359,14 +318,11 @@ def held_unit(
       hidden_size: the model's units.
       flag_unit: `--neuron` (None when not given; -1 holds nothing).
       flag_value: `--neuron_value` (None when not given).
-      sentiment: the neuron's side to hold ("positive"/"negative"; None:
-        positive).
+      sentiment: the neuron's side to hold ("positive"/"negative"; None: positive).
       tool: the binary asking, for error messages.
 
     Returns:
-      (unit, value, hidden_state): unit -1 when nothing is held;
-      hidden_state True when the unit is one of the hidden state (the
-      classifier's neuron is). What is held is logged.
+      (unit, value, hidden_state): unit -1 when nothing is held.
 
     Raises:
       FileNotFoundError, ValueError: as `neuron_from_classifier`.
@@ -395,10 +351,7 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool) -> tuple:
       tool: the binary asking, for error messages.
 
     Returns:
-      (unit, sign, neuron): sign is the neuron's when the unit is the
-      classifier's (so the colors can show its positive side as positive),
-      else +1; neuron is the `SentimentNeuron` or None (the unit is of the
-      neuron's state, `neuron.hidden_state`; of the cell state without one).
+      (unit, sign, neuron): the neuron's sign for its own unit, else +1; neuron or None.
 
     Raises:
       FileNotFoundError, ValueError: as `neuron_from_classifier`; ValueError

@@ -1,8 +1,6 @@
 """The fit report of a logistic probe: how it was fitted, beside the head it produced.
 
-`probe.fit.fit_logistic` produces a head (`models.head_arrays.ClassifierHead`)
-and a `FitReport`; classifier.json (`probe.file_format`) keeps both but the
-sweep's rows, which `tf-mlstm-transfer` writes to results.json.
+classifier.json keeps it but the sweep's rows, which go to results.json.
 """
 
 import dataclasses
@@ -14,17 +12,9 @@ class FitReport:
 
     Attributes:
       hidden_size: units of the model the features came from.
-      C: the inverse regularization strength chosen (multilabel: a tuple,
-        one per label).
-      neurons: one `Threshold` per row of the head's weights (on
-        unstandardized features), each a unit of the model: binary, the
-        sentiment neuron; multiclass, each class's top unit against the
-        rest; multilabel, each label's. Empty (`logistic.LogisticClassifier.no_neuron`
-        says why) on word n-grams alone.
-      sweep: the fit's rows, one per C of the grid (per label and C for
-        multi-label): the scores, nonzero weights, iterations and
-        convergence of each fit (`probe.fit.fit_logistic`); () for a
-        classifier read from classifier.json, which does not keep them.
+      C: the inverse regularization strength chosen (multilabel: one per label).
+      neurons: one `Threshold` per weight row, each a unit of the model (none on n-grams alone).
+      sweep: the fit's rows, one per C (and label); () when read from classifier.json.
 
     Example:
 

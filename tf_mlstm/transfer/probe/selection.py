@@ -1,10 +1,7 @@
 """Choosing the features and C: greedy feature selection and cross-validation.
 
-`select_feature_kinds` chooses which feature groups a classifier reads by
-greedy forward selection, judged on the validation split or, where it is
-small (fewer than `CV_MAX_VALIDATION` rows), by `CV_FOLDS`-fold
-cross-validation over train and validation together (`cross_validate`, on
-`cross_validation_folds` of `pool_rows`). Each fit is `probe.fit.fit_logistic`'s.
+Judged on validation or, below `CV_MAX_VALIDATION` rows, by `cross_validate`
+over train and validation together; each fit is `fit_logistic`'s.
 """
 
 import numpy as np
@@ -27,22 +24,15 @@ together (`cross_validate`)."""
 def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None:
     """Stratified folds over rows whose every fit part has every class (or label value).
 
-    Multi-label folds are stratified by label combination (`labeled.strata`),
-    the combinations of fewer than `folds` rows pooled into one stratum (joined
-    to the largest when it is smaller still): a few rare combinations must not
-    cut every fold's share of rows to a half, as they did on SemEval E-c, whose
-    rarest combination of two rows or more has two.
+    Rare label combinations are pooled, so they cannot shrink every fold's share of rows.
 
     Args:
       labels: [N] classes or [N, L] 0/1 labels.
-      folds: how many folds wanted; fewer when the rarest class (or the
-        pooled stratum of rare label combinations) has fewer rows.
+      folds: how many folds wanted; fewer when the rarest stratum is smaller.
       seed: the shuffle seed.
 
     Returns:
-      A list of (fit rows, held-out rows) index arrays, each sorted; None
-      when no two folds can be made with every class (every label's 0 and
-      1) in each fit part.
+      (fit rows, held-out rows) sorted index arrays per fold; None when no two folds work.
     """
     labels = np.asarray(labels)
     ids = labeled.strata(labels)
@@ -96,20 +86,11 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs) ->
       kinds: the kinds to concatenate.
       hidden_size: the model's units.
       folds: (fit rows, held-out rows) pairs (`cross_validation_folds`).
-      **fit_kwargs: passed to `fit_logistic` (c_grid, penalty, ngrams, ...);
-        a `title` names the progress lines, each with its fold.
+      **fit_kwargs: passed to `fit_logistic`; a `title` names the progress lines.
 
     Returns:
-      dict {score, C, per_C, not_converged}: single-label, per_C maps each
-      C of the grid to its held-out accuracy averaged over the folds, C is
-      the best (ties: the smaller) and score its mean; multi-label, score is
-      the mean held-out Jaccard (each label's C and threshold chosen on its
-      fold's held-out rows), per_C maps each label to its C -> held-out
-      threshold metric averaged over the folds, C is the tuple of each
-      label's best (ties: the smaller) and positive_rate the tuple of each
-      label's share of held-out rows above its threshold at that C, averaged
-      over the folds (`fit_logistic`'s label_rate); not_converged, the Cs
-      whose fit stopped at the iteration cap in some fold.
+      dict {score, C, per_C, not_converged} averaged over the folds (ties: the
+      smaller C); multi-label: Jaccard, and C, per_C, positive_rate per label.
     """
     x = features_lib.concat_features(features, kinds)
     labels = np.asarray(labels)
@@ -173,14 +154,10 @@ def select_feature_kinds(
     c_grid_of=None,
     **fit_kwargs,
 ) -> tuple[tuple, list]:
-    """Chooses feature kinds on validation by greedy forward selection of groups.
+    """Chooses feature kinds by greedy forward selection of groups, while the score rises.
 
-    Starts from the best single group, then adds the group that raises the
-    validation score (`LogisticClassifier.score`: accuracy, or Jaccard for
-    multilabel) most, while it rises. With `folds` (over the training rows,
-    then the validation rows: `pool_rows`), the score is `cross_validate`'s
-    instead: every row of both is held out once, a judge far less noisy than
-    a small validation split.
+    With `folds` the score is `cross_validate`'s: every row held out once, a
+    far less noisy judge than a small validation split.
 
     Args:
       train: dict kind -> [N, H] training features (every kind in `groups`).
@@ -189,20 +166,12 @@ def select_feature_kinds(
       val_y: [M] labels (or [M, L]).
       hidden_size: the model's units.
       groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
-      folds: None (the validation split judges), or (fit rows, held-out
-        rows) pairs over the training then the validation rows.
-      c_grid_of: None, or a function of the kinds that gives their C grid
-        (else `fit_kwargs`' c_grid serves every combination).
-      **fit_kwargs: passed to `fit_logistic` (c_grid, solver, seed, penalty,
-        classes, threshold_metric, ngrams, progress).
+      folds: None (validation judges), or (fit, held-out) pairs over train then validation rows.
+      c_grid_of: None, or a function of the kinds giving their C grid.
+      **fit_kwargs: passed to `fit_logistic`.
 
     Returns:
-      (kinds, trials): the chosen tuple of kinds in `features.ALL_KINDS`
-      order, and a list of {kinds, val_accuracy (or val_jaccard),
-      not_converged (the Cs whose fit stopped at the iteration cap)} for
-      every combination tried; with `folds`, {kinds, cv_accuracy (or
-      cv_jaccard), C and per_C (single-label: the best C over the folds and
-      each C's mean held-out accuracy), folds, not_converged}.
+      (kinds in `features.ALL_KINDS` order, one record per combination tried).
     """
     trials = []
     cache = {}

@@ -1,51 +1,10 @@
 """The transfer fit's own logistic-regression solver: full batch, float32, along a C path.
 
-The fit `tf-mlstm-transfer` sweeps: for each C of an ascending grid, the
-weights W [D, R] and intercepts b [R] that minimize scikit-learn's
-`LogisticRegression` objective, divided by C N so that it reads as a mean:
-
-    F(W, b) = (1/N) sum_i loss_i(x_i W + b) + penalty(W) / (C N),
-
-with penalty(W) = ||W||_1 (l1) or ||W||^2 / 2 (l2), the intercepts not
-penalized. The C values keep scikit-learn's meaning and the optimum is
-scikit-learn's (the tests check it against `LogisticRegression`). Three
-tasks:
-
-- **binary**: y in {0, 1}, one column (R = 1);
-- **multinomial**: K classes, the softmax over K columns (scikit-learn's
-  symmetric parametrization, R = K);
-- **multilabel**: L independent binary regressions fitted side by side, each
-  with its own step, line search, convergence and iteration count (R = L;
-  one product over the features serves all L, where scikit-learn fits them
-  one after the other).
-
-Two methods (`METHODS`), one per penalty by measurement (`DEFAULT_METHODS`):
-
-- **l2: L-BFGS** (the `MEMORY` last curvature pairs, a backtracking Armijo
-  line search from the unit step), the objective smooth;
-- **l1: FISTA** (Beck & Teboulle 2009) with a backtracking step (halved
-  where the quadratic bound fails, grown by `STEP_GROWTH` where it holds, as
-  the curvature of a fitted logistic loss is far below its global bound)
-  and the gradient-based adaptive restart of O'Donoghue & Candes (2015); the
-  products at the extrapolated point are linear combinations of the last
-  two, so an iteration costs two products with the features, as L-BFGS's.
-
-Features are float32 (dense standardized, or CSR with the TF-IDF block); the
-products run in float32, the loss, the weights and the tests in float64.
-
-Convergence is the first-order optimality (KKT) residual: the largest
-absolute entry of the minimal-norm subgradient of F, the intercepts
-included, at most `TOL` (1e-4, scikit-learn's default `tol`). For l2 this is
-exactly the test scikit-learn's lbfgs stops on (the projected gradient's
-max norm against `gtol=tol`, on the same mean-scaled objective), so
-"converged" means the same as there. It is measured where the gradient is
-exact (L-BFGS: every iterate; FISTA: an iterate reached without momentum,
-whose gradient the next step needs anyway), so the check costs no extra
-product. A fit that reaches `max_iter` gradient evaluations first is
-returned as it stands with `converged` False, and reported by the caller.
-
-Along the grid each fit starts from the previous C's solution (warm start):
-the path from 1e-4 up moves little between half-decade steps.
+`fit_path` minimizes scikit-learn's `LogisticRegression` objective at each C
+of an ascending grid, warm-started: L-BFGS for l2, FISTA for l1, binary,
+multinomial, or L labels side by side in one product. Converged means
+scikit-learn's lbfgs test, a KKT residual at most `TOL` (docs/transfer.md,
+"The batch solver").
 """
 
 import dataclasses
@@ -84,11 +43,9 @@ class PathFit:
       C: the inverse regularization strength.
       weights: [R, D] float64 (R = 1 binary, K multinomial, L multilabel).
       bias: [R] float64 intercepts (multinomial: centered, sum 0).
-      converged: [G] bool per independent problem (binary and multinomial
-        one, multilabel L): the KKT residual reached `tol`.
+      converged: [G] bool per independent problem (multilabel L, else one).
       iterations: [G] gradient evaluations each took.
-      residual: [G] the KKT residual at the returned weights (of the last
-        check; inf where none was made).
+      residual: [G] the KKT residual at the returned weights (inf if never checked).
 
     Example:
 
@@ -121,10 +78,12 @@ def targets_of(y, task, num_classes=None) -> np.ndarray:
     """The float64 target matrix [N, R] of labels `y` for `task`.
 
     Args:
-      y: binary: [N] in {0, 1}; multinomial: [N] class indices; multilabel:
-        [N, L] in {0, 1}.
+      y: binary [N] 0/1; multinomial [N] class indices; multilabel [N, L] 0/1.
       task: one of `TASKS`.
       num_classes: multinomial: K (None: max(y) + 1).
+
+    Returns:
+      float64 [N, R].
     """
     y = np.asarray(y)
     if task == "binary":
@@ -138,12 +97,7 @@ def targets_of(y, task, num_classes=None) -> np.ndarray:
 
 
 class _Problem:
-    """Loss, gradient and penalty of one task on fixed features and targets.
-
-    Columns are the R outputs; problems ("groups") are what converges
-    together: every column its own (binary, multilabel) or all of them one
-    (multinomial). Group masks and values turn into column ones by `columns`.
-    """
+    """Loss, gradient and penalty of one task; groups (what converges together) of columns."""
 
     def __init__(self, x, targets, task, penalty):
         self.x = x
@@ -208,12 +162,7 @@ class _Problem:
 
 
 def initial_step(x, task) -> float:
-    """A step below 1/L for the mean loss on features `x`: L <= c ||[X 1]||_2^2 / N.
-
-    c is 1/4 for the logistic loss and 1/2 for the softmax. The spectral norm
-    comes from a few power iterations, doubled as they approach it from below;
-    the step grows from there as the fit finds the curvature smaller.
-    """
+    """A step below 1/L of the mean loss: L <= c ||[X 1]||_2^2 / N (c: 1/4 sigmoid, 1/2 softmax)."""
     n = x.shape[0]
     v = np.random.default_rng(0).normal(size=x.shape[1]).astype(np.float32)
     norm2 = 0.0
@@ -250,8 +199,7 @@ def fit_path(
       tol: the KKT residual that counts as converged.
       max_iter: gradient evaluations per C.
       warm_start: start each C from the previous solution (False: from zero).
-      on_iteration: called as on_iteration(c_index, iterations) after every
-        iteration (for progress reports).
+      on_iteration: called as on_iteration(c_index, iterations) after every iteration.
       method: one of `METHODS` (None: `DEFAULT_METHODS[penalty]`).
 
     Yields:
@@ -303,15 +251,7 @@ def _start(problem, width):
 
 
 def _fista(problem, w, b, step, lam, tol, max_iter, callback):
-    """One fit from (w, b): FISTA with backtracking and adaptive restart.
-
-    Every array is per column (w [D, R], b [R], logits [N, R]) or per group
-    (step, momentum, iterations ...); each iteration works on the columns
-    of the groups still active.
-
-    Returns:
-      (w, b, step, converged, iterations, residual), the last three per group.
-    """
+    """One fit from (w, b): FISTA with backtracking and adaptive restart, per active group."""
     groups = problem.groups
     every = np.arange(problem.width)
     w, b, step = w.copy(), b.copy(), step.copy()
@@ -403,16 +343,7 @@ MEMORY = 10
 
 
 def _lbfgs(problem, w, b, step, lam, tol, max_iter, callback):
-    """One l2 fit from (w, b): L-BFGS with a backtracking (Armijo) line search.
-
-    The weights and intercepts of a column are one vector [D + 1] (the
-    intercepts last, unpenalized); every group (a label of a multilabel task)
-    keeps its own curvature pairs, step and line search, and the products for
-    every group still running are one matrix product.
-
-    Returns:
-      (w, b, step, converged, iterations, residual), the last three per group.
-    """
+    """One l2 fit from (w, b): L-BFGS, Armijo backtracking, one shared product for all groups."""
     groups = problem.groups
     every = np.arange(problem.width)
     d = w.shape[0]

@@ -1,9 +1,4 @@
-"""One feature's threshold: the one-feature classifier a sentiment neuron is.
-
-`fit_threshold` finds the cut and direction on one feature that classify best
-(or best balanced, for one class against the rest); a `Threshold` holds it and
-classifies with it. `column` reads one feature of dense or sparse features.
-"""
+"""One feature's threshold: the one-feature classifier a sentiment neuron is."""
 
 import dataclasses
 
@@ -54,14 +49,10 @@ def fit_threshold(values, labels01, balanced=False) -> tuple[int, float, float]:
     Args:
       values: [N] feature values.
       labels01: [N] labels in {0, 1}.
-      balanced: maximize balanced accuracy (the mean of the two classes'
-        recalls) instead of accuracy: for one class against the rest, where
-        plain accuracy would favor calling everything "rest".
+      balanced: maximize balanced accuracy (one class against the rest).
 
     Returns:
-      (sign, threshold, accuracy): the best of all cuts between distinct
-      values (and below/above all of them), for both directions; ties go to
-      sign +1, then the lowest cut. `accuracy` is balanced when asked.
+      (sign, threshold, accuracy); ties go to sign +1, then the lowest cut.
     """
     values = np.asarray(values, np.float64)
     labels01 = np.asarray(labels01, np.int64)
