@@ -1,21 +1,9 @@
 """`MLSTMBackbone`: byte embedding and mLSTM, the network every task of the project shares.
 
-Inputs are byte ids [B, T] (uint8 or int32), as `BytePreprocessor` frames
-them. The state is reset wherever the input byte is `DOC_START` (every
-document in a stream begins with it), so a document's features never depend
-on the text before it. The backbone takes and returns the recurrent state,
-so training can carry it across batches (truncated backpropagation through
-time), and returns the hidden state of every step (or, for inference, the
-running statistics that pooled features are made of).
-
-The embedding is a 256-row table, so the input side of every gate is a
-gather from `table @ Wx` (256 x 4H) and `table @ Wmx` (256 x H), computed
-once per call instead of a product per character; the recurrence gathers
-each step's rows itself (`MLSTM.run_tables`).
-
-The tasks on it: `MLSTMLanguageModel` (a dense next-byte head) and
-`MLSTMClassifier` (a head on pooled features, through the language model,
-whose next-byte head fine-tuning may keep training as an auxiliary loss).
+The state resets at every `DOC_START`, so a document's features never depend
+on the text before it; the state goes in and out, so training carries it
+across batches. The input side of every gate is a gather from the 256-row
+tables `table @ Wx` and `table @ Wmx`, not a product per character.
 """
 
 import keras
@@ -86,9 +74,7 @@ class MLSTMBackbone(keras.Model):
           valid: optional [B, T] 1/0 mask; the state stays put where 0.
           training: selects the trainable path.
           return_sequences: return every step's hidden state.
-          pool: inference only: instead, statistics of the hidden and cell
-            states over the valid steps (a dict of [B, H] keyed by
-            `recurrence.POOLED`).
+          pool: inference only: return the states' statistics (`recurrence.POOLED`) instead.
 
         Returns:
           (hidden states [B, T, H], or None, or the pooled statistics; [h, c]).

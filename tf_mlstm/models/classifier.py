@@ -1,27 +1,9 @@
 """`MLSTMClassifier`: a dense head on pooled features of the mLSTM, trained together.
 
-The classifier task on the language model: the encoder (an
-`MLSTMLanguageModel`) reads left-padded rows, `[pad ... pad, DOC_START,
-text bytes]`, so its state resets at `DOC_START` and the padding cannot
-reach the features or the language-model loss; features are the final
-states and statistics of the hidden state over the text, defined once in
-`pooling`; the head is linear or one ReLU layer, with optional dropout, in
-float32 under every precision policy.
-
-One model, two ways to drive it:
-
-- Keras's own: `MLSTMClassifier.from_run(model_dir, num_classes=K)` (or
-  `num_labels=L` for several 0/1 labels) is a `keras.Model` of raw texts:
-  `model(texts)` gives the served probabilities (binary [B, 2], K classes
-  [B, K], labels [B, L]; those of the SavedModel's `classify` signature), so
-  `compile`, `fit`, `evaluate` and `predict` take a `tf.data.Dataset` of
-  (texts, labels) on one machine. Of a finished `tf-mlstm-finetune` run it
-  is the trained classifier, with its decision thresholds (`head_spec`).
-- The distributed runner's: `tf-mlstm-finetune` (`transfer.finetune`) trains
-  the same class through `forward(ids, lengths)` on framed rows, under any
-  strategy, with exact resume.
-
-The prediction helpers at the end run it over lists of texts.
+The encoder reads left-padded rows, `[pad ... pad, DOC_START, text]`, so
+padding reaches neither the features nor the language-model loss. Two
+drivers: Keras's own (`from_run`, then `fit` / `predict` on raw texts) and
+the distributed runner's (`tf-mlstm-finetune`, through `forward`).
 """
 
 import dataclasses
@@ -52,12 +34,10 @@ def frame_left_padded(texts, max_length) -> tuple:
 
     Args:
       texts: normalized texts.
-      max_length: bytes per row at most (DOC_START included); longer texts
-        keep their first `max_length - 1` bytes.
+      max_length: bytes per row at most (DOC_START included); longer texts are cut.
 
     Returns:
-      A `framing.FramedIds` (a named tuple) of NumPy arrays; the type is
-      not named here, as text reaches byte ids only through the preprocessor.
+      A `framing.FramedIds` of NumPy arrays.
     """
     return BytePreprocessor.for_classifier(max_length).frame(texts, np.uint8)
 
@@ -74,33 +54,20 @@ def _valid_mask(ids, lengths):
 class MLSTMClassifier(keras.Model):
     """A dense head on features of an `MLSTMLanguageModel`, trained together.
 
-    Call: `model(texts, training=None)` -> the served probabilities [B, C]
-    float32 of a [B] `tf.string` batch of raw texts (normalized, framed and
-    cut to `max_length` bytes by `preprocessor`; see the module doc).
-
-    `forward(ids, lengths, training=None, dropout_seed=None)` ->
-    `(logits [B, K] float32, hidden [B, T, H])` for left-padded ids is the
-    runner's step. `dropout_seed` ([2] int) seeds the head's dropout in
-    training (stateless, so a resumed run repeats it); without it the dropout
-    draws from TensorFlow's global generator.
+    Call: `model(texts)` -> served probabilities [B, C] float32 of [B] raw texts.
+    `forward(ids, lengths, training, dropout_seed)` -> `(logits, hidden)` is the
+    runner's step; `dropout_seed` makes dropout stateless, so a resume repeats it.
 
     Args:
       encoder: the language model.
       num_labels: outputs: sigmoid labels, or the classes of a softmax.
-      feature: one of `kinds.SEQUENCE_KINDS`, or several (a tuple or a
-        comma-separated string), concatenated in that order.
-      softmax: whether the outputs are one softmax (K classes) rather than a
-        sigmoid each.
-      head_hidden: 0 for a linear head, else the units of one ReLU layer
-        before the output layer.
+      feature: one of `kinds.SEQUENCE_KINDS`, or several (tuple or comma-separated), in order.
+      softmax: the outputs are one softmax (K classes) rather than a sigmoid each.
+      head_hidden: 0 for a linear head, else the units of one ReLU layer.
       head_dropout: dropout rate before the output layer, in training.
-      head_init: None (random), or (kernel [D, K], bias [K]): the output
-        layer's starting values (not part of the config: a saved model
-        carries its trained weights).
+      head_init: None (random), or (kernel [D, K], bias [K]) to start from (not in the config).
       max_length: framed bytes of a text read by `call` (None: all of it).
-      head_spec: the `HeadSpec` (kind, class names, thresholds) of the
-        outputs, or None for the one the outputs imply (binary for one
-        sigmoid, classes 0..K-1, labels 0..L-1, no thresholds).
+      head_spec: the outputs' `HeadSpec`, or None for the one the outputs imply.
       **kwargs: base model arguments.
 
     Example:
@@ -193,12 +160,7 @@ class MLSTMClassifier(keras.Model):
         return layers
 
     def checkpoint_objects(self) -> dict[str, keras.Layer]:
-        """What a fine-tuning run's checkpoints hold: the encoder as `model`, and the head.
-
-        The encoder under the name a language model's checkpoint uses, so
-        `MLSTMLanguageModel.from_run` reads a fine-tuned encoder like any
-        trained one.
-        """
+        """Checkpointed: the encoder as `model` (so `from_run` reads it), and the head."""
         return {"model": self.encoder, **self.head_layers()}
 
     def probabilities(self, logits) -> tf.Tensor:
@@ -274,21 +236,14 @@ class MLSTMClassifier(keras.Model):
     ) -> "MLSTMClassifier":
         """A classifier on the model of a run folder, as a Keras model of raw texts.
 
-        Of a finished `tf-mlstm-finetune` run: `from_finetune_run`, the
-        fine-tuned encoder and head with their decision thresholds, as
-        `tf-mlstm-classify` and the exported `classify` signature use them
-        (the head options must then be left out; `num_classes` /
-        `num_labels`, if given, must agree). Of a trained language model:
-        `MLSTMLanguageModel.from_run` (float32) under a new head, ready to
-        `compile` and `fit`.
+        A finished `tf-mlstm-finetune` run gives its trained classifier (leave the
+        head options out); a language model gets a new head, ready to `fit`.
 
         Args:
           model_dir: a run folder of `tf-mlstm-train` or `tf-mlstm-finetune`.
-          num_classes: K >= 2 classes of one label (2: one sigmoid, as a
-            binary fine-tuning run; more: a softmax).
+          num_classes: K >= 2 classes of one label (2: one sigmoid; more: a softmax).
           num_labels: L >= 1 independent 0/1 labels (a sigmoid each).
-          feature, head_hidden, head_dropout, max_length: the new head's
-            (see the class doc).
+          feature, head_hidden, head_dropout, max_length: the new head's (see the class).
           classes: names of the K classes or L labels (default 0..K-1).
 
         Returns:
@@ -296,8 +251,7 @@ class MLSTMClassifier(keras.Model):
 
         Raises:
           FileNotFoundError: no trained model in `model_dir`.
-          ValueError: neither or both of `num_classes` and `num_labels` for a
-            language model, or a count a fine-tuned run does not have.
+          ValueError: not one of `num_classes` and `num_labels`, or a count the run lacks.
         """
         if rundir.is_finetune_run(model_dir):
             return cls.from_finetune_run(model_dir, num_classes, num_labels)
@@ -338,25 +292,18 @@ class MLSTMClassifier(keras.Model):
     def from_finetune_run(
         cls, model_dir, num_classes=None, num_labels=None, precision="float32"
     ) -> "MLSTMClassifier":
-        """The classifier a finished `tf-mlstm-finetune` run trained, in float32 by default.
-
-        Its encoder, head and decision thresholds as `tf-mlstm-classify` and
-        the exported `classify` signature use them, restored together from
-        the run's newest intact checkpoint.
+        """The classifier of a finished `tf-mlstm-finetune` run, from its newest intact checkpoint.
 
         Args:
           model_dir: a finished `tf-mlstm-finetune` run folder.
           num_classes, num_labels: if given, what the run must have.
-          precision: the policy the encoder computes in (float32: what
-            `tf-mlstm-classify` uses; the head is float32 under every policy).
+          precision: the encoder's policy (float32, as `tf-mlstm-classify`; the head is float32).
 
         Returns:
-          A built `MLSTMClassifier`; its encoder's `run_config` and
-          `run_checkpoint` are those of the run.
+          A built `MLSTMClassifier` with the run's `run_config` and `run_checkpoint`.
 
         Raises:
-          InvalidValueError: `model_dir` holds no finished fine-tuning run,
-            or not that many classes or labels.
+          InvalidValueError: no finished fine-tuning run, or not that many classes or labels.
           FileNotFoundError: no checkpoint.
         """
         config, results = rundir.read_finetune_run(model_dir)
@@ -420,12 +367,7 @@ class MLSTMClassifier(keras.Model):
 
 
 def _texts_tensor(x):
-    """`x` as a [N] `tf.string` tensor when it is a list or array of texts; else `x`.
-
-    Each item is checked (`check_texts`): a value that is not a text is one
-    error naming `x[index]`, not a Keras data-adapter error naming nothing;
-    one str (a sequence of characters to Keras) is refused.
-    """
+    """`x` as a [N] `tf.string` tensor if a list of texts (each checked, by index); else `x`."""
     if isinstance(x, (str, bytes, list, tuple)) and len(x):
         return tf.constant(check_texts(x, "x"), tf.string)
     if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
@@ -475,13 +417,7 @@ def lm_loss_per_text(model, hidden, ids, lengths) -> tf.Tensor:
 
 
 def predict_probabilities(model, split, max_length, batch_size=64, progress=False) -> np.ndarray:
-    """Probabilities of `model` for every text of `split`: [N, K] float32.
-
-    Sigmoid outputs (one per label), or one softmax over K classes. `split` is
-    a `labeled.LabeledData` or a list of normalized texts.
-
-    With `progress`, the texts done are reported (see `tf_mlstm.progress`).
-    """
+    """Probabilities of `model` for every text of `split` (LabeledData or texts): [N, K] float32."""
     return _batched(
         lambda i, n: model.probabilities(model.forward(i, n, training=False)[0]),
         getattr(split, "texts", split),
@@ -495,12 +431,7 @@ def predict_probabilities(model, split, max_length, batch_size=64, progress=Fals
 def predict_served_probabilities(
     model, texts, max_length, batch_size=64, progress=False
 ) -> np.ndarray:
-    """The probabilities `model` serves for normalized `texts`: [N, C] float32.
-
-    Those of `call` and of the SavedModel's `classify` signature
-    (`HeadSpec.probabilities_tf` of the logits): binary [N, 2] (negative,
-    positive), K classes [N, K], L labels [N, L].
-    """
+    """The probabilities `call` and the `classify` signature give normalized `texts`: [N, C]."""
     return _batched(
         lambda i, n: model.head_spec.probabilities_tf(model.forward(i, n, training=False)[0]),
         texts,

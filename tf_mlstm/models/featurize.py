@@ -1,14 +1,8 @@
 """Inference over whole texts: windowed featurization and scoring.
 
-Texts of any length run through the model in windows of `window` bytes with
-the state carried, so memory depends on the window and not on the longest
-text. Padding is masked: a padded position leaves the state unchanged and
-adds nothing to pooled features or scores, so a text's features never depend
-on the batch it came in (the tests check this).
-
-All functions here are graph-friendly and back both the SavedModel
-signatures and the transfer tools. They take the ids and mask of
-`BytePreprocessor.for_windows` (right padding, whole windows).
+Texts run in windows with the state carried, so memory follows the window,
+not the longest text; padding is masked, so a text's numbers never depend on
+its batch. Graph-friendly: the SavedModel signatures and transfer both use it.
 """
 
 import tensorflow as tf
@@ -62,10 +56,7 @@ def featurize_ids(model, ids, valid, window=256) -> dict[str, tf.Tensor]:
 
 
 def score_ids(model, ids, valid, window=256) -> tuple[tf.Tensor, tf.Tensor]:
-    """Bits per character of each row under the model.
-
-    The first byte (the framing `DOC_START`) is given; every later byte is
-    predicted from the ones before it.
+    """Bits per character of each row under the model (the framing `DOC_START` is given).
 
     Args:
       model: an `MLSTMLanguageModel`.

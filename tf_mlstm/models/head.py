@@ -1,17 +1,8 @@
 """The head specification: what a classifier's outputs mean, and how they become decisions.
 
-One definition for every classifier of the project (the logistic probe, the
-fine-tuned `MLSTMClassifier`, the SavedModel's `classify` signature and
-`tf-mlstm-classify`), in NumPy and in the graph:
-
-- **binary** (two classes, one logit): probabilities [N, 2] (negative,
-  positive); the positive class where its probability is above the one
-  threshold, or, with none, where the logit is above 0 (0.5 exactly, no
-  rounding);
-- **multiclass** (K classes): a softmax over K logits; the most probable
-  class;
-- **multilabel** (L labels): a sigmoid per label; a label is on where its
-  probability is above its threshold.
+One definition, in NumPy and in the graph, for every classifier (the probe,
+the fine-tuned model, the `classify` signature, `tf-mlstm-classify`): binary
+(one logit), multiclass (softmax) and multilabel (a sigmoid and threshold each).
 """
 
 import dataclasses
@@ -31,10 +22,8 @@ class HeadSpec:
 
     Attributes:
       kind: one of `KINDS`.
-      classes: the probability columns' names: the two classes of a binary
-        head (negative first), the K classes, or the L label names.
-      thresholds: binary: () for 0.5 on the logit, or the positive class's
-        probability threshold; multilabel: the L thresholds; multiclass: ().
+      classes: the probability columns' names (binary: negative first).
+      thresholds: binary: () (the logit cut at 0) or the positive probability's; multilabel: L.
 
     Example:
 
@@ -94,8 +83,7 @@ class HeadSpec:
 
         Args:
           probabilities: [N, C].
-          logits: optional, the logits they came from: a binary head without
-            a threshold then cuts the logit at 0 exactly.
+          logits: optional; a binary head without a threshold then cuts the logit at 0 exactly.
 
         Returns:
           [N] classes (binary, multiclass), or [N, L] int64 0/1 (multilabel).
@@ -126,8 +114,7 @@ class HeadSpec:
         """`decide` in the graph, from the logits.
 
         Returns:
-          [N] int32 indices into `classes` (binary, multiclass), or [N, L]
-          int64 0/1 (multilabel).
+          [N] int32 indices into `classes`, or [N, L] int64 0/1 (multilabel).
         """
         if self.kind == MULTILABEL:
             return tf.cast(tf.sigmoid(logits) > tf.constant(self.thresholds), tf.int64)

@@ -1,12 +1,8 @@
 """`ClassifierHead`: a fitted classifier head as plain arrays, its weights and its `HeadSpec`.
 
-The one head every classifier of the project is: the logistic probe
-(`transfer.probe`, whose fit gives one and a fit report) and a fine-tuned
-`MLSTMClassifier` (`transfer.finetune`) each give one; `tf-mlstm-classify`
-and the Python API run it in NumPy (`probabilities`, `predict`), the
-SavedModel's `classify` signature (`serving.saved_model`) in the graph. How
-its logits become probabilities and decisions is its `head_spec`
-(`models.head.HeadSpec`), the only place that says it.
+The one head every classifier is, run in NumPy by `tf-mlstm-classify` and in
+the graph by the `classify` signature. It holds no scikit-learn, so neither
+the export nor the transfer code depends on the other.
 """
 
 import dataclasses
@@ -31,41 +27,24 @@ def model_kinds(feature_kinds) -> tuple[str, ...]:
 class ClassifierHead:
     """A classifier on standardized features: its weights as plain arrays, and its `HeadSpec`.
 
-    The transfer tools build one from a fitted logistic regression or a
-    fine-tuned head; `probabilities` and `predict` run it in NumPy and the
-    SavedModel's `classify` signature in the graph. It lives with the models,
-    with no scikit-learn in it, so neither the export nor the transfer code
-    depends on the other.
-
     Attributes:
       feature_kinds: which of `kinds.FEATURE_KINDS` are concatenated, in order.
       mean: [D] standardizer mean (D = hidden size x number of kinds).
       scale: [D] standardizer scale.
-      weights: [R, D] output weights on standardized features (or on the
-        hidden layer's U outputs), one row per output: 1 for two classes (the
-        second class's logit), K for K > 2 classes (softmax), L for L labels
-        (a sigmoid each). [D] is one row.
+      weights: [R, D] output weights, a row per logit (binary 1, K, L); [D] is one row.
       bias: [R] output intercepts (a number for one row).
-      head_spec: the `HeadSpec`: the kind, the classes (or label names) in
-        probability-column order, and the decision thresholds (binary: ()
-        for 0.5 on the logit, or the positive class's probability threshold;
-        multilabel: the L thresholds).
-      neuron: index into the D features of the sentiment neuron (binary; -1
-        for none).
+      head_spec: the `HeadSpec`: kind, classes (or labels) in column order, thresholds.
+      neuron: index into the D features of the sentiment neuron (binary; -1 for none).
       hidden_weights: None, or [U, D]: a ReLU layer before the output layer.
       hidden_bias: [U] with `hidden_weights`.
-      max_length: framed bytes per text read (document start included), as a
-        fine-tuned model was trained; 0 = the whole text.
-      weights_sha256: fingerprint of the model weights it was fitted on
-        (`rundir.weights_checksum`); "" = not recorded.
+      max_length: framed bytes per text read, as a fine-tuned model was trained; 0 = all.
+      weights_sha256: the fitted-on model's `rundir.weights_checksum`; "" = not recorded.
       precision: the policy its features were computed in; "" = not recorded.
-      ngram_terms: with the `tfidf` kind (last of `feature_kinds`): the V
-        n-grams, in column order.
+      ngram_terms: with the `tfidf` kind (last): the V n-grams, in column order.
       ngram_idf: [V] their inverse document frequencies.
 
     Example:
 
-    >>> import numpy as np
     >>> import numpy as np
     >>> from tf_mlstm.models.head import HeadSpec
     >>> head = ClassifierHead(
@@ -111,10 +90,7 @@ class ClassifierHead:
     # === NumPy ===
 
     def logits(self, x) -> np.ndarray:
-        """Float64 logits of features `x` [N, D] (dense, or scipy sparse): [N, R].
-
-        One row per output: binary 1, multiclass K, multilabel L.
-        """
+        """Float64 logits [N, R] of features `x` [N, D] (dense, or scipy sparse)."""
         if sparse.issparse(x):
             # The centering folded into the bias keeps the n-gram columns sparse.
             weights = np.asarray(self.weights, np.float64).reshape(-1, np.shape(self.mean)[0])

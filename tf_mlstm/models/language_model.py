@@ -1,14 +1,9 @@
 """The byte-level language model: a next-byte head on `MLSTMBackbone`.
 
-Call: `model(ids, initial_state=None)` -> `(logits [B, T, 256] float32,
-[h, c])`: the backbone's hidden states, through one dense layer, as float32
-logits under every precision policy. The backbone's `encode` and
-`initial_state` are the model's too, so every tool that runs the recurrence
-(featurization, scoring, sampling, fine-tuning) takes a language model.
-
-Checkpoints keep the layout of every run so far: `embedding`, `mlstm` and
-`head` directly under the model (see `_trackable_children`), so runs
-trained before the backbone existed load and resume unchanged.
+Every tool that runs the recurrence takes a language model (`encode`,
+`initial_state`). Checkpoints keep `embedding`, `mlstm` and `head` directly
+under the model (`_trackable_children`), so runs from before the backbone
+still load and resume.
 """
 
 import keras
@@ -26,20 +21,13 @@ __all__ = ["VOCAB_SIZE", "MLSTMLanguageModel", "bits_per_char_from_logits"]
 class MLSTMLanguageModel(keras.Model):
     """Byte-level mLSTM language model: `MLSTMBackbone` -> dense -> 256 logits.
 
-    Call: `model(ids, initial_state=None, training=None)` ->
-    `(logits [B, T, 256] float32, [h, c])`.
+    Call: `model(ids, initial_state=None, training=None)` -> `(logits [B, T, 256]
+    float32, [h, c])`. `from_run` adds `run_config` and `run_checkpoint`.
 
     Args:
-      backbone: the `MLSTMBackbone` to put the next-byte head on (its dtype
-        policy is the model's unless `dtype` is given); None builds one of
-        the sizes below.
-      hidden_size, embedding_size, weight_norm: the sizes of the backbone
-        built when none is given (`MLSTMBackbone`'s arguments).
-      **kwargs: the base model's arguments (name, dtype policy, ...), which
-        a backbone built here shares.
-
-    A model loaded by `from_run` also has `run_config` (the run's
-    `TrainConfig`) and `run_checkpoint` (the checkpoint prefix restored).
+      backbone: the `MLSTMBackbone` to put the head on; None builds one of the sizes below.
+      hidden_size, embedding_size, weight_norm: the sizes of a backbone built here.
+      **kwargs: the base model's arguments (name, dtype policy, ...).
 
     Example:
 
@@ -125,12 +113,11 @@ class MLSTMLanguageModel(keras.Model):
         """Builds the model a `TrainConfig` describes, in its precision policy.
 
         Args:
-          config: an object with `hidden_size`, `embedding_size`, `weight_norm`
-            and `precision` attributes.
+          config: has `hidden_size`, `embedding_size`, `weight_norm` and `precision`.
           precision: overrides `config.precision` (e.g. float32 for serving).
 
         Returns:
-          A built `MLSTMLanguageModel`, its weights not yet trained.
+          A built, untrained `MLSTMLanguageModel`.
         """
         policy = precision or config.precision
         backbone = MLSTMBackbone(
@@ -146,25 +133,15 @@ class MLSTMLanguageModel(keras.Model):
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, precision="float32") -> "MLSTMLanguageModel":
-        """The trained model of a run folder: how the library loads one.
-
-        The run's `TrainConfig` (`rundir.read_config`) gives the backbone's
-        sizes; the weights come from the newest intact checkpoint (one with
-        missing or truncated files is skipped with a warning), or `checkpoint`.
-        A fine-tuning run's checkpoints hold its encoder under the same name,
-        so this loads a fine-tuned encoder like any trained one.
+        """The trained model (or fine-tuned encoder) of a run folder: how the library loads one.
 
         Args:
           model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-          checkpoint: a specific checkpoint prefix (default: the newest intact).
-          precision: the dtype policy to compute in. float32 (the default) is
-            what serving exports; a mixed policy keeps the float32 weights and
-            runs the products in 16 bits, which is what makes featurizing
-            large corpora fast on GPUs and on CPUs with bfloat16 units.
+          checkpoint: a checkpoint prefix (default: the newest intact; damaged ones warn).
+          precision: the dtype policy: float32 (what serving exports) or a mixed one.
 
         Returns:
-          A built `MLSTMLanguageModel` with `run_config` (the run's
-          `TrainConfig`) and `run_checkpoint` (the checkpoint prefix loaded).
+          A built `MLSTMLanguageModel` with `run_config` and `run_checkpoint`.
 
         Raises:
           FileNotFoundError: no config or no checkpoint in `model_dir`.

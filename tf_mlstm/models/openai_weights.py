@@ -1,53 +1,11 @@
 """OpenAI's released byte mLSTM (Radford et al. 2017) as a tf_mlstm model.
 
-The "generating-reviews-discovering-sentiment" release holds the trained
-4096-unit model as 15 NumPy arrays, `model/0.npy` .. `model/14.npy`, with no
-names: their meaning is the order in which the original code creates its
-variables. With H units and an E-wide byte embedding (4096 and 64 there):
-
-| file | shape | what | tf_mlstm weight |
-| --- | --- | --- | --- |
-| 0 | [256, E] | byte embedding | `embedding/embeddings` |
-| 1 | [E, 4H] | input kernel Wx | `mlstm/cell/kernel_x` |
-| 2, 3, 4, 5 | [H, H] each | Wh of gate i, f, o, u | `mlstm/cell/kernel_h` = [2 3 4 5] |
-| 6 | [E, H] | multiplicative input kernel Wmx | `mlstm/cell/kernel_mx` |
-| 7 | [H, H] | multiplicative recurrent kernel Wmh | `mlstm/cell/kernel_mh` |
-| 8 | [4H] | gate bias b | `mlstm/cell/bias` |
-| 9 | [4H] | weight-norm gain of Wx | `mlstm/cell/gain_x` |
-| 10 | [4H] | gain of Wh | `mlstm/cell/gain_h` |
-| 11 | [H] | gain of Wmx | `mlstm/cell/gain_mx` |
-| 12 | [H] | gain of Wmh | `mlstm/cell/gain_mh` |
-| 13 | [H, 256] | output kernel (no weight norm) | `head/kernel` |
-| 14 | [256] | output bias | `head/bias` |
-
-The released model computes, per byte x (an embedding row) from the previous
-(h, c): m = (x Wmx) * (h Wmh); z = x Wx + m Wh + b; i, f, o, u = the four
-H-column blocks of z in that order; c' = sigmoid(f) c + sigmoid(i) tanh(u);
-h' = sigmoid(o) tanh(c'); next-byte logits = h' Wout + bout. Each of Wx, Wh,
-Wmx, Wmh is used as g * W / ||W|| with the norm of each output column
-(`l2_normalize` over axis 0). That is `MLSTMCell` term for term, with the same
-gate order, the same weight-norm axis and gains, one bias on z and a plain
-dense output layer, so every array is copied as it is.
-
-Two details make the match exact rather than close:
-
-* the release divides a column by `sqrt(max(|w|^2, 1e-12))`, `MLSTMCell` by
-  `sqrt(|w|^2 + 1e-12)`. Weight norm does not depend on a column's length,
-  so a column short enough for the two to differ measurably (|w|^2 < 1e-6)
-  is stored rescaled to unit length, which both formulas leave unchanged; a
-  column shorter than 1e-6 (|w|^2 < 1e-12) is not divided by its norm in
-  the release at all, which no rescaling reproduces, and is refused.
-* the release runs every text from a zero state, beginning with the byte
-  "\\n" it prepends; tf_mlstm frames every document with the same byte
-  (`DOC_START`) and zeroes the state before it, so its tools feed the model
-  what the release fed it.
-  (The release also wraps a text as "\\n " + text + " "; tf_mlstm's
-  normalization, which strips outer spaces, feeds "\\n" + text.)
-
-This module is the conversion only (arrays in, model out, and a check that
-a checkpoint gives the model back). Writing a run folder of the result is
-`tf_mlstm.api.import_openai_weights`: the run directory (`tf_mlstm.rundir`)
-is a layer above this one.
+The release's 15 unnamed arrays (`model/0.npy` .. `14.npy`) mean what the
+order its code creates variables says (`_layout`). Its equations are
+`MLSTMCell`'s term for term, so the arrays are copied as they are, save
+weight-norm columns too short for the two norm formulas to agree
+(docs/transfer.md, "OpenAI's released model"). Writing a run folder is
+`tf_mlstm.api.import_openai_weights`'s, a layer above.
 """
 
 import os
@@ -110,26 +68,17 @@ def _load_npy(path):
 
 
 def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
-    """Reads and checks the 15 released arrays.
-
-    The sizes are read from the files (H from the Wmh file, E from the
-    embedding file), so a scaled-down copy of the layout loads as well as the
-    published 4096-unit one; every shape must then agree with them.
+    """Reads and checks the 15 released arrays (sizes from the files, so small copies load too).
 
     Args:
-      weights_dir: the folder holding `0.npy` .. `14.npy` (the release's
-        `model/` folder).
+      weights_dir: the folder holding `0.npy` .. `14.npy` (the release's `model/`).
 
     Returns:
-      dict name -> float32 array, names as in the module docstring's table
-      (`embedding`, `wx`, `wh_i` .. `wh_u`, `wmx`, `wmh`, `b`, `gx`, `gh`, `gmx`,
-      `gmh`, `out_w`, `out_b`).
+      dict name -> float32 array (`embedding`, `wx`, `wh_i` .. `wh_u`, ..., `out_b`).
 
     Raises:
-      FileNotFoundError: a missing folder or file (the message names every
-        missing file).
-      ValueError: a file that is not a .npy array, has the wrong shape for
-        its place in the layout, or holds non-finite values.
+      FileNotFoundError: a missing folder or file (naming every missing file).
+      ValueError: not a .npy array, the wrong shape for its place, or non-finite values.
     """
     if not tf.io.gfile.isdir(weights_dir):
         raise FileNotFoundError(f"{weights_dir}: no such folder (want the release's model/)")
@@ -170,12 +119,7 @@ def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
 
 
 def _exact_weight_norm_kernel(kernel, name):
-    """`kernel` with its too-short columns rescaled to unit length (module docstring).
-
-    Raises:
-      ValueError: a column with 0 < |w|^2 < 1e-12, which the release does not
-        normalize and `MLSTMCell` would.
-    """
+    """`kernel` with too-short columns rescaled to unit length; ValueError for 0 < |w|^2 < 1e-12."""
     squared = np.sum(np.square(kernel.astype(np.float64)), axis=0)
     unmatched = np.flatnonzero((squared > 0) & (squared < _RELEASE_FLOOR))
     if len(unmatched):
@@ -199,8 +143,7 @@ def tf_mlstm_weights(arrays) -> dict[str, np.ndarray]:
       arrays: `load_openai_arrays`'s result.
 
     Returns:
-      dict mapping the weight paths of an `MLSTMLanguageModel` below the model
-      (`"embedding/embeddings"`, `"mlstm/cell/kernel_x"`, ...) to float32 arrays.
+      dict weight path below the model ("mlstm/cell/kernel_x", ...) -> float32 array.
 
     Raises:
       ValueError: a kernel that cannot be represented exactly.
@@ -223,22 +166,13 @@ def tf_mlstm_weights(arrays) -> dict[str, np.ndarray]:
 
 
 def _relative_path(variable):
-    """A variable's path below the model, as checkpoints lay it out ("mlstm/cell/kernel_x").
-
-    The backbone's layers sit at the top there (`MLSTMLanguageModel`), so its
-    own level of the Keras path is left out.
-    """
+    """A variable's path below the model, as checkpoints lay it out ("mlstm/cell/kernel_x")."""
     path = variable.path.split("/", 1)[1]
     return path.removeprefix("backbone/")
 
 
 def _unfilled_model(hidden, embed, name):
-    """A built float32 model whose weights are about to be overwritten.
-
-    Its cell gets zeros initializers: the default orthogonal initializer of
-    the recurrent kernels factorizes a 16384 x 4096 matrix at the published
-    size (minutes on a small CPU) for values that are thrown away.
-    """
+    """A float32 model to overwrite (zeros initializers: orthogonal ones would take minutes)."""
     model = MLSTMLanguageModel(
         hidden_size=hidden, embedding_size=embed, weight_norm=True, dtype="float32", name=name
     )
@@ -259,8 +193,7 @@ def build_model(arrays, name="mlstm_lm") -> MLSTMLanguageModel:
       The built model.
 
     Raises:
-      ValueError: a kernel that cannot be represented exactly, or a model
-        whose weights do not match the mapping one to one (a changed model).
+      ValueError: a kernel not representable exactly, or weights unlike the mapping.
     """
     hidden, embed = arrays["wmh"].shape[0], arrays["embedding"].shape[1]
     model = _unfilled_model(hidden, embed, name)
@@ -277,15 +210,10 @@ def build_model(arrays, name="mlstm_lm") -> MLSTMLanguageModel:
 
 
 def check_round_trip(checkpoint_path, model) -> None:
-    """Raises InvalidValueError unless `checkpoint_path` restores `model`'s weights.
-
-    Restores into a fresh model of `model`'s sizes (the checkpoint's keys
-    are the model's attribute names, as for `MLSTMLanguageModel.from_run`'s model),
-    and requires every saved value to be used and every weight equal.
+    """Raises InvalidValueError unless `checkpoint_path` restores every weight of `model` exactly.
 
     Args:
-      checkpoint_path: a checkpoint prefix written by
-        `tf.train.Checkpoint(model=model).save(...)`.
+      checkpoint_path: a prefix written by `tf.train.Checkpoint(model=model).save(...)`.
       model: the model that was saved (`build_model`'s result).
     """
     loaded = _unfilled_model(model.hidden_size, model.embedding_size, model.name)

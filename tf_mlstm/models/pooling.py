@@ -1,11 +1,9 @@
 """The one definition of a text's pooled features (`kinds.FEATURE_KINDS`).
 
-Two paths gather the same statistics over a text's positions: the mLSTM's
-inference loop accumulates them step by step (`layers.recurrence`, pool=True:
-windowed featurization and serving, no [B, T, H] tensor kept), and
-`sequence_statistics` reduces a whole hidden sequence (the fine-tuned
-classifier, differentiable). `pooled_features` turns either into features,
-so serving, probing and fine-tuning read the same numbers by construction.
+The inference loop accumulates statistics step by step (`layers.recurrence`)
+and `sequence_statistics` reduces a whole hidden sequence (differentiable);
+`pooled_features` turns either into features, so serving, probing and
+fine-tuning agree by construction.
 """
 
 import tensorflow as tf
@@ -58,14 +56,16 @@ def sequence_statistics(hidden, valid, kinds) -> dict[str, tf.Tensor]:
 
 
 def pooled_features(statistics, final, count, kinds=FEATURE_KINDS) -> dict[str, tf.Tensor]:
-    """The features `kinds` of each row: {kind: [B, H] float32}.
+    """The features `kinds` of each row.
 
     Args:
-      statistics: pooled statistics (`sequence_statistics`, or the
-        recurrence's accumulators); sums over the text's positions, extremes.
+      statistics: pooled statistics (`sequence_statistics`, or the recurrence's accumulators).
       final: the final (h, c) after the text.
       count: [B] positions of each text (at least 1 counts).
       kinds: names of `kinds.FEATURE_KINDS`.
+
+    Returns:
+      {kind: [B, H] float32}.
     """
     s = {key: tf.cast(value, tf.float32) for key, value in statistics.items()}
     count = tf.maximum(tf.cast(count, tf.float32), 1.0)[:, None]

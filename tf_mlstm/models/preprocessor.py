@@ -1,27 +1,11 @@
 """`BytePreprocessor`: the one place text becomes the byte ids the mLSTM reads.
 
-A preprocessor is a configuration of three steps, each defined once in
-`tf_mlstm.data`: normalization (`normalize_text`, or `normalize_text_tf` in
-the graph), framing (`DOC_START` + the UTF-8 bytes) and padding (side, pad
-id, row limit and width multiple; `tf_mlstm.data.framing`). It has two forms
-that agree exactly: `frame(texts)` for Python lists of `str` (NumPy arrays)
-and `call(texts)` for a `tf.string` batch inside a graph (tf.data,
-SavedModel signatures, a Keras model's `fit` and `predict`).
-
-Every consumer names its rows through one of the constructors below rather
-than spelling the options out:
-
-- `for_windows(window)`: featurization and scoring: right padding to whole
-  windows of `window` bytes, the state carried from window to window.
-- `for_classifier(max_length)`: fine-tuning and the classifier model: left
-  padding, so the last column holds every row's final state, each row cut to
-  `max_length` bytes.
-- `for_prompts()`: sampling: left padding with `DOC_START`, which resets the
-  state, so every row ends in the state its own prompt gives.
-
-`normalize=False` is for texts that are already normalized (read through
-`tf_mlstm.data.readers`); normalizing again would give the same text
-(`normalize_text` is idempotent) at some cost.
+Normalization, framing (`DOC_START` + UTF-8 bytes) and padding, defined in
+`tf_mlstm.data`, in two forms that agree exactly: `frame` on Python lists,
+`call` on a `tf.string` batch in a graph. Consumers use a constructor:
+`for_windows`, `for_classifier` (left padding: the last column holds each
+row's final state) or `for_prompts` (left padding with `DOC_START`, which
+resets the state, so each row ends in its own prompt's state).
 """
 
 from typing import Any
@@ -43,8 +27,7 @@ class BytePreprocessor(keras.layers.Layer):
 
     Args:
       padding: "right" or "left": the side the padding goes on.
-      max_length: framed bytes per row at most (`DOC_START` included); longer
-        texts keep their first bytes. None: no limit.
+      max_length: framed bytes per row at most (`DOC_START` included; None: no limit).
       pad_to_multiple: the row width is a multiple of this.
       pad_id: the byte value of the padding.
       normalize: normalize the texts first (False: they already are).
