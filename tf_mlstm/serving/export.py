@@ -1,13 +1,8 @@
 """Exporting a run: the head it serves, the metadata beside it, the SavedModel.
 
-What `tf-mlstm-export` and `tf_mlstm.export` do with an `ExportConfig`: the
-`classify` head is a `tf-mlstm-transfer` classifier.json (`--classifier`), or
-a fine-tuned run's own head (a `tf-mlstm-finetune` run without one): in
-both cases a `models.head_arrays.ClassifierHead`, the plain arrays
-`serving.saved_model` serves; what was fitted is recorded in the export's
-meta.json under "classifier"; the model and the signatures are
-`saved_model.export_trained_model`. A fine-tuned run is loaded once: its
-encoder is the model exported.
+What `tf-mlstm-export` and `tf_mlstm.export` do: the `classify` head is a
+classifier.json's or a fine-tuned run's own (one `ClassifierHead` either
+way, described in meta.json); a fine-tuned run is loaded once.
 """
 
 from tf_mlstm import errors
@@ -26,8 +21,7 @@ def export(config) -> dict:
       config: a validated `ExportConfig`.
 
     Returns:
-      dict with `export_dir` (the version folder written), `version` and
-      `signatures` (the exported signature names, sorted).
+      dict: `export_dir` (the version folder), `version`, `signatures` (sorted names).
 
     Raises:
       FileNotFoundError: a missing model or classifier.
@@ -90,8 +84,7 @@ def probe_head(classifier, source: str) -> tuple[ClassifierHead, dict]:
 
 
 def _metadata(head, source, fitted):
-    """meta.json's "classifier": where `head` came from, its kind, features and classes,
-    its thresholds (when it has any), and what `fitted` adds."""
+    """meta.json's "classifier": source, kind, features, classes, thresholds, and `fitted`."""
     spec = head.head_spec
     metadata = {
         "source": source,

@@ -1,53 +1,11 @@
 """SavedModel export: string-in signatures that serve without tf_mlstm.
 
-Signatures (all take `text`: a [N] tf.string batch of raw UTF-8 text, which
-they normalize in-graph as training did):
-
-- `featurize`: `cell`, `hidden` (final states), `mean`, `max` (pooled hidden
-  states), each [N, H] float32;
-- `score`: `bits_per_char` [N] and `chars` [N], the text's mean bits per
-  character under the model.
-- `generate`: takes `prompt` [N] tf.string and scalars `length` (int32),
-  `temperature` (float32) and `seed` (int64); returns `text` [N], each
-  prompt's sampled continuation of up to `length` bytes, ended early where
-  the model ends the review (invalid UTF-8 replaced by U+FFFD).
-- `classify` (only with a `ClassifierHead`): `probabilities` [N, K], the
-  class probabilities (K = 2 for a binary classifier; for a multilabel one,
-  the L labels' own probabilities), and `classes` [N, K] tf.string, the
-  class (or label) names of those columns, repeated per row as TensorFlow
-  Serving's row format wants every output batch-major. A single-label
-  classifier adds `label` [N], the predicted class (int64 for integer
-  classes, tf.string for named ones); a binary one also `probability` [N]
-  (of the positive class) and `neuron` [N] (the sentiment neuron's feature
-  value); a multilabel one `labels` [N, L] int64, 1 where a label's
-  probability is above its threshold. All from a logistic regression on
-  standardized features computed in-graph (with the `tfidf` kind, TF-IDF of
-  word n-grams from the stored vocabulary, `tf_mlstm.data.words`), or from
-  a fine-tuned head (linear,
-  or one ReLU layer and the output layer) on the fine-tuned encoder's
-  features of each text's first bytes, as in fine-tuning; a binary one then
-  cuts `probability` at the threshold chosen on validation and has no
-  `neuron`.
-
-The exported model runs in float32 whatever precision it trained in (or in
-the precision a classifier's features were fitted in, see
-`export_trained_model`; outputs are float32 either way). The
-text normalization uses the `NormalizeUTF8` op of TensorFlow Text, so a
-process that loads the SavedModel must have `tensorflow_text` imported (the
-standard TensorFlow Serving binary links it).
-
-One request must not be able to exhaust a server's memory: a batch is padded
-to its longest text and `generate` allocates by the requested length, so the
-signatures refuse (`InvalidArgumentError`, naming the limit) a text or
-prompt longer than `max_text_bytes` and a `length` above
-`max_generate_length`, both fixed at export and recorded in the metadata.
-An empty batch gives empty outputs; an empty text scores NaN bits/char (there
-is nothing to score) and featurizes as the document-start byte alone.
-
-Exports are versioned as TensorFlow Serving expects: `export_saved_model`
-writes `BASE/<version>/` (the version is the checkpoint's global step), into
-a temporary folder beside it first and renamed into place, and refuses a
-base folder holding anything it did not write.
+`ServingModule` holds the `featurize`, `score`, `generate` and (with a
+`ClassifierHead`) `classify` signatures, each normalizing raw text in the
+graph as training did (TensorFlow Text's op: loaders import
+`tensorflow_text`). Request limits fixed at export keep one request from
+exhausting a server's memory. `export_saved_model` writes `BASE/<version>/`
+as TensorFlow Serving expects, staged and renamed in (docs/serving.md).
 """
 
 import os
@@ -102,13 +60,11 @@ class ServingModule(tf.Module):
       model: an `MLSTMLanguageModel` (float32 for serving).
       window: bytes per model call.
       classifier: optional `ClassifierHead`; adds the `classify` signature.
-      max_text_bytes: the longest text (or prompt) a request may hold, in
-        UTF-8 bytes as sent (normalization may lengthen it by a small factor).
+      max_text_bytes: the longest text (or prompt) a request may hold, in UTF-8 bytes as sent.
       max_generate_length: the largest `length` `generate` accepts.
 
     Raises:
-      ValueError: the classifier does not fit the model, or a limit is not
-        positive.
+      ValueError: the classifier does not fit the model, or a limit is not positive.
 
     Example:
 
@@ -329,10 +285,7 @@ class ServingModule(tf.Module):
 
 
 def generated_text(ids) -> tf.Tensor:
-    """Sampled bytes [N, L] -> [N] tf.string, up to the first `DOC_START` or pad.
-
-    Invalid UTF-8 (a multi-byte character cut short) becomes U+FFFD.
-    """
+    """Sampled bytes [N, L] -> [N] tf.string to the first `DOC_START` or pad (bad UTF-8: U+FFFD)."""
     table = tf.constant([bytes([b]) for b in range(256)])
     ended = tf.logical_or(ids < 0, tf.equal(ids, DOC_START))
     keep = tf.equal(tf.cumsum(tf.cast(ended, tf.int32), axis=1), 0)
@@ -350,8 +303,7 @@ def checkpoint_step(checkpoint: str) -> int:
       checkpoint: a checkpoint path prefix (".../ckpt-1200").
 
     Returns:
-      The saved `step` variable (every training run saves one); for a
-      checkpoint without it, the number its name ends in.
+      The saved `step` variable, or else the number the name ends in.
 
     Raises:
       ValueError: neither is there.
@@ -370,11 +322,7 @@ def checkpoint_step(checkpoint: str) -> int:
 
 
 def is_export(path: str) -> bool:
-    """Whether `path` is a SavedModel folder that `export_saved_model` wrote.
-
-    Recognized by `saved_model.pb` beside `assets.extra/meta.json` naming this
-    exporter (or, from earlier versions, holding the training config).
-    """
+    """Whether `path` is an `export_saved_model` folder: `saved_model.pb` beside our meta.json."""
     if not (
         tf.io.gfile.isdir(path)
         and tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
@@ -389,18 +337,13 @@ def is_export(path: str) -> bool:
 
 
 def check_export_base(base_dir: str) -> None:
-    """Raises unless `base_dir` is absent, empty, or holds only our exports.
-
-    What may be there: numbered version folders that `is_export` recognizes,
-    and the hidden leftovers of an interrupted export. Anything else (a model
-    folder, its parent, the working directory) is not ours to write into.
+    """Raises unless `base_dir` is absent, empty, or holds only our exports (and their leftovers).
 
     Args:
       base_dir: the folder that holds (or will hold) the version folders.
 
     Raises:
-      ExportDirError: with one line naming the folder and the first entry
-        that is not ours.
+      ExportDirError: one line naming the folder and the first entry not ours.
     """
     preflight.check_link_leads_somewhere(base_dir, base_dir)
     if not tf.io.gfile.exists(base_dir):
@@ -425,19 +368,13 @@ def check_export_base(base_dir: str) -> None:
 
 
 def export_saved_model(module, base_dir, version, metadata=None) -> str:
-    """Writes a SavedModel with the module's signatures as `base_dir/<version>`.
-
-    TensorFlow Serving serves the highest numbered folder of `base_dir`. The
-    SavedModel is written into a hidden temporary folder beside the target
-    and renamed into place, so the server (or a crash) never sees a partial
-    version; an earlier export of the same version is replaced.
+    """Writes a SavedModel as `base_dir/<version>`, staged and renamed in, replacing that version.
 
     Args:
       module: a `ServingModule` (or subclass with more signatures).
       base_dir: the folder of versions (created); must pass `check_export_base`.
       version: a non-negative integer, normally the checkpoint's global step.
-      metadata: optional dict stored in `<version>/assets.extra/meta.json`,
-        beside the exporter mark, the version and the module's limits.
+      metadata: optional dict for `<version>/assets.extra/meta.json`.
 
     Returns:
       The version folder.
@@ -483,23 +420,16 @@ def export_trained_model(
       window: bytes per model call inside the signatures.
       max_text_bytes: see `ServingModule`.
       max_generate_length: see `ServingModule`.
-      metadata: optional dict for the export's meta.json; the training config
-        is added under "config", the precision under "precision".
-      precision: the dtype policy the signatures compute in (float32, or the
-        one a classifier's features were fitted in); outputs are float32.
-      allow_other_model: export a classifier fitted on other weights (with a
-        warning) instead of refusing it.
-      model: the run's language model, already loaded in `precision` by its
-        `from_run` (with `run_config` and `run_checkpoint`; a fine-tuned
-        run's encoder), or None: loaded here.
+      metadata: optional dict for meta.json (the config and precision are added).
+      precision: the policy the signatures compute in; outputs are float32.
+      allow_other_model: export a classifier fitted on other weights (with a warning).
+      model: the run's language model already loaded in `precision` by `from_run`, or None.
 
     Returns:
-      dict with `export_dir` (the version folder), `version` and
-      `signatures` (sorted names).
+      dict: `export_dir` (the version folder), `version`, `signatures` (sorted names).
 
     Raises:
-      ExportDirError: `base_dir` holds something not written here (checked
-        before the model is loaded).
+      ExportDirError: `base_dir` holds something not written here (checked first).
       FileNotFoundError: no config or checkpoint in `model_dir`.
       ValueError: a classifier that does not fit the model (another size, or
         other weights: `rundir.OtherModelError`), or a bad limit.
