@@ -1,12 +1,8 @@
 """The mLSTM over a sequence: the fast recurrence behind a Keras layer.
 
-`MLSTM` owns an `MLSTMCell` (the weights and their documented math) and runs
-it over [batch, time, features] with `tf_mlstm.layers.recurrence`: the input
-side of every gate is computed for all steps in one product outside the
-loop, weight normalization once per call, the loop carries only the
-recurrent products, and training uses the hand-written sequence gradient.
-This layer is TensorFlow-specific (custom gradient, while loops); the cell
-itself is backend-agnostic and runs in `keras.layers.RNN`.
+`MLSTM` runs its `MLSTMCell` with `tf_mlstm.layers.recurrence`: the input
+side of every gate in one product outside the loop, a hand-written sequence
+gradient in training. The layer is TensorFlow-specific; the cell is not.
 """
 
 from typing import Any
@@ -22,13 +18,9 @@ from tf_mlstm.layers.mlstm_cell import MLSTMCell
 class MLSTM(keras.layers.Layer):
     """A multiplicative LSTM layer over whole sequences.
 
-    Call signature: `layer(inputs, initial_state=None, keep=None, valid=None,
-    training=None)` with `inputs` [B, T, D]; returns `(outputs, [h, c])` with
-    `outputs` [B, T, H] (or None when `return_sequences=False`).
-
-    `keep` ([B, T], 1/0) zeroes the state before a step (a document start);
-    `valid` ([B, T], 1/0) leaves the state unchanged at a step (padding; only
-    for inference).
+    Call: `layer(inputs [B, T, D], initial_state, keep, valid, training)` ->
+    `(outputs [B, T, H] or None, [h, c])`; `keep` 0 resets the state before a
+    step, `valid` 0 leaves it unchanged (inference padding).
 
     Args:
       units: hidden size H.
@@ -74,10 +66,7 @@ class MLSTM(keras.layers.Layer):
         self.cell.build(input_shape)
 
     def project_inputs(self, inputs, kernels=None) -> tuple:
-        """Input side of the gates for any batch of vectors.
-
-        Applied to an embedding table it gives per-byte tables, so a byte model
-        gathers rows instead of multiplying per step.
+        """Input side of the gates for any vectors (of an embedding table: per-byte tables).
 
         Args:
           inputs: [..., D] input vectors.
@@ -132,21 +121,14 @@ class MLSTM(keras.layers.Layer):
         return_sequences=None,
         pool=False,
     ) -> Any:
-        """Runs the recurrence on inputs that are rows of projected tables.
-
-        `run_projected(tf.gather(xz_table, ids), tf.gather(xm_table, ids), ...)`
-        computed without the [B, T, 4H] array: each step gathers its rows (a
-        byte model's 256-row tables from `project_inputs`).
+        """Runs the recurrence on rows `ids` of projected tables, gathered per step.
 
         Args:
           xz_table: [V, 4H] gate input contribution per input row.
           xm_table: [V, H] multiplicative input contribution per input row.
           ids: [B, T] integer rows of the tables.
-          initial_state, keep, valid, training, kernels, return_sequences: as
-            in `run_projected`.
-          pool: inference only: outputs are statistics of the hidden and cell
-            states over the valid steps, pooled inside the loop (a dict of
-            [B, H] keyed by `recurrence.POOLED`).
+          initial_state, keep, valid, training, kernels, return_sequences: as in `run_projected`.
+          pool: inference only: return the states' statistics (`recurrence.POOLED`) instead.
 
         Returns:
           (outputs [B, T, H] or None or the pooled statistics, [h, c]).

@@ -3,16 +3,12 @@
 Per step, with input x, hidden state h and cell state c:
 
     m  = (x Wmx) * (h Wmh)
-    z  = x Wx + m Wh + b                 z has 4 * units columns
-    i, f, o, u = split(z, 4)             gate order: input, forget, output,
-                                         candidate ("u"), in that order
+    z  = x Wx + m Wh + b                 gates i, f, o, u: 4 * units columns
     c' = sigmoid(f) * c + sigmoid(i) * tanh(u)
     h' = sigmoid(o) * tanh(c')
 
-With `weight_norm=True` (the default, as in the paper) each of Wx, Wmx, Wmh
-and Wh is used as `g * W / ||W||`, the norm taken per output column and `g`
-a learned per-column gain initialized to the initial column norm, so the
-initial function equals the un-normalized one.
+With `weight_norm=True` each kernel is `g * W / ||W||` per output column, `g`
+starting at the initial column norm, so the initial function is unchanged.
 """
 
 import keras
@@ -25,12 +21,10 @@ _KERNELS = ("kernel_x", "kernel_mx", "kernel_mh", "kernel_h")
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class MLSTMCell(keras.layers.Layer):
-    """A multiplicative LSTM cell for `keras.layers.RNN`.
+    """A multiplicative LSTM cell for `keras.layers.RNN`, as `keras.layers.LSTMCell` is.
 
-    Mirrors `keras.layers.LSTMCell`: `state_size = [units, units]` (h, c),
-    `call(inputs, states, training)` returns `h, [h, c]`. Variables are float32
-    under any mixed-precision policy; the computation and the state are in the
-    layer's compute dtype.
+    Variables are float32 under any mixed policy; the math and the state are in
+    the compute dtype.
 
     Args:
       units: hidden size H.

@@ -1,45 +1,12 @@
 """The mLSTM recurrence over a whole sequence, with a hand-written gradient.
 
-Inputs and outputs are batch-major, as in Keras: [B, T, ...]; the inputs may
-also be given as tables ([V, F]) with the rows `ids` [B, T] picks (a byte
-model's 256-row tables), so that the [B, T, 4H] input array is never built
-for inference and the tables' gradient is summed here. Inside the loops the
-state is feature-major, [H, B] (the batch is the minor dimension), for two
-measured reasons (docs/performance.md):
-
-- every recurrent product is `weights @ state` ([4H, H] @ [H, B]), which
-  oneDNN runs about 1.25x faster on CPU than `state @ weights` ([B, H] @
-  [H, 4H]) at batch 64 (at the rate of a square product, where the latter
-  is not);
-- the gate blocks i, f, o, u are contiguous row ranges of z, so splitting
-  them is free (a split along the first axis shares the buffer) and one
-  sigmoid covers i, f and o.
-
-Autodiff through a per-time-step loop keeps one weight gradient per step
-(seq_length copies of each recurrent matrix) before summing them; at 4096
-units and 256 steps that is tens of GiB, and the per-step products are
-skinny. Here the backward loop computes only data gradients and stores the
-per-step quantities the weight gradients need; the weight gradients are then
-one large product each over all batch x time rows:
-
-    dWh  = M^T  dZ      (M: [B*T, H] multiplicative states, dZ: [B*T, 4H])
-    dWmh = Hp^T dHm     (Hp: [B*T, H] previous hidden states)
-
-which run near the machine's matrix rate and need O(T*B*H) memory. The
-same holds when the training step is XLA-compiled: the loops, not autodiff,
-define what is stored.
-
-Math per step (gate order i, f, o, u in the 4H axis):
-    hm    = h Wmh
-    m     = (keep_t * xm_t) * hm              (xm_t = x_t Wmx)
-    z     = xz_t + m Wh                       (xz_t = x_t Wx + b)
-    i, f, o = sigmoid(z_i, z_f, z_o); u = tanh(z_u)
-    c'    = f (keep_t * c) + i u
-    h'    = o tanh(c')
-`keep_t` is 0 where the state resets before the step (a document start):
-zeroing h before `h Wmh` equals zeroing xm_t after it, as m is their
-product. A position with valid_t = 0 leaves the state unchanged (padding
-after the end of a text in an inference batch).
+Inputs are batch-major [B, T, ...], or tables [V, F] whose rows `ids` pick.
+In the loops the state is feature-major, [H, B]: products are `W @ state`,
+faster on oneDNN, and gate blocks are contiguous rows (free splits).
+Autodiff would keep a weight gradient per step (tens of GiB at 4096 units);
+here the backward loop keeps per-step quantities and each weight gradient
+is one product over all batch x time rows (docs/performance.md). `keep_t`
+0 resets the state before a step; `valid_t` 0 leaves it unchanged.
 """
 
 import tensorflow as tf
@@ -119,13 +86,8 @@ def _block(fn, fused):
 class _StepInputs:
     """Feature-major inputs: `xz(t)` [4H, B], `xmk(t)` = keep_t * xm_t [H, B], `keep` [T, 1, B].
 
-    Dense inputs ([B, T, F]) are transposed whole. Table inputs ([V, F], the
-    rows `ids` [B, T] pick) are gathered time-major: whole ([T, B, F], then
-    [T, F, B], a cheaper permutation than [B, T, F] -> [T, F, B]) for
-    training, where one large transpose measured faster than a small one per
-    step (the small ones run beside the recurrent products and slow them);
-    one step at a time for inference (`per_step`), where batches are large and
-    a whole [T, B, 4H] array would take a gigabyte per 256 steps.
+    Tables are gathered whole for training (one big transpose beats one per
+    step) and per step for inference (`per_step`), where [T, B, 4H] is a gigabyte.
     """
 
     def __init__(self, xz, xm, keep, ids, per_step=False):
@@ -162,11 +124,7 @@ POOLED = ("h_sum", "h_square_sum", "h_max", "h_min", "c_sum", "c_max", "c_min")
 
 
 def pooled_initial(like) -> dict[str, tf.Tensor]:
-    """Statistics of no steps, for states shaped and typed like `like`.
-
-    The sums are float32 (256 float16 steps would round them to 1/4); the
-    extremes keep the state's dtype and start at -/+ its largest value.
-    """
+    """Statistics of no steps like `like`: float32 sums (float16 rounds), extremes at -/+max."""
     largest = like.dtype.max
     zeros = tf.zeros(tf.shape(like), tf.float32)
     low = tf.fill(tf.shape(like), tf.constant(-largest, like.dtype))
@@ -225,10 +183,8 @@ def mlstm_forward(
     """Runs the recurrence without keeping anything for a backward pass.
 
     Args:
-      xz: [B, T, 4H] input contribution to the gates (x Wx + b); with `ids`, a
-        [V, 4H] table of it.
-      xm: [B, T, H] input side of the multiplicative state (x Wmx); with
-        `ids`, a [V, H] table of it.
+      xz: [B, T, 4H] input contribution to the gates (x Wx + b); with `ids`, a [V, 4H] table.
+      xm: [B, T, H] input side of the multiplicative state (x Wmx); with `ids`, a [V, H] table.
       h0: [B, H] initial hidden state.
       c0: [B, H] initial cell state.
       keep: [B, T, 1] 0 where the state resets before the step, else 1.
@@ -236,21 +192,12 @@ def mlstm_forward(
       w_h: [H, 4H] recurrent gate weight.
       valid: optional [B, T, 1]; 0 leaves the state unchanged at that step.
       return_sequences: whether to return the hidden state of every step.
-      fused: run each step's elementwise math as one XLA-compiled kernel
-        (within noise of the plain ops on CPU; a SavedModel holding XLA
-        kernels would also need XLA at serving time).
+      fused: each step's elementwise math as one XLA kernel (serving would then need XLA).
       ids: optional [B, T] integer rows of the `xz` and `xm` tables.
-      pool: instead of the sequence, return statistics of the hidden and
-        cell states over the valid steps, accumulated inside the loop (the
-        [B, T, H] sequence is never stored: pooled features at the cost of a
-        few elementwise operations per step). A dict keyed by `POOLED`:
-        sums (of h, h * h and c) in float32, and running maxima and minima
-        (of h and c) in the compute dtype, which start at -/+ the dtype's
-        largest value.
+      pool: return statistics over the valid steps instead (dict keyed by `POOLED`).
 
     Returns:
-      (outputs, h_T [B, H], c_T [B, H]); outputs are [B, T, H], or None when
-      not `return_sequences`, or with `pool` the dict of [B, H] statistics.
+      (outputs, h_T [B, H], c_T [B, H]); outputs [B, T, H], None, or the statistics.
     """
     inputs = _StepInputs(xz, xm, keep, ids, per_step=True)
     w_mh_t, w_h_t = tf.transpose(w_mh), tf.transpose(w_h)
@@ -303,18 +250,11 @@ def mlstm_forward(
 def mlstm_sequence(xz, xm, h0, c0, keep, w_mh, w_h, fused=False, ids=None) -> tuple:
     """The recurrence for training: outputs and final state, custom gradient.
 
-    Args and shapes as in `mlstm_forward` (no `valid`: training streams have
-    no padding). With `fused`, each step's elementwise math, in the forward
-    and in the backward loop, runs as one XLA-compiled kernel while the
-    matrix products stay TensorFlow ops: on the 2-core CPU it used 3% less
-    CPU time but ran 3% slower on an idle machine (XLA's kernels use one
-    thread), so it is off by default (docs/performance.md). With `ids`, the
-    gradients of the `xz` and `xm` tables are summed over the rows that
-    picked them.
+    Args and shapes as in `mlstm_forward`, without `valid`; `fused` is off by
+    default, no faster on CPU. With `ids`, the table gradients are summed.
 
     Returns:
-      (outputs [B, T, H], h_T, c_T). The gradient with respect to every input
-      but `keep` and `ids` is exact (checked against autodiff in the tests).
+      (outputs [B, T, H], h_T, c_T); every gradient but `keep`'s and `ids`' is exact.
     """
     if ids is None:
         return _SEQUENCE[bool(fused)](xz, xm, h0, c0, keep, w_mh, w_h)
