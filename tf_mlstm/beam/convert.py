@@ -1,42 +1,11 @@
 """The corpus converter as a Beam pipeline: `tf-mlstm-make-tfrecords --runner=...`.
 
-The same conversion as `tf_mlstm.data.convert`, spread over a Beam runner's
-workers: the same readers, normalization, skip reasons and source tags
-(`readers.read_documents`), the same records (`tfrecord.serialize`), the same
-split and shard for every document (`tfrecord.ShardAssignment`, a function
-of its file's base name and line only), and the same folder handling
-(`convert.run_staged`: a non-empty folder refused without `overwrite`, the
-shards staged in a hidden folder and moved in only when the pipeline has
-succeeded, `stats.json` last, the incomplete marker there until then).
-
-The pipeline:
-
-1. the input files, numbered in input order, are spread over the workers
-   (`Reshuffle`); one file is one unit of work (a gzip stream cannot be cut,
-   nor a CSV file whose quoted fields span lines), so a corpus of one file
-   is read by one worker;
-2. each file's records are written, per shard, into sorted runs (files of
-   up to 64 MB of a reader's memory, ordered by document key, a stable
-   hash) in the staging folder, and each file's counts (uncompressed bytes,
-   records and bytes per split, skips by reason with their first examples,
-   or the error that made the file unreadable) into a small JSON file;
-   only the runs' names go through the runner's shuffle, not the records;
-3. the runs are grouped by shard, and each shard is written by one worker
-   into the staging folder by merging its runs, so memory holds a record
-   per run, a shard is in document-key order, its bytes do not depend on
-   the runner or the number of workers, and every input file is spread
-   through it (what `--interleave_inputs` does for the single-process
-   converter).
-
-The launcher then adds up the counts in input order (so the skip examples
-are the first ones of the files read one after another), raises the first
-file's error as the single-process converter would, creates the shards that
-received no document, and commits. A pipeline that fails leaves the output
-folder as `convert.run_staged` leaves it after any failure; a launcher that
-is killed leaves the incomplete marker, which training refuses.
-
-`max_documents` is refused: a cut after N documents needs an order of the
-whole stream, which a Beam pipeline does not have.
+`tf_mlstm.data.convert`'s conversion (same readers, records, split and shard
+per document, staged folder) over a runner's workers. Each input file is one
+unit of work; its records go per shard into sorted runs on disk, and only
+the runs' names through the shuffle. One worker per shard merges its runs,
+so a shard's bytes do not depend on the runner. `max_documents` is refused:
+it needs one stream's order (docs/distributed.md, "Converting with Apache Beam").
 """
 
 import heapq
@@ -72,11 +41,7 @@ _FILE_ERRORS = (readers.InputError, FileNotFoundError)
 
 
 class _ReadFile(beam.DoFn):
-    """One input file -> its records as sorted runs per shard; its counts to a file.
-
-    The records go through the file system, not the runner's shuffle: only
-    the names of the run files, keyed by shard, are passed on.
-    """
+    """One input file -> sorted runs of its records per shard (names shuffled); counts to a file."""
 
     def __init__(self, config: ConvertConfig, staging: str):
         self._config = config
@@ -133,11 +98,7 @@ class _ReadFile(beam.DoFn):
 
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), run files) -> the shard file in the staging folder, ordered by key.
-
-    The sorted runs are merged as they are read, so memory holds one record
-    per run, whatever the shard's size.
-    """
+    """((split, shard), run files) -> the shard file, by key; memory holds one record per run."""
 
     def __init__(self, staging: str, shard_counts: dict[str, int], compression: str | None):
         self._staging = staging
@@ -179,12 +140,11 @@ def _run_entries(path: str) -> Iterator[bytes]:
 def convert_with_beam(
     config: ConvertConfig, runner: str, pipeline_args: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """Converts the corpus of `config` as a Beam pipeline (see the module doc).
+    """Converts the corpus of `config` as a Beam pipeline.
 
     Args:
         config: What to read and where to write, as for `convert.convert`;
-            `max_documents` must be 0 and `interleave` is not used (every
-            shard is in document-key order).
+            `max_documents` must be 0 and `interleave` is not used.
         runner: The Beam runner ("DirectRunner", "DataflowRunner", ...).
         pipeline_args: Further Beam pipeline options, as command-line flags.
 
@@ -247,11 +207,7 @@ def _add_counts(
     skip_log: readers.SkipLog,
     read_stats: readers.ReadStats,
 ) -> dict[str, dict[str, int]]:
-    """Adds up the per-file counts in input order; raises the first file's error.
-
-    Returns:
-        `{split: {"records", "bytes", "shards"}}`.
-    """
+    """Adds the per-file counts in input order into `{split: {"records", "bytes", "shards"}}`."""
     splits = {
         split: {"records": 0, "bytes": 0, "shards": shard_counts[split]}
         for split in tfrecord.SPLITS

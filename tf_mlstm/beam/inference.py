@@ -1,35 +1,10 @@
 """Batch classification and featurization as a Beam pipeline: `tf-mlstm-classify-beam`.
 
-An exported SavedModel (`tf-mlstm-export`; its `classify` or `featurize`
-signature) is applied with Beam's own `RunInference` to every text of many
-input files, on any Beam runner:
-
-1. the input files are spread over the workers; each is read with
-   `readers.read_documents` (the formats, normalization and skip reasons of
-   training text, skips counted in Beam metrics by reason), each text keyed
-   by its file (as named) and the line its record starts at;
-2. `RunInference` with a `KeyedModelHandler` around `SavedModelHandler`
-   batches the texts (Beam's `BatchElements`, `batch_size` at a time), calls the
-   signature, and keeps each text's key with its outputs;
-3. each text becomes one JSON line: `input` (the file), `line`, then the
-   signature's outputs by name (`probabilities`, `classes`, `label`,
-   `probability`, `neuron` for `classify`; the feature kinds, `cell`,
-   `hidden`, `mean`, `max`, ..., for `featurize`), lists for vectors; `WriteToText` writes them as
-   sharded files `<output>-SSSSS-of-NNNNN.jsonl` into a hidden staging
-   folder beside them, renamed into place only when the pipeline has
-   succeeded and every input was read. Rows are in no particular order:
-   `input` and `line` join them back to the input records.
-
-A file that cannot be read (a corrupt gzip stream, a CSV file without the
-text column, a file gone since the inputs were listed) does not fail the
-worker: its error goes to a side output, the other files are read, and the
-launcher then raises the first such file's error (in input order) as one
-line, with how many files failed. A failed run leaves no output shard, and
-an earlier run's files of the same names as they were. The SavedModel and
-its signature are checked before the pipeline starts.
-
-The numbers are the SavedModel's, which are those of `tf-mlstm-classify`
-on the same model and classifier (float32, to 1e-5; the tests compare them).
+Beam's `RunInference` applies a SavedModel's `classify` or `featurize`
+signature to every text of many files; each becomes one JSON line (`input`,
+`line`, the outputs) in shards moved in only when every input was read. An
+unreadable file goes to a side output, and the launcher raises the first
+one's error in one line (docs/distributed.md, "Batch classification").
 """
 
 import itertools
@@ -70,7 +45,7 @@ class _LoadedSignature:
 
 
 class SavedModelHandler(inference_base.ModelHandler):
-    """Runs one string-in signature of an exported tf_mlstm SavedModel on batches of texts.
+    """One string-in signature of an exported SavedModel, for `RunInference` (once per worker).
 
     Args:
         export_dir: The SavedModel folder (`<export base>/<version>`).
@@ -78,9 +53,6 @@ class SavedModelHandler(inference_base.ModelHandler):
         batch_size: Most texts per call (Beam batches up to this many).
 
     Example:
-
-    The handler is what `apache_beam.ml.inference.RunInference` takes; it loads
-    the SavedModel once per worker:
 
     >>> from tf_mlstm.beam.inference import SavedModelHandler
     >>> handler = SavedModelHandler("exports/model/1", signature="classify", batch_size=32)
@@ -137,16 +109,8 @@ class SavedModelHandler(inference_base.ModelHandler):
 class _ReadTexts(beam.DoFn):
     """One input file -> ((file, line), normalized text) per usable record; skips counted.
 
-    The texts come out in runs of `sort_texts` sorted by length: Beam batches
-    consecutive elements, and a batch costs the steps of its longest text, so
-    batches of alike lengths waste little on padding (half the time of
-    file order on IMDB reviews, measured).
-
-    A file that cannot be read (a user's error: `errors.is_user_error`) goes
-    to the `_FAILED` output as one JSON line (its input index, path, error
-    type and one-line message) instead of failing the worker with a
-    traceback; the launcher reports it. Any other error is a bug and fails
-    the pipeline as usual.
+    Texts come in length-sorted runs, as a batch costs its longest text
+    (docs/performance.md); a user's error goes to `_FAILED` for the launcher.
     """
 
     def __init__(self, text_keys: Sequence[str], max_document_bytes: int, sort_texts: int):
@@ -199,10 +163,7 @@ def _row(element: tuple[tuple[str, int], inference_base.PredictionResult]) -> st
 
 
 def check_saved_model(export_dir: str, signature: str) -> None:
-    """Raises, in one line, unless `export_dir` is a SavedModel with `signature`.
-
-    Reads the SavedModel's graph definition only (no variables), so a wrong
-    `--saved_model` is refused before any worker starts.
+    """Raises, in one line, unless `export_dir` is a SavedModel with `signature` (checked early).
 
     Args:
         export_dir: The SavedModel folder (`<export base>/<version>`).
@@ -210,8 +171,7 @@ def check_saved_model(export_dir: str, signature: str) -> None:
 
     Raises:
         FileNotFoundError: No SavedModel is there.
-        errors.InvalidValueError: Its `saved_model.pb` is unreadable, or it
-            has no `signature` signature.
+        errors.InvalidValueError: Its `saved_model.pb` is unreadable or lacks `signature`.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
@@ -283,7 +243,7 @@ def classify_with_beam(
     num_shards: int = 0,
     max_document_bytes: int = fields.DEFAULT_MAX_DOCUMENT_BYTES,
 ) -> dict[str, Any]:
-    """Applies a SavedModel signature to every text of `inputs` (see the module doc).
+    """Applies a SavedModel signature to every text of `inputs`.
 
     Args:
         export_dir: The SavedModel folder.
@@ -301,12 +261,11 @@ def classify_with_beam(
         `{"texts", "skipped": {reason: count}, "outputs": [files], "signature"}`.
 
     Raises:
-        FileNotFoundError: An input file or glob matches nothing, a file
-            vanished before it was read, or no SavedModel is at `export_dir`.
-        readers.InputError: An input file cannot be read (the first one in
-            input order is named, with its cause and how many failed).
-        ValueError: A bad argument or pipeline option, or the SavedModel has
-            no `signature`.
+        FileNotFoundError: An input or glob matches nothing, a file vanished,
+            or no SavedModel is at `export_dir`.
+        readers.InputError: An input file cannot be read (the first named,
+            with its cause and how many failed).
+        ValueError: A bad argument or pipeline option, or no `signature`.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

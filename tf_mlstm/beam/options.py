@@ -1,11 +1,7 @@
 """Beam pipeline options from the flags a binary did not define itself.
 
-A binary with `--runner` hands every flag it does not know to Beam
-(`--project=... --temp_location=...` for Dataflow, `--flink_master=...`,
-`--direct_num_workers=2 --direct_running_mode=multi_processing`). A flag
-that Beam does not know either is refused in one line here, before any
-pipeline starts, so a misspelled flag of the binary is not dropped with a
-warning in a long log.
+A flag Beam does not know either is refused in one line before any pipeline
+starts, so a misspelled flag is not dropped with a warning in a long log.
 """
 
 import logging
