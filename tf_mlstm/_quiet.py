@@ -1,18 +1,11 @@
 """TensorFlow's start-up, quiet: its first import and GPU probe with stderr on /dev/null.
 
-TensorFlow 2.21 writes lines to the process's stderr while it loads (no CUDA
-driver found, CPU instruction notices, before its own log is set up, whatever
-`TF_CPP_MIN_LOG_LEVEL` says) and an error line when it first looks for GPUs
-on a machine without them (`failed call to cuInit`). None is news to a user
-of this package, in Python or on the command line. `import tf_mlstm`
-therefore makes the first `import tensorflow` that follows (wherever it
-happens) run with file descriptor 2 on /dev/null, and list the physical
-devices then, still quietly, so the probe's line is not printed later either.
-Only start-up is quiet: TensorFlow's later messages are shown at the level the
-user chose. A user who set `TF_CPP_MIN_LOG_LEVEL` (or a binary given
-`--verbosity`) sees everything, as TensorFlow prints it.
-
-No TensorFlow here: this module is imported by `tf_mlstm/__init__.py`.
+TensorFlow writes lines to stderr while it loads, whatever
+`TF_CPP_MIN_LOG_LEVEL` says, and an error when it probes for absent GPUs
+(`failed call to cuInit`). So `import tf_mlstm` makes the next
+`import tensorflow` and the device probe run with descriptor 2 on
+/dev/null; later messages show as usual, and a user who set
+`TF_CPP_MIN_LOG_LEVEL` (or `--verbosity`) sees everything. No TensorFlow here.
 """
 
 import contextlib
@@ -33,10 +26,9 @@ def user_chose_tensorflow_log_level(environ=None):
 
 
 def quiet_start():
-    """Makes TensorFlow's first import and GPU probe quiet (see the module doc).
+    """Makes TensorFlow's first import and GPU probe quiet (see the module doc); idempotent.
 
-    When TensorFlow is already imported, only the GPU probe is run, quietly
-    (it prints once per process). Calling it again changes nothing.
+    Already imported, only the probe runs, quietly (it prints once per process).
     """
     if PACKAGE in sys.modules:
         with stderr_to_devnull():
@@ -68,9 +60,7 @@ def _probe_devices(tensorflow):
 class _QuietFirstImport(importlib.abc.MetaPathFinder):
     """Runs the first import of one package with file descriptor 2 on /dev/null.
 
-    A finder first on `sys.meta_path`: asked for the package, it steps aside,
-    finds the package's usual spec and wraps its loader, so the import system
-    loads it as always, only quietly. Later imports find it in `sys.modules`.
+    First on `sys.meta_path`, it finds the package's usual spec and wraps its loader.
     """
 
     def __init__(self, name):
@@ -91,8 +81,7 @@ class _QuietFirstImport(importlib.abc.MetaPathFinder):
 class _QuietLoader(importlib.abc.Loader):
     """`loader`, executing the module (and the GPU probe) with stderr on /dev/null.
 
-    An import that fails still raises its exception, shown as usual once
-    stderr is back. The module then keeps `loader`.
+    A failed import still raises, shown once stderr is back.
     """
 
     def __init__(self, loader):
@@ -114,8 +103,7 @@ _SAVED_STDERR = []  # the real stderr's descriptor while fd 2 is on /dev/null
 def stderr_fd() -> int:
     """The descriptor of the process's real stderr, also while start-up is quiet.
 
-    For a line that must be seen whenever it comes (a signal handler that ends
-    the process during TensorFlow's import).
+    For a line that must be seen (a signal handler ending the process mid-import).
     """
     return _SAVED_STDERR[-1] if _SAVED_STDERR else 2
 

@@ -1,26 +1,11 @@
-"""The Python API behind `import tf_mlstm` (docs/python.md).
+"""The Python API behind `import tf_mlstm` (docs/python.md has the table of binaries).
 
-A thin layer over the functions the `tf-mlstm-*` binaries call, taking the
-config objects the binaries build from their flags, so a notebook and a
-binary given the same settings compute the same numbers:
-
-| binary | function | config |
-| --- | --- | --- |
-| `tf-mlstm-make-tfrecords` | `convert` | `config.ConvertConfig` |
-| `tf-mlstm-train` | `pretrain` (train, then export the SavedModel) | `config.TrainConfig` |
-| `tf-mlstm-eval` | `evaluate` | `config.EvalConfig` |
-| `tf-mlstm-finetune` | `finetune` | `config.FinetuneConfig` |
-| `tf-mlstm-transfer` | `probe` | `config.TransferConfig` |
-| `tf-mlstm-export` | `export` | `config.ExportConfig` |
-| `tf-mlstm-import-openai` | `import_openai_weights` | (weights_dir, model_dir) |
-
-`load(model_dir)` gives a `TrainedModel` with the inference of
-`tf-mlstm-generate`, `tf-mlstm-classify` and the SavedModel's `featurize`
-and `score` signatures.
-
-Layering: this module sits above `serving` and below `cli` (it is where
-training and export meet, as they import neither each other); the binaries
-call it, it never imports them.
+A thin layer over what the `tf-mlstm-*` binaries call, on the config objects
+they build from their flags, so a notebook and a binary given the same
+settings compute the same numbers: `convert`, `pretrain`, `evaluate`,
+`finetune`, `probe`, `export`, `import_openai_weights`; `load(model_dir)`
+gives a `TrainedModel` with generate, classify, featurize and score. It sits
+above `serving` and below `cli`, where training and export meet.
 """
 
 import dataclasses
@@ -63,8 +48,7 @@ def convert(config) -> dict:
       config: a `tf_mlstm.ConvertConfig`.
 
     Returns:
-      The stats written to the output's stats.json (records, bytes, splits,
-      skipped records by reason, ...).
+      The stats written to the output's stats.json (records, bytes, splits, skips, ...).
     """
     from tf_mlstm.data import convert as convert_lib  # pylint: disable=g-import-not-at-top
 
@@ -74,22 +58,17 @@ def convert(config) -> dict:
 def pretrain(config) -> dict:
     """Trains a language model, then (on the chief) exports its SavedModel (`tf-mlstm-train`).
 
-    The export folder is checked before training starts, so a folder that
-    holds something the exporter did not write stops the run at once rather
-    than after the training. A rerun with the same `model_dir` resumes.
-    With `config.export` False nothing is exported (`tf-mlstm-export` makes
-    the SavedModel from the run folder later).
+    The export folder is checked before training; a rerun resumes; with
+    `config.export` False nothing is exported.
 
     Args:
       config: a `tf_mlstm.TrainConfig` (validated here).
 
     Returns:
-      The results dict (step, bits/char, ...), with `export_dir` (the
-      SavedModel's version folder) on the chief when it exported.
+      The results dict (step, bits/char, ...), with `export_dir` when it exported.
 
     Raises:
-      ValueError: an invalid config, or `model_dir/export` holds something
-        not written by an export.
+      ValueError: an invalid config, or `model_dir/export` holds something not an export's.
     """
     config = _validated(config)
     # A folder of another kind (a fine-tuning run, a data folder) is refused
@@ -149,9 +128,8 @@ def finetune(config) -> dict:
 def probe(config) -> dict:
     """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
 
-    Writes results.json, classifier.json (for `load(..., classifier=...)`)
-    and the plots to `config.output_dir`, which must be empty or new unless
-    `config.overwrite` (the rerun rule of every binary's output).
+    Writes results.json, classifier.json and plots to `config.output_dir` (new or
+    empty unless `config.overwrite`).
 
     Args:
       config: a `tf_mlstm.TransferConfig` with a concrete `precision`.
@@ -169,23 +147,20 @@ def probe(config) -> dict:
 def export(config) -> dict:
     """Writes a servable, versioned SavedModel of a run folder (`tf-mlstm-export`).
 
-    The SavedModel goes to `config.export_dir/<step>/` (the global step of the
-    checkpoint exported), with the signatures `featurize` (the default),
-    `score` and `generate`, and `classify` with `config.classifier` (a
-    classifier.json of `probe`) or of a fine-tuned run (docs/serving.md).
-    Load it with `tf.saved_model.load` (after `import tensorflow_text`).
+    It goes to `config.export_dir/<step>/` with the signatures `featurize`,
+    `score`, `generate` and, with a classifier or a fine-tuned run, `classify`
+    (docs/serving.md); load it with `tf.saved_model.load` after `import tensorflow_text`.
 
     Args:
       config: a `tf_mlstm.ExportConfig` (validated here).
 
     Returns:
-      dict with `export_dir` (the version folder written), `version` and
-      `signatures` (the exported signature names, sorted).
+      dict with `export_dir` (the version folder), `version` and `signatures` (sorted).
 
     Raises:
       FileNotFoundError: no trained model in `model_dir`, or no `classifier`.
-      InvalidValueError: `export_dir` holds something an export did not
-        write, or the classifier does not fit the model.
+      InvalidValueError: `export_dir` holds something an export did not write,
+        or the classifier does not fit the model.
     """
     from tf_mlstm.serving import export as export_lib  # pylint: disable=g-import-not-at-top
 
@@ -194,11 +169,7 @@ def export(config) -> dict:
 
 
 def _validated(config):
-    """`config.validate()`, its errors prefixed with the config's name.
-
-    They name the config's fields (`lr`, `errors.setting_name`), the
-    arguments of the same name here.
-    """
+    """`config.validate()`, its errors prefixed with the config's name."""
     try:
         return config.validate()
     except errors.InvalidValueError as e:
@@ -208,12 +179,9 @@ def _validated(config):
 def import_openai_weights(weights_dir, model_dir) -> dict:
     """Writes a run folder holding OpenAI's released byte mLSTM (`tf-mlstm-import-openai`).
 
-    The folder gets config.json (a `TrainConfig` with the model's sizes and
-    weight norm; other fields at their defaults), `checkpoints/ckpt-1` (the
-    model, as `MLSTMLanguageModel.from_run` and every tool read it) and
-    `openai_import.json` (the source). The checkpoint is read back and
-    compared with the arrays before returning. The conversion itself (and
-    why it is exact) is `tf_mlstm.models.openai_weights`.
+    The folder gets config.json, `checkpoints/ckpt-1` (read back and compared
+    with the arrays) and `openai_import.json`; the conversion is
+    `tf_mlstm.models.openai_weights`.
 
     Args:
       weights_dir: the release's `model/` folder.
@@ -223,9 +191,8 @@ def import_openai_weights(weights_dir, model_dir) -> dict:
       dict with `model_dir`, `hidden_size`, `embedding_size` and `checkpoint`.
 
     Raises:
-      FileNotFoundError, ValueError: as `load_openai_arrays` and
-        `build_model`; ValueError also when `model_dir` already holds a
-        config or checkpoints.
+      FileNotFoundError, ValueError: as `load_openai_arrays` and `build_model`;
+        ValueError also when `model_dir` already holds a config or checkpoints.
     """
     checkpoints = rundir.checkpoint_dir(model_dir)
     # checkpoints/ without openai_import.json is another tool's; with it and
@@ -289,8 +256,7 @@ class Classified:
 
     Attributes:
       labels: the predicted class of each text [N] (multi-label: [N, L] 0/1).
-      probabilities: [N, K] per class (binary: [N, 2]; multi-label: [N, L]
-        per label).
+      probabilities: [N, K] per class (binary: [N, 2]; multi-label: [N, L]).
       classes: the K classes (or L label names) of the probability columns.
 
     Example:
@@ -321,11 +287,8 @@ def load(
 
     Args:
       model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`.
-      classifier: a `classifier.json` of `tf-mlstm-transfer` for `classify`;
-        "" = a fine-tuned run's own head (if `model_dir` is one).
-      precision: the policy the model computes in: float32 (the numbers the
-        exported SavedModel gives), mixed_bfloat16, mixed_float16, or auto
-        (decided from this machine, as `tf-mlstm-classify --precision=auto`).
+      classifier: a `tf-mlstm-transfer` classifier.json; "" = a fine-tuned run's own head.
+      precision: float32 (the SavedModel's numbers), mixed_bfloat16, mixed_float16 or auto.
       batch_size: texts per model call.
       window: bytes per model call; the state carries across windows.
 
@@ -333,12 +296,9 @@ def load(
       A `TrainedModel`.
 
     Raises:
-      MissingFileError: (a `UserError` and `FileNotFoundError`) no trained
-        model in `model_dir`, or no file `classifier`.
-      InvalidValueError: (a `UserError` and `ValueError`) a `batch_size` or
-        `window` past its bound (`tf_mlstm.config.bounds`), a `classifier`
-        that is a folder, not a classifier file, or was fitted on a model of
-        another size or other weights than those of `model_dir`.
+      MissingFileError: no trained model in `model_dir`, or no file `classifier`.
+      InvalidValueError: `batch_size` or `window` past its bound, or a `classifier`
+        that is no classifier file or was fitted on another model's weights.
     """
     bounds.check_sizes({"batch_size": batch_size, "window": window})
     _check_exists("model_dir", model_dir)
@@ -400,10 +360,7 @@ def _check_classifier_fits(fitted, classifier, model, model_dir):
 
 
 class TrainedModel:
-    """A trained language model with the inference the binaries run.
-
-    Texts are raw: each method normalizes them as training text was (as the
-    SavedModel and `tf-mlstm-classify` do).
+    """A trained language model with the inference the binaries run (raw texts, normalized here).
 
     Attributes:
       model: the `MLSTMLanguageModel` (a `keras.Model`).
@@ -456,23 +413,18 @@ class TrainedModel:
         return self.model.hidden_size
 
     def featurize(self, texts, kinds=features_lib.FEATURE_KINDS) -> dict[str, np.ndarray]:
-        """Features of each text: final states and statistics of the states over it.
+        """Features of each text, as `tf-mlstm-transfer` and the SavedModel's `featurize` give them.
 
-        The numbers of `tf-mlstm-transfer` and of the SavedModel's
-        `featurize` signature.
 
         Args:
           texts: a sequence of str (bytes are read as UTF-8).
-          kinds: the feature kinds to return (`FEATURE_KINDS` of
-            `tf_mlstm.models.featurize`: cell, hidden, mean, max, min, std,
-            cell_mean, cell_max, cell_min).
+          kinds: the feature kinds to return (`tf_mlstm.models.featurize.FEATURE_KINDS`).
 
         Returns:
           dict kind -> float32 [len(texts), hidden_size].
 
         Raises:
-          InvalidValueError: a text is not a str (`texts[1] must be a str,
-            got NoneType (None)`), or `texts` is one str.
+          InvalidValueError: a text is not a str, or `texts` is one str.
         """
         kinds = tuple(kinds)
         if self._featurizer is None or self._featurizer.kinds != kinds:
@@ -482,11 +434,7 @@ class TrainedModel:
         return self._featurizer(_normalized(texts), progress=False)
 
     def score(self, texts) -> np.ndarray:
-        """Bits per character of each text under the model.
-
-        Every byte after the document start is predicted from the ones before
-        it, with the state reset at the start: `tf-mlstm-eval` of the text
-        alone, and the SavedModel's `score` signature.
+        """Bits per character of each text alone under the model (the SavedModel's `score`).
 
         Args:
           texts: a sequence of str (bytes are read as UTF-8).
@@ -495,10 +443,8 @@ class TrainedModel:
           float64 [len(texts)] bits/char.
 
         Raises:
-          InvalidValueError: a text is not a str, or is empty after
-            normalization (blank, or only whitespace): it has no byte to
-            score. The message names its index; leave such texts out before
-            scoring.
+          InvalidValueError: a text is not a str, or is empty after normalization
+            (nothing to score); the message names its index.
         """
         texts = _normalized(texts)
         for index, text in enumerate(texts):
@@ -532,8 +478,7 @@ class TrainedModel:
           length: bytes to generate (at most, with `stop_at_end`).
           seed: the same seed gives the same text.
           temperature: softmax temperature (> 0; small is near argmax).
-          neuron: a cell-state unit held at `neuron_value` after every byte
-            (the sentiment-neuron experiment), or -1 for none.
+          neuron: a cell-state unit held at `neuron_value` after every byte, or -1 for none.
           neuron_value: the held value.
           stop_at_end: end at the end of the review (the next document start).
 
@@ -541,8 +486,7 @@ class TrainedModel:
           The normalized prompt followed by its continuation, as a str.
 
         Raises:
-          InvalidValueError: `prompt` is not a str (`prompt must be a str, got
-            NoneType (None)`), or a setting is out of range.
+          InvalidValueError: `prompt` is not a str, or a setting is out of range.
         """
         if self._sampler is None:
             self._sampler = sampling.make_sampler(self.model)
@@ -562,10 +506,7 @@ class TrainedModel:
     def classify(self, texts) -> Classified:
         """Class probabilities and predictions of each text (`tf-mlstm-classify`).
 
-        With `load(..., classifier=path)`, the `tf-mlstm-transfer` logistic
-        regression on this model's features; otherwise the head of a
-        fine-tuned run (`tf-mlstm-finetune`), which cuts texts to its
-        `--max_length`.
+        By `load`'s classifier, or else a fine-tuned run's head (texts cut to its `max_length`).
 
         Args:
           texts: a sequence of str (bytes are read as UTF-8).
@@ -574,9 +515,7 @@ class TrainedModel:
           A `Classified` (labels, probabilities, classes).
 
         Raises:
-          InvalidValueError: a text is not a str (checked first), or no
-            classifier was given and the run is not a finished fine-tuning
-            run.
+          InvalidValueError: a text is not a str, or no classifier and no finished fine-tuned run.
         """
         texts = _normalized(texts)  # checked before anything is loaded
         if self._predictor is None:
@@ -600,5 +539,5 @@ class TrainedModel:
 
 
 def _normalized(texts):
-    """`texts` checked (`check_texts`: a text that is not one is named by its index), normalized."""
+    """`texts` checked (`check_texts`) and normalized."""
     return [normalize_text(text) for text in check_texts(texts)]

@@ -1,24 +1,12 @@
 """The errors a user can fix, told apart from bugs.
 
-Every `tf-mlstm-*` binary catches these once (`tf_mlstm/cli/_main.py`):
-one error line and exit status 1. Anything else is a bug and keeps its
-traceback.
-
-- `UserError`: the base. Raise a subclass where the cause is something the
-  user gave or the machine holds: a flag, a file, a record, a cluster.
-- `InvalidValueError`: a value the user gave is wrong (a flag, an argument,
-  a file's or record's content). It is also a `ValueError`, so library
-  callers that catch `ValueError` keep working.
-- `MissingFileError`: a file or folder the user named is not there; also a
-  `FileNotFoundError`, for the same reason.
-- A setting's name in a message is `setting_name(name)`: the Python
-  argument (`hidden_size`) to a Python caller, the flag (`--hidden_size`)
-  inside `naming_flags()`, which the binaries enter before they build their
-  config (`tf_mlstm/cli/_main.py`). A config's field and its flag share the
-  name, so one message serves both readers.
-- Operating-system errors (`OSError`: a missing file, a permission, a full
-  disk, a port in use) and TensorFlow's errors of the same kinds (see
-  `is_user_error`) count as user errors too: the fix is outside the code.
+Every binary reports these in one line with exit status 1 (`cli/_main.py`);
+anything else is a bug and keeps its traceback. `UserError` is the base;
+`InvalidValueError` (also a `ValueError`) is a bad value, `MissingFileError`
+(also a `FileNotFoundError`) a missing path. `OSError`s and TensorFlow's
+errors of the same kinds count too (`is_user_error`). A message names a
+setting by `setting_name`: the argument to Python, the flag inside
+`naming_flags()`.
 """
 
 import contextlib
@@ -122,9 +110,8 @@ def is_user_error(error) -> bool:
       error: an exception.
 
     Returns:
-      True for a `UserError`, an `OSError`, or a TensorFlow error whose code
-      names trouble outside the program (missing, damaged or unwritable
-      files, exhausted resources, unreachable peers).
+      True for a `UserError`, an `OSError`, or a TensorFlow error of trouble
+      outside the program (missing or damaged files, resources, peers).
     """
     if isinstance(error, (UserError, OSError)):
         return True

@@ -1,15 +1,10 @@
 """The one rerun rule for what a binary writes: what is there stays, unless `--overwrite`.
 
-Every binary that writes an output file or folder (`tf-mlstm-transfer`,
-`-classify`, `-visualize`, `-make-tfrecords`, ...) checks its output with
-`refuse_existing`, before TensorFlow starts and before any work: an output
-file that exists, or an output folder that holds anything (for a folder of
-named files, any file of those names), is refused in one line naming the
-flag and the path, unless the user passes `--overwrite`. Training run
-folders are not outputs in this sense: a rerun resumes them.
-
-No TensorFlow here, so a binary refuses before it imports it. Paths with a
-scheme (`gs://...`) are left to the writers' own checks.
+Every binary that writes an output checks it with `refuse_existing` before
+TensorFlow starts: an existing file, or a folder holding anything (or any of
+its named files), is refused in one line naming flag and path. Training run
+folders are no outputs in this sense (a rerun resumes); `gs://` paths are
+left to the writers.
 """
 
 import os
@@ -21,19 +16,15 @@ def refuse_existing(name, path, overwrite, is_output=None, given=None) -> None:
     """Refuses to replace an existing output unless `overwrite`.
 
     Args:
-      name: the flag or argument naming the output, as the user wrote it
-        (`--output_dir`, or `output_dir` for a Python argument).
+      name: the flag or argument naming the output, as the user wrote it.
       path: the output file or folder; "" or "-" (stdout) is never refused.
       overwrite: the user's `--overwrite`: replace what is there.
-      is_output: for a folder of named files, whether an entry's name is one
-        the binary writes (others are left alone and do not count); None: a
-        folder counts whole.
-      given: the value the user gave, for the message, where `path` is its
-        folder (a prefix of shards); None: `path`.
+      is_output: for a folder of named files, whether an entry's name counts; None: all do.
+      given: the value the user gave, where `path` is its folder; None: `path`.
 
     Raises:
-      errors.InvalidValueError: `path` exists (a folder: holds entries that
-        count) and `overwrite` is false.
+      errors.InvalidValueError: `path` exists (a folder: holds entries that count)
+        and `overwrite` is false.
     """
     if overwrite or not path or path == "-" or "://" in path:
         return

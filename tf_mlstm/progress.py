@@ -1,23 +1,9 @@
 """Progress of long jobs: a bar on a terminal, a log line every so often elsewhere.
 
-Conversion, featurization, evaluation and the fine-tuned classifier's
-predictions know how much work they have before they start (bytes of input,
-characters, texts), so each reports through one `Progress` given that total:
-
-* On a terminal (the stream's `isatty()`), one line redrawn in place a few
-  times a second: a bar, done/total, the rate and the time left. `close` ends
-  the line, so whatever is written next starts on a line of its own.
-* Elsewhere (a log file, a scheduler's captured stderr), where a redrawn line
-  would be noise, an absl log line every `log_interval_s` seconds with
-  done/total, the rate and the time left.
-
-Either way `close` (or leaving the `with` block, also on an error) reports a
-final line with the time taken and the average rate. The clock is a
-parameter, so tests can drive it by hand.
-
-    with Progress("Converting", total=size, unit="MB", scale=1e6) as progress:
-        for ...:
-            progress.update(bytes_read, records=records)
+Conversion, featurization, evaluation and predictions know their total work
+and report through one `Progress`: on a terminal one line redrawn in place
+(bar, done/total, rate, time left), elsewhere an absl log line every
+`log_interval_s` seconds; `close` reports the time taken and the mean rate.
 """
 
 import sys
@@ -49,21 +35,17 @@ class Progress:
 
     Args:
         what: What is being done, the start of every line ("Converting").
-        total: Units of work in all (0 for none); None when not known
-            beforehand (lines then say how much is done and how fast, with no
-            fraction and no time left).
+        total: Units of work in all (0 for none); None: unknown (no fraction, no time left).
         unit: Name of the shown unit ("MB", "chars", "texts").
         scale: Units of work per shown unit (1e6 to count bytes and show MB).
         log_interval_s: Seconds between log lines when not on a terminal.
         enabled: False reports nothing at all.
         stream: Where the terminal bar goes; None for `sys.stderr`.
-        terminal: Draw a bar (True) or log (False); None asks
-            `stream.isatty()`.
+        terminal: Draw a bar (True) or log (False); None asks `stream.isatty()`.
         clock: Seconds from a fixed start (`time.monotonic`).
 
     Raises:
-        ValueError: If `total` is negative or `log_interval_s` or `scale` is
-            not positive.
+        ValueError: If `total` is negative or `log_interval_s` or `scale` is not positive.
 
     Example:
 
@@ -122,8 +104,7 @@ class Progress:
 
         Args:
             done: Units of work done since the start.
-            **counts: Other counts to show after the figures, by name
-                (`records=12` shows "12 records").
+            **counts: Other counts to show after the figures (`records=12`: "12 records").
         """
         self.done = done
         if counts:

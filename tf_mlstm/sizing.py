@@ -1,19 +1,12 @@
 """The model's size for a budget: a scaling law of loss in weights and characters, and a planner.
 
-A language model's held-out loss after training `N` weights on `D` characters
-(each run with its own schedule, decayed to zero at its end) is modelled as
-
     loss(N, D) = E + A / n**alpha + B / d**beta,   n = N / 1e6,  d = D / 1e6
 
-(the form of Hoffmann et al. 2022, "Chinchilla", with `N` and `D` counted in
-millions so that `A` and `B` read as bits/char). `fit_law` fits it by least
-squares, `leave_one_out` measures its error on runs left out of the fit, and
-`plan_size` turns it into a choice: given the characters per second each size
-trains at on a machine and a time budget, the size whose predicted loss at the
-end of the budget is lowest. `tools/scaling_law.py` runs the grid that feeds it.
-
-Pure functions of NumPy arrays (SciPy's non-negative least squares and
-trust-region refinement); no TensorFlow.
+(Hoffmann et al. 2022's form; in millions, `A` and `B` read as bits/char).
+`fit_law` fits it, `leave_one_out` measures its error on unseen runs, and
+`plan_size` picks the size with the lowest predicted loss at the end of a
+time budget from each size's measured rate. NumPy and SciPy only
+(docs/scaling.md; `tools/scaling_law.py` runs the grid).
 
 Example:
 
@@ -58,8 +51,7 @@ FORMS = ("additive", "coupled")
 TRANSFER_MARGIN = 0.15
 
 OPTIMIZE_FOR = ("bits", "transfer")
-"""What the planner optimises: predicted held-out bits/char, or transfer (the largest size
-within `TRANSFER_MARGIN` of the lowest prediction)."""
+"""What the planner optimises: bits/char, or transfer (the widest within `TRANSFER_MARGIN`)."""
 
 
 def _law(form, e, a, alpha, b, beta, n, d):
@@ -82,7 +74,7 @@ def model_weights(units: int, embedding_size: int = 64, vocab: int = 256, weight
       weight_norm: whether the cell has weight-norm gains (one per kernel column).
 
     Returns:
-      The count: embedding, the cell's four kernels and bias (and gains), the softmax layer.
+      The count: embedding, the cell's kernels, bias (and gains), the softmax layer.
     """
     h, e = int(units), int(embedding_size)
     kernels = e * 4 * h + e * h + h * h + h * 4 * h
@@ -103,9 +95,8 @@ class ScalingLaw:
       weights_range: the (smallest, largest) weights among the fitted runs.
       chars_range: the (smallest, largest) characters among the fitted runs.
       rms: the root-mean-square residual over the fitted runs.
-      form: `additive`: E + A/n^alpha + B/d^beta (Hoffmann et al. 2022); `coupled`:
-        E + ((A/n^alpha)^(1/beta) + (B/d^beta)^(1/beta))^beta (Kaplan et al. 2020, with a
-        floor): each term alone is the additive one's, but the larger dominates.
+      form: `additive` (Hoffmann et al.), or `coupled`:
+        E + ((A/n^alpha)^(1/beta) + (B/d^beta)^(1/beta))^beta (Kaplan et al.).
 
     Example:
 
@@ -194,8 +185,7 @@ def law_from_json(values: Mapping, source: str = "scaling law") -> ScalingLaw:
       The law.
 
     Raises:
-      errors.InvalidValueError: a coefficient missing or not a finite number, a bad range or
-        form, named with `source`.
+      errors.InvalidValueError: a missing or non-finite coefficient, a bad range or form.
 
     Example:
 
@@ -248,8 +238,7 @@ def load_law(path: str) -> ScalingLaw:
       The law.
 
     Raises:
-      errors.InvalidValueError: the file is missing, unreadable, not JSON or no law, in one
-        line naming the setting `scaling_law` and the path.
+      errors.InvalidValueError: no readable law at `path`, in one line naming `scaling_law`.
 
     Example:
 
@@ -308,12 +297,9 @@ def _linear_part(n, d, loss, alpha, beta):
 def fit_law(weights, chars, losses, form="additive") -> ScalingLaw:
     """Fits `ScalingLaw` to runs by least squares on the loss.
 
-    With the exponents fixed the additive law is linear in (E, A, B), so a
-    grid over (alpha, beta) solves that part exactly (non-negative: no term
-    may make the loss fall as a run shrinks), and the best point is refined
-    over all five coefficients together. The coupled form starts from the
-    additive fit and from that fit with each exponent moved, and keeps the
-    best refinement.
+    A grid over (alpha, beta) solves the linear part exactly (E, A, B >= 0), and
+    the best point is refined over all five; the coupled form is refined from
+    the additive fit.
 
     Args:
       weights: each run's weights (N).
@@ -322,11 +308,11 @@ def fit_law(weights, chars, losses, form="additive") -> ScalingLaw:
       form: one of `FORMS`.
 
     Returns:
-      The fitted `ScalingLaw`, with the ranges it was fitted on and its RMS residual.
+      The fitted `ScalingLaw`, with its fitted ranges and RMS residual.
 
     Raises:
-      errors.InvalidValueError: fewer than `MIN_RUNS` runs, lengths that differ, or a value
-        that is not positive and finite.
+      errors.InvalidValueError: fewer than `MIN_RUNS` runs, unequal lengths, or a
+        value not positive and finite.
     """
     from scipy import optimize  # pylint: disable=g-import-not-at-top
 
@@ -390,8 +376,7 @@ def leave_one_out(weights, chars, losses, form="additive") -> np.ndarray:
       error[i] = (the law fitted without run i)'s prediction for run i - loss[i].
 
     Raises:
-      errors.InvalidValueError: fewer than `MIN_RUNS` + 1 runs (each fit leaves one out), or a
-        bad value (`fit_law`).
+      errors.InvalidValueError: fewer than `MIN_RUNS` + 1 runs, or a bad value (`fit_law`).
     """
     n = np.asarray(weights, dtype=np.float64).reshape(-1)
     d = np.asarray(chars, dtype=np.float64).reshape(-1)
@@ -442,8 +427,7 @@ class Plan:
     """The planner's answer: the chosen size, every candidate, and one line saying why.
 
     Attributes:
-      best: the chosen candidate: the lowest predicted loss (or, for transfer, the widest
-        within `TRANSFER_MARGIN` of it).
+      best: the chosen candidate (lowest loss, or for transfer the widest within the margin).
       candidates: every candidate, smallest size first.
       line: one line: the choice, its rate and prediction, and the alternatives.
 
@@ -472,29 +456,23 @@ def plan_size(
 ) -> Plan:
     """The size whose predicted loss at the end of a budget is lowest (or, for transfer, widest).
 
-    Each size trains on `rate x seconds` characters (the machine's measured
-    rate for that size), at most `max_chars` (a step budget's characters);
-    the law predicts its loss there. With no time budget (`seconds` infinite)
-    every size trains on `max_chars`, so the rates need not be known (None)
-    and the law favours the largest size.
+    Each size trains on `rate x seconds` characters, at most `max_chars`; with
+    no time budget every size gets `max_chars` (rates may be None).
 
     Args:
       law: the fitted `ScalingLaw`.
-      rates: mLSTM units -> training characters per second on the machine (None: not
-        measured, only with an infinite `seconds`).
+      rates: mLSTM units -> training characters per second here (None: not measured).
       seconds: the time budget (`math.inf`: none).
       embedding_size: the models' byte embedding width.
       weight_norm: whether the models use weight norm.
       max_chars: the characters a step budget allows (`math.inf`: none).
-      optimize_for: "bits": the lowest predicted loss; "transfer": the largest size predicted
-        within `TRANSFER_MARGIN` of the lowest (its features are wider).
+      optimize_for: "bits" (lowest loss) or "transfer" (widest within `TRANSFER_MARGIN`).
 
     Returns:
       A `Plan`; `plan.best.units` is the choice, `plan.line` says why.
 
     Raises:
-      errors.InvalidValueError: no rates, a rate or size that is not positive, or no
-        positive, finite budget of time or characters.
+      errors.InvalidValueError: no rates, a non-positive rate or size, or no finite budget.
 
     Example:
 
@@ -581,8 +559,7 @@ def parse_rates(text: str) -> dict:
       The rates by size.
 
     Raises:
-      errors.InvalidValueError: a pair that is not `UNITS=CHARS_PER_S` with a positive
-        integer size and a positive rate.
+      errors.InvalidValueError: a pair not of a positive integer size and a positive rate.
     """
     rates = {}
     for pair in (p.strip() for p in text.split(",") if p.strip()):
@@ -612,26 +589,11 @@ def summary(values: Sequence[float]) -> dict:
 def flops_per_char(units: int, embedding_size: int = 64, vocab: int = 256) -> int:
     """Training FLOPs per character of the byte-level mLSTM, counted from its matrix products.
 
-    Per character the model (`tf_mlstm.layers.mlstm_cell`, then the softmax
-    layer) multiplies by every kernel once; with H units, embedding width E and
-    V bytes, the multiply-adds are
+    With H units, embedding width E and V bytes the products are 5EH + 5H^2 + HV
+    multiply-adds, 6 FLOPs each in training (2 forward, 4 backward); the embedding lookup,
 
-        x Wx   E x 4H    the cell's input product (the four gates)
-        x Wmx  E x H     the multiplicative intermediate's input product
-        h Wmh  H x H     the multiplicative intermediate's recurrent product
-        m Wh   H x 4H    the cell's recurrent product (the four gates)
-        h Ws   H x V     the softmax layer
-
-    that is 5EH + 5H^2 + HV. A multiply-add is 2 FLOPs forward; backward each
-    product is done twice more (the gradient for its input and for its
-    weights), 4 FLOPs: 6 FLOPs per multiply-add in training, so
-    `6 (5EH + 5H^2 + HV)`, which is 6 x the weights of the products: 6 x the
-    model's non-embedding weights (`model_weights` less V x E) less its biases
-    and gains, 1.3% less at 128 units, 0.3% at 768, 0.07% at 4096.
-    Not counted: the embedding (a lookup, not a product), the elementwise gate
-    and state arithmetic (tens of FLOPs per unit, under 1% from 128 units on),
-    the biases, and the weight-norm rescaling (once per step for the whole
-    batch, not per character).
+    elementwise arithmetic, biases and weight-norm rescaling are not counted
+    (docs/scaling.md, Planning a cluster run).
 
     Args:
       units: mLSTM units H.
@@ -676,8 +638,7 @@ def cluster_flops(
       The run's FLOP budget C.
 
     Raises:
-      errors.InvalidValueError: a rate or time that is not positive, or a utilization
-        outside (0, 1].
+      errors.InvalidValueError: a non-positive rate or time, or a utilization outside (0, 1].
 
     Example:
 
@@ -723,14 +684,9 @@ def plan_compute(
 ) -> Plan:
     """The size whose predicted loss is lowest for a FLOP budget (a cluster for some hours).
 
-    A size of `flops_per_char(units)` trains at `flops_per_s / flops_per_char`
-    characters per second, so on `C = flops_per_s x seconds` FLOPs it sees
-    `D = C / flops_per_char(units)` characters; the law predicts its loss at
-    (`model_weights(units)`, D), and the lowest is the choice. This is
-    `plan_size` with each size's rate counted in FLOPs instead of measured,
-    so each candidate is a `SizeChoice` (flagged `extrapolated` where it lies
-    outside the law's fitted weights or characters; `describe_choice` says
-    how far).
+    `plan_size` with each size's rate counted in FLOPs: on `flops_per_s x
+    seconds` a size sees that over `flops_per_char(units)` characters; a
+    candidate outside the law's fitted ranges is flagged `extrapolated`.
 
     Args:
       law: the `ScalingLaw`.
@@ -741,8 +697,7 @@ def plan_compute(
       weight_norm: whether the models use weight norm (their weight count).
 
     Returns:
-      A `Plan`: `best` the choice, `candidates` every size (smallest first),
-      `line` the choice, its budget and prediction in one line.
+      A `Plan`: `best` the choice, `candidates` every size, `line` the choice in one line.
 
     Raises:
       errors.InvalidValueError: a FLOP rate, time or size that is not positive.
@@ -786,8 +741,7 @@ def describe_choice(law: ScalingLaw, choice: SizeChoice, embedding_size: int = 6
       embedding_size: the models' byte embedding width.
 
     Returns:
-      Units, weights, FLOPs per character, characters, characters per weight,
-      predicted bits/char, and, outside the law's ranges, each range's factor.
+      Units, weights, FLOPs and characters, predicted bits/char, and any extrapolation factor.
 
     Example:
 
