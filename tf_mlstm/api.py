@@ -415,7 +415,6 @@ class TrainedModel:
     def featurize(self, texts, kinds=features_lib.FEATURE_KINDS) -> dict[str, np.ndarray]:
         """Features of each text, as `tf-mlstm-transfer` and the SavedModel's `featurize` give them.
 
-
         Args:
           texts: a sequence of str (bytes are read as UTF-8).
           kinds: the feature kinds to return (`tf_mlstm.models.featurize.FEATURE_KINDS`).

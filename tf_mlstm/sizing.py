@@ -591,7 +591,6 @@ def flops_per_char(units: int, embedding_size: int = 64, vocab: int = 256) -> in
 
     With H units, embedding width E and V bytes the products are 5EH + 5H^2 + HV
     multiply-adds, 6 FLOPs each in training (2 forward, 4 backward); the embedding lookup,
-
     elementwise arithmetic, biases and weight-norm rescaling are not counted
     (docs/scaling.md, Planning a cluster run).
 

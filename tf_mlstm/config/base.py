@@ -72,7 +72,6 @@ def field_doc(config_class: type, name: str) -> str:
 
 def field_help(config_class: type, name: str) -> str:
     """The `--help` text of `--name`: the field's documentation, `field` written as --field."""
-
     fields = {field.name for field in dataclasses.fields(config_class)}
     return _SETTING.sub(
         lambda m: f"--{m.group(1)}" if m.group(1) in fields else m.group(0),

@@ -85,7 +85,6 @@ PENALTIES = ("l1", "l2")
 """l1: sparse weights that single out sentiment units (Radford et al.); l2: dense, more accurate."""
 SOLVERS = ("auto", "batch", "liblinear", "saga", "lbfgs")
 """auto: batch, this project's full-batch solver (`transfer.probe.solver`); others: scikit-learn."""
-
 DEFAULT_C_GRID = tuple(float(c) for c in np.logspace(-4, 0, 9))
 """Half-decade steps from 1e-4 (almost no unit kept) to 1 (Radford et al.'s largest C)."""
 CV_FOLDS = 5

@@ -275,7 +275,6 @@ def _write_documents(
     read_stats: readers.ReadStats,
 ) -> int:
     """Writes `documents` (up to `max_documents`), then closes writer and progress; the count."""
-
     records = 0
     # The progress closes first, on an error too, so the error starts on a line of its own.
     with writer, contextlib.closing(documents), progress:

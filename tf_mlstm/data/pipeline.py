@@ -50,7 +50,6 @@ def source_copies(sources, rules) -> tf.Tensor:
 def source_census(files, rules, records=1000) -> tuple[int, list, list]:
     """How many of the first `records` records of `files[0]` each rule matches (for the log).
 
-
     Returns:
       (records read, records with a source, {pattern: matches}).
     """

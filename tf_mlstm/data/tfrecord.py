@@ -525,7 +525,6 @@ class ShardAssignment:
 
     def assign(self, source: str, line: int, text: str = "") -> tuple[int, int]:
         """(index of the split in `SPLITS`, shard index in the split); args as `document_key`'s."""
-
         return self.assign_key(document_key(source, line, text))
 
     def assign_key(self, key: bytes) -> tuple[int, int]:

@@ -35,7 +35,6 @@ def ngrams(texts, max_n=MAX_N) -> tf.RaggedTensor:
 def word_strings(texts) -> list[str]:
     """Each text's kept words (`tokenize`) joined by spaces, for scikit-learn's `str.split`.
 
-
     Args:
       texts: a sequence of str.
 

@@ -218,7 +218,6 @@ def count_nonfinite(
 
 def log_signal_stop(step: int, signum: int | None) -> None:
     """Logs that every worker stops at `step` on a stop signal (`signum`: this worker's or None)."""
-
     name = stop_signals.STOP_SIGNALS[signum][1] if signum else stop_signals.PEER_SIGNAL
     again = " (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""
     logging.warning("%s: every worker stops at step %d and checkpoints it%s.", name, step, again)

@@ -34,7 +34,6 @@ def make_eval_step(model, jit_compile=False) -> Callable:
 def expected_chars(files, split) -> int | None:
     """About how many characters an evaluation of TFRecord `files` scores (all but rows' first).
 
-
     Args:
       files: shards of `split`.
       split: the split's name ("test", ...).
