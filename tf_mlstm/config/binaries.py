@@ -114,7 +114,8 @@ class GenerateConfig:
       length: Bytes to generate per sample (at most).
       temperature: Softmax temperature (> 0; small is near argmax).
       seed: Random seed; the same seed gives the same text.
-      neuron: Cell-state unit held at `neuron_value` (-1 = none). Unset: `classifier`'s, or none.
+      neuron: Unit held at `neuron_value` (-1 = none), of the cell state or of `classifier`'s
+        neuron's state. Unset: `classifier`'s neuron, or none.
       neuron_value: The value `neuron` is held at. Unset: from `classifier`, or 0.
       num_samples: Samples drawn (in one batch).
       stop_at_end: End a sample at the end of the review (the next document-start byte).
@@ -281,7 +282,7 @@ class VisualizeConfig:
 
     Attributes:
       model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`.
-      neuron: The cell-state unit to draw (overrides `classifier`'s neuron).
+      neuron: The unit to draw, of the cell state or of `classifier`'s neuron's state (wins).
       input: Literal text, or comma-separated corpus files/globs.
       output_dir: Where the HTML, PNG and JSON files go.
       classifier: A tf-mlstm-transfer classifier.json: draw its sentiment neuron, green positive.

@@ -60,7 +60,8 @@ class RuntimeFields(JsonConfig):
       all_reduce: Collective implementation for gradient all-reduce.
       cluster_resolver: Where multi_worker reads the cluster from.
       num_gpus: GPUs per worker (-1 = all visible).
-      collective_timeout_s: Fail when an all-reduce waits longer for a peer (0 = forever).
+      collective_timeout_s: Fail when an all-reduce waits longer for a peer (0 = forever);
+        it must exceed the slowest worker's longest pause (the first step's compilation).
 
     Example:
 

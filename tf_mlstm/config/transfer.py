@@ -372,7 +372,8 @@ class TransferConfig(LabeledDataFields):
       output_dir: Where results, classifier and plots are written; not a model folder.
       label_threshold: Read `label_key` as a score: positive when >= this. Unset: a class.
       threshold_metric: Multi-label: what each label's threshold (and its C) maximizes.
-      features: Kinds, concatenated (cell, mean, ..., tfidf); auto: chosen on validation.
+      features: Concatenated kinds of cell, hidden, mean, max, min, std, cell_mean, cell_max,
+        cell_min, tfidf; or auto (chosen on validation), auto,tfidf.
       num_labeled: Training-set sizes for the accuracy curve; empty: none.
       batch_size: Texts per model call.
       window: Bytes per model call (the state carries across).

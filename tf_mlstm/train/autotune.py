@@ -1,9 +1,8 @@
 """`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest.
 
-CPU flags cannot tell machines apart (the same `avx512_bf16` flag, 1.42x and
-0.67x for bfloat16: docs/performance.md), so `auto` times a few steps of
-every setting the hardware runs natively at the run's shape: float32 with
-XLA on and off; mixed_bfloat16 on CPUs with bfloat16 units
+CPU flags cannot tell machines apart (docs/performance.md), so `auto` times
+a few steps of every setting the hardware runs natively at the run's shape:
+float32 with XLA on and off; mixed_bfloat16 on CPUs with bfloat16 units
 (`BFLOAT16_CPU_FLAGS`); mixed_float16 from GPU compute capability 7.0 and
 mixed_bfloat16 from 8.0. `choose` is the pure part (candidates, a step
 builder, a clock and a cache in; a `Choice` out): failures are skipped,
