@@ -155,6 +155,8 @@ def _why_not_run(command):
         return "needs a GPU (tests/test_gpu_check.py runs it on CPU devices)"
     if command.module == "mutants":
         return "runs the suite's own tests per planted fault (tests/test_mutants.py runs it)"
+    if command.module == "chaos":
+        return "relaunches a training run after each of many faults (tests/test_chaos.py runs it)"
     return None
 
 

@@ -711,3 +711,38 @@ def test_sigterm_while_tensorflow_holds_a_worker_in_the_rendezvous_stops_the_run
     assert codes == [75, 75], texts[0][-3000:] + texts[1][-3000:]
     assert max(_losses(texts[0])) <= 2, texts[0][-3000:]
     assert list((tmp_path / "run" / "checkpoints").glob("ckpt-*.index"))
+
+
+def _threads(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return 0
+
+
+def test_a_long_run_does_not_grow_its_threads_with_every_collective(tmp_path, data_dir):
+    """With a collective timeout, TensorFlow's own per-collective timeout left a thread
+    waiting out its time for every collective: about two a step, until a run of tiny fast
+    steps could start no thread ("Resource temporarily unavailable") after some 7,000 steps.
+    The deadline is kept by one watcher thread instead."""
+    args = _train_args(tmp_path / "run", data_dir, "--max_steps=600", "--log_every_steps=50")
+    proc = _launch(2, tmp_path / "log.txt", args)
+    counts = {}
+    try:
+        deadline = time.monotonic() + 240
+        for step in (100, 550):
+            while f"step {step}/600" not in (tmp_path / "log.txt").read_text(errors="replace"):
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+            workers = [
+                int(pid)
+                for task in pathlib.Path(f"/proc/{proc.pid}/task").iterdir()
+                for pid in (task / "children").read_text().split()
+            ]
+            counts[step] = max(_threads(pid) for pid in workers)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # 450 steps in between: about 900 threads more with the leak.
+    assert counts[550] - counts[100] < 60, counts

@@ -273,8 +273,11 @@ class Runner:
         """
         flag = compiled_step.stop_flags(self.strategy, stop, preempted, planned_end)
         state = self.run_state
-        stats, norm, finite, state.carried = self._train_step(state.iterator, state.carried, flag)
-        stats = stats.numpy()
+        with strategy_lib.collective_deadline():
+            stats, norm, finite, state.carried = self._train_step(
+                state.iterator, state.carried, flag
+            )
+            stats = stats.numpy()
         reason = None
         if stats[SIGNAL_STOP] > 0:
             reason = "preempted"

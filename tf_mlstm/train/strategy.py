@@ -18,6 +18,7 @@ outputs, where the others write theirs, and a final synchronization.
 """
 
 import atexit
+import contextlib
 import hashlib
 import itertools
 import json
@@ -25,6 +26,8 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -390,7 +393,76 @@ def sum_over_replicas(strategy, value_of) -> tf.Tensor:
 
         return strategy.run(replica_fn)
 
-    return strategy.experimental_local_results(_sum())[0]
+    with collective_deadline():
+        return strategy.experimental_local_results(_sum())[0]
+
+
+class _CollectiveDeadline:
+    """Aborts this process's collectives when one waits past `timeout_s` (a stuck peer).
+
+    One watcher thread for the process, armed only while a collective runs.
+    """
+
+    def __init__(self):
+        self.timeout_s = 0.0  # set by the multi-worker strategy; 0: wait forever
+        self._lock = threading.Condition()
+        self._deadline = None
+        self._watcher = None
+
+    @contextlib.contextmanager
+    def armed(self):
+        if not self.timeout_s:
+            yield
+            return
+        with self._lock:
+            self._deadline = time.monotonic() + self.timeout_s
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="collective-deadline", daemon=True
+                )
+                self._watcher.start()
+            self._lock.notify()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deadline = None
+
+    def _watch(self):
+        with self._lock:
+            while True:
+                if self._deadline is None:
+                    self._lock.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._lock.wait(left)
+                    continue
+                self._deadline = None
+                # The waiting collective fails with DeadlineExceededError, as with a
+                # timeout of TensorFlow's own; this process runs no collective after.
+                tf_context.context().abort_collective_ops(
+                    tf.errors.DEADLINE_EXCEEDED,
+                    f"a collective waited longer than collective_timeout_s={self.timeout_s:g}",
+                )
+
+
+_DEADLINE = _CollectiveDeadline()
+
+
+def collective_deadline() -> contextlib.AbstractContextManager:
+    """While inside, a collective of this process fails after `collective_timeout_s`.
+
+    Wraps each call that waits for the other workers (the training step, the
+    agreements of `sum_over_replicas`): a peer that is alive but never reaches
+    the collective (a deadlock, a hung filesystem) still sends heartbeats, so
+    only this ends the wait, with `tf.errors.DeadlineExceededError`. Without
+    a cluster, or with a timeout of 0, it does nothing.
+
+    Returns:
+      A context manager.
+    """
+    return _DEADLINE.armed()
 
 
 def finalize(strategy: tf.distribute.Strategy) -> None:
@@ -470,15 +542,18 @@ def _multi_worker_strategy(
         gpus = resolver.num_accelerators().get("GPU", 0)
     if all_reduce == "nccl" and not gpus:
         raise errors.InvalidValueError("all_reduce='nccl' needs GPUs, but this worker uses none")
+    # No per-collective timeout of TensorFlow's: with one, each collective leaves a thread
+    # waiting out the timeout, thousands a minute on fast steps, until the process cannot
+    # start another ("Resource temporarily unavailable"). `collective_deadline` keeps it.
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=_COMMUNICATION[all_reduce],
-        timeout_seconds=float(collective_timeout_s) or None,
+        implementation=_COMMUNICATION[all_reduce]
     )
     if not cluster:
         logging.info("multi_worker: no cluster configured, running as a single worker")
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
         )
+    _DEADLINE.timeout_s = float(collective_timeout_s)
     if task_type not in _TRAINING_JOBS:
         raise errors.InvalidValueError(
             f"multi_worker runs on 'chief' and 'worker' tasks, this task is '{task_type}'"
