@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tf_mlstm
 from _models import run_without_tf_mlstm
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
@@ -164,7 +165,7 @@ def test_long_texts_are_cut_to_max_length():
 @pytest.mark.slow
 def test_fine_tuning_learns_good_versus_bad(task, tmp_path):
     model_dir = tmp_path / "run"
-    results = finetune.finetune(_config(task, model_dir))
+    results = tf_mlstm.finetune(_config(task, model_dir))
     assert results["validation"]["accuracy"] >= 0.95, results
     assert results["validation"]["f1"] >= 0.95
     assert results["history"][-1]["loss"] < results["history"][0]["loss"]
@@ -449,7 +450,7 @@ def test_three_classes_with_a_label_map_and_an_mlp_head_learn_and_load(task, tmp
         max_steps=40,
         jit_compile="false",
     )
-    results = finetune.finetune(config)
+    results = tf_mlstm.finetune(config)
     assert results["kind"] == "multiclass" and results["classes"] == ["neg", "neutral", "pos"]
     assert "thresholds" not in results
     for split in ("validation", "test"):
@@ -567,7 +568,7 @@ def _uninterrupted(task, model_dir, **overrides):
     """The results of `_finetune_cmd`'s run, fine-tuned in this process (no TensorFlow
     start-up to pay): the reference a stopped and resumed run must end equal to."""
     values = dict(log_every_steps=1, checkpoint_every_steps=4, jit_compile="false")
-    return finetune.finetune(_config(task, model_dir, **values, **overrides))
+    return tf_mlstm.finetune(_config(task, model_dir, **values, **overrides))
 
 
 @pytest.mark.slow
@@ -708,7 +709,7 @@ def test_a_fine_tuned_run_classifies_and_exports(task, tmp_path, monkeypatch):
         max_steps=6,
         jit_compile="false",
     )
-    finetune.finetune(config)
+    tf_mlstm.finetune(config)
     tuned = finetune.load_finetuned_model(str(model_dir))
     want = tuned.predict_proba([normalize_text(t) for t in _SERVING_TEXTS])
 

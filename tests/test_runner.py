@@ -20,6 +20,7 @@ import _forkserver
 import numpy as np
 import pytest
 
+import tf_mlstm
 from _models import signal_when
 from _models import sigterm_when
 from _models import wait_for
@@ -396,7 +397,7 @@ def test_sigterm_and_ctrl_c_stop_fine_tuning_and_the_rerun_ends_with_the_weights
     assert min(int(s) for s in _LOGGED_STEP.findall(resumed.stderr)) == stop_step + 1
     # Nothing lost: the weights of a run never stopped (in-process: the same settings).
     config = finetune.FinetuneConfig(**settings).validate()
-    whole = finetune.finetune(dataclasses.replace(config, model_dir=str(tmp_path / "whole")))
+    whole = tf_mlstm.finetune(dataclasses.replace(config, model_dir=str(tmp_path / "whole")))
     results = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert results["step"] == whole["step"] == 40
     assert results["weights_sha256"] == whole["weights_sha256"]

@@ -120,9 +120,10 @@ def finetune(config) -> dict:
     Returns:
       The results dict (task kind, classes or thresholds, metrics per split).
     """
-    from tf_mlstm.transfer import finetune as finetune_lib  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.tasks.finetune import FinetuneTask  # pylint: disable=g-import-not-at-top
 
-    return finetune_lib.finetune(_validated(config))
+    config = _validated(config)
+    return Runner(FinetuneTask(config), config).train()
 
 
 def probe(config) -> dict:

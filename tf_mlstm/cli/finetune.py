@@ -87,9 +87,9 @@ def check_before_work(flag_values) -> None:
 
 def main(config) -> dict:
     """Fine-tunes; returns the results without the per-step history."""
-    from tf_mlstm.transfer import finetune  # pylint: disable=g-import-not-at-top
+    from tf_mlstm import api  # pylint: disable=g-import-not-at-top
 
-    results = finetune.finetune(config)
+    results = api.finetune(config)
     results.pop("history", None)
     return results
 

@@ -1,8 +1,8 @@
-"""Fine-tuning the mLSTM end to end with a classifier head (`tf-mlstm-finetune`).
+"""A finished fine-tuning run (`tf-mlstm-finetune`), loaded to classify.
 
-`finetune` trains a `MLSTMClassifier` (the encoder unfrozen) as a task of
-`tf_mlstm.train.runner`, which owns distribution, checkpoints and resume;
-`load_finetuned_model` rebuilds a finished run. Rows are padded on the left
+Fine-tuning itself is a task of the runner (`tf_mlstm.tasks.finetune`, run
+by `tf_mlstm.finetune`): an `MLSTMClassifier` trained with its encoder
+unfrozen; `load_finetuned_model` rebuilds a finished run. Rows are padded on the left
 and the state resets at `DOC_START`, so every text gets exactly the result
 it would get alone. More: docs/transfer.md, "Fine-tuning".
 """
@@ -17,25 +17,11 @@ from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.classifier import predict_served_probabilities
 from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
-from tf_mlstm.tasks.finetune import FinetuneTask
-from tf_mlstm.train.runner import Runner
 
 # Re-exported: the configuration lives in a module without TensorFlow, so
 # that `tf-mlstm-finetune --help` and its flag checks answer at once.
 THRESHOLD_METRICS = settings.THRESHOLD_METRICS
 FinetuneConfig = settings.FinetuneConfig
-
-
-def finetune(config) -> dict:
-    """Fine-tunes per `config`; a missing input is the only line on screen.
-
-    Args:
-      config: a `FinetuneConfig`.
-
-    Returns:
-      The results dict (see `Runner.train`).
-    """
-    return Runner(FinetuneTask(config), config).train()
 
 
 @dataclasses.dataclass(frozen=True)
