@@ -24,6 +24,7 @@ from absl import logging as absl_logging
 
 from tf_mlstm import errors
 from tf_mlstm import preflight
+from tf_mlstm import processes
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.config import FinetuneConfig
@@ -114,7 +115,7 @@ def _busy(folder):
     record = {
         "host": socket.gethostname(),
         "pid": holder,
-        "process_start": preflight.process_start(holder),
+        "process_start": processes.start_time(holder),
         "started": "2026-01-01T00:00:00+00:00",
         "command": "tf-mlstm-train --model_dir=runs/r1",
     }
