@@ -80,7 +80,7 @@ def test_a_short_schedule_of_faults_ends_with_the_weights_of_a_run_never_stopped
         seed=0,
         num_workers=2,
         kinds=("signal", "failpoint", "damage"),
-        grace_s=10,
+        grace_s=30,  # the launcher's default: workers stopping on a busy machine
         launch_timeout_s=240,
         out=out,
     )

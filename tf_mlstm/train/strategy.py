@@ -522,7 +522,9 @@ def stop_signal_during_start_up(strategy: tf.distribute.Strategy) -> bool:
     if num_workers <= 1:
         return False
     try:
-        tf_context.context().get_config_key_value(_PREEMPTION_NOTICE_KEY, timeout_in_ms=1)
+        # The notifier posts the notice up to a second after the signal, and the reply
+        # comes over RPC: a second's wait, once a run, tells "none" from "not yet".
+        tf_context.context().get_config_key_value(_PREEMPTION_NOTICE_KEY, timeout_in_ms=1000)
     except tf.errors.OpError:
         return False  # No notice within the time-out: no such signal came.
     return True
