@@ -101,9 +101,9 @@ def shared_data():
 @pytest.fixture(scope="session")
 def demo_tfrecords(tmp_path_factory):
     """The embedded demo corpus as TFRecord shards (4 train shards), built once."""
-    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
-    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("demo_tfrecords")))
+    return data_files.build_demo_tfrecords(str(tmp_path_factory.mktemp("demo_tfrecords")))
 
 
 @pytest.fixture(scope="module")

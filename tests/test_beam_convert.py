@@ -28,6 +28,7 @@ from absl import flags  # noqa: E402
 from tf_mlstm import errors  # noqa: E402
 from tf_mlstm.beam import convert as beam_convert  # noqa: E402
 from tf_mlstm.cli import make_tfrecords  # noqa: E402
+from tf_mlstm.config import ConvertConfig  # noqa: E402
 from tf_mlstm.data import convert  # noqa: E402
 from tf_mlstm.data import demo  # noqa: E402
 from tf_mlstm.data import readers  # noqa: E402
@@ -67,7 +68,7 @@ def _shards(folder):
 def _config(inputs, out, **kwargs):
     kwargs.setdefault("num_shards", 3)
     kwargs.setdefault("split", (8, 1, 1))
-    return convert.ConvertConfig(input=inputs, output_dir=str(out), **kwargs)
+    return ConvertConfig(input=inputs, output_dir=str(out), **kwargs)
 
 
 def _both(inputs, tmp_path, pipeline_args=(), **kwargs):
@@ -290,7 +291,7 @@ def test_a_runner_without_beam_installed_is_one_line(monkeypatch):
     # Without --runner, nothing of Beam is needed.
     assert isinstance(
         make_tfrecords.job_from_flags(_flag_values("--input=a", "--output_dir=o")),
-        convert.ConvertConfig,
+        ConvertConfig,
     )
 
 

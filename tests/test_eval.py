@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import _models
 import tf_mlstm
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.data import convert
 from tf_mlstm.data import framing
 from tf_mlstm.data import tfrecord
@@ -54,7 +55,7 @@ def test_raw_corpus_and_tfrecords_agree_with_per_document_scores(tmp_path):
     assert 0.8 * want < raw["bits_per_char"] < 1.2 * want
     # The same corpus converted to TFRecords gives the same figure.
     convert.convert(
-        convert.ConvertConfig(
+        ConvertConfig(
             input=str(corpus),
             output_dir=str(tmp_path / "tf"),
             num_shards=1,
@@ -138,9 +139,7 @@ def _converted(tmp_path):
     corpus.write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "tf"
     convert.convert(
-        convert.ConvertConfig(
-            input=str(corpus), output_dir=str(out), num_shards=1, split=(1000, 1, 1)
-        )
+        ConvertConfig(input=str(corpus), output_dir=str(out), num_shards=1, split=(1000, 1, 1))
     )
     return out
 

@@ -19,6 +19,7 @@ from absl import flags
 
 from tf_mlstm import errors
 from tf_mlstm.cli import make_tfrecords
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.data import convert
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
@@ -267,7 +268,7 @@ def test_convert_max_documents(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("".join(f"line {i}\n" for i in range(50)), encoding="utf-8")
     stats = convert.convert(
-        convert.ConvertConfig(
+        ConvertConfig(
             input=str(corpus), output_dir=str(tmp_path / "out"), num_shards=2, max_documents=7
         )
     )
@@ -453,7 +454,7 @@ def test_writer_through_part_files_discards_them_on_error(tmp_path):
 
 def _convert(tmp_path, inputs, out, **kwargs):
     kwargs.setdefault("num_shards", 2)
-    return convert.convert(convert.ConvertConfig(input=str(inputs), output_dir=str(out), **kwargs))
+    return convert.convert(ConvertConfig(input=str(inputs), output_dir=str(out), **kwargs))
 
 
 def test_convert_refuses_a_non_empty_folder_unless_overwrite(tmp_path):

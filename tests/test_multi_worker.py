@@ -71,9 +71,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """The demo corpus as TFRecord shards (4 train shards: up to 4 workers)."""
-    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
-    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
+    return data_files.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
 
 
 def _env():

@@ -9,6 +9,7 @@ import tensorflow as tf
 from _models import random_model
 from _models import write_untrained_model_dir
 from tf_mlstm import progress
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.data import convert
 from tf_mlstm.data import pipeline
 from tf_mlstm.data import tfrecord
@@ -148,7 +149,7 @@ def test_conversion_reports_progress_in_input_bytes(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     corpus = _corpus(tmp_path)
     stats = convert.convert(
-        convert.ConvertConfig(
+        ConvertConfig(
             input=str(corpus),
             output_dir=str(tmp_path / "out"),
             num_shards=1,
@@ -174,7 +175,7 @@ def test_byte_totals_are_shown_in_a_unit_that_moves():
 def test_conversion_with_max_documents_counts_records(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     convert.convert(
-        convert.ConvertConfig(
+        ConvertConfig(
             input=str(_corpus(tmp_path)),
             output_dir=str(tmp_path / "out"),
             num_shards=1,
@@ -205,7 +206,7 @@ def test_evaluation_reports_progress_against_the_expected_chars(tmp_path, caplog
     caplog.set_level(logging.INFO)
     out = tmp_path / "out"
     convert.convert(
-        convert.ConvertConfig(
+        ConvertConfig(
             input=str(_corpus(tmp_path)),
             output_dir=str(out),
             num_shards=1,

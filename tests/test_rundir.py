@@ -24,11 +24,11 @@ from tf_mlstm import errors
 from tf_mlstm import processes
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.data import demo
 from tf_mlstm.data import tfrecord
 from tf_mlstm.models import language_model
 from tf_mlstm.tasks.language_model import LanguageModelTask
 from tf_mlstm.train import checkpointing
+from tf_mlstm.train import data_files
 from tf_mlstm.train.runner import Runner
 from tf_mlstm.transfer.finetune import FinetuneConfig
 
@@ -388,7 +388,8 @@ def _train(config, files):
 
 @pytest.mark.slow
 def test_trainer_resumes_exactly_on_ram_filesystem_and_past_a_damaged_checkpoint(tmp_path, caplog):
-    files = tf.io.gfile.glob(os.path.join(demo.build_demo_tfrecords(str(tmp_path)), "train-*"))
+    data = data_files.build_demo_tfrecords(str(tmp_path))
+    files = tf.io.gfile.glob(os.path.join(data, "train-*"))
     base = TrainConfig(
         hidden_size=16,
         embedding_size=8,

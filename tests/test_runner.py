@@ -44,9 +44,9 @@ TINY = dict(
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """The demo corpus as TFRecord shards."""
-    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
-    return demo.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
+    return data_files.build_demo_tfrecords(str(tmp_path_factory.mktemp("data")))
 
 
 def _flags(config):

@@ -505,11 +505,10 @@ def test_empty_training_shards_fail_at_once_and_empty_validation_still_exports(t
 
 
 def test_epochs_become_steps_from_the_converted_byte_counts(tmp_path, caplog):
-    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
     from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
-    data = demo.build_demo_tfrecords(str(tmp_path / "demo"))
+    data = data_files.build_demo_tfrecords(str(tmp_path / "demo"))
     stats = json.loads((pathlib.Path(data) / "stats.json").read_text())["splits"]["train"]
     files = tfrecord.split_files(data, "train")
     config = TrainConfig(train_data=data, batch_size=8, seq_length=32, epochs=2.5).validate()

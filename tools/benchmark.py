@@ -668,9 +668,10 @@ def _keras_featurizer(model, texts, rows, window, jit):
 
 def run_convert(path, output_dir):
     """Converts `path` (JSON lines) into TFRecord shards; returns the stats fields."""
+    from tf_mlstm.config import ConvertConfig
     from tf_mlstm.data import convert
 
-    config = convert.ConvertConfig(
+    config = ConvertConfig(
         input=path,
         output_dir=output_dir,
         text_key=("text", "reviewText"),

@@ -403,8 +403,8 @@ def main(argv):
     begin = time.monotonic()
     import tensorflow as tf
 
-    from tf_mlstm.data import demo
     from tf_mlstm.data import tfrecord
+    from tf_mlstm.train import data_files
     from tf_mlstm.train import hardware
 
     machine = hardware.detect()
@@ -433,7 +433,7 @@ def main(argv):
     failures = []
     with tempfile.TemporaryDirectory(prefix="tf_mlstm_gpu_check_") as scratch:
         work_dir = FLAGS.work_dir or scratch
-        data_dir = demo.build_demo_tfrecords(os.path.join(work_dir, "demo_data"))
+        data_dir = data_files.build_demo_tfrecords(os.path.join(work_dir, "demo_data"))
         train_files = tfrecord.split_files(data_dir, "train")
 
         if "train" in FLAGS.checks:

@@ -243,9 +243,9 @@ def resolve_data(output_dir, train_data, inputs):
         subprocess.run(command, cwd=REPO, check=True, capture_output=True)
         return data_dir
     logging.warning("No input files match %s: using the embedded demo corpus.", inputs)
-    from tf_mlstm.data import demo  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.train import data_files  # pylint: disable=g-import-not-at-top
 
-    return demo.build_demo_tfrecords(data_dir)
+    return data_files.build_demo_tfrecords(data_dir)
 
 
 # === Weak scaling ===

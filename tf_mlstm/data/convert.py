@@ -1,6 +1,7 @@
 """Corpus to sharded TFRecords: the library behind `tf-mlstm-make-tfrecords`.
 
-`convert(ConvertConfig(...))` streams documents through `read_documents`
+`convert(config)` (a `tf_mlstm.config.ConvertConfig`, which sits above this
+layer: read here by its fields) streams documents through `read_documents`
 into a `ShardedWriter`, reports progress and writes a JSON stats file
 (counts per split, throughput, skips by reason). A non-empty output folder
 is refused unless `overwrite`. Shards are staged in a hidden folder and
@@ -21,7 +22,6 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import fileio
-from tf_mlstm.config.convert import ConvertConfig  # noqa: F401 (the library's name for it)
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.errors import setting_name as _name
@@ -47,7 +47,7 @@ def _marker(output_dir: str) -> str:
     return os.path.join(output_dir, tfrecord.INCOMPLETE_MARKER)
 
 
-def _prepare_output_dir(config: ConvertConfig) -> None:
+def _prepare_output_dir(config) -> None:
     """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete (first).
 
     Raises:
@@ -72,11 +72,11 @@ def _prepare_output_dir(config: ConvertConfig) -> None:
     )
 
 
-def _staging_dir(config: ConvertConfig) -> str:
+def _staging_dir(config) -> str:
     return os.path.join(config.output_dir, fileio.TMP_PREFIX + "conversion")
 
 
-def _remove_old(config: ConvertConfig) -> None:
+def _remove_old(config) -> None:
     """Removes a former conversion's shards and stats (`--overwrite`), once the new is written."""
     output_dir = config.output_dir
     old = [config.stats_path, os.path.join(output_dir, "stats.json")]
@@ -100,7 +100,7 @@ def _remove_old(config: ConvertConfig) -> None:
         )
 
 
-def _move_in(config: ConvertConfig, shard_paths: dict[str, list[str]]) -> None:
+def _move_in(config, shard_paths: dict[str, list[str]]) -> None:
     """Renames the staged shards into the output folder, then removes the staging folder."""
     for paths in shard_paths.values():
         for path in paths:
@@ -109,7 +109,7 @@ def _move_in(config: ConvertConfig, shard_paths: dict[str, list[str]]) -> None:
     tf.io.gfile.rmtree(_staging_dir(config))
 
 
-def _abandon(config: ConvertConfig, existed: bool, was_complete: bool) -> None:
+def _abandon(config, existed: bool, was_complete: bool) -> None:
     """After a failed conversion: its staging folder goes, and the folder is as it was."""
     staging = _staging_dir(config)
     if tf.io.gfile.isdir(staging):
@@ -126,11 +126,11 @@ def _abandon(config: ConvertConfig, existed: bool, was_complete: bool) -> None:
         tf.io.gfile.rmtree(config.output_dir)
 
 
-def convert(config: ConvertConfig) -> dict[str, Any]:
+def convert(config) -> dict[str, Any]:
     """Converts the input corpus into sharded TFRecords and writes stats.
 
     Args:
-        config: What to read and where to write.
+        config: a `tf_mlstm.config.ConvertConfig`: what to read and where to write.
 
     Returns:
         The stats written to `config.stats_path`: `records`, `bytes`, `input_bytes`,
@@ -164,9 +164,7 @@ WriteShards = Callable[
 """`write(staging_dir, skip_log, read_stats)` -> (records, split stats, shard paths)."""
 
 
-def run_staged(
-    config: ConvertConfig, paths: list[str], start: float, write: WriteShards
-) -> dict[str, Any]:
+def run_staged(config, paths: list[str], start: float, write: WriteShards) -> dict[str, Any]:
     """A conversion's folder handling around `write`, which stages the shards.
 
     Shared by `convert` and `tf_mlstm.beam.convert`, so both refuse, stage,
@@ -174,7 +172,7 @@ def run_staged(
     documents, the stats file last.
 
     Args:
-        config: What to read and where to write.
+        config: a `tf_mlstm.config.ConvertConfig`: what to read and where to write.
         paths: The input files (`readers.expand_inputs` of `config.input`).
         start: `time.monotonic()` when the conversion began.
         write: Writes the shards (see `WriteShards`).
@@ -222,7 +220,7 @@ def run_staged(
     return stats
 
 
-def _open_writer(config: ConvertConfig, folder: str) -> tfrecord.ShardedWriter:
+def _open_writer(config, folder: str) -> tfrecord.ShardedWriter:
     return tfrecord.ShardedWriter(
         folder,
         num_train_shards=config.num_shards,
@@ -231,12 +229,12 @@ def _open_writer(config: ConvertConfig, folder: str) -> tfrecord.ShardedWriter:
     )
 
 
-def _compression(config: ConvertConfig) -> str | None:
+def _compression(config) -> str | None:
     return "GZIP" if config.gzip else None
 
 
 def read_documents(
-    config: ConvertConfig,
+    config,
     paths: list[str],
     skip_log: readers.SkipLog,
     read_stats: readers.ReadStats,
@@ -255,7 +253,7 @@ def read_documents(
     )
 
 
-def _progress(config: ConvertConfig, paths: list[str]) -> Progress:
+def _progress(config, paths: list[str]) -> Progress:
     """The conversion's progress: stored input bytes read, or documents with `max_documents`."""
     if config.max_documents:
         total, unit, scale = config.max_documents, "records", 1.0
@@ -268,7 +266,7 @@ def _progress(config: ConvertConfig, paths: list[str]) -> Progress:
 
 
 def _write_documents(
-    config: ConvertConfig,
+    config,
     documents: Iterator[readers.Document],
     writer: tfrecord.ShardedWriter,
     progress: Progress,
@@ -291,7 +289,7 @@ def _write_documents(
 
 
 def _conversion_stats(
-    config: ConvertConfig,
+    config,
     paths: list[str],
     records: int,
     splits: dict[str, dict[str, int]],
@@ -321,14 +319,14 @@ def _conversion_stats(
     }
 
 
-def _finish(config: ConvertConfig, stats: dict[str, Any]) -> None:
+def _finish(config, stats: dict[str, Any]) -> None:
     """Writes the stats file, then removes the incomplete marker."""
     # Last, and atomically: a stats file means every shard is complete.
     fileio.write_json_atomic(config.stats_path, stats)
     tf.io.gfile.remove(_marker(config.output_dir))
 
 
-def _log_summary(config: ConvertConfig, stats: dict[str, Any], skip_log: readers.SkipLog) -> None:
+def _log_summary(config, stats: dict[str, Any], skip_log: readers.SkipLog) -> None:
     skip_log.log_summary()
     for warning in stats["warnings"]:
         logging.warning("%s", warning)

@@ -15,12 +15,43 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.config import ConvertConfig
 from tf_mlstm.config import TrainConfig
+from tf_mlstm.data import convert
 from tf_mlstm.data import demo
 from tf_mlstm.data import fields
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
 from tf_mlstm.errors import setting_name as _name
+
+
+def build_demo_tfrecords(output_dir) -> str:
+    """Converts the embedded demo corpus (`data.demo`) into `output_dir` unless already there.
+
+    Args:
+        output_dir: destination folder for the shards and stats.json.
+
+    Returns:
+        output_dir.
+    """
+    if tf.io.gfile.exists(os.path.join(output_dir, "stats.json")):
+        return output_dir
+    # Converted into a private folder, then renamed: workers of a local
+    # multi-worker run all convert at once, and the first rename wins.
+    private = f"{output_dir}.tmp-{os.getpid()}"
+    convert.convert(
+        ConvertConfig(
+            input=demo.DEMO_CORPUS,
+            output_dir=private,
+            num_shards=demo.DEMO_SHARDS,
+            split=demo.DEMO_SPLIT,
+        )
+    )
+    try:
+        os.rename(private, output_dir)
+    except OSError:
+        tf.io.gfile.rmtree(private)  # Another worker's copy is already there.
+    return output_dir
 
 
 def resolve_data(config) -> tuple[list[str], list[str]]:
@@ -48,7 +79,7 @@ def resolve_data(config) -> tuple[list[str], list[str]]:
     check_converted("train_data", train_data)
     check_converted("validation_data", config.validation_data)
     if not train_data:
-        train_data = demo.build_demo_tfrecords(os.path.join(config.model_dir, "demo_data"))
+        train_data = build_demo_tfrecords(os.path.join(config.model_dir, "demo_data"))
     train_files = tfrecord.split_files(train_data, "train")
     held_out = [
         path
