@@ -93,3 +93,26 @@ def test_a_short_schedule_of_faults_ends_with_the_weights_of_a_run_never_stopped
     assert printed.count("\nfault ") + printed.startswith("fault ") == 4, printed
     assert "faults injected" in printed.splitlines()[-7]
     assert (tmp_path / "chaos" / "chaos.json").exists()
+
+
+@pytest.mark.parametrize(
+    "fault, status, text, verdict",
+    [
+        (chaos.Fault("signal", "kill", "launcher"), -9, "", "ok"),
+        (chaos.Fault("signal", "kill", "worker 1"), 137, "", "ok"),
+        (chaos.Fault("signal", "term", "process"), 75, "", "ok"),
+        # Death by SIGTERM only once training ended (the results, the export).
+        (chaos.Fault("signal", "term", "process"), 143, "", "status 143, documented [75]"),
+        (chaos.Fault("signal", "term", "process"), -15, "I1 runner.py:1] step 9/9  loss 2", "ok"),
+        (chaos.Fault("signal", "int", "process"), 130, "", "ok"),
+        (chaos.Fault("signal", "int", "process"), 75, "", "status 75, documented [-2, 130]"),
+        # Ctrl-C to one worker: the other, which got no signal, may end first with 75.
+        (chaos.Fault("failpoint", "int", "worker 1"), 75, "", "ok"),
+        (chaos.Fault("disk"), 1, "", "ok"),
+        (chaos.Fault("disk"), 1, "Traceback (most recent call last):\n", "a traceback"),
+        # A launch that ended before its fault came: a whole run, status 0.
+        (chaos.Fault("signal", "kill", "process", reached=False), 0, "", "ok"),
+    ],
+)
+def test_every_exit_is_held_to_the_status_its_fault_documents(fault, status, text, verdict):
+    assert chaos._verdict(fault, status, text) == verdict
