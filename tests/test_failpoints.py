@@ -48,13 +48,15 @@ def signals_seen(monkeypatch):
     signal.signal(signal.SIGTERM, previous)
 
 
-def test_reach_acts_on_its_hit_only_and_on_its_worker_only(monkeypatch, signals_seen):
+def test_reach_acts_on_its_hit_only_and_on_its_worker_only(monkeypatch, signals_seen, capfd):
     monkeypatch.setenv(failpoints.ENV, "checkpoint-state:2:term")
     failpoints.reach("checkpoint-state")
     failpoints.reach("export")
     assert signals_seen == []
     failpoints.reach("checkpoint-state")
     assert signals_seen == [signal.SIGTERM]
+    # Said as it acts: a fault-injection tool knows the moment came.
+    assert capfd.readouterr().err == "failpoint checkpoint-state #2: term\n"
     failpoints.reach("checkpoint-state")
     assert signals_seen == [signal.SIGTERM]
 

@@ -67,6 +67,8 @@ def reach(moment: str) -> None:
         if worker is not None and worker != _task_index():
             continue
         target = os.getppid() if action.endswith(_LAUNCHER) else os.getpid()
+        # Said first, so whoever set the failpoint knows its moment came.
+        os.write(2, f"failpoint {moment} #{hit}: {action}\n".encode())
         os.kill(target, ACTIONS[action.removesuffix(_LAUNCHER)])
         if action == "kill":
             time.sleep(60)  # SIGKILL ends this process before the next line runs.

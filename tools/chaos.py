@@ -56,6 +56,8 @@ from tf_mlstm.cli import _main
 LAUNCHER = pathlib.Path(__file__).resolve().parent / "launch_local_workers.py"
 # A progress line: "step 12/40  loss 5.4851 ...", prefixed by "[worker 0] " through the launcher.
 _STEP_LINE = re.compile(r"^(?:\[worker 0\] )?[IWEF]\d{4} .*\] step (\d+)/\d+\s+loss (\S+)")
+# What `tf_mlstm.failpoints` prints as it acts.
+_FAILPOINT_LINE = "failpoint "
 # Training is over in a launch that logged its last step or found the run finished.
 _FINAL = re.compile(r"\] step (\d+)/\1 |already finished at step")
 _RESUMED = re.compile(r"Resumed from \S*ckpt-(\d+)|already finished at step (\d+)")
@@ -235,7 +237,9 @@ def _run_launch(argv, log_path, timeout_s, fault=None, num_workers=1, disk=None)
         )
         timer = None
         if fault is not None and fault.kind != "damage":
-            timer = threading.Timer(fault.delay_s, _inject, args=(proc, fault, num_workers, disk))
+            timer = threading.Timer(
+                fault.delay_s, _inject, args=(proc, fault, num_workers, disk, log_path)
+            )
             timer.start()
         try:
             status = proc.wait(timeout=timeout_s)
@@ -251,10 +255,12 @@ def _run_launch(argv, log_path, timeout_s, fault=None, num_workers=1, disk=None)
     return status, time.monotonic() - start, log_path.read_text(errors="replace")
 
 
-def _inject(proc, fault, num_workers, disk):
+def _inject(proc, fault, num_workers, disk, log_path):
     if proc.poll() is not None:
         fault.reached = fault.kind == "failpoint"  # A failpoint ended the launch before.
         return
+    if fault.kind == "failpoint" and _FAILPOINT_LINE in log_path.read_text(errors="replace"):
+        return  # Its moment came; the run is still on its way out.
     if fault.kind == "failpoint":
         # Its moment did not come within the window (an export before the run's end):
         # the signal goes now, so every launch meets its fault.
