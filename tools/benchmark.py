@@ -352,38 +352,7 @@ class MatrixRates:
 
     def skinny(self, batch, hidden):
         """(batch x H @ H x 4H, 4H x H @ H x batch) rates, in a loop as the RNN runs them."""
-        key = (batch, hidden)
-        if key not in self._cache:
-            tf = self._tf
-            rng = np.random.RandomState(0)
-            x = tf.constant(rng.randn(batch, hidden).astype("float32"))
-            w = tf.constant(rng.randn(hidden, 4 * hidden).astype("float32") / hidden)
-            x_t, w_t = tf.transpose(x), tf.transpose(w)
-            # About 2 GFLOP per timing, between 4 and 1000 products.
-            count = min(1000, max(4, int(2e9 / (8 * batch * hidden * hidden))))
-
-            def loop(product):
-                @tf.function(autograph=False)
-                def run():
-                    return tf.while_loop(
-                        lambda i, total: i < count,
-                        lambda i, total: (i + 1, total + product()[0, 0]),
-                        (tf.constant(0), tf.constant(0.0)),
-                    )[1]
-
-                return run
-
-            rates = []
-            for run in (loop(lambda: tf.matmul(x, w)), loop(lambda: tf.matmul(w_t, x_t))):
-                run()
-                times = []
-                for _ in range(3):
-                    start = time.perf_counter()
-                    run().numpy()
-                    times.append(time.perf_counter() - start)
-                rates.append(8 * batch * hidden * hidden * count / float(np.median(times)) / 1e9)
-            self._cache[key] = tuple(rates)
-        return self._cache[key]
+        return self.product(batch, hidden, 4 * hidden), self.product(4 * hidden, hidden, batch)
 
 
 def _corpus_texts(path, count, max_chars, seed):
