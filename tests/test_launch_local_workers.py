@@ -138,6 +138,17 @@ def _launch(args, timeout, **kwargs):
     return proc.returncode, out, err, time.monotonic() - started
 
 
+def _two_script_workers(script, *launcher_flags):
+    """The launcher running `python -c script` as two workers, its stdout a pipe."""
+    return _forkserver.Popen(
+        [sys.executable, LAUNCHER, "--num_workers=2", *launcher_flags, "--"]
+        + [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _assert_gone(pid):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -269,13 +280,7 @@ def test_launcher_binary_propagates_the_failure(tmp_path):
 )
 def test_launcher_forwards_sigterm_and_exits_with_the_workers_status(on_sigterm, status):
     script = f"import signal, sys, time; {on_sigterm}print('up', flush=True); time.sleep(60)"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = _forkserver.Popen(
-        [sys.executable, LAUNCHER, "--num_workers=2", "--", sys.executable, "-c", script],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = _two_script_workers(script)
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         assert sorted(lines) == ["[worker 0] up\n", "[worker 1] up\n"]
@@ -333,13 +338,7 @@ def test_workers_end_with_a_launcher_killed_outright():
     """SIGKILL of the launcher (nothing forwarded): its workers end with it, so none goes
     on as an orphan holding the run's lock and the relaunch takes over at once."""
     script = "import os, time; print('up', os.getpid(), flush=True); time.sleep(60)"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = _forkserver.Popen(
-        [sys.executable, LAUNCHER, "--num_workers=2", "--", sys.executable, "-c", script],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = _two_script_workers(script)
     try:
         pids = [int(proc.stdout.readline().split()[-1]) for _ in range(2)]
         proc.send_signal(signal.SIGKILL)
