@@ -213,12 +213,16 @@ def pytest_xdist_auto_num_workers(config):
     return 2 * len(os.sched_getaffinity(0))
 
 
-# The longest test (one process running every command the docs show, 2.5 minutes alone and
-# 4-5 under the suite's load) runs first: collected in file order it started 8.4 minutes into
-# a 13-minute run on a 2-core AMX Xeon and ended it alone beside one other worker for its
-# last minute. pytest-xdist gives each worker a contiguous share of the collection, so the
-# first test starts at once and the rest of its worker's share is taken by the others.
-FIRST = ("tests/test_docs_run.py::test_every_command_in_the_docs_runs_at_tiny_sizes",)
+# The longest tests (the docs' walk-through, in two halves of about 2 minutes alone and
+# 4 under the suite's load) run first: collected in file order, the walk-through started
+# 8.4 minutes into a 13-minute run on a 2-core AMX Xeon and ended it alone beside one other
+# worker for its last minute. pytest-xdist gives each worker a contiguous share of the
+# collection, so the first tests start at once and the rest of their workers' shares are
+# taken by the others.
+FIRST = tuple(
+    f"tests/test_docs_run.py::test_every_command_in_the_docs_runs_at_tiny_sizes[{half}]"
+    for half in ("first", "later")
+)
 
 
 def pytest_collection_modifyitems(config, items):

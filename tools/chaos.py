@@ -40,6 +40,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,7 +205,13 @@ class _Disk:
             self.ballast.unlink()
 
     def unmount(self):
+        """Unmounts the tmpfs, keeping the run folder's files in its place on the real disk."""
+        self.empty()
+        kept = self.path.with_name(self.path.name + ".kept")
+        shutil.copytree(self.path, kept, symlinks=True)
         subprocess.run(["umount", "-l", str(self.path)], check=False, capture_output=True)
+        shutil.rmtree(self.path)
+        kept.rename(self.path)
 
 
 def _damage_newest_checkpoint(model_dir):
@@ -423,7 +430,7 @@ def run_chaos(
         # Vacuous unless the reference logged a loss for every step.
         "every step's loss equals the reference's": kept_losses == reference_losses
         and sorted(reference_losses) == list(range(1, reference["step"] + 1)),
-        "no leftovers": not _leftovers(run_dir),
+        "no leftovers": not (leftovers := _leftovers(run_dir)),
         "the reference's exports": _exports(run_dir) == _exports(reference_dir),
         "every exit documented, no traceback": all(f.verdict == "ok" for f in done),
     }
@@ -439,7 +446,7 @@ def run_chaos(
         "launches": len(launches),
         "reference_s": round(reference_s, 1),
         "chaos_s": round(chaos_s, 1),
-        "leftovers": _leftovers(run_dir),
+        "leftovers": leftovers,
         "seed": seed,
     }
     (output / "chaos.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -487,6 +494,8 @@ def _summary(report, checks):
         f"(the run without faults: {report['reference_s']:.0f} s)"
     ]
     lines += [f"  {'ok  ' if passed else 'FAIL'} {name}" for name, passed in checks.items()]
+    if report["leftovers"]:
+        lines.append(f"  left in the run folder: {', '.join(report['leftovers'])}")
     return "\n".join(lines)
 
 
