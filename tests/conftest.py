@@ -213,20 +213,39 @@ def pytest_xdist_auto_num_workers(config):
     return 2 * len(os.sched_getaffinity(0))
 
 
-# The longest tests (the docs' walk-through, in two halves of about 2 minutes alone and
-# 4 under the suite's load) run first: collected in file order, the walk-through started
-# 8.4 minutes into a 13-minute run on a 2-core AMX Xeon and ended it alone beside one other
-# worker for its last minute. pytest-xdist gives each worker a contiguous share of the
-# collection, so the first tests start at once and the rest of their workers' shares are
-# taken by the others.
-FIRST = tuple(
-    f"tests/test_docs_run.py::test_every_command_in_the_docs_runs_at_tiny_sizes[{half}]"
-    for half in ("first", "later")
+# The longest tests start at once, each on a worker of its own: the docs' walk-through, in
+# two halves of about 2 minutes alone and 3 under the suite's load, and the chaos schedule
+# (1-2.5 minutes). Collected in file order, the walk-through started 8.4 minutes into a
+# 13-minute run on a 2-core AMX Xeon and ended it alone beside one other worker for its
+# last minute. pytest-xdist's worksteal gives each worker a contiguous share of the
+# collection at the start (`_share_starts`), so each of these heads a share, and an idle
+# worker later takes half of a busy one's queue.
+FIRST = (
+    *(
+        f"tests/test_docs_run.py::test_every_command_in_the_docs_runs_at_tiny_sizes[{half}]"
+        for half in ("first", "later")
+    ),
+    "tests/test_chaos.py::test_a_short_schedule_of_faults_ends_with_the_weights_of_a_run_never_stopped",
 )
 
 
+def _share_starts(count, workers):
+    """Where each worker's first share of `count` tests starts, as worksteal deals them."""
+    starts, start = [], 0
+    for i in range(workers):
+        starts.append(start)
+        start += (count - start) // (workers - i)
+    return starts
+
+
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.nodeid not in FIRST)
+    first = [item for item in items if item.nodeid in FIRST]
+    rest = [item for item in items if item.nodeid not in FIRST]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    starts = _share_starts(len(items), max(workers, 1))
+    for i, item in enumerate(first):
+        rest.insert(starts[i] if i < len(starts) else i, item)
+    items[:] = rest
 
 
 def pytest_sessionstart(session):

@@ -7,6 +7,7 @@ every exit as an uninterrupted run's. docs/reliability.md reports a long run.
 """
 
 import io
+import os
 import pathlib
 import random
 import sys
@@ -116,3 +117,19 @@ def test_a_short_schedule_of_faults_ends_with_the_weights_of_a_run_never_stopped
 )
 def test_every_exit_is_held_to_the_status_its_fault_documents(fault, status, text, verdict):
     assert chaos._verdict(fault, status, text) == verdict
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounts need root")
+def test_the_full_disk_s_run_folder_keeps_its_files_when_the_tmpfs_is_unmounted(tmp_path):
+    """The run folder lives on a tmpfs while disk faults are drawn; the finished run
+    (and what the checker found in it) must stay where it was once the tmpfs goes."""
+    run_dir = tmp_path / "run"
+    disk = chaos._Disk(run_dir, 4)  # pylint: disable=protected-access
+    assert os.path.ismount(run_dir)
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "ckpt-3.index").write_bytes(b"weights")
+    disk.fill()
+    disk.unmount()
+    assert not os.path.ismount(run_dir)
+    assert (run_dir / "checkpoints" / "ckpt-3.index").read_bytes() == b"weights"
+    assert not (run_dir / ".chaos-ballast").exists()

@@ -66,15 +66,35 @@ def test_auto_starts_two_workers_per_core(monkeypatch, pytestconfig):
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None
 
 
-def test_the_longest_test_is_collected_first(pytestconfig):
+def test_the_longest_tests_are_collected_first(monkeypatch, pytestconfig):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)  # one process
     # A renamed test would leave FIRST naming nothing and the walk-through back at the end.
     for nodeid in conftest.FIRST:
         path, name = nodeid.split("::")
-        tree = ast.parse((pytestconfig.rootpath / path).read_text())
-        assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        text = (pytestconfig.rootpath / path).read_text()
+        functions = {
+            node.name for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)
+        }
+        function, _, parameter = name.partition("[")
+        assert function in functions
+        assert not parameter or f'"{parameter[:-1]}"' in text, name
     items = [_Item("tests/b.py::t"), _Item(conftest.FIRST[0]), _Item("tests/a.py::t")]
     conftest.pytest_collection_modifyitems(pytestconfig, items)
     assert [item.nodeid for item in items] == [conftest.FIRST[0], "tests/b.py::t", "tests/a.py::t"]
+
+
+def test_each_longest_test_heads_a_workers_first_share(monkeypatch, pytestconfig):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    others = [_Item(f"tests/t.py::t{i}") for i in range(17)]
+    items = others[:9] + [_Item(nodeid) for nodeid in conftest.FIRST] + others[9:]
+    conftest.pytest_collection_modifyitems(pytestconfig, items)
+    # worksteal deals 20 tests to 4 idle workers as 5 + 5 + 5 + 5, in order.
+    assert conftest._share_starts(20, 4) == [0, 5, 10, 15]
+    assert [items[i].nodeid for i in (0, 5, 10)] == list(conftest.FIRST)
+    assert [item.nodeid for item in items if item.nodeid not in conftest.FIRST] == [
+        item.nodeid for item in others
+    ]
+    assert conftest._share_starts(7, 3) == [0, 2, 4]  # 2 + 2 + 3
 
 
 class _Item:
