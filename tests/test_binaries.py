@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl import logging as absl_logging
 
 from tf_mlstm import errors
-from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm.cli import _main
 from tf_mlstm.train import run_errors
 
@@ -762,7 +762,7 @@ def test_a_folder_of_the_wrong_kind_is_one_line_naming_what_fits_and_stays_byte_
     assert _snapshot(tmp_path / "kinds") == before
 
 
-# === One rerun rule: an existing output stays unless --overwrite (tf_mlstm/outputs.py) ===
+# === One rerun rule: an existing output stays unless --overwrite (preflight.refuse_existing) ===
 
 # Each binary that writes an output file or folder, with flags that reach the check; the
 # output is made to exist first (a folder holding `kept`, or a file).
@@ -823,14 +823,14 @@ def test_an_existing_output_is_refused_without_overwrite_before_tensorflow(modul
 
 def test_the_rerun_rule_counts_only_what_is_there():
     with tempfile.TemporaryDirectory() as folder:
-        outputs.refuse_existing("--output_dir", folder, overwrite=False)  # empty: fine
-        outputs.refuse_existing("--output_dir", os.path.join(folder, "new"), False)
+        preflight.refuse_existing("--output_dir", folder, overwrite=False)  # empty: fine
+        preflight.refuse_existing("--output_dir", os.path.join(folder, "new"), False)
         pathlib.Path(folder, "other.txt").write_text("x", encoding="utf-8")
         # A folder of named outputs: others' files do not count.
-        outputs.refuse_existing("--output_dir", folder, False, is_output=lambda n: n == "a")
-        outputs.refuse_existing("--output_dir", folder, overwrite=True)
+        preflight.refuse_existing("--output_dir", folder, False, is_output=lambda n: n == "a")
+        preflight.refuse_existing("--output_dir", folder, overwrite=True)
         with pytest.raises(errors.InvalidValueError, match=r"output_dir='.*' already holds"):
-            outputs.refuse_existing("output_dir", folder, overwrite=False)
+            preflight.refuse_existing("output_dir", folder, overwrite=False)
         with pytest.raises(errors.InvalidValueError, match=r"pass overwrite=True to replace"):
-            outputs.refuse_existing("output_dir", folder, overwrite=False)
-    outputs.refuse_existing("--output", "-", overwrite=False)  # stdout
+            preflight.refuse_existing("output_dir", folder, overwrite=False)
+    preflight.refuse_existing("--output", "-", overwrite=False)  # stdout

@@ -685,7 +685,7 @@ def test_binary_skips_and_reports_bad_records_and_refuses_a_full_folder(tmp_path
     assert f"{jsonl}:3: line of 3,145,7" in result.stderr  # Logged with file and line.
     assert f"{csv_path}:3: quoted field still open" in result.stderr
 
-    # The rerun rule of every binary (tf_mlstm/outputs.py), before TensorFlow starts.
+    # The rerun rule of every binary (preflight.refuse_existing), before TensorFlow starts.
     again = _run_binary(*args)
     assert again.returncode == 1 and "Traceback" not in again.stderr
     lines = [line for line in again.stderr.splitlines() if line.strip()]

@@ -17,7 +17,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
-from tf_mlstm import outputs
+from tf_mlstm import preflight
 from tf_mlstm import rundir
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.config import bounds
@@ -140,7 +140,7 @@ def probe(config) -> dict:
     """
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
-    outputs.refuse_existing("output_dir", config.output_dir, config.overwrite)
+    preflight.refuse_existing("output_dir", config.output_dir, config.overwrite)
     _validated(config)
     return experiment.run_transfer(config)
 

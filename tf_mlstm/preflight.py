@@ -28,6 +28,7 @@ import socket
 from tf_mlstm import errors
 from tf_mlstm import processes
 from tf_mlstm.data.fields import INCOMPLETE_MARKER
+from tf_mlstm.data.fields import STATS_FILE
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.errors import setting_name as _name
 
@@ -149,7 +150,7 @@ _KINDS = (
     (FINETUNE_RUN, FINETUNE_CONFIG_FILE),
     (LANGUAGE_MODEL_RUN, CONFIG_FILE),
     (TRANSFER_OUTPUT, "classifier.json"),
-    (DATA_FOLDER, "stats.json"),
+    (DATA_FOLDER, STATS_FILE),
     (DATA_FOLDER, INCOMPLETE_MARKER),
     (SAVED_MODEL, "saved_model.pb"),
 )
@@ -175,7 +176,7 @@ def use_of(kind, path) -> str:
     }[kind]
 
 
-def a(kind) -> str:
+def with_article(kind) -> str:
     """`kind` with its article ("a fine-tuning run", "an ...")."""
     return f"{'an' if kind[0] in 'aeiouAEIOU' else 'a'} {kind}"
 
@@ -222,7 +223,7 @@ def check_folder_kind(path, flag, command, accept) -> None:
     kind, evidence = folder_kind(path)
     if kind in accept:
         return
-    wanted = [a(k) for k in accept if k]
+    wanted = [with_article(k) for k in accept if k]
     if None in accept:
         wanted.insert(0, "a new folder")
     if kind is None:
@@ -231,7 +232,7 @@ def check_folder_kind(path, flag, command, accept) -> None:
             f"{' or '.join(wanted)} as {_name(flag)}"
         )
     raise RunDirError(
-        f"{_name(flag)}={path} is {a(kind)} (it holds {evidence}), and {command} takes "
+        f"{_name(flag)}={path} is {with_article(kind)} (it holds {evidence}), and {command} takes "
         f"{' or '.join(wanted)} there: {use_of(kind, path)}."
     )
 
@@ -241,7 +242,7 @@ def missing_config_error(model_dir, name=CONFIG_FILE) -> FileNotFoundError:
     kind, evidence = folder_kind(model_dir) if name == CONFIG_FILE else (None, None)
     if kind is not None:
         return FileNotFoundError(
-            f"{model_dir}: no {name}: it is {a(kind)} (it holds {evidence}), not a "
+            f"{model_dir}: no {name}: it is {with_article(kind)} (it holds {evidence}), not a "
             f"trained model; {use_of(kind, model_dir)}."
         )
     return FileNotFoundError(
@@ -324,7 +325,8 @@ def has_checkpoints(model_dir) -> bool:
     return any(name.endswith(".index") or name == "checkpoint" for name in listdir(folder))
 
 
-def _flag_value(value):
+def flag_value(value) -> str:
+    """A setting's value as a flag takes it: a list or dict as JSON, anything else as text."""
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
@@ -347,7 +349,7 @@ def refused_changes(saved, new, name) -> list[str]:
             key = fixed[field] or (lambda v: v)
             if key(saved[field]) != key(new[field]):
                 refused.append(
-                    f"{_name(field)}={_flag_value(new[field])} (saved {_flag_value(saved[field])})"
+                    f"{_name(field)}={flag_value(new[field])} (saved {flag_value(saved[field])})"
                 )
     return refused
 
@@ -567,7 +569,7 @@ def _writable_place(flag, path, kind):
 def check_output_file(flag, path) -> None:
     """Refuses an output file where one cannot be written: a folder, or an unwritable place.
 
-    The rerun rule (`tf_mlstm.outputs.refuse_existing`) and an output that is
+    The rerun rule (`refuse_existing`) and an output that is
     an input (`tf_mlstm.cli._flags.refuse_output_over_input`) are checked
     beside this.
 
@@ -655,3 +657,41 @@ def check_output_dir(flag, path) -> None:
             )
         return
     _writable_place(flag, path, "folder")
+
+
+def refuse_existing(name, path, overwrite, is_output=None, given=None) -> None:
+    """Refuses to replace an existing output unless `overwrite`: the one rerun rule.
+
+    Every binary checks each output it writes with this before TensorFlow
+    starts. Training run folders are no outputs in this sense (a rerun
+    resumes); `gs://` paths are left to the writers.
+
+    Args:
+      name: the flag or argument naming the output, as the user wrote it.
+      path: the output file or folder; "" or "-" (stdout) is never refused.
+      overwrite: the user's `--overwrite`: replace what is there.
+      is_output: for a folder of named files, whether an entry's name counts; None: all do.
+      given: the value the user gave, where `path` is its folder; None: `path`.
+
+    Raises:
+      errors.InvalidValueError: `path` exists (a folder: holds entries that count)
+        and `overwrite` is false.
+    """
+    if overwrite or not path or path == "-" or "://" in path:
+        return
+    shown = path if given is None else given
+    flag = f"{name}={shown}" if name.startswith("--") else f"{name}={shown!r}"
+    overwrite_name = "--overwrite" if name.startswith("--") else "overwrite=True"
+    if os.path.isdir(path):
+        entries = sorted(e for e in os.listdir(path) if is_output is None or is_output(e))
+        if not entries:
+            return
+        held = f"{len(entries)} entries, such as {entries[0]}" if len(entries) > 1 else entries[0]
+        what = f"already holds {held}"
+    elif os.path.lexists(path):
+        what = "already exists"
+    else:
+        return
+    raise errors.InvalidValueError(
+        f"{flag} {what}: pass {overwrite_name} to replace it, or choose another"
+    )

@@ -57,7 +57,7 @@ CONFIG_FILE = preflight.CONFIG_FILE
 FINETUNE_CONFIG_FILE = preflight.FINETUNE_CONFIG_FILE
 RESULTS_FILE = preflight.RESULTS_FILE
 OPENAI_IMPORT_FILE = "openai_import.json"
-LOCK_FILE = "run.lock"
+LOCK_FILE = preflight.LOCK_FILE
 CHECKPOINT_SUBDIR = preflight.CHECKPOINT_SUBDIR
 CARRIED_STATE_SUBDIR = "carried_state"
 INPUT_STATE_SUBDIR = "input_state"
@@ -321,15 +321,11 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple
             model_dir,
             name,
             ", ".join(
-                f"{_name(k)} {_flag_value(old)} -> {_flag_value(v)}"
+                f"{_name(k)} {preflight.flag_value(old)} -> {preflight.flag_value(v)}"
                 for k, (old, v) in changed.items()
             ),
         )
     return changed
-
-
-def _flag_value(value):
-    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
 
 
 def begin_run(model_dir, configs, chief=True, extras=None) -> None:

@@ -25,7 +25,6 @@ import numpy as np
 from absl import flags
 from absl import logging
 
-from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
@@ -64,7 +63,7 @@ def check_before_work(flag_values) -> None:
     preflight.check_input_files("input", fv.input)
     preflight.check_output_file("output", fv.output)
     # After the kind: a folder is no earlier output that --overwrite would replace.
-    outputs.refuse_existing("--output", fv.output, fv.overwrite)
+    preflight.refuse_existing("--output", fv.output, fv.overwrite)
 
 
 def load_predictor(config) -> tuple:

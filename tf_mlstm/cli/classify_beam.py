@@ -23,7 +23,6 @@ import re
 from absl import app
 from absl import flags
 
-from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
@@ -108,7 +107,7 @@ def config_from_flags(
     )
     # Shards of an earlier run (of another count) would stay among the new ones.
     folder = os.path.dirname(flag_values.output) or "."
-    outputs.refuse_existing(
+    preflight.refuse_existing(
         "--output",
         folder,
         flag_values.overwrite,

@@ -25,7 +25,6 @@ from absl import app
 from absl import flags
 
 from tf_mlstm import errors
-from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _beam
 from tf_mlstm.cli import _flags
@@ -145,7 +144,7 @@ def config_from_flags(flag_values: flags.FlagValues) -> ConvertConfig:
     text_keys = _flags.text_keys(flag_values.text_key)
     if not text_keys:
         raise app.UsageError("--text_key must name at least one key")
-    outputs.refuse_existing("--output_dir", flag_values.output_dir, flag_values.overwrite)
+    preflight.refuse_existing("--output_dir", flag_values.output_dir, flag_values.overwrite)
     values = {
         field.name: flag_values[field.name].value
         for field in dataclasses.fields(ConvertConfig)

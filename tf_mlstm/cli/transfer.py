@@ -23,7 +23,6 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
@@ -97,7 +96,7 @@ def config_from_flags() -> TransferConfig:
       app.UsageError: a flag value is invalid.
     """
     # Before TensorFlow and the model load (the precision is measured on it).
-    outputs.refuse_existing("--output_dir", FLAGS.output_dir, FLAGS.overwrite)
+    preflight.refuse_existing("--output_dir", FLAGS.output_dir, FLAGS.overwrite)
     from tf_mlstm.transfer import experiment  # pylint: disable=g-import-not-at-top
 
     try:

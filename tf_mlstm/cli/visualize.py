@@ -20,7 +20,6 @@ import itertools
 from absl import flags
 from absl import logging
 
-from tf_mlstm import outputs
 from tf_mlstm import preflight
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
@@ -60,7 +59,7 @@ def check_before_work(flag_values) -> None:
     preflight.check_input_file("classifier", flag_values.classifier, "classifier file")
     preflight.check_output_dir("output_dir", flag_values.output_dir)
     # After the kind: a file is no earlier output that --overwrite would replace.
-    outputs.refuse_existing(
+    preflight.refuse_existing(
         "--output_dir",
         flag_values.output_dir,
         flag_values.overwrite,

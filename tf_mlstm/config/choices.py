@@ -56,12 +56,15 @@ state (each defined once, by `pooling.pooled_features`). The order is fixed:
 classifier files name kinds, so new kinds go at the end.
 """
 
-CELL_KINDS = ("cell", "cell_mean", "cell_max", "cell_min")
+CELL_STATISTICS = ("cell_mean", "cell_max", "cell_min")
+"""Statistics of the cell state over the bytes: the probe's, not a fine-tuned head's."""
+
+CELL_KINDS = ("cell", *CELL_STATISTICS)
 """The cell-state kinds (a held cell unit gives each its value); the neuron's first choice."""
 HIDDEN_KINDS = ("hidden", "mean", "max", "min")
 """The hidden-state kinds a held hidden unit gives its value (not `std`: its spread is 0)."""
 
-SEQUENCE_KINDS = FEATURE_KINDS[:6]
+SEQUENCE_KINDS = tuple(kind for kind in FEATURE_KINDS if kind not in CELL_STATISTICS)
 """The kinds of the hidden sequence and final states: what a fine-tuned head reads."""
 
 ALL_KINDS = FEATURE_KINDS + (NGRAM_KIND,)

@@ -9,6 +9,7 @@ import os
 from tf_mlstm import errors
 from tf_mlstm.config.bounds import check_config_sizes
 from tf_mlstm.data.fields import DEFAULT_MAX_DOCUMENT_BYTES
+from tf_mlstm.data.fields import STATS_FILE
 from tf_mlstm.data.fields import TEXT_KEYS
 from tf_mlstm.data.fields import TEXT_MODES
 from tf_mlstm.data.fields import split_keys
@@ -108,4 +109,4 @@ class ConvertConfig:
     @property
     def stats_path(self) -> str:
         """The stats file to write."""
-        return self.stats_file or os.path.join(self.output_dir, "stats.json")
+        return self.stats_file or os.path.join(self.output_dir, STATS_FILE)

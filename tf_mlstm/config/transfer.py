@@ -413,7 +413,7 @@ class TransferConfig(LabeledDataFields):
     seed: int = 0
     cv_folds: int = CV_FOLDS  # small validation splits: choose by K-fold CV; 0: never
     progress: bool | None = None  # None: a progress bar on a terminal only
-    overwrite: bool = False  # replace a non-empty output_dir (tf_mlstm.outputs)
+    overwrite: bool = False  # replace a non-empty output_dir (preflight.refuse_existing)
     feature_cache: bool = True  # read and keep features in the user's cache (feature_cache.py)
 
     def validate(self) -> None:

@@ -24,6 +24,7 @@ from absl import logging
 from tf_mlstm import fileio
 from tf_mlstm.data import readers
 from tf_mlstm.data import tfrecord
+from tf_mlstm.data.fields import STATS_FILE
 from tf_mlstm.errors import setting_name as _name
 from tf_mlstm.progress import Progress
 from tf_mlstm.progress import byte_unit
@@ -79,7 +80,7 @@ def _staging_dir(config) -> str:
 def _remove_old(config) -> None:
     """Removes a former conversion's shards and stats (`--overwrite`), once the new is written."""
     output_dir = config.output_dir
-    old = [config.stats_path, os.path.join(output_dir, "stats.json")]
+    old = [config.stats_path, os.path.join(output_dir, STATS_FILE)]
     for split in tfrecord.SPLITS:
         old += tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*{tfrecord.TFRECORD_SUFFIX}*"))
     removed = 0

@@ -14,6 +14,9 @@ SPLITS = ("train", "validation", "test")
 # How plain-text files are read: a document per line, or per file.
 TEXT_MODES = ("line", "file")
 
+STATS_FILE = "stats.json"
+"""A data folder's record and byte counts per split, written last by a conversion."""
+
 INCOMPLETE_MARKER = "_CONVERSION_INCOMPLETE"
 """File present in a data folder from the start to the end of a conversion (`tfrecord`)."""
 

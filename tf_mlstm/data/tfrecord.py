@@ -281,7 +281,7 @@ def split_counts(files: Sequence[str], split: str) -> dict[str, int]:
         by_folder[folder] = by_folder.get(folder, 0) + 1
     totals = {"records": 0.0, "bytes": 0.0}
     for folder, named in by_folder.items():
-        stats_path = os.path.join(folder, "stats.json")
+        stats_path = os.path.join(folder, fields.STATS_FILE)
         if not tf.io.gfile.exists(stats_path):
             raise errors.InvalidValueError(
                 f"{folder}: no stats.json to count the {split} characters from; convert the "

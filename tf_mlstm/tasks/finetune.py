@@ -456,8 +456,8 @@ class FinetuneTask(Task):
 
     # === auto precision and XLA ===
 
-    def measurement(self, rows) -> autotune.Probe:
-        """Fine-tuning's step at this run's shape on synthetic rows (see `autotune.Probe`).
+    def measurement(self, rows) -> autotune.StepMeasurement:
+        """Fine-tuning's step at this run's shape on synthetic rows (`autotune.StepMeasurement`).
 
         The base model's size comes from its config.json, the head from the config
         (a single key without a map: one sigmoid, as only the data tells its
@@ -489,7 +489,7 @@ class FinetuneTask(Task):
         make_task = functools.partial(
             SyntheticFinetuneTask, base_config=base, outputs=outputs, softmax=softmax
         )
-        return autotune.Probe(make_task, shape, rows * config.max_length)
+        return autotune.StepMeasurement(make_task, shape, rows * config.max_length)
 
     def _planned_head(self):
         """(outputs, softmax) of the head as the config alone tells it (before the data)."""

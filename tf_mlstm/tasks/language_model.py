@@ -150,7 +150,7 @@ class LanguageModelTask(Task):
     def carried_state_shape(self, rows) -> tuple | None:
         return (rows, self.config.hidden_size)
 
-    def measurement(self, rows) -> autotune.Probe:
+    def measurement(self, rows) -> autotune.StepMeasurement:
         config = self.config
         shape = {
             "task": "language_model",
@@ -160,7 +160,7 @@ class LanguageModelTask(Task):
             "seq_length": config.seq_length,
             "rows": rows,
         }
-        return autotune.Probe(SyntheticLanguageModelTask, shape, rows * config.seq_length)
+        return autotune.StepMeasurement(SyntheticLanguageModelTask, shape, rows * config.seq_length)
 
     # === The step ===
 

@@ -133,7 +133,7 @@ class Choice:
 
 
 @dataclasses.dataclass(frozen=True)
-class Probe:
+class StepMeasurement:
     """How a task's step is timed (see `runner.Task.measurement`).
 
     Attributes:
@@ -143,10 +143,10 @@ class Probe:
 
     Example:
 
-    >>> from tf_mlstm.train.autotune import Probe
+    >>> from tf_mlstm.train.autotune import StepMeasurement
     >>> shape = {"units": 768, "rows": 64, "seq": 64}
-    >>> probe = Probe(make_task=None, shape=shape, units_per_step=64 * 64)
-    >>> probe.units_per_step
+    >>> measurement = StepMeasurement(make_task=None, shape=shape, units_per_step=64 * 64)
+    >>> measurement.units_per_step
     4096
     """
 

@@ -34,7 +34,7 @@ def build_demo_tfrecords(output_dir) -> str:
     Returns:
         output_dir.
     """
-    if tf.io.gfile.exists(os.path.join(output_dir, "stats.json")):
+    if tf.io.gfile.exists(os.path.join(output_dir, fields.STATS_FILE)):
         return output_dir
     # Converted into a private folder, then renamed: workers of a local
     # multi-worker run all convert at once, and the first rename wins.

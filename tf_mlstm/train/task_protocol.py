@@ -103,13 +103,13 @@ class Task:
         self.config = config
 
     def measurement(self, rows: int) -> object:
-        """How `auto` times this task's step: an `autotune.Probe`, or None (the table decides).
+        """How `auto` times this task's step: a `StepMeasurement`, or None (the table decides).
 
         Args:
           rows: rows per replica.
 
         Returns:
-          The `autotune.Probe`, or None.
+          The `autotune.StepMeasurement`, or None.
         """
         return None
 

@@ -11,8 +11,8 @@ import dataclasses
 
 import numpy as np
 
-from tf_mlstm import config as settings
 from tf_mlstm import rundir
+from tf_mlstm.config import FinetuneConfig
 from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.classifier import predict_served_probabilities
 from tf_mlstm.models.head_arrays import ClassifierHead
@@ -20,8 +20,6 @@ from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
 
 # Re-exported: the configuration lives in a module without TensorFlow, so
 # that `tf-mlstm-finetune --help` and its flag checks answer at once.
-THRESHOLD_METRICS = settings.THRESHOLD_METRICS
-FinetuneConfig = settings.FinetuneConfig
 
 
 @dataclasses.dataclass(frozen=True)
