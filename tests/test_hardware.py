@@ -264,7 +264,7 @@ def test_default_training_records_the_concrete_choice_and_a_resume_keeps_it(tmp_
     # The exported model's metadata carries the same concrete config.
     # (TensorFlow Serving layout: one numbered folder per exported step.)
     exported = json.loads((model_dir / "export" / "2" / "assets.extra" / "meta.json").read_text())
-    assert json.loads(exported["config"])["precision"] == expected_precision
+    assert exported["config"]["precision"] == expected_precision
 
     assert "Resumed from" in resumed.stderr
     assert json.loads((started / "config.json").read_text())["precision"] == other

@@ -33,6 +33,13 @@ from tf_mlstm.transfer import ngrams
 from tf_mlstm.transfer.probe import fit as fit_lib
 from tf_mlstm.transfer.probe import threshold as threshold_lib
 
+
+def _tf_text_version():
+    import tensorflow_text  # pylint: disable=import-outside-toplevel
+
+    return tensorflow_text.__version__
+
+
 TEXTS = [
     "A wonderful, moving film.<br /><br />Loved it.",
     "Boring and far too long. " * 20,
@@ -262,7 +269,11 @@ def test_export_never_touches_a_folder_it_did_not_write(tmp_path):
     assert os.listdir(base) == ["42"]
     assert (base / "42" / "saved_model.pb").exists()
     meta = json.loads((base / "42" / "assets.extra" / "meta.json").read_text())
-    assert meta["version"] == 42
+    assert meta["version"] == 42 and meta["serving_default"] == "featurize"
+    # It describes itself: what a server installs, its config as JSON, no path of this machine.
+    assert meta["requires"] == {"tensorflow": tf.__version__, "tensorflow-text": _tf_text_version()}
+    assert meta["config"]["hidden_size"] == 16 and meta["config"]["model_dir"] == "run"
+    assert str(tmp_path) not in json.dumps(meta)
     assert meta["limits"] == {
         "max_generate_length": export_cli.ExportConfig("", "").max_generate_length,
         "max_text_bytes": 64,
@@ -308,6 +319,30 @@ def test_export_flags_must_be_positive():
         export_cli.ExportConfig("m", "e", max_text_bytes=0).validate()
     with pytest.raises(ValueError, match="max_generate_length must be positive, got -1"):
         export_cli.ExportConfig("m", "e", max_generate_length=-1).validate()
+
+
+def test_serving_default_is_what_the_export_is_for(small_model):
+    """A client that names no signature gets `classify` from an export with a classifier."""
+    plain = saved_model.ServingModule(small_model)
+    assert plain.default_signature == "featurize"
+    assert plain.signatures()["serving_default"] is plain.featurize
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    with_head = saved_model.ServingModule(small_model, classifier=head)
+    assert with_head.default_signature == "classify"
+    assert with_head.signatures()["serving_default"] is with_head.classify
+
+
+def test_a_request_of_another_shape_names_the_input_and_the_shape_expected(small_model):
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    module = saved_model.ServingModule(small_model, classifier=head)
+    for name in ("featurize", "score", "classify"):
+        for text in (tf.constant("one text"), tf.constant([["a", "b"]])):
+            with pytest.raises(
+                tf.errors.InvalidArgumentError,
+                match=rf"{name}: `text` must be a batch of strings of shape \[N\]",
+            ):
+                getattr(module, name)(text)
+    assert module.classify(tf.constant(["a", "b"]))["probabilities"].shape == (2, 2)
 
 
 def test_signatures_enforce_the_export_limits(small_model):
@@ -402,6 +437,11 @@ _SERVE_LIMITS = textwrap.dedent("""
             prompt=tf.constant(["x" * 25]), length=tf.constant(2), **gen),
         "long_generate": lambda: sig["generate"](
             prompt=tf.constant(["hi"]), length=tf.constant(9), **gen),
+        # A text not in a list, and a list of lists: the shapes a JSON request gets wrong.
+        "scalar_text": lambda: sig["score"](text=tf.constant("one text")),
+        "nested_texts": lambda: sig["featurize"](text=tf.constant([["a"], ["b"]])),
+        "scalar_prompt": lambda: sig["generate"](
+            prompt=tf.constant("hi"), length=tf.constant(2), **gen),
     }
     for name, request in requests.items():
         try:
@@ -436,6 +476,10 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
     assert "score: a text is longer than max_text_bytes=24" in out["long_text"]
     assert "generate: a prompt is longer than max_text_bytes=24" in out["long_prompt"]
     assert "generate: length must be <= max_generate_length=8" in out["long_generate"]
+    shape = "must be a batch of strings of shape [N]"
+    assert f"score: `text` {shape}" in out["scalar_text"]
+    assert f"featurize: `text` {shape}" in out["nested_texts"]
+    assert f"generate: `prompt` {shape}" in out["scalar_prompt"]
     assert out["empty_featurize"] == {k: [0, 16] for k in features.FEATURE_KINDS}
     assert out["empty_score"] == {"bits_per_char": [0], "chars": [0]}
     assert out["empty_generate"] == [0]

@@ -5,6 +5,8 @@ classifier.json's or a fine-tuned run's own (one `ClassifierHead` either
 way, described in meta.json); a fine-tuned run is loaded once.
 """
 
+import os
+
 from tf_mlstm import errors
 from tf_mlstm import rundir
 from tf_mlstm.models.head_arrays import ClassifierHead
@@ -87,7 +89,7 @@ def _metadata(head, source, fitted):
     """meta.json's "classifier": source, kind, features, classes, thresholds, and `fitted`."""
     spec = head.head_spec
     metadata = {
-        "source": source,
+        "source": os.path.basename(os.path.normpath(source)),
         "task": spec.kind,
         "feature_kinds": list(head.feature_kinds),
         "classes": list(spec.classes),

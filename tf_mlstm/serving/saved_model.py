@@ -8,6 +8,7 @@ exhausting a server's memory. `export_saved_model` writes `BASE/<version>/`
 as TensorFlow Serving expects, staged and renamed in (docs/serving.md).
 """
 
+import json
 import os
 
 import numpy as np
@@ -34,6 +35,10 @@ DEFAULT_MAX_TEXT_BYTES = 65536
 """Longest text or prompt a signature accepts, in UTF-8 bytes before normalization."""
 DEFAULT_MAX_GENERATE_LENGTH = 4096
 """Largest `length` the `generate` signature accepts, in bytes."""
+# The text inputs' spec: any shape, so a request of another shape reaches the graph's own
+# check (`_batch`), which names the input and the shape expected, instead of failing
+# deep inside an op; a static [None] would let that check be folded away.
+_TEXTS = tf.TensorSpec(None, tf.string)
 
 META_FILE = os.path.join("assets.extra", "meta.json")
 """The export's metadata, relative to its version folder."""
@@ -146,7 +151,7 @@ class ServingModule(tf.Module):
             # Only a module with a classifier has this function to save.
             self.classify = tf.function(
                 self._classify,
-                input_signature=[tf.TensorSpec([None], tf.string)],
+                input_signature=[_TEXTS],
                 autograph=False,
             )
 
@@ -167,8 +172,23 @@ class ServingModule(tf.Module):
             "(a limit set at export)",
         )
 
+    @staticmethod
+    def _batch(text, signature, name="text"):
+        """`text` as a [N] batch, after a check that names the input and the shape expected."""
+        checked = tf.debugging.assert_rank(
+            text,
+            1,
+            message=f"{signature}: `{name}` must be a batch of strings of shape [N] "
+            '(JSON: a list, ["a text", ...]); got another shape',
+        )
+        with tf.control_dependencies([checked]):
+            text = tf.identity(text)
+        text.set_shape([None])  # static only: nothing runs before the check
+        return text
+
     def _normalized(self, text, signature):
-        """The texts normalized, after the length check."""
+        """The texts normalized, after the shape and length checks."""
+        text = self._batch(text, signature)
         with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
             return normalize_text_tf(text)
 
@@ -181,13 +201,13 @@ class ServingModule(tf.Module):
         )(normalized)
         return framed.ids, framed.valid
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    @tf.function(input_signature=[_TEXTS], autograph=False)
     def featurize(self, text) -> dict[str, tf.Tensor]:
         """The `featurize` signature: {kind: [N, H] float32} of [N] raw texts."""
         ids, valid = self._ids(text, "featurize")
         return featurize.featurize_ids(self.model, ids, valid, self.window)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    @tf.function(input_signature=[_TEXTS], autograph=False)
     def score(self, text) -> dict[str, tf.Tensor]:
         """The `score` signature: `bits_per_char` [N] and `chars` [N] of [N] raw texts."""
         ids, valid = self._ids(text, "score")
@@ -201,7 +221,7 @@ class ServingModule(tf.Module):
 
     @tf.function(
         input_signature=[
-            tf.TensorSpec([None], tf.string),
+            _TEXTS,
             tf.TensorSpec([], tf.int32),
             tf.TensorSpec([], tf.float32),
             tf.TensorSpec([], tf.int64),
@@ -210,6 +230,7 @@ class ServingModule(tf.Module):
     )
     def generate(self, prompt, length, temperature, seed) -> dict[str, tf.Tensor]:
         """The `generate` signature: {"text": [N]}, each prompt's sampled continuation."""
+        prompt = self._batch(prompt, "generate", "prompt")
         checks = [
             tf.debugging.assert_non_negative(length, message="generate: length must be >= 0"),
             tf.debugging.assert_positive(temperature, message="generate: temperature must be > 0"),
@@ -272,16 +293,17 @@ class ServingModule(tf.Module):
         return outputs
 
     def signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
-        """The signatures to export, by name."""
-        signatures = {
-            "featurize": self.featurize,
-            "score": self.score,
-            "generate": self.generate,
-            "serving_default": self.featurize,
-        }
+        """The signatures to export, by name: `serving_default` is `classify` where there is one."""
+        signatures = {"featurize": self.featurize, "score": self.score, "generate": self.generate}
         if self.classifier is not None:
             signatures["classify"] = self.classify
+        signatures["serving_default"] = signatures[self.default_signature]
         return signatures
+
+    @property
+    def default_signature(self) -> str:
+        """What the export is for, served to a request that names no signature."""
+        return "featurize" if self.classifier is None else "classify"
 
 
 def generated_text(ids) -> tf.Tensor:
@@ -393,10 +415,49 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         failpoints.reach("export")
         meta = dict(metadata or {})
-        meta.update(exporter=EXPORTER, version=version, limits=module.limits())
+        meta.update(
+            exporter=EXPORTER,
+            version=version,
+            limits=module.limits(),
+            serving_default=module.default_signature,
+            requires=requirements(),
+        )
         fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)
     logging.info("Exported SavedModel version %d to %s", version, target)
     return target
+
+
+def requirements() -> dict[str, str]:
+    """What a server needs installed to load the export: {package: the version it was made with}.
+
+    TensorFlow Text registers the op that normalizes text in the graph
+    (`NormalizeUTF8`): a server imports `tensorflow_text` before loading.
+    """
+    import tensorflow_text  # pylint: disable=import-outside-toplevel  (loaded by the export)
+
+    return {"tensorflow": tf.__version__, "tensorflow-text": tensorflow_text.__version__}
+
+
+# A run's config fields that hold paths of the machine it ran on.
+_PATH_FIELDS = ("model_dir", "train_data", "validation_data")
+
+
+def portable_config(config) -> dict:
+    """A run's config as a JSON object, each path cut to its last part (a name, not a place).
+
+    Args:
+      config: the run's `TrainConfig`.
+
+    Returns:
+      The config's fields; `model_dir`, `train_data` and `validation_data` as
+      the names of their folders or files (a list keeps its commas).
+    """
+    values = json.loads(config.to_json())
+    for field in _PATH_FIELDS:
+        if values.get(field):
+            parts = str(values[field]).split(",")
+            values[field] = ",".join(os.path.basename(os.path.normpath(p)) for p in parts)
+    return values
 
 
 def export_trained_model(
@@ -420,7 +481,8 @@ def export_trained_model(
       window: bytes per model call inside the signatures.
       max_text_bytes: see `ServingModule`.
       max_generate_length: see `ServingModule`.
-      metadata: optional dict for meta.json (the config and precision are added).
+      metadata: optional dict for meta.json (the config, without machine paths, and the
+        precision are added).
       precision: the policy the signatures compute in; outputs are float32.
       allow_other_model: export a classifier fitted on other weights (with a warning).
       model: the run's language model already loaded in `precision` by `from_run`, or None.
@@ -451,6 +513,6 @@ def export_trained_model(
         max_text_bytes=max_text_bytes,
         max_generate_length=max_generate_length,
     )
-    metadata = dict(metadata or {}, config=train_config.to_json(), precision=precision)
+    metadata = dict(metadata or {}, config=portable_config(train_config), precision=precision)
     export_dir = export_saved_model(module, base_dir, version, metadata=metadata)
     return {"export_dir": export_dir, "version": version, "signatures": sorted(module.signatures())}
