@@ -155,6 +155,34 @@ def test_classify_with_a_fitted_classifier_equals_tf_mlstm_classify(model_dir, t
     np.testing.assert_array_equal(out.labels, predicted)
 
 
+def test_a_classifier_is_applied_in_the_precision_it_was_fitted_in_on_every_surface(
+    model_dir, tmp_path
+):
+    """classifier.json records the fit's policy: the API, the CLI and the export apply it."""
+    path = _fitted_classifier(model_dir, tmp_path / "classifier.json")
+    record = json.loads(pathlib.Path(path).read_text())
+    record["precision"] = "mixed_bfloat16"
+    pathlib.Path(path).write_text(json.dumps(record))
+    loaded = tf_mlstm.load(str(model_dir), classifier=path)
+    assert loaded.precision == "mixed_bfloat16"
+    assert tf_mlstm.load(str(model_dir), classifier=path, precision="float32").precision == (
+        "float32"
+    )
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    config = classify_cli.ClassifyConfig(
+        model_dir=str(model_dir), classifier=path, input=str(tmp_path / "in.txt"), output="-"
+    ).validate()
+    _, probabilities, _, _ = classify_cli.classify(config)
+    np.testing.assert_allclose(loaded.classify(TEXTS).probabilities, probabilities, atol=1e-6)
+    exported = tf_mlstm.export(
+        tf_mlstm.ExportConfig(
+            model_dir=str(model_dir), export_dir=str(tmp_path / "export"), classifier=path
+        )
+    )
+    meta = pathlib.Path(exported["export_dir"]) / "assets.extra" / "meta.json"
+    assert json.loads(meta.read_text())["precision"] == "mixed_bfloat16"
+
+
 def test_classify_without_a_classifier_needs_a_fine_tuned_run(loaded):
     with pytest.raises(ValueError, match="is not a fine-tuned run: give tf_mlstm.load"):
         loaded.classify(TEXTS)

@@ -280,7 +280,7 @@ class Classified:
 def load(
     model_dir,
     classifier="",
-    precision="float32",
+    precision=None,
     batch_size=features_lib.DEFAULT_BATCH_SIZE,
     window=features_lib.DEFAULT_WINDOW,
 ) -> "TrainedModel":
@@ -289,7 +289,9 @@ def load(
     Args:
       model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`.
       classifier: a `tf-mlstm-transfer` classifier.json; "" = a fine-tuned run's own head.
-      precision: float32 (the SavedModel's numbers), mixed_bfloat16, mixed_float16 or auto.
+      precision: float32, mixed_bfloat16, mixed_float16 or auto; None: as the classifier's
+        features were fitted (classifier.json records it), else float32: the rule of
+        `tf-mlstm-classify` and `tf-mlstm-export`, so all three give the same numbers.
       batch_size: texts per model call.
       window: bytes per model call; the state carries across windows.
 
@@ -309,6 +311,7 @@ def load(
             "tf_mlstm.pretrain or tf_mlstm.finetune"
         )
     fitted = _checked_classifier(classifier) if classifier else None
+    precision = features_lib.classifier_precision(precision, fitted)
     precision = features_lib.resolve_precision(precision, model_dir, batch_size, window)
     try:
         model = language_model.MLSTMLanguageModel.from_run(model_dir, precision=precision)

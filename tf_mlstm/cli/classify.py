@@ -78,18 +78,17 @@ def load_predictor(config) -> tuple:
       FileNotFoundError: a missing model or classifier.
       ValueError: a classifier that does not fit the model.
     """
+    from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import predict  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer.probe import logistic  # pylint: disable=g-import-not-at-top
 
-    choice = config.precision
-    if config.classifier and not choice:
-        # As the classifier's features were fitted (float32 for files without the record).
-        choice = logistic.LogisticClassifier.load(config.classifier).head.precision or "float32"
-    precision = (
-        _flags.resolve_feature_precision(choice, config.model_dir, config.batch_size, config.window)
-        if config.classifier
-        else None
-    )
+    precision = None
+    if config.classifier:
+        fitted = None if config.precision else logistic.LogisticClassifier.load(config.classifier)
+        choice = features.classifier_precision(config.precision, fitted)
+        precision = _flags.resolve_feature_precision(
+            choice, config.model_dir, config.batch_size, config.window
+        )
     return predict.load_predictor(
         config.model_dir,
         config.classifier,

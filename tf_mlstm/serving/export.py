@@ -37,8 +37,7 @@ def export(config) -> dict:
         if config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head, metadata["classifier"] = probe_head(classifier, config.classifier)
-            # Served as it was fitted, unless asked otherwise.
-            precision = precision or classifier.head.precision
+            precision = features.classifier_precision(precision, classifier)
         precision = features.resolve_precision(precision or "float32")
         if not config.classifier and rundir.is_finetune_run(config.model_dir):
             tuned = finetune.load_finetuned_model(config.model_dir, precision)

@@ -41,6 +41,30 @@ at most 6 fits, where selecting among the 9 kinds takes up to 45."""
 NGRAM_GROUP = (NGRAM_KIND,)
 
 
+def classifier_precision(choice, classifier=None) -> str:
+    """The policy a classifier is applied in: one rule for the CLI, the Python API and the export.
+
+    Args:
+      choice: the policy asked for (a name, or auto), or None / "" for the default.
+      classifier: the `LogisticClassifier` to apply, or None.
+
+    Returns:
+      `choice` when given; else the policy the classifier's features were
+      fitted in (its classifier.json records it), so that its numbers are the
+      fit's; else float32.
+
+    Example:
+
+    >>> from tf_mlstm.transfer.features import classifier_precision
+    >>> classifier_precision(None), classifier_precision("auto")
+    ('float32', 'auto')
+    """
+    if choice:
+        return choice
+    fitted = classifier.head.precision if classifier is not None else ""
+    return fitted or "float32"
+
+
 def resolve_precision(
     choice, model_dir=None, batch_size=DEFAULT_BATCH_SIZE, window=DEFAULT_WINDOW
 ) -> str:
