@@ -345,6 +345,22 @@ def test_a_request_of_another_shape_names_the_input_and_the_shape_expected(small
     assert module.classify(tf.constant(["a", "b"]))["probabilities"].shape == (2, 2)
 
 
+def test_bytes_that_are_not_utf8_text_fail_the_request_naming_the_index(small_model):
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    module = saved_model.ServingModule(small_model, classifier=head)
+    texts = tf.constant(["fine", "caf\u00e9 \ufffd ok".encode(), b"\xff\xfe bad \xc3\x28 bytes"])
+    for name in ("featurize", "score", "classify"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=rf"{name}: `text` holds bytes that are not UTF-8 text, at index\] \[2\]",
+        ):
+            getattr(module, name)(texts)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="generate: `prompt` holds bytes"):
+        module.generate(texts[2:], tf.constant(2), tf.constant(1.0), tf.constant(1, tf.int64))
+    # Valid UTF-8, U+FFFD included, is served.
+    assert module.classify(texts[:2])["probabilities"].shape == (2, 2)
+
+
 def test_signatures_enforce_the_export_limits(small_model):
     module = saved_model.ServingModule(small_model, max_text_bytes=12, max_generate_length=5)
     args = (tf.constant(0.8), tf.constant(11, tf.int64))
@@ -442,6 +458,7 @@ _SERVE_LIMITS = textwrap.dedent("""
         "nested_texts": lambda: sig["featurize"](text=tf.constant([["a"], ["b"]])),
         "scalar_prompt": lambda: sig["generate"](
             prompt=tf.constant("hi"), length=tf.constant(2), **gen),
+        "not_utf8": lambda: sig["score"](text=tf.constant([b"fine", b"\\xff\\xfe bad \\xc3\\x28"])),
     }
     for name, request in requests.items():
         try:
@@ -480,6 +497,7 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
     assert f"score: `text` {shape}" in out["scalar_text"]
     assert f"featurize: `text` {shape}" in out["nested_texts"]
     assert f"generate: `prompt` {shape}" in out["scalar_prompt"]
+    assert "score: `text` holds bytes that are not UTF-8 text, at index] [1]" in out["not_utf8"]
     assert out["empty_featurize"] == {k: [0, 16] for k in features.FEATURE_KINDS}
     assert out["empty_score"] == {"bits_per_char": [0], "chars": [0]}
     assert out["empty_generate"] == [0]

@@ -186,10 +186,30 @@ class ServingModule(tf.Module):
         text.set_shape([None])  # static only: nothing runs before the check
         return text
 
+    @staticmethod
+    def _check_utf8(text, signature, name="text"):
+        """An assertion that every text is valid UTF-8, naming the first index that is not.
+
+        Undecodable bytes are never scored, featurized or classified: the
+        request fails, as a file's undecodable line is skipped and counted.
+        """
+        decoded = tf.strings.unicode_transcode(
+            text, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace"
+        )
+        bad = tf.where(tf.not_equal(decoded, text))[:, 0]
+        return tf.debugging.Assert(
+            tf.equal(tf.size(bad), 0),
+            [f"{signature}: `{name}` holds bytes that are not UTF-8 text, at index", bad[:1]],
+        )
+
     def _normalized(self, text, signature):
-        """The texts normalized, after the shape and length checks."""
+        """The texts normalized, after the shape, length and UTF-8 checks."""
         text = self._batch(text, signature)
-        with tf.control_dependencies([self._check_lengths(text, f"{signature}: a text")]):
+        checks = [
+            self._check_lengths(text, f"{signature}: a text"),
+            self._check_utf8(text, signature),
+        ]
+        with tf.control_dependencies(checks):
             return normalize_text_tf(text)
 
     def _ids(self, text, signature, max_length=None, normalized=None):
@@ -241,6 +261,7 @@ class ServingModule(tf.Module):
                 f"max_generate_length={self.max_generate_length} (a limit set at export)",
             ),
             self._check_lengths(prompt, "generate: a prompt"),
+            self._check_utf8(prompt, "generate", "prompt"),
         ]
         with tf.control_dependencies(checks):
             normalized = normalize_text_tf(prompt)
