@@ -47,6 +47,9 @@ _INSTALL_REQUIRES = [
     # x86_64 wheels for CPython 3.11, 3.12 and 3.13, none for 3.14.
     "tensorflow>=2.21,<2.22",
     "tensorflow-text>=2.21,<2.22",
+    # The protos of TensorFlow Serving's warm-up records (PredictionLog), which
+    # every export writes; the same minor release as TensorFlow.
+    "tensorflow-serving-api>=2.21,<2.22",
     # Keras 3 on the TensorFlow backend: the minor release the test suite
     # passes with; widen the range once it passes with the next one.
     "keras>=3.15,<3.16",

@@ -361,6 +361,34 @@ def test_bytes_that_are_not_utf8_text_fail_the_request_naming_the_index(small_mo
     assert module.classify(texts[:2])["probabilities"].shape == (2, 2)
 
 
+def test_the_export_s_warmup_records_are_one_request_per_signature_that_each_serves(
+    small_model, tmp_path
+):
+    """TensorFlow Serving runs assets.extra/tf_serving_warmup_requests as it loads a version:
+    read back, they are one PredictionLog per signature, within the export's limits, and
+    each request's inputs run through the loaded SavedModel's signature."""
+    from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    module = saved_model.ServingModule(
+        small_model, classifier=head, max_text_bytes=8, max_generate_length=4
+    )
+    export_dir = saved_model.export_saved_model(module, str(tmp_path / "export"), 3)
+    path = os.path.join(export_dir, saved_model.WARMUP_FILE)
+    logs = []
+    for record in tf.data.TFRecordDataset(path):
+        logs.append(prediction_log_pb2.PredictionLog.FromString(record.numpy()))
+    names = [log.predict_log.request.model_spec.signature_name for log in logs]
+    assert names == sorted(module.signatures()) and len(logs) <= 1000
+    loaded = tf.saved_model.load(export_dir)
+    for name, log in zip(names, logs):
+        request = log.predict_log.request
+        inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+        outputs = loaded.signatures[name](**inputs)
+        assert all(value.shape[:1] == (1,) for value in outputs.values()), name
+    assert tf.make_ndarray(logs[0].predict_log.request.inputs["text"]).tolist() == [b"Great."]
+
+
 def test_signatures_enforce_the_export_limits(small_model):
     module = saved_model.ServingModule(small_model, max_text_bytes=12, max_generate_length=5)
     args = (tf.constant(0.8), tf.constant(11, tf.int64))

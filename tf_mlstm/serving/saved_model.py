@@ -14,6 +14,9 @@ import os
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorflow_serving.apis import model_pb2
+from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import prediction_log_pb2
 
 from tf_mlstm import errors
 from tf_mlstm import failpoints
@@ -44,6 +47,9 @@ META_FILE = os.path.join("assets.extra", "meta.json")
 """The export's metadata, relative to its version folder."""
 EXPORTER = "tf_mlstm"
 """The `exporter` value in META_FILE that marks a folder as written here."""
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+"""TensorFlow Serving's warm-up records (`PredictionLog`s), relative to the version folder."""
+_WARMUP_TEXTS = ("Great.", "Not good at all.")
 
 
 class ExportDirError(errors.InvalidValueError):
@@ -410,6 +416,42 @@ def check_export_base(base_dir: str) -> None:
         )
 
 
+def warmup_requests(module) -> list:
+    """TensorFlow Serving's warm-up requests for `module`: one `PredictionLog` a signature.
+
+    A server runs them as it loads the version, so that no client's first
+    request pays for the first run of each signature. Their texts fit the
+    module's limits.
+
+    Args:
+      module: a `ServingModule`.
+
+    Returns:
+      `prediction_log_pb2.PredictionLog`s, in signature-name order.
+    """
+    texts = [t for t in _WARMUP_TEXTS if len(t.encode()) <= module.max_text_bytes] or [""]
+    text_inputs = {"text": np.array(texts, object)}
+    generate_inputs = {
+        "prompt": np.array(texts, object),
+        "length": np.int32(min(8, module.max_generate_length)),
+        "temperature": np.float32(1.0),
+        "seed": np.int64(0),
+    }
+    logs = []
+    for name, function in sorted(module.signatures().items()):
+        inputs = generate_inputs if function is module.generate else text_inputs
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(signature_name=name),
+            inputs={key: tf.make_tensor_proto(value) for key, value in inputs.items()},
+        )
+        logs.append(
+            prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+        )
+    return logs
+
+
 def export_saved_model(module, base_dir, version, metadata=None) -> str:
     """Writes a SavedModel as `base_dir/<version>`, staged and renamed in, replacing that version.
 
@@ -435,6 +477,10 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
     with fileio.replacing(target) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         failpoints.reach("export")
+        tf.io.gfile.makedirs(os.path.dirname(os.path.join(tmp, WARMUP_FILE)))
+        with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as warmup:
+            for log in warmup_requests(module):
+                warmup.write(log.SerializeToString())
         meta = dict(metadata or {})
         meta.update(
             exporter=EXPORTER,
