@@ -4,6 +4,8 @@ requests, score against the library, and serving without tf_mlstm."""
 import dataclasses
 import json
 import os
+import pathlib
+import re
 import sys
 import textwrap
 
@@ -387,6 +389,51 @@ def test_the_export_s_warmup_records_are_one_request_per_signature_that_each_ser
         outputs = loaded.signatures[name](**inputs)
         assert all(value.shape[:1] == (1,) for value in outputs.values()), name
     assert tf.make_ndarray(logs[0].predict_log.request.inputs["text"]).tolist() == [b"Great."]
+
+
+def _documented_requests():
+    """[(signature name, request body)] of every REST request docs/serving.md shows (curl -d)."""
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text()
+    bodies = [json.loads(body) for body in re.findall(r"curl -d '(.*?)'", text, re.DOTALL)]
+    return [(body.get("signature_name", "serving_default"), body) for body in bodies]
+
+
+def _as_tensorflow_serving_feeds(signature, body):
+    """A REST body's inputs as TensorFlow Serving gives them to `signature`: the row format
+    (`instances`) stacked per input, the columnar (`inputs`) as they are, each in its dtype."""
+    specs = signature.structured_input_signature[1]
+    if "instances" in body:
+        rows = body["instances"]
+        if all(not isinstance(row, dict) for row in rows):
+            (name,) = specs  # a signature of one input takes bare values
+            columns = {name: rows}
+        else:
+            columns = {name: [row[name] for row in rows] for name in specs}
+    else:
+        columns = body["inputs"]
+    return {name: tf.constant(value, dtype=specs[name].dtype) for name, value in columns.items()}
+
+
+def test_the_documented_rest_requests_are_served_by_their_signatures(small_model, tmp_path):
+    """Each request body docs/serving.md shows, fed to the loaded SavedModel as TensorFlow
+    Serving feeds it, is answered by its signature with the outputs the docs describe."""
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    module = saved_model.ServingModule(small_model, classifier=head)
+    loaded = tf.saved_model.load(saved_model.export_saved_model(module, str(tmp_path), 1))
+    requests = _documented_requests()
+    assert {name for name, _ in requests} == {"featurize", "score", "classify", "generate"}
+    for name, body in requests:
+        feeds = _as_tensorflow_serving_feeds(loaded.signatures[name], body)
+        outputs = loaded.signatures[name](**feeds)
+        rows = len(body.get("instances") or body["inputs"]["prompt"])
+        assert all(value.shape[0] == rows for value in outputs.values()), name
+        expected = {
+            "featurize": set(features.FEATURE_KINDS),
+            "score": {"bits_per_char", "chars"},
+            "classify": {"probabilities", "classes", "label", "probability", "neuron"},
+            "generate": {"text"},
+        }[name]
+        assert set(outputs) == expected, name
 
 
 def test_signatures_enforce_the_export_limits(small_model):

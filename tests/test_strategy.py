@@ -350,3 +350,33 @@ def test_a_later_mirrored_strategy_all_reduces_other_tensors(mirrored_on_cpus):
         for total in _all_reduce_ones(strategy, shape, dtype):
             assert total.dtype == dtype
             np.testing.assert_array_equal(total.numpy(), np.full(shape, 2.0))
+
+
+class _RecordingContext:
+    """The coordination-service calls `leave_in_order` makes, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def set_config_key_value(self, key, value):
+        self.calls.append(("set", key, value))
+
+    def get_config_key_value(self, key, timeout_in_ms=0):
+        self.calls.append(("get", key, timeout_in_ms))
+        return "1"
+
+
+def test_the_service_s_host_leaves_the_final_barrier_last():
+    """Worker 0 hosts the coordination service: after the final barrier it reads each
+    peer's word that it has passed, so no peer loses the service while its answer is on
+    its way; a peer only says so."""
+    host = _RecordingContext()
+    strategy_lib.leave_in_order(host, "tf_mlstm_finalize_0", 0, 3)
+    assert [(call, key) for call, key, _ in host.calls] == [
+        ("get", "tf_mlstm_finalize_0_passed_1"),
+        ("get", "tf_mlstm_finalize_0_passed_2"),
+    ]
+    assert all(timeout > 0 for _, _, timeout in host.calls)  # bounded: a peer may die
+    peer = _RecordingContext()
+    strategy_lib.leave_in_order(peer, "tf_mlstm_finalize_0", 2, 3)
+    assert peer.calls == [("set", "tf_mlstm_finalize_0_passed_2", "1")]

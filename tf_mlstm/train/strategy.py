@@ -485,7 +485,7 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
       PeerWorkerError: a peer stopped before reaching the end of the run.
       RuntimeError: the synchronization counted the wrong number of replicas.
     """
-    _, _, num_workers = worker_info(strategy)
+    _, worker, num_workers = worker_info(strategy)
     if num_workers <= 1:
         return
 
@@ -493,9 +493,10 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
         total = sum_over_replicas(strategy, lambda context: tf.ones([]))
         # Every worker calls finalize as often as the others (the all-reduce
         # needs it too), so the count names the same barrier on each.
-        tf_context.context().wait_at_barrier(
-            f"tf_mlstm_finalize_{next(_FINALIZE_CALLS)}", _FINAL_BARRIER_TIMEOUT_S * 1000
-        )
+        barrier = f"tf_mlstm_finalize_{next(_FINALIZE_CALLS)}"
+        context = tf_context.context()
+        context.wait_at_barrier(barrier, _FINAL_BARRIER_TIMEOUT_S * 1000)
+        leave_in_order(context, barrier, worker, num_workers)
     except PEER_ERRORS as e:
         first_line = (e.message or str(e)).strip().splitlines()[0]
         raise PeerWorkerError(
@@ -506,6 +507,28 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
             f"final synchronization counted {int(total.numpy())} replicas, expected "
             f"{strategy.num_replicas_in_sync}"
         )
+
+
+def leave_in_order(context, barrier: str, worker: int, num_workers: int) -> None:
+    """After `barrier`, worker 0 waits until every peer says it has passed it.
+
+    Worker 0 hosts the coordination service, which answers each worker's
+    wait at a barrier: had it exited as soon as its own wait returned, a peer
+    whose answer was still on its way lost the service and failed its last
+    synchronization of a finished run. So each peer sets a key once it has
+    passed, and worker 0 leaves last, when it has read them all.
+
+    Args:
+      context: TensorFlow's eager context (its coordination-service calls).
+      barrier: the barrier just passed.
+      worker: this worker's index (0: the service's host).
+      num_workers: the workers in the cluster.
+    """
+    if worker:
+        context.set_config_key_value(f"{barrier}_passed_{worker}", "1")
+        return
+    for peer in range(1, num_workers):
+        context.get_config_key_value(f"{barrier}_passed_{peer}", _FINAL_BARRIER_TIMEOUT_S * 1000)
 
 
 def stop_signal_during_start_up(strategy: tf.distribute.Strategy) -> bool:
