@@ -201,6 +201,15 @@ def test_load_of_a_missing_folder_is_a_user_error_naming_model_dir(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(tf_mlstm.UserError, match=r"model_dir='.*empty' holds no config.json"):
         tf_mlstm.load(str(tmp_path / "empty"))
+    # An export is no run folder: the error says what it is and how it loads.
+    (tmp_path / "export" / "3").mkdir(parents=True)
+    (tmp_path / "export" / "3" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(
+        tf_mlstm.UserError,
+        match=r"not a run folder .*; it is a SavedModel \(it holds saved_model.pb\): .*"
+        r"tf.saved_model.load loads it after `import tensorflow_text`",
+    ):
+        tf_mlstm.load(str(tmp_path / "export" / "3"))
 
 
 def test_a_config_refuses_a_value_of_the_wrong_type_when_constructed():

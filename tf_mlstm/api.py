@@ -306,9 +306,16 @@ def load(
     bounds.check_sizes({"batch_size": batch_size, "window": window})
     _check_exists("model_dir", model_dir)
     if not rundir.holds(model_dir, rundir.CONFIG_FILE):
+        kind, evidence = preflight.folder_kind(model_dir)
+        what = (
+            f"; it is {preflight.with_article(kind)} (it holds {evidence}): "
+            f"{preflight.use_of(kind, model_dir)}"
+            if kind
+            else ""
+        )
         raise errors.MissingFileError(
             f"model_dir={model_dir!r} holds no {rundir.CONFIG_FILE}: not a run folder of "
-            "tf_mlstm.pretrain or tf_mlstm.finetune"
+            f"tf_mlstm.pretrain or tf_mlstm.finetune{what}"
         )
     fitted = _checked_classifier(classifier) if classifier else None
     precision = features_lib.classifier_precision(precision, fitted)

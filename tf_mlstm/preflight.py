@@ -172,7 +172,10 @@ def use_of(kind, path) -> str:
         DATA_FOLDER: (
             f"tf-mlstm-train takes it as --train_data={path}, tf-mlstm-eval as --data={path}"
         ),
-        SAVED_MODEL: "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it",
+        SAVED_MODEL: (
+            "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it; in Python, "
+            "tf.saved_model.load loads it after `import tensorflow_text`"
+        ),
     }[kind]
 
 
