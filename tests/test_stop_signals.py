@@ -151,6 +151,44 @@ def test_after_training_began_sigterm_is_the_default_again():
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_cluster_s_worker_holds_sigterm_during_start_up_until_training_reads_it(capfd):
+    """A worker of a cluster does not leave on SIGTERM before training (a peer may wait in
+    TensorFlow's rendezvous for it): one line says it is held, and training reads it."""
+    cluster = {"TF_CONFIG": '{"cluster": {"worker": ["h0:1", "h1:1"]}, "task": {}}'}
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stop_signals.stop_until_training(cluster)
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # one line, however many come
+        assert capfd.readouterr().err.splitlines() == [stop_signals.HOLD_LINE]
+        signals = stop_signals.StopSignals()
+        with signals.caught():
+            assert signals.requested
+            assert signals.acted_on() == ("SIGTERM", 75)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        stop_signals.stop_until_training(cluster)  # a second run in the same process
+        later = stop_signals.StopSignals()
+        with later.caught():
+            assert not later.requested  # the held signal was read once
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize(
+    "environ, cluster",
+    [
+        ({}, False),
+        ({"TF_CONFIG": '{"cluster": {"chief": ["h0:1"], "worker": ["h1:1"]}}'}, True),
+        ({"TF_CONFIG": '{"cluster": {"worker": ["h0:1"]}}'}, False),
+        ({"TF_CONFIG": "not json"}, False),
+        ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}, True),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, False),
+    ],
+)
+def test_a_cluster_is_told_from_the_environment(environ, cluster):
+    assert stop_signals.in_a_cluster(environ) is cluster
+
+
 @pytest.mark.parametrize("binary", ["train", "finetune"])
 def test_the_training_binaries_stop_on_sigterm_from_their_first_moment(monkeypatch, binary):
     module = importlib.import_module(f"tf_mlstm.cli.{binary}")

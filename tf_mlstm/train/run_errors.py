@@ -29,7 +29,8 @@ class PreemptedError(RuntimeError):
     """A SIGTERM or Ctrl-C stopped the run; every worker checkpointed the same step.
 
     Attributes:
-      step: the step of that checkpoint.
+      step: the step of that checkpoint (None: the run stopped before
+        training, nothing of it written).
       exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
 
     Example:
@@ -40,7 +41,7 @@ class PreemptedError(RuntimeError):
     (7, 130)
     """
 
-    def __init__(self, message: str, step: int, exit_status: int = EXIT_PREEMPTED) -> None:
+    def __init__(self, message: str, step: int | None, exit_status: int = EXIT_PREEMPTED) -> None:
         super().__init__(message)
         self.step = step
         self.exit_status = exit_status

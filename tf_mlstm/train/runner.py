@@ -20,7 +20,6 @@ every worker checkpoints the same step and exits 75 (SIGTERM) or 130
 
 import dataclasses
 import os
-import signal
 import time
 
 import keras
@@ -311,16 +310,17 @@ class Runner:
             collectives failed after the heartbeat timeout); relaunching all
             workers resumes from the last checkpoint.
           PreemptedError: SIGTERM or Ctrl-C reached a worker; all of them
-            checkpointed the same step (exit with its `exit_status`;
-            relaunching resumes).
+            checkpointed the same step, or stopped before training (exit
+            with its `exit_status`; relaunching resumes).
           TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
         """
         try:
-            # From before the run folder is made: a signal during start-up
-            # stops the run at its first step, which is checkpointed.
+            # From before the run folder is made: a signal held during
+            # start-up stops every worker here, before anything is written;
+            # one after, at the first step, which is checkpointed.
             with self._signals.caught():
-                if strategy_lib.stop_signal_during_start_up(self.strategy):
-                    self._signals.note(signal.SIGTERM)
+                if strategy_lib.stop_agreed_at_start_up(self.strategy, self._signals.requested):
+                    self._stop_at_start_up()
                 results = self._train(finalize)
         except PEER_ERRORS as e:
             if self.num_workers <= 1:
@@ -396,6 +396,20 @@ class Runner:
             errors.setting_name("max_steps"),
         )
         return {**saved, "finished_earlier": True}
+
+    def _stop_at_start_up(self):
+        """A worker got SIGTERM before training: every worker stops, nothing written."""
+        signal_name, status = self._signals.acted_on()
+        if signal_name == stop_signals.PEER_SIGNAL:
+            # TensorFlow's notifier may have heard it here, in the rendezvous: any worker's.
+            signal_name = "SIGTERM to a worker of the cluster"
+        raise PreemptedError(
+            f"worker {self.worker} stopped before training on {signal_name} during start-up, "
+            f"nothing of the run written (exit status {status}); the same command starts or "
+            "resumes the run.",
+            None,
+            status,
+        )
 
     def _stop_preempted(self, step):
         """After the checkpoint of a signal's stop: synchronize, then raise PreemptedError."""

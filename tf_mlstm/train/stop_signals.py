@@ -9,14 +9,16 @@
   call delays Python's handlers.
 - Before training (`stop_until_training`, the training binaries' first
   line) SIGTERM ends the process at once with one line and status 75:
-  nothing of the run is written yet. After training it ends by the signal;
-  one that came after the last step's agreement is passed on then
-  (`deliver_late`).
+  nothing of the run is written yet. A worker of a cluster holds it
+  instead, until the cluster has formed and the workers agree to stop
+  together. After training it ends by the signal; one that came after the
+  last step's agreement is passed on then (`deliver_late`).
 
 No TensorFlow here: tests check it in a bare interpreter.
 """
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -41,6 +43,10 @@ PEER_SIGNAL = "a stop signal to another worker"
 START_UP_LINE = (
     "SIGTERM before training began: stopped at once, nothing of the run written yet "
     f"(exit status {EXIT_PREEMPTED}); the same command starts or resumes the run."
+)
+HOLD_LINE = (
+    "SIGTERM during a cluster's start-up: this worker stops once every worker has joined, "
+    f"before training (exit status {EXIT_PREEMPTED}); the same command starts or resumes the run."
 )
 ABORT_LINE = (
     "Ctrl-C again: stopped at once, without a checkpoint of this step (exit status "
@@ -93,6 +99,8 @@ class StopSignals:
             if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
                 continue
             previous[signum] = signal.signal(signum, self._handle)
+        if previous.get(signal.SIGTERM) is _hold and _HELD:
+            self._handle(_HELD.pop())
         try:
             if signal.SIGINT in previous:
                 with _second_interrupt_aborts():
@@ -102,7 +110,7 @@ class StopSignals:
         finally:
             for signum, handler in previous.items():
                 # Training has begun, so start-up is over: after it, the default.
-                signal.signal(signum, signal.SIG_DFL if handler is _stop_now else handler)
+                signal.signal(signum, signal.SIG_DFL if handler in (_stop_now, _hold) else handler)
 
     def _handle(self, signum, frame=None):
         del frame
@@ -137,24 +145,63 @@ class StopSignals:
             signal.raise_signal(signum)
 
 
-def stop_until_training() -> None:
+def stop_until_training(environ=os.environ) -> None:
     """Until a run enters `StopSignals.caught()`, SIGTERM ends the process with status 75.
 
     For the training binaries, called first thing: a scheduler's SIGTERM in
     the first seconds (TensorFlow's import, the automatic settings) then
     gets the documented status and one line (`START_UP_LINE`), not death by
-    the signal (143). The interpreter runs the handler between two bytecodes:
-    inside a multi-worker rendezvous (TensorFlow waiting for its peers to
-    register, with the interpreter's lock held and a SIGTERM notifier of its
-    own) no signal but SIGKILL acts until the wait ends, which the local
-    launcher's grace period bounds. Nothing of the run is written before training enters
+    the signal (143). Nothing of the run is written before training enters
     `caught()` (the run folder is made inside it), so stopping at once
     loses nothing. Once training has entered it, SIGTERM is the runner's,
     and after training the default again. Only the main thread can set
     handlers: elsewhere this does nothing.
+
+    A worker of a cluster (`environ` names one: `TF_CONFIG` or a Slurm job
+    step of several tasks) holds the signal instead (`HOLD_LINE`): a peer
+    may already wait in TensorFlow's rendezvous, which holds the interpreter
+    and hears no signal, until its time-out, for a worker that left. The
+    runner reads the held signal once the cluster has formed, and every
+    worker stops there (`strategy.stop_agreed_at_start_up`).
+
+    Args:
+      environ: the environment that tells whether this is a cluster's worker.
     """
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _stop_now)
+        signal.signal(signal.SIGTERM, _hold if in_a_cluster(environ) else _stop_now)
+
+
+def in_a_cluster(environ) -> bool:
+    """Whether `environ` starts this process as one of several tasks of a cluster.
+
+    Example:
+
+    >>> from tf_mlstm.train.stop_signals import in_a_cluster
+    >>> in_a_cluster({"SLURM_PROCID": "1", "SLURM_NTASKS": "4"})
+    True
+    >>> in_a_cluster({"TF_CONFIG": '{"cluster": {"worker": ["h0:2222"]}}'})
+    False
+    """
+    try:
+        cluster = json.loads(environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+        tasks = sum(len(addresses) for addresses in cluster.values())
+    except (ValueError, AttributeError, TypeError):
+        tasks = 0  # A malformed TF_CONFIG: the strategy refuses it in one line.
+    slurm_tasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS") or ""
+    if environ.get("SLURM_PROCID") is not None and slurm_tasks.isdigit():
+        tasks = max(tasks, int(slurm_tasks))
+    return tasks > 1
+
+
+# The SIGTERM a cluster's worker held during start-up (at most one), until training reads it.
+_HELD = []
+
+
+def _hold(signum, frame):
+    del frame
+    if not _HELD:
+        _HELD.append(signum)
+        os.write(quiet.stderr_fd(), (HOLD_LINE + "\n").encode())
 
 
 def _stop_now(signum, frame):

@@ -73,6 +73,7 @@ PEER_ERRORS = (
 # its timeout only bounds a peer lost in between.
 _FINAL_BARRIER_TIMEOUT_S = 300
 _FINALIZE_CALLS = itertools.count()
+_START_UP_CALLS = itertools.count()
 
 
 # The coordination service key TensorFlow's preemption notifier sets on SIGTERM.
@@ -531,23 +532,44 @@ def leave_in_order(context, barrier: str, worker: int, num_workers: int) -> None
         context.get_config_key_value(f"{barrier}_passed_{peer}", _FINAL_BARRIER_TIMEOUT_S * 1000)
 
 
-def stop_signal_during_start_up(strategy: tf.distribute.Strategy) -> bool:
-    """Whether a worker got SIGTERM while TensorFlow held it in the cluster's rendezvous.
+def stop_agreed_at_start_up(strategy: tf.distribute.Strategy, signalled: bool) -> bool:
+    """Whether the run stops before training: a worker got SIGTERM during start-up.
 
-    While the workers register with the coordination service, TensorFlow
-    holds the interpreter and answers SIGTERM with a notifier of its own
-    (for its preemption handling), so the run's handler never hears it; the
-    notifier records it as the cluster-wide preemption notice. Read once,
-    when training begins, so such a signal still stops the run at its first
-    step (status 75) instead of being lost. False without a cluster.
+    Until the cluster has formed no worker may leave: a peer waiting in
+    TensorFlow's rendezvous holds the interpreter and hears no signal, and
+    would wait out its time-out for the one gone. So a worker holds such a
+    signal (`stop_signals.stop_until_training`), or TensorFlow's notifier
+    heard it during the rendezvous and posted the cluster-wide preemption
+    notice. Once formed, each worker says whether it got one and, after a
+    barrier, reads every answer: all stop, or none.
+
+    Args:
+      strategy: the run's strategy.
+      signalled: whether this worker holds a stop signal.
+
+    Returns:
+      True where any worker got the signal (every worker gets the same answer).
     """
-    _, _, num_workers = worker_info(strategy)
+    _, worker, num_workers = worker_info(strategy)
     if num_workers <= 1:
-        return False
+        return signalled
+    context = tf_context.context()
+    agreement = f"tf_mlstm_start_up_{next(_START_UP_CALLS)}"
+    stop = signalled or _preemption_noticed(context)
+    context.set_config_key_value(f"{agreement}_{worker}", "stop" if stop else "go")
+    context.wait_at_barrier(agreement, _FINAL_BARRIER_TIMEOUT_S * 1000)
+    return any(
+        context.get_config_key_value(f"{agreement}_{peer}", _FINAL_BARRIER_TIMEOUT_S * 1000)
+        == "stop"
+        for peer in range(num_workers)
+    )
+
+
+def _preemption_noticed(context) -> bool:
     try:
         # The notifier posts the notice up to a second after the signal, and the reply
         # comes over RPC: a second's wait, once a run, tells "none" from "not yet".
-        tf_context.context().get_config_key_value(_PREEMPTION_NOTICE_KEY, timeout_in_ms=1000)
+        context.get_config_key_value(_PREEMPTION_NOTICE_KEY, timeout_in_ms=1000)
     except tf.errors.OpError:
         return False  # No notice within the time-out: no such signal came.
     return True
