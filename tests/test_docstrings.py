@@ -11,7 +11,9 @@ holds fails the suite.
 An example that needs a trained run folder uses `model_dir`, a tiny untrained
 one this module writes once (`EXAMPLE_GLOBALS`).
 
-The README and the recipes (`flags/*.flags`) stay short: measurements,
+Docstrings stay short: a module's at most `MODULE_DOCSTRING_MAX_LINES`
+lines, all of them together at most `DOCSTRING_MAX_SHARE` of the package's
+lines. The README and the recipes (`flags/*.flags`) stay short too: measurements,
 per-machine figures and history belong in docs/, so README.md holds at most
 `README_MAX_LINES` lines and each flag file at most `FLAG_FILE_MAX_COMMENT_LINES`
 comment lines.
@@ -31,6 +33,9 @@ PACKAGE = REPO / "tf_mlstm"
 
 README_MAX_LINES = 300
 FLAG_FILE_MAX_COMMENT_LINES = 30
+# Docstrings say what is; measurements and history go to docs/.
+MODULE_DOCSTRING_MAX_LINES = 25
+DOCSTRING_MAX_SHARE = 0.25
 
 # Files exempt while a restructuring moves them (a folder ends with "/"), brought in
 # by removing them here once the move lands. None now: every public module is checked.
@@ -205,6 +210,43 @@ def test_the_readme_and_the_flag_files_stay_short():
             )
     why = "measurements, per-machine figures and history go to docs/"
     assert not too_long, why + ":\n" + "\n".join(too_long)
+
+
+def docstring_lines(source):
+    """(lines of docstrings, lines of the module docstring) of Python `source`."""
+    total = module = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if ast.get_docstring(node, clean=False) is not None:
+                lines = node.body[0].end_lineno - node.body[0].lineno + 1
+                total += lines
+                module = lines if isinstance(node, ast.Module) else module
+    return total, module
+
+
+def test_docstrings_are_short_and_at_most_a_quarter_of_the_package():
+    documented = written = 0
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        total, module = docstring_lines(source)
+        documented += total
+        written += len(source.splitlines())
+        if module > MODULE_DOCSTRING_MAX_LINES:
+            too_long.append(f"{_relative(path)}: a module docstring of {module} lines")
+    assert not too_long, (
+        f"at most {MODULE_DOCSTRING_MAX_LINES} lines; history goes to docs/:\n"
+        + "\n".join(too_long)
+    )
+    assert documented <= DOCSTRING_MAX_SHARE * written, (
+        f"docstrings are {documented} of the package's {written} lines "
+        f"({documented / written:.1%}, at most {DOCSTRING_MAX_SHARE:.0%})"
+    )
+
+
+def test_docstring_lines_counts_docstrings_only():
+    source = '"""Module.\n\nMore."""\n\n\ndef f():\n    """One."""\n    return 1  # """no"""\n'
+    assert docstring_lines(source) == (4, 3)
 
 
 def test_comment_lines_counts_comments_only():

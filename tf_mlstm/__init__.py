@@ -1,7 +1,6 @@
 """tf_mlstm: byte-level multiplicative LSTM language models on review text.
 
-The Python API (docs/python.md), over the same functions the `tf-mlstm-*`
-binaries call, with the same config objects:
+The Python API (docs/python.md); each name is imported on first use (PEP 562):
 
     import tf_mlstm
 
@@ -9,9 +8,6 @@ binaries call, with the same config objects:
     model = tf_mlstm.load("runs/demo")
     model.score(["A fine film."])              # bits/char per text
     model.generate("This movie", length=100, seed=7)
-
-`import tf_mlstm` is cheap: each name below is imported on first use (PEP
-562), so TensorFlow loads only when something needs it.
 """
 
 import importlib

@@ -1,11 +1,6 @@
 """TensorFlow's start-up, quiet: its first import and GPU probe with stderr on /dev/null.
 
-TensorFlow writes lines to stderr while it loads, whatever
-`TF_CPP_MIN_LOG_LEVEL` says, and an error when it probes for absent GPUs
-(`failed call to cuInit`). So `import tf_mlstm` makes the next
-`import tensorflow` and the device probe run with descriptor 2 on
-/dev/null; later messages show as usual, and a user who set
-`TF_CPP_MIN_LOG_LEVEL` (or `--verbosity`) sees everything. No TensorFlow here.
+Later messages show as usual; a user who set `TF_CPP_MIN_LOG_LEVEL` sees everything.
 """
 
 import contextlib
@@ -26,10 +21,7 @@ def user_chose_tensorflow_log_level(environ=None):
 
 
 def quiet_start():
-    """Makes TensorFlow's first import and GPU probe quiet (see the module doc); idempotent.
-
-    Already imported, only the probe runs, quietly (it prints once per process).
-    """
+    """Makes TensorFlow's first import (or, once imported, its GPU probe) quiet; idempotent."""
     if PACKAGE in sys.modules:
         with stderr_to_devnull():
             _probe_devices(sys.modules[PACKAGE])
@@ -58,10 +50,7 @@ def _probe_devices(tensorflow):
 
 
 class _QuietFirstImport(importlib.abc.MetaPathFinder):
-    """Runs the first import of one package with file descriptor 2 on /dev/null.
-
-    First on `sys.meta_path`, it finds the package's usual spec and wraps its loader.
-    """
+    """Runs the first import of one package with file descriptor 2 on /dev/null."""
 
     def __init__(self, name):
         self.name = name
@@ -79,10 +68,7 @@ class _QuietFirstImport(importlib.abc.MetaPathFinder):
 
 
 class _QuietLoader(importlib.abc.Loader):
-    """`loader`, executing the module (and the GPU probe) with stderr on /dev/null.
-
-    A failed import still raises, shown once stderr is back.
-    """
+    """`loader`, executing the module (and the GPU probe) with stderr on /dev/null."""
 
     def __init__(self, loader):
         self.loader = loader
@@ -101,10 +87,7 @@ _SAVED_STDERR = []  # the real stderr's descriptor while fd 2 is on /dev/null
 
 
 def stderr_fd() -> int:
-    """The descriptor of the process's real stderr, also while start-up is quiet.
-
-    For a line that must be seen (a signal handler ending the process mid-import).
-    """
+    """The descriptor of the process's real stderr, also while start-up is quiet."""
     return _SAVED_STDERR[-1] if _SAVED_STDERR else 2
 
 

@@ -1,12 +1,7 @@
 """The errors a user can fix, told apart from bugs.
 
-Every binary reports these in one line with exit status 1 (`cli/_main.py`);
-anything else is a bug and keeps its traceback. `UserError` is the base;
-`InvalidValueError` (also a `ValueError`) is a bad value, `MissingFileError`
-(also a `FileNotFoundError`) a missing path. `OSError`s and TensorFlow's
-errors of the same kinds count too (`is_user_error`). A message names a
-setting by `setting_name`: the argument to Python, the flag inside
-`naming_flags()`.
+Binaries report these in one line with exit status 1 (`cli/_main.py`); anything else is a
+bug and keeps its traceback. Messages name a setting by `setting_name`.
 """
 
 import contextlib
@@ -43,7 +38,6 @@ class UserError(Exception):
     """A problem the user can fix; its message is the whole report (one line).
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> error = errors.UserError("--input=a.json: no such file")
     >>> errors.is_user_error(error), errors.one_line(error)
@@ -55,7 +49,6 @@ class InvalidValueError(UserError, ValueError):
     """A flag, argument, file or record holds a value that cannot be used.
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> try:
     ...     errors.check_int32("--seed", 2**31)
@@ -69,7 +62,6 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named does not exist (also a `FileNotFoundError`).
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> error = errors.MissingFileError("--model_dir=runs/x: no such folder")
     >>> isinstance(error, FileNotFoundError), errors.is_user_error(error)
@@ -81,7 +73,6 @@ class WriteError(UserError):
     """The filesystem refused a write (full, over a size limit or quota, read-only).
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> errors.is_user_error(errors.WriteError("out/: the disk is full"))
     True
@@ -110,8 +101,7 @@ def is_user_error(error) -> bool:
       error: an exception.
 
     Returns:
-      True for a `UserError`, an `OSError`, or a TensorFlow error of trouble
-      outside the program (missing or damaged files, resources, peers).
+      True for a `UserError`, an `OSError`, or a TensorFlow error of trouble outside the program.
     """
     if isinstance(error, (UserError, OSError)):
         return True

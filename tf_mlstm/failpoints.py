@@ -1,21 +1,9 @@
-"""Named moments a fault-injection run can stop a process at (failpoints).
+"""Named moments a fault-injection run (`tools/chaos.py`) can stop a process at.
 
-A long run meets faults at moments nobody chooses; `tools/chaos.py` proves
-the run survives them by hitting the moments that matter on purpose: inside
-a checkpoint (a worker's own state written, the shared checkpoint not yet),
-the workers' agreement on the checkpoint to resume from, an export being
-written. The code calls `reach(name)` at each such moment; it does nothing
-unless `TF_MLSTM_FAILPOINT` names that moment, as `name:hit:action[:worker]`
-(several comma-separated): on the `hit`-th time this process reaches it (on
-worker `worker` only, when given), it sends a signal to itself or to its
-parent, the local launcher:
-
-  kill, term, int                       SIGKILL, SIGTERM, SIGINT to this process
-  kill-launcher, term-launcher, int-launcher   the same to the parent process
-
-Example: `TF_MLSTM_FAILPOINT=checkpoint-state:2:kill:1 tools/launch_local_workers.py
---num_workers=2 -- tf-mlstm-train ...` kills worker 1 after it wrote its own
-state for its second checkpoint, before the chief commits it.
+`reach(name)` does nothing unless `TF_MLSTM_FAILPOINT` names that moment, as
+`name:hit:action[:worker]` (comma-separated): on the `hit`-th time this process reaches it
+(on worker `worker` only, when given) it sends itself, or with `-launcher` its parent, the
+signal of `action`: kill, term or int.
 """
 
 import collections

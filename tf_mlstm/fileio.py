@@ -1,23 +1,9 @@
 """Whole-file writes that a crash cannot leave half done, on any TensorFlow filesystem.
 
-Run folders may live on local disk, on a network filesystem or in an object
-store (`gs://`, `s3://`, `ram://`), so every file goes through `tf.io.gfile`
-rather than `open`/`os`. A writer that is killed midway must not leave a
-truncated `config.json`, `results.json` or `stats.json` that a later run would
-read as complete: the text goes to a temporary sibling first and is renamed
-over the target only once it is fully written. On POSIX filesystems the
-rename is atomic; object stores give a copy-then-delete, which still never
-exposes a partial file under the final name.
-
-`Staged` is the one way every binary writes what a user keeps (a
-classification CSV, a classifier and its plots, an export, a conversion's
-shards): beside the final names first, renamed in only once all is written,
-so a failure at any stage leaves earlier outputs byte for byte as they were.
-The rename replaces whatever is at the final name, a symbolic link included,
-and never writes through a link into its target. A staged name says which
-process writes it (host and pid), so the next writer of the same output
-removes what a writer that has ended (failed or killed) left beside it, and
-leaves a live writer's alone (`clean_leftovers`).
+Every file goes through `tf.io.gfile` (run folders may be on `gs://`, `s3://`, `ram://`) and
+is written to a hidden sibling, then renamed over its final name, so no reader sees a part.
+`Staged` writes every output a user keeps this way; a staged name carries its writer's host
+and pid, so the next writer removes what an ended writer left (`clean_leftovers`).
 """
 
 import contextlib
@@ -58,19 +44,11 @@ _WRITE_ERRORS = (
 def write_errors(where) -> Iterator[None]:
     """Turns the filesystem refusing a write under `where` into one `errors.WriteError`.
 
-    A full disk, a quota, a file-size limit (`RLIMIT_FSIZE`: TensorFlow says
-    OutOfRange, "File too large"), a read-only filesystem, a permission: each
-    TensorFlow or OS error raised inside becomes one line naming `where` and
-    the cause. What was written before (the older checkpoints) is untouched,
-    so the same command resumes once the filesystem takes writes again.
-
     Args:
       where: the folder or file being written, for the message.
 
     Raises:
-      errors.WriteError: from an `OSError` or a TensorFlow error of a
-        filesystem's kinds inside; other errors (a peer that stopped, during
-        a multi-worker save) pass through unchanged.
+      errors.WriteError: a full disk, quota, size limit, read-only filesystem, permission.
     """
     try:
         yield
@@ -102,16 +80,11 @@ def _sibling(path, prefix):
 
 
 def staging_name(final) -> str:
-    """The hidden sibling of `final` a writer that renames its outputs itself stages in.
-
-    Named as `Staged` names its outputs (the writer's host and pid), so
-    `clean_leftovers(final)` removes it once its writer has ended.
-    """
+    """Where to stage `final`: a hidden sibling `clean_leftovers` removes once its writer ends."""
     return _sibling(final, TMP_PREFIX)
 
 
 def _leftover_of(entry, name, folder):
-    """Whether folder entry `entry` is a staged or moved-aside `name` of an ended writer."""
     for prefix in (TMP_PREFIX, OLD_PREFIX):
         head = f"{prefix}{name}-"
         if not entry.startswith(head):
@@ -131,14 +104,9 @@ def _leftover_of(entry, name, folder):
 def clean_leftovers(final) -> None:
     """Removes what an ended writer of `final` left beside it; restores a moved-aside `final`.
 
-    A write that failed in a way its own clean-up could not handle (a full
-    disk, a kill) leaves its staged sibling (`.tmp-<name>-<writer>`), or,
-    killed between the two renames of a folder, the earlier output moved
-    aside (`.old-<name>-<writer>`) and no `final`. The next writer of the same
-    output calls this first (`Staged.path` does): staged siblings of writers
-    that have ended are removed, and a moved-aside earlier output comes back
-    under its name (or goes, when `final` exists). Writers that still run, or
-    run on another host, are left alone.
+    Staged siblings (`.tmp-<name>-<writer>`) of ended writers are removed; an earlier output
+    moved aside (`.old-<name>-<writer>`) comes back when `final` is missing, else goes.
+    Writers that still run, or run on another host, are left alone.
 
     Args:
       final: the output's final name.
@@ -166,12 +134,9 @@ def clean_leftovers(final) -> None:
 
 
 def clean_checkpoint_temps(checkpoint_dir) -> None:
-    """Removes the `<prefix>_temp` folders TensorFlow's checkpoint writer left in a folder.
+    """Removes the `<prefix>_temp` folders a failed or killed `tf.train.Checkpoint.save` left.
 
-    `tf.train.Checkpoint.save` writes its shards into `<prefix>_temp/` and
-    merges them into `<prefix>.index` and `<prefix>.data-*`; a save that fails
-    (a full disk) or is killed leaves that folder. Only the folder's writer
-    may call this (the run lock's holder), before it saves.
+    Only the folder's writer (the run lock's holder) may call this, before it saves.
 
     Args:
       checkpoint_dir: a folder of checkpoints (may be missing).
@@ -186,10 +151,7 @@ def clean_checkpoint_temps(checkpoint_dir) -> None:
 
 
 def _fsync(path, recursive=True):
-    """Flushes a local file or folder (with what it holds) to disk.
-
-    Other filesystems (object stores) commit a file when it is closed.
-    """
+    """Flushes a local file or folder (with what it holds) to disk; object stores need not."""
     if "://" in path:
         return
     paths = [path]
@@ -207,16 +169,11 @@ def _fsync(path, recursive=True):
 class Staged:
     """Outputs written beside their final names, renamed in together only on success.
 
-    Every binary writes what a user keeps this way: `path(final)` gives a
-    hidden temporary name in the same folder (a file or a folder may be
-    written there); leaving the `with` block normally flushes each to disk and
-    renames it over its final name (a folder replaces an earlier one as a
-    whole), and leaving it with an error removes them all, so an earlier
-    output is left byte for byte as it was. A binary checks its inputs before
-    it stages anything.
+    `path(final)` gives a hidden temporary name in the same folder; leaving the `with` block
+    normally flushes and renames each over its final name, leaving it with an error removes
+    them all, so an earlier output is left as it was.
 
     Example:
-
     >>> import os
     >>> from tf_mlstm import fileio
     >>> with fileio.Staged() as staged:
@@ -230,11 +187,7 @@ class Staged:
         self._pending = []  # (temporary, final)
 
     def path(self, final) -> str:
-        """A temporary sibling of `final` to write (its folder is created).
-
-        What an ended writer of `final` left beside it goes first
-        (`clean_leftovers`).
-        """
+        """A temporary sibling of `final` to write (its folder is made, old leftovers removed)."""
         folder = os.path.dirname(final.rstrip("/"))
         if folder:
             tf.io.gfile.makedirs(folder)
@@ -292,11 +245,7 @@ def _remove(path):
 
 
 def _rename_over(tmp, final):
-    """Renames `tmp` to `final`; a folder there is moved aside, then removed.
-
-    A symbolic link at `final` is replaced itself (rename acts on names);
-    its target is never written or removed.
-    """
+    """Renames `tmp` over `final`: a folder there is moved aside, then removed; a link replaced."""
     if not tf.io.gfile.isdir(tmp):
         tf.io.gfile.rename(tmp, final, overwrite=True)
     else:
@@ -331,8 +280,7 @@ def write_text_atomic(path, text) -> None:
       text: the whole content (str, or bytes for a binary file).
 
     Raises:
-      tf.errors.OpError: the filesystem refused (permissions, full disk); the
-        destination is left as it was.
+      tf.errors.OpError: the filesystem refused; the destination is left as it was.
     """
     with replacing(path) as tmp:
         with tf.io.gfile.GFile(tmp, "wb" if isinstance(text, bytes) else "w") as f:

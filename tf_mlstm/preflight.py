@@ -1,22 +1,8 @@
 """Checks before work: what a binary's paths are, answered before TensorFlow starts.
 
-Every `tf-mlstm-*` binary checks what its flags name before it imports
-TensorFlow, loads a model, measures (`auto` precision) or reads data
-(`tf_mlstm/cli/_main.py` runs the binary's `preflight` first): its inputs
-exist and are of the right kind (a file, a folder, a trained model), its
-outputs can be written where they are asked for (a file where a file goes,
-a folder where a folder goes, inside a folder that exists or can be made),
-no output is one of the inputs, and a run folder resumed keeps the model
-its checkpoints were written for. A mistake costs the user one line naming
-their own path and well under a second, not the start-up of TensorFlow or
-the work before the mistake is met.
-
-This module is also what tells the kinds of folder apart (a language-model
-run, a fine-tuning run, a transfer output, a data folder, a SavedModel) and
-which settings a resumed run cannot change; `tf_mlstm.rundir` imports them
-from here. No TensorFlow here: local paths are read with `os`; a path with
-a scheme (`gs://...`) is read through TensorFlow's filesystem, imported only
-then.
+Every binary's `preflight` (`tf_mlstm/cli/_main.py`) checks its inputs, outputs and resumed
+run folder here, in one line naming the path; this module also tells the kinds of folder apart.
+Local paths are read with `os`; a URL (`gs://...`) through TensorFlow, imported only then.
 """
 
 import errno
@@ -72,7 +58,6 @@ class RunDirError(errors.InvalidValueError):
     """A run folder that cannot be used as asked (in use, changed model, damaged).
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> from tf_mlstm.preflight import RunDirError
     >>> errors.is_user_error(RunDirError("runs/a is in use by another run"))
@@ -112,10 +97,6 @@ def listdir(path) -> list[str]:
 
 def check_link_leads_somewhere(path, what) -> None:
     """Refuses a local path that is a symbolic link to nothing (a loop, or a missing target).
-
-    TensorFlow's filesystem reads such a path as absent, creates nothing
-    there without a word, and fails at the first file written inside with
-    an `UnknownError` ("Too many levels of symbolic links").
 
     Args:
       path: an output path (a URL such as `gs://` is not checked).
@@ -191,10 +172,8 @@ def folder_kind(path) -> tuple[str | None, str | None]:
       path: a folder (or any path; local or a `tf.io.gfile` URL).
 
     Returns:
-      (kind, the file that tells it): kind one of `MODEL_RUNS`, a transfer
-      output, a data folder or a SavedModel (an export's version folder, or
-      the export folder above versions); (None, None) when nothing tells
-      (missing, empty, or a run stopped before its config was written).
+      (kind, the file that tells it): a kind of `MODEL_RUNS`, a transfer output, a data
+      folder or a SavedModel (or the folder of its versions); (None, None) when nothing tells.
     """
     if not isdir(path):
         return None, None
@@ -211,15 +190,12 @@ def check_folder_kind(path, flag, command, accept) -> None:
     """Refuses, before anything is read or written, a folder of a kind `command` cannot use.
 
     Args:
-      path: the folder a flag names.
-      flag: the flag's name, for the message.
+      path, flag: the folder, and the flag that names it (for the message).
       command: the binary (`tf-mlstm-train`), for the message.
-      accept: the kinds it takes (see `folder_kind`); None in it accepts a
-        folder nothing tells (a new one, for a tool that makes its run there).
+      accept: the kinds it takes (see `folder_kind`); None in it accepts a new folder.
 
     Raises:
-      RunDirError: one line: what the folder is, the file that tells it, and
-        the command that fits it.
+      RunDirError: one line: what the folder is, the file that tells it, the command that fits.
     """
     if None in accept:  # a folder the command makes
         check_link_leads_somewhere(path, f"{_name(flag)}={path}")
@@ -257,12 +233,10 @@ def check_trained_model(model_dir, flag="model_dir") -> None:
     """Refuses a run folder to read a model from that holds none (its config.json).
 
     Args:
-      model_dir: the folder.
-      flag: the flag that names it, for the message.
+      model_dir, flag: the folder, and the flag that names it (for the message).
 
     Raises:
-      FileNotFoundError: one line naming the flag and the folder, and what the
-        folder is instead (missing, a file, a data folder, a transfer output, ...).
+      FileNotFoundError: one line naming the flag, the folder and what it is instead.
     """
     if not exists(model_dir):
         raise errors.MissingFileError(
@@ -291,15 +265,13 @@ def check_finetune_run(model_dir) -> None:
 
 
 def check_not_run_dir(path, flag) -> None:
-    """Refuses an output folder that is a training run's folder.
+    """Refuses an output folder that is a training run's (whose results.json it would replace).
 
     Args:
-      path: the output folder a tool is about to write.
-      flag: its flag name, for the message.
+      path, flag: the output folder a tool is about to write, and its flag (for the message).
 
     Raises:
-      RunDirError: `path` holds a run (its config or checkpoints), whose
-        results.json the tool would overwrite.
+      RunDirError: `path` holds a run (its config or checkpoints).
     """
     for name in (CONFIG_FILE, CHECKPOINT_SUBDIR):
         if exists(os.path.join(path, name)):
@@ -342,8 +314,7 @@ def refused_changes(saved, new, name) -> list[str]:
       name: the config file (`CONFIG_FILE` or `FINETUNE_CONFIG_FILE`).
 
     Returns:
-      ["--field=new (saved old)", ...] of the fixed settings that changed, in
-      name order.
+      ["--field=new (saved old)", ...] of the fixed settings that changed, in name order.
     """
     fixed = RESUME_FIXED.get(name, {})
     refused = []
@@ -369,13 +340,9 @@ def resume_refused_error(model_dir, name, refused) -> RunDirError:
 def check_resume(model_dir, values, name=CONFIG_FILE, upgrade=None) -> None:
     """Refuses, before the run starts, a resume that changes its model's shape or precision.
 
-    What `tf_mlstm.rundir.check_resumed_config` refuses once the run begins,
-    asked of the flags: a setting given as `auto` is decided later (a resumed
-    run keeps its recorded value), so it is not compared here.
-
     Args:
       model_dir: the run folder (nothing to check when it holds no checkpoint).
-      values: {field: the value given}.
+      values: {field: the value given}; `auto` (decided later) is not compared.
       name: the config file the values are saved as.
       upgrade: turns a saved dict with earlier field names into today's.
 
@@ -482,15 +449,12 @@ def check_input_files(flag, spec, folders=False) -> None:
 
     Args:
       flag: the flag's name (`input`), for the message.
-      spec: its value: comma-separated files and globs; "" and "-" (stdin)
-        are not checked.
+      spec: comma-separated files and globs; "" and "-" (stdin) are not checked.
       folders: a folder is an input too (a TFRecord data folder).
 
     Raises:
-      errors.MissingFileError: a file that does not exist, or a glob that
-        matches none.
-      errors.InvalidValueError: a folder where a file is wanted, or a file
-        that cannot be read.
+      errors.MissingFileError: a file that does not exist, or a glob that matches none.
+      errors.InvalidValueError: a folder where a file is wanted, or an unreadable file.
     """
     for piece in _pieces(spec or ""):
         if piece == "-":
@@ -522,9 +486,8 @@ def check_input_file(flag, path, what="file") -> None:
     """Refuses one input file (`--classifier`) that is not there, a folder, or unreadable.
 
     Args:
-      flag: the flag's name, for the message.
+      flag, what: the flag's name and what the file is ("classifier file"), for the message.
       path: its value ("" is not checked).
-      what: what the file is ("classifier file"), for the message.
 
     Raises:
       errors.MissingFileError: no such file.
@@ -543,7 +506,6 @@ def check_input_file(flag, path, what="file") -> None:
 
 
 def _why_unwritable(path):
-    """Why `path` refuses writes, in the words the OS would use for a write there."""
     try:
         if os.statvfs(path).f_flag & os.ST_RDONLY:
             return os.strerror(errno.EROFS)  # "Read-only file system"
@@ -553,7 +515,6 @@ def _why_unwritable(path):
 
 
 def _writable_place(flag, path, kind):
-    """Refuses an output `path` whose nearest existing folder above is no folder or read-only."""
     if _remote(path):
         return
     parent = os.path.dirname(os.path.abspath(path))
@@ -572,13 +533,8 @@ def _writable_place(flag, path, kind):
 def check_output_file(flag, path) -> None:
     """Refuses an output file where one cannot be written: a folder, or an unwritable place.
 
-    The rerun rule (`refuse_existing`) and an output that is
-    an input (`tf_mlstm.cli._flags.refuse_output_over_input`) are checked
-    beside this.
-
     Args:
-      flag: the flag's name, for the message.
-      path: the file to write; "" and "-" (stdout) are not checked.
+      flag, path: the flag's name (for the message) and the file to write ("", "-": unchecked).
 
     Raises:
       errors.InvalidValueError: one line naming the flag and the path.
@@ -601,8 +557,7 @@ def check_output_prefix(flag, prefix) -> None:
     """Refuses a prefix of output files (`<prefix>-00000-of-00004.jsonl`) that names a folder.
 
     Args:
-      flag: the flag's name, for the message.
-      prefix: the files' path up to the shard numbers.
+      flag, prefix: the flag's name (for the message) and the files' path up to the shard numbers.
 
     Raises:
       errors.InvalidValueError: one line naming the flag and the path.
@@ -621,8 +576,7 @@ def check_saved_model(flag, path) -> None:
     """Refuses a `--saved_model` that holds no SavedModel (an export's version folder).
 
     Raises:
-      errors.MissingFileError: one line; for the folder of versions above a
-        SavedModel, the version folder to give instead.
+      errors.MissingFileError: one line, naming the version folder to give where there is one.
     """
     if any(exists(os.path.join(path, name)) for name in ("saved_model.pb", "saved_model.pbtxt")):
         return
@@ -642,8 +596,7 @@ def check_output_dir(flag, path) -> None:
     """Refuses an output folder where one cannot be made: a file, or an unwritable place.
 
     Args:
-      flag: the flag's name, for the message.
-      path: the folder to write into (made when missing).
+      flag, path: the flag's name (for the message) and the folder to write into (made if missing).
 
     Raises:
       errors.InvalidValueError: one line naming the flag and the path.
@@ -665,20 +618,15 @@ def check_output_dir(flag, path) -> None:
 def refuse_existing(name, path, overwrite, is_output=None, given=None) -> None:
     """Refuses to replace an existing output unless `overwrite`: the one rerun rule.
 
-    Every binary checks each output it writes with this before TensorFlow
-    starts. Training run folders are no outputs in this sense (a rerun
-    resumes); `gs://` paths are left to the writers.
-
     Args:
       name: the flag or argument naming the output, as the user wrote it.
-      path: the output file or folder; "" or "-" (stdout) is never refused.
+      path: the output file or folder; "", "-" (stdout) and URLs are never refused.
       overwrite: the user's `--overwrite`: replace what is there.
       is_output: for a folder of named files, whether an entry's name counts; None: all do.
       given: the value the user gave, where `path` is its folder; None: `path`.
 
     Raises:
-      errors.InvalidValueError: `path` exists (a folder: holds entries that count)
-        and `overwrite` is false.
+      errors.InvalidValueError: `path` exists (a folder: holds entries that count), no `overwrite`.
     """
     if overwrite or not path or path == "-" or "://" in path:
         return

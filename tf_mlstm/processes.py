@@ -1,21 +1,13 @@
-"""Whether a process of this host still runs: the run lock's holder, a staged file's writer.
-
-No TensorFlow here: the checks before work (`preflight`) ask it too.
-"""
+"""Whether a process of this host still runs (TensorFlow-free: `preflight` asks it too)."""
 
 import os
 import socket
 
 
 def ended(host: str, pid: int) -> bool:
-    """Whether process `pid` of `host` has ended (False when it cannot tell).
-
-    A zombie has ended: killed, not yet reaped (an orphan whose parent died
-    too, in a container whose first process reaps no orphans), it holds no
-    file and writes nothing more, though `kill(pid, 0)` still finds it.
+    """Whether process `pid` of `host` has ended (False when it cannot tell); a zombie has ended.
 
     Example:
-
     >>> import os, socket
     >>> ended(socket.gethostname(), os.getppid())
     False
@@ -39,10 +31,7 @@ def ended(host: str, pid: int) -> bool:
 
 
 def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), else None.
-
-    With the pid it tells a live holder from a later process that reuses its pid.
-    """
+    """The process's start time in clock ticks since boot (Linux), else None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             # The command name (field 2) may hold spaces; it ends at the last ')'.

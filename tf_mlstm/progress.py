@@ -1,9 +1,7 @@
 """Progress of long jobs: a bar on a terminal, a log line every so often elsewhere.
 
-Conversion, featurization, evaluation and predictions know their total work
-and report through one `Progress`: on a terminal one line redrawn in place
-(bar, done/total, rate, time left), elsewhere an absl log line every
-`log_interval_s` seconds; `close` reports the time taken and the mean rate.
+`Progress` draws one line in place on a terminal (bar, done/total, rate, time left),
+else logs every `log_interval_s` seconds; `close` reports the time taken and mean rate.
 """
 
 import sys
@@ -31,7 +29,7 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Reports how far a job of known size has come (see the module docstring).
+    """Reports how far a job of known size has come.
 
     Args:
         what: What is being done, the start of every line ("Converting").
@@ -48,7 +46,6 @@ class Progress:
         ValueError: If `total` is negative or `log_interval_s` or `scale` is not positive.
 
     Example:
-
     >>> import itertools
     >>> from tf_mlstm.progress import Progress
     >>> clock = itertools.count(0.0, 2.0).__next__  # two seconds a reading

@@ -1,26 +1,16 @@
 """The run directory (`--model_dir`): its layout, config files, lock and trained model.
 
-Every tool that writes or reads a run folder goes through this module:
-
 ```
 MODEL_DIR/
   config.json                  the language model's TrainConfig (tf-mlstm-train)
   finetune_config.json         the FinetuneConfig (tf-mlstm-finetune runs only)
   openai_import.json           where the weights came from (tf-mlstm-import-openai only)
-  results.json                 the run's results, written when it ends
-  run.lock                     held by the chief while a run writes here
+  results.json, run.lock       the results, when it ends; the chief's lock while it writes
   checkpoints/ckpt-<step>.*    model, optimizer (with loss scale) and step
   carried_state/worker-<i>-step-<step>.tensor   each worker's recurrent state
   input_state/worker-<i>/step-<step>.*          each worker's input position
-  export/                      the SavedModel of tf-mlstm-train
-  train/, validation/          TensorBoard events
+  export/, train/, validation/ the SavedModel of tf-mlstm-train; TensorBoard events
 ```
-
-A resume starts from the newest intact checkpoint (a damaged one is skipped
-with a warning) and refuses a change of the model's shape or precision; one
-chief holds the lock at a time (a lock of a process that is gone is taken
-over); files are replaced atomically (`fileio`), on any TensorFlow
-filesystem. It builds no model itself.
 """
 
 import atexit
@@ -73,7 +63,7 @@ def checkpoint_dir(model_dir: str) -> str:
 
 
 def holds(model_dir: str, name: str) -> bool:
-    """Whether the run folder holds the file or folder `name` (one of the names above)."""
+    """Whether the run folder holds the file or folder `name`."""
     return tf.io.gfile.exists(os.path.join(model_dir, name))
 
 
@@ -119,7 +109,7 @@ def read_config(model_dir, config_class: type[C] = TrainConfig, name=CONFIG_FILE
       The config.
 
     Raises:
-      FileNotFoundError: no such file (the message says what folder it wanted).
+      FileNotFoundError: no such file.
       ValueError: the file is not valid JSON.
     """
     path = os.path.join(model_dir, name)
@@ -136,11 +126,7 @@ def read_config(model_dir, config_class: type[C] = TrainConfig, name=CONFIG_FILE
 
 
 def _recorded_config(model_dir, name, what):
-    """The run's config file `name` as a dict, or None when it does not exist.
-
-    Raises:
-      ValueError: the file exists but is not a JSON object (`what`: what could not be read).
-    """
+    """The run's config file `name` as a dict, or None when it does not exist."""
     path = os.path.join(model_dir, name)
     if not tf.io.gfile.exists(path):
         return None
@@ -167,11 +153,10 @@ def recorded_precision(model_dir: str, name: str = CONFIG_FILE) -> str | None:
       name: its config file (config.json, finetune_config.json).
 
     Returns:
-      The recorded policy name, or None when the file does not exist or holds
-      no concrete precision.
+      The recorded policy name, or None when there is no file or no concrete precision.
 
     Raises:
-      ValueError: the file exists but is not a JSON object (named in the message).
+      ValueError: the file exists but is not a JSON object.
 
     Example:
       >>> import tempfile
@@ -190,11 +175,10 @@ def recorded_hidden_size(model_dir: str) -> tuple[int, dict] | None:
       model_dir: the run folder.
 
     Returns:
-      (units, the "autosize" record or {}), or None when config.json does not
-      exist or holds no positive integer size.
+      (units, the "autosize" record or {}), or None when there is no file or no positive size.
 
     Raises:
-      ValueError: the file exists but is not a JSON object (named in the message).
+      ValueError: the file exists but is not a JSON object.
 
     Example:
       >>> import tempfile
@@ -216,10 +200,8 @@ def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None) -
       model_dir: the run folder.
       config: the config dataclass.
       name: the file name.
-      extra: optional {key: JSON value} written beside the config's fields
-        (e.g. how `auto` chose the precision); `from_json` ignores them.
-      staged: a `fileio.Staged` the file is written through (it appears when
-        that commits), or None: in place now.
+      extra: optional {key: JSON value} written beside the config's fields.
+      staged: a `fileio.Staged` to write through (the file appears when it commits), or None.
     """
     text = config.to_json()
     if extra:
@@ -236,14 +218,13 @@ def _write_text(path, text, staged):
 
 
 def read_finetune_run(model_dir: str) -> tuple[dict, dict]:
-    """The config and results of a finished fine-tuning run, as read from its files.
+    """The config and results of the finished fine-tuning run in `model_dir`.
 
     Returns:
       (finetune_config.json, results.json), each a dict.
 
     Raises:
-      InvalidValueError: `model_dir` holds no finished fine-tuning run (one
-        line, `preflight.check_finetune_run`'s).
+      InvalidValueError: `model_dir` holds no finished fine-tuning run.
       ValueError: a file that is not valid JSON.
     """
     preflight.check_finetune_run(model_dir)
@@ -259,11 +240,7 @@ def write_results(model_dir: str, results: dict) -> None:
 
 
 def read_results(model_dir: str) -> dict | None:
-    """The results.json a run wrote when it ended, or None when there is none to read.
-
-    None also for a file that is not a JSON object: its writes are atomic, so
-    such a file was not written by `write_results`.
-    """
+    """The results.json a run wrote when it ended, or None when there is none (or not a dict)."""
     try:
         results = fileio.read_json(os.path.join(model_dir, RESULTS_FILE))
     except (FileNotFoundError, tf.errors.NotFoundError, ValueError):
@@ -284,11 +261,7 @@ def write_openai_import(model_dir: str, source: dict, staged=None) -> None:
 
 
 def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple]:
-    """Compares a resumed run's config with the one its checkpoints were written under.
-
-    Changes of budget and bookkeeping (steps, learning rate, logging, data) are
-    logged; changes of the settings in `RESUME_FIXED[name]` (the model's shape,
-    the precision) are refused.
+    """Compares a resumed run's config with its checkpoints': logs changes, refuses fixed ones.
 
     Args:
       model_dir: the run folder.
@@ -296,12 +269,10 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple
       name: the config file it is saved as.
 
     Returns:
-      {field: (saved, new)} of the changed settings (empty when none or when
-      no config was saved).
+      {field: (saved, new)} of the changed settings (empty when none or none was saved).
 
     Raises:
-      RunDirError: a fixed setting changed; the message names each flag with
-        its saved and its new value.
+      RunDirError: a setting of `RESUME_FIXED[name]` changed.
     """
     path = os.path.join(model_dir, name)
     if not tf.io.gfile.exists(path):
@@ -329,22 +300,16 @@ def check_resumed_config(model_dir, config, name=CONFIG_FILE) -> dict[str, tuple
 
 
 def begin_run(model_dir, configs, chief=True, extras=None) -> None:
-    """Starts or resumes a training run in `model_dir`.
-
-    The chief takes the run lock (held until the process exits); when the
-    folder has checkpoints, every worker checks each config against its saved
-    copy; the chief then writes the configs.
+    """Starts or resumes a training run in `model_dir`: lock, check, write the configs.
 
     Args:
       model_dir: the run folder (created).
       configs: {file name: config dataclass}, e.g. `{CONFIG_FILE: train_config}`.
-      chief: whether this worker keeps the run's outputs.
-      extras: optional {file name: {key: JSON value}} written into those
-        config files beside the fields (see `write_config`).
+      chief: whether this worker keeps the run's outputs (takes the lock, writes the configs).
+      extras: optional {file name: {key: JSON value}} for `write_config`.
 
     Raises:
-      RunDirError: another live run holds the folder, or a config changes a
-        setting its checkpoints cannot be resumed under.
+      RunDirError: another live run holds the folder, or a config changes a fixed setting.
     """
     if chief:
         tf.io.gfile.makedirs(model_dir)
@@ -392,11 +357,7 @@ def _read_lock(path):
 
 
 def acquire_lock(model_dir: str) -> str:
-    """Takes `model_dir`'s run lock for this process, until it exits.
-
-    The lock file holds host, pid and start time of its holder. A lock of a
-    process on this host that is gone is taken over with a warning; a lock
-    this process already holds is kept.
+    """Takes `model_dir`'s run lock for this process, until it exits (a gone holder's too).
 
     Args:
       model_dir: the run folder (must exist).
@@ -469,10 +430,7 @@ def checkpoint_step(prefix: str) -> int:
 
 
 def list_checkpoints(directory: str) -> list[str]:
-    """The checkpoint prefixes in `directory`, newest first.
-
-    Both the `checkpoint` state file's list and the `*.index` files count, so
-    a checkpoint whose files are gone, or a state file that is, still shows.
+    """The checkpoint prefixes in `directory` (its state file's and `*.index` files), newest first.
 
     Args:
       directory: a checkpoint folder (may be missing).
@@ -502,28 +460,20 @@ def first_line(error: BaseException) -> str:
 
 
 def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None) -> str | None:
-    """Restores the newest intact checkpoint of `directory` into `checkpoint`.
-
-    A checkpoint whose files are missing or damaged is skipped with a warning
-    naming it and the reason; the next older one is tried.
+    """Restores the newest intact checkpoint of `directory` into `checkpoint` (warns of others).
 
     Args:
       checkpoint: a `tf.train.Checkpoint`.
       directory: the checkpoint folder.
-      partial: the checkpoint may hold more than `checkpoint` (e.g. only the
-        model of a training checkpoint is wanted); otherwise every object of
-        `checkpoint` must be restored.
-      newest_step: None, or the step of the newest checkpoint to consider
-        (newer ones lack a worker's state beside them).
+      partial: the checkpoint may hold more than `checkpoint`; else every object must restore.
+      newest_step: None, or the step of the newest checkpoint to consider.
 
     Returns:
       The restored prefix, or None when the folder holds no checkpoint.
 
     Raises:
-      RunDirError: checkpoints exist but none is intact (training must not
-        start over: it would rotate them away).
-      AssertionError: an intact checkpoint of another model (see
-        `check_resumed_config`, which the training tools run first).
+      RunDirError: checkpoints exist but none is intact.
+      AssertionError: an intact checkpoint of another model.
     """
     damaged = []
     for prefix in list_checkpoints(directory):
@@ -576,11 +526,7 @@ def restore_checkpoint(checkpoint, directory, partial=False, newest_step=None) -
 
 
 def _never_finished(directory, names):
-    """Whether no save in `directory` ever ended: no checkpoint state file lists one.
-
-    The state file is written (atomically) after each save, so without it the
-    damaged `names` are what a first save left when it was killed.
-    """
+    """Whether no save in `directory` ever ended: no checkpoint state file lists one."""
     del names
     return not tf.io.gfile.exists(os.path.join(directory, "checkpoint"))
 
@@ -588,13 +534,8 @@ def _never_finished(directory, names):
 def restore_model(checkpoint, model_dir, prefix=None) -> str:
     """Restores a trained model (`checkpoint`'s objects) from a run folder.
 
-    What every `from_run` loads through: the newest intact checkpoint of
-    `model_dir` (`restore_checkpoint`, partially: the optimizer and the step
-    stay behind), or the checkpoint `prefix`.
-
     Args:
-      checkpoint: a `tf.train.Checkpoint` of the model's parts, under the
-        names the run saved them (`model`, and a fine-tuned run's head).
+      checkpoint: a `tf.train.Checkpoint` of the model's parts, under the names the run saved.
       model_dir: the run folder.
       prefix: a specific checkpoint prefix (default: the newest intact).
 
@@ -621,12 +562,7 @@ def restore_model(checkpoint, model_dir, prefix=None) -> str:
 
 
 def weights_checksum(variables) -> str:
-    """SHA-256 (hex, 16 digits) of the variables' values, in order.
-
-    The fingerprint of a model: results.json records it for the weights a
-    run ends with, classifier.json for the weights its features came from
-    (the same in any compute precision: the variables stay float32).
-    """
+    """SHA-256 (hex, 16 digits) of the variables' values, in order: a model's fingerprint."""
     digest = hashlib.sha256()
     for variable in variables:
         digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
@@ -637,7 +573,6 @@ class OtherModelError(RunDirError):
     """A classifier applied to model weights other than those it was fitted on.
 
     Example:
-
     >>> from tf_mlstm import rundir
     >>> error = rundir.OtherModelError("classifier.json was fitted on other model weights")
     >>> isinstance(error, rundir.RunDirError), isinstance(error, ValueError)
@@ -650,8 +585,7 @@ def check_fitted_model(model, fitted_sha256, source, model_dir, allow_other_mode
 
     Args:
       model: the loaded language model.
-      fitted_sha256: the classifier's recorded `weights_checksum` ("" for a
-        file written before it was recorded: nothing to check).
+      fitted_sha256: the classifier's recorded `weights_checksum` ("": nothing to check).
       source: the classifier file, for the message ("" when the caller names it).
       model_dir: the model's folder, for the message.
       allow_other_model: warn instead of raising.

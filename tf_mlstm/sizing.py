@@ -2,14 +2,10 @@
 
     loss(N, D) = E + A / n**alpha + B / d**beta,   n = N / 1e6,  d = D / 1e6
 
-(Hoffmann et al. 2022's form; in millions, `A` and `B` read as bits/char).
-`fit_law` fits it, `leave_one_out` measures its error on unseen runs, and
-`plan_size` picks the size with the lowest predicted loss at the end of a
-time budget from each size's measured rate. NumPy and SciPy only
-(docs/scaling.md; `tools/scaling_law.py` runs the grid).
+(Hoffmann et al. 2022's form). `fit_law` fits it, `leave_one_out` measures its error on
+unseen runs, `plan_size` and `plan_compute` pick a size for a budget (docs/scaling.md).
 
 Example:
-
 >>> import numpy as np
 >>> from tf_mlstm import sizing
 >>> law = sizing.ScalingLaw(E=1.0, A=0.5, alpha=0.5, B=0.5, beta=0.5)
@@ -55,7 +51,6 @@ OPTIMIZE_FOR = ("bits", "transfer")
 
 
 def _law(form, e, a, alpha, b, beta, n, d):
-    """The loss of `form` at n, d (millions of weights and characters)."""
     size, data = a * n ** (-alpha), b * d ** (-beta)
     if form == "additive":
         return e + size + data
@@ -69,8 +64,7 @@ def model_weights(units: int, embedding_size: int = 64, vocab: int = 256, weight
 
     Args:
       units: mLSTM units (`hidden_size`).
-      embedding_size: byte embedding width.
-      vocab: byte vocabulary (256).
+      embedding_size, vocab: byte embedding width, byte vocabulary (256).
       weight_norm: whether the cell has weight-norm gains (one per kernel column).
 
     Returns:
@@ -87,19 +81,12 @@ class ScalingLaw:
     """loss = E + A / (N/1e6)**alpha + B / (D/1e6)**beta, N weights, D characters.
 
     Attributes:
-      E: the loss no size or budget removes (bits/char).
-      A: the size term at one million weights.
-      alpha: how fast the size term falls with weights.
-      B: the data term at one million characters.
-      beta: how fast the data term falls with characters.
-      weights_range: the (smallest, largest) weights among the fitted runs.
-      chars_range: the (smallest, largest) characters among the fitted runs.
+      E, A, alpha, B, beta: the coefficients (E, A and B in bits/char).
+      weights_range, chars_range: the (smallest, largest) weights, characters of the fitted runs.
       rms: the root-mean-square residual over the fitted runs.
-      form: `additive` (Hoffmann et al.), or `coupled`:
-        E + ((A/n^alpha)^(1/beta) + (B/d^beta)^(1/beta))^beta (Kaplan et al.).
+      form: `additive` (Hoffmann et al.), or `coupled` (Kaplan et al.).
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
     >>> law.formula()
     'loss = 1.300 + 0.250 / (N/1M)^0.600 + 0.900 / (D/1M)^0.450'
@@ -188,7 +175,6 @@ def law_from_json(values: Mapping, source: str = "scaling law") -> ScalingLaw:
       errors.InvalidValueError: a missing or non-finite coefficient, a bad range or form.
 
     Example:
-
     >>> law_from_json({"law": REVIEWS_LAW.to_json()}) == REVIEWS_LAW
     True
     """
@@ -238,10 +224,9 @@ def load_law(path: str) -> ScalingLaw:
       The law.
 
     Raises:
-      errors.InvalidValueError: no readable law at `path`, in one line naming `scaling_law`.
+      errors.InvalidValueError: no readable law at `path`.
 
     Example:
-
     >>> load_law("") is REVIEWS_LAW
     True
     """
@@ -261,7 +246,6 @@ def load_law(path: str) -> ScalingLaw:
 
 
 def _points(weights, chars, losses):
-    """The runs as float arrays, checked; raises InvalidValueError naming the problem."""
     arrays = [np.asarray(x, dtype=np.float64).reshape(-1) for x in (weights, chars, losses)]
     n, d, loss = arrays
     if not len(n) == len(d) == len(loss):
@@ -286,7 +270,6 @@ def _points(weights, chars, losses):
 
 
 def _linear_part(n, d, loss, alpha, beta):
-    """With the exponents fixed: (E, A, B) >= 0 by non-negative least squares, and the residual."""
     from scipy import optimize  # pylint: disable=g-import-not-at-top
 
     design = np.stack([np.ones_like(n), n ** (-alpha), d ** (-beta)], axis=1)
@@ -297,22 +280,16 @@ def _linear_part(n, d, loss, alpha, beta):
 def fit_law(weights, chars, losses, form="additive") -> ScalingLaw:
     """Fits `ScalingLaw` to runs by least squares on the loss.
 
-    A grid over (alpha, beta) solves the linear part exactly (E, A, B >= 0), and
-    the best point is refined over all five; the coupled form is refined from
-    the additive fit.
-
     Args:
-      weights: each run's weights (N).
-      chars: each run's characters trained on (D).
-      losses: each run's held-out loss (bits/char).
+      weights, chars, losses: each run's weights (N), characters trained on (D), and
+        held-out loss (bits/char).
       form: one of `FORMS`.
 
     Returns:
       The fitted `ScalingLaw`, with its fitted ranges and RMS residual.
 
     Raises:
-      errors.InvalidValueError: fewer than `MIN_RUNS` runs, unequal lengths, or a
-        value not positive and finite.
+      errors.InvalidValueError: fewer than `MIN_RUNS` runs, unequal lengths, or a bad value.
     """
     from scipy import optimize  # pylint: disable=g-import-not-at-top
 
@@ -367,16 +344,14 @@ def leave_one_out(weights, chars, losses, form="additive") -> np.ndarray:
     """Each run's error when the law is fitted on all the other runs.
 
     Args:
-      weights: each run's weights (N).
-      chars: each run's characters (D).
-      losses: each run's held-out loss.
+      weights, chars, losses: each run's weights (N), characters (D) and held-out loss.
       form: one of `FORMS`.
 
     Returns:
       error[i] = (the law fitted without run i)'s prediction for run i - loss[i].
 
     Raises:
-      errors.InvalidValueError: fewer than `MIN_RUNS` + 1 runs, or a bad value (`fit_law`).
+      errors.InvalidValueError: fewer than `MIN_RUNS` + 1 runs, or a bad value.
     """
     n = np.asarray(weights, dtype=np.float64).reshape(-1)
     d = np.asarray(chars, dtype=np.float64).reshape(-1)
@@ -398,16 +373,11 @@ def leave_one_out(weights, chars, losses, form="additive") -> np.ndarray:
 class SizeChoice:
     """One size's prediction for a budget.
 
-    Attributes:
-      units: mLSTM units.
-      weights: its weights.
-      chars_per_s: its measured training rate (NaN: not measured).
-      chars: characters it trains on within the budget.
-      predicted: the law's loss at (weights, chars).
-      extrapolated: whether that point is outside the fitted ranges.
+    Its `units` and `weights`, measured `chars_per_s` (NaN: not measured), the `chars` it
+    trains on within the budget, the law's loss there (`predicted`), and whether that point
+    is outside the fitted ranges (`extrapolated`).
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
     >>> plan = plan_size(law, {256: 11000.0}, seconds=120)
     >>> plan.best.units, plan.best.chars, round(plan.best.predicted, 3)
@@ -424,15 +394,9 @@ class SizeChoice:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The planner's answer: the chosen size, every candidate, and one line saying why.
-
-    Attributes:
-      best: the chosen candidate (lowest loss, or for transfer the widest within the margin).
-      candidates: every candidate, smallest size first.
-      line: one line: the choice, its rate and prediction, and the alternatives.
+    """The planner's answer: the chosen size (`best`), every candidate, and one `line` saying why.
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
     >>> plan = plan_size(law, {128: 20000.0, 256: 11000.0}, seconds=120)
     >>> print(plan.line)  # doctest: +NORMALIZE_WHITESPACE
@@ -456,16 +420,12 @@ def plan_size(
 ) -> Plan:
     """The size whose predicted loss at the end of a budget is lowest (or, for transfer, widest).
 
-    Each size trains on `rate x seconds` characters, at most `max_chars`; with
-    no time budget every size gets `max_chars` (rates may be None).
-
     Args:
       law: the fitted `ScalingLaw`.
       rates: mLSTM units -> training characters per second here (None: not measured).
-      seconds: the time budget (`math.inf`: none).
-      embedding_size: the models' byte embedding width.
-      weight_norm: whether the models use weight norm.
-      max_chars: the characters a step budget allows (`math.inf`: none).
+      seconds: the time budget (`math.inf`: none); a size trains on rate x seconds characters.
+      embedding_size, weight_norm: the models' byte embedding width, and whether weight norm.
+      max_chars: the most characters a size trains on (a step budget; `math.inf`: none).
       optimize_for: "bits" (lowest loss) or "transfer" (widest within `TRANSFER_MARGIN`).
 
     Returns:
@@ -475,7 +435,6 @@ def plan_size(
       errors.InvalidValueError: no rates, a non-positive rate or size, or no finite budget.
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
     >>> plan = plan_size(law, {128: None, 256: None}, math.inf, max_chars=2e6)
     >>> plan.best.units, plan.best.chars
@@ -531,7 +490,6 @@ def plan_size(
 
 
 def _chars(count):
-    """A count of characters: 1.3M, or 12,288 below a tenth of a million."""
     return f"{count / _MILLION:.1f}M" if count >= _MILLION / 10 else f"{count:,.0f}"
 
 
@@ -587,17 +545,10 @@ def summary(values: Sequence[float]) -> dict:
 
 
 def flops_per_char(units: int, embedding_size: int = 64, vocab: int = 256) -> int:
-    """Training FLOPs per character of the byte-level mLSTM, counted from its matrix products.
-
-    With H units, embedding width E and V bytes the products are 5EH + 5H^2 + HV
-    multiply-adds, 6 FLOPs each in training (2 forward, 4 backward); the embedding lookup,
-    elementwise arithmetic, biases and weight-norm rescaling are not counted
-    (docs/scaling.md, Planning a cluster run).
+    """Training FLOPs per character of the mLSTM's matrix products: 6 x (5EH + 5H^2 + HV).
 
     Args:
-      units: mLSTM units H.
-      embedding_size: byte embedding width E.
-      vocab: bytes V (256).
+      units, embedding_size, vocab: mLSTM units H, byte embedding width E, bytes V (256).
 
     Returns:
       Training (forward and backward) FLOPs per character.
@@ -606,7 +557,6 @@ def flops_per_char(units: int, embedding_size: int = 64, vocab: int = 256) -> in
       errors.InvalidValueError: a size that is not positive.
 
     Example:
-
     >>> flops_per_char(4096)  # the paper's model: 0.52 GFLOPs a character
     517472256
     >>> round(flops_per_char(768) / (6 * (model_weights(768) - 256 * 64)), 4)
@@ -640,7 +590,6 @@ def cluster_flops(
       errors.InvalidValueError: a non-positive rate or time, or a utilization outside (0, 1].
 
     Example:
-
     >>> f"{cluster_flops(128 * 125e12, 0.3, 4):.3g}"  # 128 V100s for 4 hours at 30%
     '6.91e+19'
     """
@@ -658,14 +607,12 @@ def cluster_units(low: int = 128, high: int = 16384) -> tuple:
     """Candidate sizes for a cluster plan: powers of two and the midpoints (1.5x) between.
 
     Args:
-      low: the smallest size.
-      high: the largest size.
+      low, high: the smallest and the largest size.
 
     Returns:
       The sizes from `low` to `high`, ascending.
 
     Example:
-
     >>> cluster_units(512, 4096)
     (512, 768, 1024, 1536, 2048, 3072, 4096)
     """
@@ -681,19 +628,14 @@ def plan_compute(
     embedding_size: int = 64,
     weight_norm: bool = True,
 ) -> Plan:
-    """The size whose predicted loss is lowest for a FLOP budget (a cluster for some hours).
-
-    `plan_size` with each size's rate counted in FLOPs: on `flops_per_s x
-    seconds` a size sees that over `flops_per_char(units)` characters; a
-    candidate outside the law's fitted ranges is flagged `extrapolated`.
+    """The size whose predicted loss is lowest for a FLOP budget (`plan_size` with rates in FLOPs).
 
     Args:
       law: the `ScalingLaw`.
       flops_per_s: the FLOP/s the run sustains (peak x utilization).
       seconds: the run's wall-clock time.
       units: the candidate sizes; empty: `cluster_units()`.
-      embedding_size: the models' byte embedding width.
-      weight_norm: whether the models use weight norm (their weight count).
+      embedding_size, weight_norm: the models' byte embedding width, and whether weight norm.
 
     Returns:
       A `Plan`: `best` the choice, `candidates` every size, `line` the choice in one line.
@@ -702,7 +644,6 @@ def plan_compute(
       errors.InvalidValueError: a FLOP rate, time or size that is not positive.
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45)
     >>> plan = plan_compute(law, 1e12, 3600, units=(256, 512, 1024))
     >>> plan.best.units, f"{plan.best.chars:.3g}", round(plan.best.predicted, 3)
@@ -743,7 +684,6 @@ def describe_choice(law: ScalingLaw, choice: SizeChoice, embedding_size: int = 6
       Units, weights, FLOPs and characters, predicted bits/char, and any extrapolation factor.
 
     Example:
-
     >>> law = ScalingLaw(E=1.3, A=0.25, alpha=0.6, B=0.9, beta=0.45, chars_range=(5e5, 8e6))
     >>> choice = plan_compute(law, 1e12, 3600, units=(512,)).best
     >>> print(describe_choice(law, choice))  # doctest: +NORMALIZE_WHITESPACE

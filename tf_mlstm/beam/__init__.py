@@ -1,9 +1,7 @@
 """Apache Beam pipelines: the corpus converter and batch classification on any Beam runner.
 
-Installed with the `beam` extra. Only the binaries import it, and only with
-`--runner`, so `import tf_mlstm` never loads Beam. Beam's import-time notices
-(missing Google Cloud clients only Dataflow needs) are silenced here, so a
-binary's user error stays its only line.
+Installed with the `beam` extra; only the binaries import it, with `--runner`. Beam's
+import-time notices are silenced here, so a binary's user error stays its only line.
 """
 
 import logging as _logging

@@ -1,11 +1,8 @@
 """The corpus converter as a Beam pipeline: `tf-mlstm-make-tfrecords --runner=...`.
 
-`tf_mlstm.data.convert`'s conversion (same readers, records, split and shard
-per document, staged folder) over a runner's workers. Each input file is one
-unit of work; its records go per shard into sorted runs on disk, and only
-the runs' names through the shuffle. One worker per shard merges its runs,
-so a shard's bytes do not depend on the runner. `max_documents` is refused:
-it needs one stream's order (docs/distributed.md, "Converting with Apache Beam").
+`tf_mlstm.data.convert`'s conversion over a runner's workers, one input file a unit of work.
+Records go per shard into sorted runs on disk; one worker per shard merges its runs, so a
+shard's bytes do not depend on the runner (docs/distributed.md, "Converting with Apache Beam").
 """
 
 import heapq

@@ -1,10 +1,8 @@
 """Batch classification and featurization as a Beam pipeline: `tf-mlstm-classify-beam`.
 
-Beam's `RunInference` applies a SavedModel's `classify` or `featurize`
-signature to every text of many files; each becomes one JSON line (`input`,
-`line`, the outputs) in shards moved in only when every input was read. An
-unreadable file goes to a side output, and the launcher raises the first
-one's error in one line (docs/distributed.md, "Batch classification").
+Beam's `RunInference` applies a SavedModel's `classify` or `featurize` signature to every text
+of many files, each a JSON line (`input`, `line`, the outputs) in shards moved in at the end
+(docs/distributed.md, "Batch classification").
 """
 
 import itertools
@@ -53,7 +51,6 @@ class SavedModelHandler(inference_base.ModelHandler):
         batch_size: Most texts per call (Beam batches up to this many).
 
     Example:
-
     >>> from tf_mlstm.beam.inference import SavedModelHandler
     >>> handler = SavedModelHandler("exports/model/1", signature="classify", batch_size=32)
     >>> handler.batch_elements_kwargs()
@@ -107,11 +104,7 @@ class SavedModelHandler(inference_base.ModelHandler):
 
 
 class _ReadTexts(beam.DoFn):
-    """One input file -> ((file, line), normalized text) per usable record; skips counted.
-
-    Texts come in length-sorted runs, as a batch costs its longest text
-    (docs/performance.md); a user's error goes to `_FAILED` for the launcher.
-    """
+    """One input file -> ((file, line), normalized text) per usable record; skips counted."""
 
     def __init__(self, text_keys: Sequence[str], max_document_bytes: int, sort_texts: int):
         self._text_keys = tuple(text_keys)
@@ -166,8 +159,7 @@ def check_saved_model(export_dir: str, signature: str) -> None:
     """Raises, in one line, unless `export_dir` is a SavedModel with `signature` (checked early).
 
     Args:
-        export_dir: The SavedModel folder (`<export base>/<version>`).
-        signature: The signature the pipeline will call.
+        export_dir, signature: The SavedModel folder, and the signature the pipeline will call.
 
     Raises:
         FileNotFoundError: No SavedModel is there.
@@ -246,25 +238,20 @@ def classify_with_beam(
     """Applies a SavedModel signature to every text of `inputs`.
 
     Args:
-        export_dir: The SavedModel folder.
-        inputs: Comma-separated files and globs (`readers.expand_inputs`).
+        export_dir, inputs: The SavedModel folder; comma-separated files and globs.
         output: Prefix of the output files (`<output>-SSSSS-of-NNNNN.jsonl`).
-        runner: The Beam runner.
-        pipeline_args: Further Beam pipeline options, as command-line flags.
+        runner, pipeline_args: The Beam runner, and further pipeline options as flags.
         signature: "classify" or "featurize".
         text_keys: Keys/columns holding the text, first present wins.
-        batch_size: Most texts per model call.
-        num_shards: Output files; 0 lets the runner choose.
+        batch_size, num_shards: Most texts per model call; output files (0: the runner's choice).
         max_document_bytes: Longest input record (longer ones are skipped).
 
     Returns:
         `{"texts", "skipped": {reason: count}, "outputs": [files], "signature"}`.
 
     Raises:
-        FileNotFoundError: An input or glob matches nothing, a file vanished,
-            or no SavedModel is at `export_dir`.
-        readers.InputError: An input file cannot be read (the first named,
-            with its cause and how many failed).
+        FileNotFoundError: An input or glob matches nothing, or no SavedModel is at `export_dir`.
+        readers.InputError: An input file cannot be read (the first named, and how many).
         ValueError: A bad argument or pipeline option, or no `signature`.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

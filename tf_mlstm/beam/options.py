@@ -1,8 +1,4 @@
-"""Beam pipeline options from the flags a binary did not define itself.
-
-A flag Beam does not know either is refused in one line before any pipeline
-starts, so a misspelled flag is not dropped with a warning in a long log.
-"""
+"""Beam pipeline options from the flags a binary did not define; an unknown flag is refused."""
 
 import logging
 from collections.abc import Sequence

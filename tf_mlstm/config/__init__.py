@@ -1,14 +1,6 @@
 """Every config of tf_mlstm: small frozen dataclasses, built once, importable without TensorFlow.
 
-A binary builds one from its flags, a Python caller by hand
-(`tf_mlstm.TrainConfig(hidden_size=64)`); nothing reads absl FLAGS. Each field
-is the flag of the same name, documented once in its class's `Attributes:`
-(also the flag's `--help`); `validate()` names a bad setting in one line.
-Modules: `choices` (the values a setting may take), `base` (checks, JSON),
-`bounds` (largest sizes), `runner` (the runner's field groups), `training`,
-`transfer`, `convert` and `binaries`. Only `errors`, `progress` and `data`'s
-field names are imported (tests/test_config_room.py), so `rundir` sits below
-training.
+Each field is the flag of the same name, its `Attributes:` entry the flag's `--help`.
 """
 
 from tf_mlstm.config.base import CheckedFields

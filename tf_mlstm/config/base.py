@@ -1,9 +1,6 @@
 """What every config dataclass shares: field docs, type checks, range checks, JSON.
 
-Each field is documented once, in its class docstring's `Attributes:`
-(as tensorflow/models' configs do): `field_doc` reads it, `field_help` words
-it as the flag's `--help`. `CheckedFields` checks scalar types on
-construction; `JsonConfig` adds range and choice checks and the JSON round trip.
+A field's entry in its class's `Attributes:` is its flag's `--help` (`field_help`).
 """
 
 import dataclasses
@@ -25,10 +22,7 @@ T = TypeVar("T")
 
 
 def field_docs(config_class: type) -> dict[str, str]:
-    """{field: its documentation, on one line} from the `Attributes:` of `config_class`.
-
-    A field the class does not document keeps its nearest base class's entry.
-    """
+    """{field: its documentation on one line} from the `Attributes:` of `config_class` and bases."""
     docs = {}
     for klass in reversed(config_class.__mro__):
         docs.update(_attributes(klass.__dict__.get("__doc__") or ""))
@@ -36,7 +30,6 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 
 def _attributes(doc):
-    """The `Attributes:` section of a Google-style docstring, {name: text on one line}."""
     lines = inspect.cleandoc(doc).split("\n")
     if "Attributes:" not in (line.strip() for line in lines):
         return {}
@@ -84,7 +77,6 @@ _SCALAR_TYPES = {bool: "True or False", int: "an int", float: "a number", str: "
 
 
 def _accepts(expected, value):
-    """Whether `value` fits the scalar annotation `expected` (None: not a scalar, unchecked)."""
     if expected is bool:
         return isinstance(value, bool)
     # NumPy's scalars count (a size computed from an array is a numpy.int64).
@@ -99,8 +91,6 @@ def _accepts(expected, value):
 
 class CheckedFields:
     """Checks the scalar fields' types when a config dataclass is constructed.
-
-    Tuples (which flags may give as a comma-separated str) and ranges are left to `validate`.
 
     Example:
 
@@ -150,11 +140,7 @@ class JsonConfig(CheckedFields):
     NEGATIVE_INTS = {"num_gpus": -1}
 
     def check_numbers(self) -> None:
-        """Raises ValueError naming the first number field out of its range.
-
-        Floats must be finite; integers >= 0 (or their `NEGATIVE_INTS` entry) and
-        within `bounds.check_sizes`.
-        """
+        """Raises ValueError naming the first number field not finite or below its lowest."""
         bounds.check_config_sizes(self)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

@@ -1,9 +1,6 @@
 """The largest value each size, length and count a user gives may take: one table for all.
 
-Kept once by setting name (the flag is the field): `LARGEST` for one value,
-`PRODUCTS` for the tensors several settings shape together. `check_sizes`
-applies both to configs, binaries' flags and the Python API's arguments; an
-integer without an entry is still bounded by int32 (`errors.check_int32`).
+`LARGEST` bounds one value, `PRODUCTS` the tensors several settings shape together.
 
 Example:
 
@@ -101,9 +98,6 @@ LARGEST = {
 @dataclasses.dataclass(frozen=True)
 class Product:
     """Settings whose product (times `factor`) sizes one tensor, bounded by int32.
-
-    TensorFlow computes such a shape in int32 (the step flattens [rows, window]),
-    so past it the step would fail with a traceback instead of one line.
 
     Attributes:
       names: the settings multiplied.

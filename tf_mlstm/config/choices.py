@@ -1,9 +1,4 @@
-"""The values a setting may take, each list defined once.
-
-The configs check their fields against these, the binaries' enum flags list
-them, and the code that acts on a setting reads the same names: a new choice
-is added here and nowhere else.
-"""
+"""The values a setting may take, each list defined once, for configs, flags and code alike."""
 
 import numpy as np
 

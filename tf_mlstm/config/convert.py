@@ -1,7 +1,4 @@
-"""What one conversion does (`tf-mlstm-make-tfrecords`), as a TensorFlow-free dataclass.
-
-Apart from `tf_mlstm.data.convert`, so flags are checked without starting TensorFlow.
-"""
+"""What one conversion does (`tf-mlstm-make-tfrecords`), as a TensorFlow-free dataclass."""
 
 import dataclasses
 import os

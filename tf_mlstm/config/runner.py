@@ -1,9 +1,6 @@
 """The groups of settings every run on the distributed runner shares.
 
-`RuntimeFields`, `OptimizationFields` and `BudgetFields`, each with its one
-check. `TrainConfig` and `FinetuneConfig` inherit their fields (config files
-stay flat, a flag name is a field name) and `validate_runner_settings` runs
-each check once; a config changes a default by declaring the field again.
+`TrainConfig` and `FinetuneConfig` inherit their fields, so config files stay flat.
 """
 
 import dataclasses
@@ -60,8 +57,7 @@ class RuntimeFields(JsonConfig):
       all_reduce: Collective implementation for gradient all-reduce.
       cluster_resolver: Where multi_worker reads the cluster from.
       num_gpus: GPUs per worker (-1 = all visible).
-      collective_timeout_s: Fail when an all-reduce waits longer for a peer (0 = forever);
-        it must exceed the slowest worker's longest pause (the first step's compilation).
+      collective_timeout_s: Fail when an all-reduce waits longer (0 = forever); above compile time.
 
     Example:
 

@@ -24,8 +24,6 @@ from tf_mlstm.errors import setting_name as _name
 class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     """Training settings. Field names match the `tf-mlstm-train` flags.
 
-    The runner's shared fields are documented in `tf_mlstm.config.runner`.
-
     Attributes:
       train_data: TFRecord folder or glob of shards. Empty: the embedded demo corpus.
       validation_data: Validation shards. Empty: the validation-* shards beside `train_data`.
@@ -124,7 +122,7 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
         """`size_candidates` as sorted, distinct units.
 
         Raises:
-          errors.InvalidValueError: an entry that is no positive integer or too wide, or none.
+          errors.InvalidValueError: an entry that is no positive integer or too wide.
         """
         units = set()
         for piece in (p.strip() for p in self.size_candidates.split(",")):

@@ -1,10 +1,4 @@
-"""The configs of transfer: labeled data, fine-tuning and the linear probe.
-
-`LabeledDataFields` is read by transfer, fine-tuning and
-`tools/tfidf_baseline.py` under the same flag names; `FinetuneConfig` adds
-the runner's groups, `TransferConfig` the probe's settings. The parsers of
-`--features` and `--label_map` live here, so a config is checked without TensorFlow.
-"""
+"""The configs of transfer: labeled data, fine-tuning and the linear probe."""
 
 import dataclasses
 import math
@@ -52,10 +46,10 @@ def parse_feature_kinds(spec: str) -> str | tuple[str, ...]:
     """Parses a `--features` value.
 
     Args:
-      spec: comma-separated kinds from `ALL_KINDS` ("cell,mean", "tfidf"), "auto" or "auto,tfidf".
+      spec: comma-separated kinds from `ALL_KINDS`, "auto" or "auto,tfidf".
 
     Returns:
-      `AUTO`, `AUTO_NGRAMS`, or distinct kinds in `ALL_KINDS` order ("mean,cell" is "cell,mean").
+      `AUTO`, `AUTO_NGRAMS`, or distinct kinds in `ALL_KINDS` order.
 
     Raises:
       ValueError: an empty spec, an unknown kind, or "auto" mixed with model kinds.
@@ -275,8 +269,6 @@ class FinetuneConfig(
     BudgetFields,
 ):
     """Fine-tuning settings. Field names match the `tf-mlstm-finetune` flags.
-
-    Labeled data and the runner's fields are documented in their groups.
 
     Attributes:
       init_model_dir: The tf-mlstm-train `model_dir` to start from.

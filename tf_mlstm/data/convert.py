@@ -1,14 +1,6 @@
 """Corpus to sharded TFRecords: the library behind `tf-mlstm-make-tfrecords`.
 
-`convert(config)` (a `tf_mlstm.config.ConvertConfig`, which sits above this
-layer: read here by its fields) streams documents through `read_documents`
-into a `ShardedWriter`, reports progress and writes a JSON stats file
-(counts per split, throughput, skips by reason). A non-empty output folder
-is refused unless `overwrite`. Shards are staged in a hidden folder and
-moved in only when all are written, so a failure leaves an earlier data set
-as it was; `tfrecord.INCOMPLETE_MARKER` stays until the stats file is
-written last, so a killed conversion is never read as data.
-`tf_mlstm.beam.convert` shares `run_staged`.
+Shards are staged in a hidden folder and moved in when all are written; the stats file last.
 """
 
 import contextlib
@@ -49,11 +41,7 @@ def _marker(output_dir: str) -> str:
 
 
 def _prepare_output_dir(config) -> None:
-    """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete (first).
-
-    Raises:
-        FileExistsError: If the folder is not empty and `overwrite` is not set.
-    """
+    """Refuses a non-empty output folder unless `overwrite`, then marks it incomplete."""
     output_dir = config.output_dir
     if tf.io.gfile.isdir(output_dir):
         entries = sorted(tf.io.gfile.listdir(output_dir))
@@ -78,7 +66,6 @@ def _staging_dir(config) -> str:
 
 
 def _remove_old(config) -> None:
-    """Removes a former conversion's shards and stats (`--overwrite`), once the new is written."""
     output_dir = config.output_dir
     old = [config.stats_path, os.path.join(output_dir, STATS_FILE)]
     for split in tfrecord.SPLITS:
@@ -102,7 +89,6 @@ def _remove_old(config) -> None:
 
 
 def _move_in(config, shard_paths: dict[str, list[str]]) -> None:
-    """Renames the staged shards into the output folder, then removes the staging folder."""
     for paths in shard_paths.values():
         for path in paths:
             final = os.path.join(config.output_dir, os.path.basename(path))
@@ -111,7 +97,6 @@ def _move_in(config, shard_paths: dict[str, list[str]]) -> None:
 
 
 def _abandon(config, existed: bool, was_complete: bool) -> None:
-    """After a failed conversion: its staging folder goes, and the folder is as it was."""
     staging = _staging_dir(config)
     if tf.io.gfile.isdir(staging):
         tf.io.gfile.rmtree(staging)
@@ -134,15 +119,12 @@ def convert(config) -> dict[str, Any]:
         config: a `tf_mlstm.config.ConvertConfig`: what to read and where to write.
 
     Returns:
-        The stats written to `config.stats_path`: `records`, `bytes`, `input_bytes`,
-        `seconds`, `input_mb_per_second`, `splits`, `skipped`, `inputs`,
-        `output_dir`, `compression` and `warnings`.
+        The stats written to `config.stats_path`.
 
     Raises:
         FileNotFoundError: If an input file or glob matches nothing.
         readers.InputError: If an input file as a whole is unreadable.
-        NoDocumentsError: If no document was written (what the run made is
-            removed, so a rerun needs no `--overwrite`).
+        NoDocumentsError: If no document was written.
         FileExistsError: If `output_dir` is not empty and `overwrite` is not set.
     """
     start = time.monotonic()
@@ -168,13 +150,9 @@ WriteShards = Callable[
 def run_staged(config, paths: list[str], start: float, write: WriteShards) -> dict[str, Any]:
     """A conversion's folder handling around `write`, which stages the shards.
 
-    Shared by `convert` and `tf_mlstm.beam.convert`, so both refuse, stage,
-    abandon and commit alike: the shards move in once `write` returns with
-    documents, the stats file last.
-
     Args:
-        config: a `tf_mlstm.config.ConvertConfig`: what to read and where to write.
-        paths: The input files (`readers.expand_inputs` of `config.input`).
+        config: a `tf_mlstm.config.ConvertConfig`.
+        paths: The input files.
         start: `time.monotonic()` when the conversion began.
         write: Writes the shards (see `WriteShards`).
 
@@ -182,8 +160,7 @@ def run_staged(config, paths: list[str], start: float, write: WriteShards) -> di
         The stats (see `convert`).
 
     Raises:
-        NoDocumentsError, FileExistsError: As `convert`; and whatever `write`
-            raises, after the folder is put back as it was.
+        NoDocumentsError, FileExistsError: As `convert`; and whatever `write` raises.
     """
     existed = tf.io.gfile.isdir(config.output_dir)
     was_complete = (
@@ -255,7 +232,6 @@ def read_documents(
 
 
 def _progress(config, paths: list[str]) -> Progress:
-    """The conversion's progress: stored input bytes read, or documents with `max_documents`."""
     if config.max_documents:
         total, unit, scale = config.max_documents, "records", 1.0
     else:
@@ -273,7 +249,6 @@ def _write_documents(
     progress: Progress,
     read_stats: readers.ReadStats,
 ) -> int:
-    """Writes `documents` (up to `max_documents`), then closes writer and progress; the count."""
     records = 0
     # The progress closes first, on an error too, so the error starts on a line of its own.
     with writer, contextlib.closing(documents), progress:
@@ -298,7 +273,6 @@ def _conversion_stats(
     skip_log: readers.SkipLog,
     start: float,
 ) -> dict[str, Any]:
-    """The stats file's content (see `convert`)."""
     seconds = time.monotonic() - start
     warnings = [
         f"the {split} split received no documents ({records} in all, split weights {config.split})"
@@ -321,7 +295,6 @@ def _conversion_stats(
 
 
 def _finish(config, stats: dict[str, Any]) -> None:
-    """Writes the stats file, then removes the incomplete marker."""
     # Last, and atomically: a stats file means every shard is complete.
     fileio.write_json_atomic(config.stats_path, stats)
     tf.io.gfile.remove(_marker(config.output_dir))

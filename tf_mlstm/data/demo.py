@@ -1,7 +1,4 @@
-"""The embedded demo corpus: a few hundred short reviews, so `tf-mlstm-train` runs with no flags.
-
-`tf_mlstm.train.data_files.build_demo_tfrecords` converts it.
-"""
+"""The embedded demo corpus: a few hundred short reviews, so `tf-mlstm-train` runs with no flags."""
 
 import os
 

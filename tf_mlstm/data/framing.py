@@ -1,13 +1,6 @@
 """Framing: normalized text -> the byte ids the model reads, `DOC_START` + UTF-8 bytes.
 
-The one place every consumer (training, featurization, fine-tuning, sampling,
-serving) frames and pads text: NumPy functions for lists of `str` and `_tf`
-twins for `tf.string` tensors in a graph, which agree exactly (tested).
-Truncation keeps the first `max_length` framed bytes (a cut may split a
-multi-byte character); the width is the longest row rounded up to
-`pad_to_multiple`. The pad id 0 never occurs in normalized text. Sampling
-prompts pad with `DOC_START` on the left instead: the state resets at every
-`DOC_START`, so all rows continue from the last column together.
+NumPy functions for lists of `str`, and `_tf` twins for `tf.string` tensors that agree exactly.
 """
 
 from typing import Any
@@ -28,7 +21,7 @@ class FramedIds(NamedTuple):
     """A batch of framed, padded texts (NumPy arrays or tensors).
 
     Attributes:
-      ids: [N, T] framed bytes, padded on the right (`[DOC_START, text, pad ...]`) or left.
+      ids: [N, T] framed bytes, padded on the right or left.
       valid: [N, T] float32, 1 on the framed bytes and 0 on the padding.
       lengths: [N] int32 framed bytes kept per row, `DOC_START` included.
       truncated: [N] bool, whether the framed text was longer than `max_length`.
@@ -50,7 +43,6 @@ class FramedIds(NamedTuple):
 
 
 def _check(padding, max_length, pad_to_multiple, pad_id):
-    """Raises ValueError for framing options no consumer can mean."""
     if padding not in PADDINGS:
         raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
     if max_length is not None and max_length < 1:

@@ -1,16 +1,6 @@
 """tf.data pipelines from documents to batches of contiguous byte windows.
 
-Each batch row is a stream of whole framed documents, so row j of batch k+1
-continues row j of batch k and the model carries its state across batches.
-A document goes to the row with the shortest pending buffer, bounding memory
-by rows x (longest document + window). Windows hold `seq_length + 1` bytes
-and overlap by one, so no target is skipped or counted twice; a finite
-stream (evaluation) is flushed with padding that `weights` masks out.
-
-Order: shard files -> split by pipeline -> (shuffle) -> interleave readers ->
-(repeat: after the readers, so empty shards end an epoch instead of spinning)
--> parse -> (repeat by `source_repeats`) -> (shuffle) -> frame -> window ->
-batch -> prefetch.
+Row j of batch k+1 continues row j of batch k, so the model carries its state across batches.
 """
 
 import re
@@ -25,7 +15,6 @@ from tf_mlstm.data.repeats import parse_source_repeats  # noqa: F401 (one import
 
 
 def _source_regex(pattern):
-    """The RE2 regex of a glob with `*` and `?` (fnmatch's own uses Python-only syntax)."""
     parts = {"*": ".*", "?": "."}
     return "(?s)" + "".join(parts.get(char) or re.escape(char) for char in pattern)
 
@@ -153,16 +142,13 @@ def corpus_documents(
 ) -> tf.data.Dataset:
     """Normalized texts of raw corpus files (JSONL, CSV, text) as a dataset, via `readers`.
 
-    A file that cannot be read as a whole ends the stream and goes to `errors`
-    for the caller to raise afterwards (inside tf.data it would be an opaque op error).
-
     Args:
         paths: corpus files.
         text_keys: keys/columns tried in order for the text.
         text_mode: plain-text files: "line" or "file".
-        max_document_bytes: longest record read (see `readers.read_documents`).
-        errors: a list that receives the `readers.InputError`; None: raised inside tf.data.
-        read_stats: a `readers.ReadStats` kept up to date as the files are read, or None.
+        max_document_bytes: longest record read.
+        errors: a list that receives a `readers.InputError`; None: raised inside tf.data.
+        read_stats: a `readers.ReadStats` kept up to date, or None.
 
     Returns:
         A dataset of tf.string document texts.

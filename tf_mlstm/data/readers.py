@@ -1,14 +1,6 @@
 """Streaming corpus readers: JSON lines, CSV/TSV and plain text, optionally gzip.
 
-`read_documents` streams `Document`s file by file in bounded memory (the
-40 GB Amazon dump as easily as a test file), through `tf.io.gfile`, so
-`gs://` paths work. The format comes from the name before an optional
-`.gz`: `.jsonl`/`.json`/`.ndjson` one object per line, `.csv`/`.tsv` a
-header then records, anything else plain text (a document per line or file).
-Text is strict UTF-8, normalized by `normalize_text`. An unusable record is
-skipped and counted by reason in a `SkipLog` (a record over
-`max_document_bytes` is never held whole; an open CSV quote loses only its
-line); a whole-file error (missing, corrupt gzip, no text column) raises.
+The format comes from the file name; an unusable record is skipped and counted in a `SkipLog`.
 """
 
 import collections
@@ -108,8 +100,6 @@ class Document:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _LongLine:
-    """Stands for a line longer than the record limit: only its length is kept."""
-
     length: int
 
 
@@ -193,7 +183,7 @@ class SkipLog:
         return {"total": self.total, "by_reason": self.counts, "examples": self.examples}
 
     def merge(self, skipped: Mapping[str, Any]) -> None:
-        """Adds the skips of another log, given as its `to_dict()` (examples in the order merged).
+        """Adds the skips of another log, given as its `to_dict()`.
 
         Args:
             skipped: `{"by_reason": {reason: count}, "examples": {reason: [...]}}`.
@@ -220,10 +210,7 @@ class SkipLog:
 
 
 def expand_inputs(spec: str) -> list[str]:
-    """Expands comma-separated paths and globs into a list of files.
-
-    Each glob's matches are sorted, the pieces keep their order, and a file named
-    twice is kept at its first place (names with commas cannot be given).
+    """Expands comma-separated paths and globs into a list of files, in order, without repeats.
 
     Args:
         spec: For example "data/a.jsonl,data/more/*.jsonl.gz".
@@ -261,11 +248,10 @@ def parse_label(value: Any) -> int:
     """Parses a class label from a JSON or CSV value.
 
     Args:
-        value: A bool, a non-negative integer (or a string of one), or
-            pos/positive/true (1), neg/negative/false (0), in any case.
+        value: A bool, a non-negative integer (or its string), or pos/neg/true/false.
 
     Returns:
-        The label, in [0, 2**63 - 1] (TFRecords store -1 for "unknown").
+        The label, in [0, 2**63 - 1].
 
     Raises:
         ValueError: If `value` is none of these.
@@ -295,7 +281,6 @@ def parse_label(value: Any) -> int:
 
 
 def _shorten(value: Any, limit: int = 60) -> str:
-    """`repr(value)`, cut to `limit` characters: a skip example must stay one short line."""
     text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else "a huge int"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -307,7 +292,7 @@ def parse_rating(value: Any) -> float:
         value: An int, a float, or a string holding a number.
 
     Returns:
-        The rating as a float, finite in float32 (as TFRecords store it).
+        The rating as a float, finite in float32.
 
     Raises:
         ValueError: If `value` is not a number within the float32 range.
@@ -342,25 +327,24 @@ def read_documents(
     """Streams normalized documents from corpus files.
 
     Args:
-        paths: Files to read, in order; all are checked to exist before the first document.
-        text_keys: JSON keys / CSV columns of the text, tried in order: the first non-null wins.
-        label_key: Key of the class label (`parse_label`); records without one are skipped.
-        rating_key: Key of the rating (`parse_rating`); None: "overall" or "rating" if present.
-        text_mode: For plain-text files: "line" or "file" (the whole file one document).
+        paths: Files to read, in order.
+        text_keys: JSON keys / CSV columns of the text; the first non-null wins.
+        label_key: Key of the class label; records without one are skipped.
+        rating_key: Key of the rating; None: "overall" or "rating" if present.
+        text_mode: For plain-text files: "line" or "file".
         skip_log: Where skips are counted. None: a private log, summarized at the end.
-        read_stats: Optional running totals (bytes read) to update.
-        interleave: Spread every file over the whole stream instead of one after another.
-        max_document_bytes: Longest record in input bytes; longer ones are skipped unread.
+        read_stats: Optional running totals to update.
+        interleave: Spread every file over the whole stream.
+        max_document_bytes: Longest record in input bytes; longer ones are skipped.
         keep_keys: Keys whose raw values each document carries in `kept`.
 
     Returns:
-        An iterator of `Document`s; their text is normalized and never empty.
+        An iterator of `Document`s with normalized, non-empty text.
 
     Raises:
         FileNotFoundError: If a file does not exist (raised by the call).
         ValueError: An empty `text_keys`, unknown `text_mode` or a non-positive limit.
-        InputError: While iterating, a truncated or corrupt gzip file, or a
-            CSV/TSV file without header or text column; the message names it.
+        InputError: While iterating, a corrupt gzip file or a CSV/TSV file without text column.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -408,12 +392,7 @@ def _stream_documents(
 
 
 def _interleave_by_size(generators: list[Iterator[Document]], sizes: list[int]):
-    """Merges document streams so each file is spread over the whole output.
-
-    Corpora often come one file per category; read in turn, training would see
-    one category for hours. The next document comes from the stream least far
-    through its file (documents per byte), with at most `_MAX_OPEN_FILES` open.
-    """
+    """Merges document streams so each file (often one category) is spread over the output."""
     for start in range(0, len(generators), _MAX_OPEN_FILES):
         group = list(range(start, min(start + _MAX_OPEN_FILES, len(generators))))
         heap = [(0.0, i) for i in group]
@@ -431,7 +410,6 @@ def _interleave_by_size(generators: list[Iterator[Document]], sizes: list[int]):
 def _file_documents(
     path: str, fields: "_RecordFields", text_mode: str, read_stats: ReadStats
 ) -> Iterator[Document]:
-    """The documents of one file; opens it at the first `next`."""
     kind = _file_kind(path)
     read_stats.files_read += 1
     with contextlib.ExitStack() as stack:
@@ -479,7 +457,6 @@ def record_fields(path: str) -> tuple[str, ...] | None:
 
 
 def _file_kind(path: str) -> str:
-    """Returns "json", "csv", "tsv" or "text" from the file name."""
     name = path.lower()
     if name.endswith(".gz"):
         name = name[: -len(".gz")]
@@ -498,15 +475,7 @@ def _iter_lines(
     max_bytes: int,
     compressed: BinaryIO | None = None,
 ) -> Iterator[bytes | _LongLine]:
-    """Yields the lines of a binary stream without their b"\\n", in 1 MiB chunks.
-
-    A leading UTF-8 byte-order mark is dropped; a line over `max_bytes` comes as
-    a `_LongLine` whose bytes are never held. `compressed` is the stored file
-    under a gzip `stream` (None otherwise), to count stored bytes read.
-
-    Raises:
-        InputError: If a gzip stream is truncated or corrupt.
-    """
+    """Yields the lines of a binary stream; one over `max_bytes` comes as a `_LongLine`."""
     tail: list[bytes] = []  # The pieces of the line not yet complete.
     tail_bytes = 0
     first = True
@@ -573,7 +542,6 @@ class _RecordFields:
         self.keep_keys = keep_keys
 
     def skip_too_long(self, path: str, line: int, length: int, what: str = "line") -> None:
-        """Counts a record longer than the limit."""
         self.skip_log.add(
             RECORD_TOO_LONG,
             path,
@@ -585,10 +553,7 @@ class _RecordFields:
     def document(
         self, record: Mapping[str, Any], path: str, line: int, empty_is_null: bool = False
     ) -> Document | None:
-        """Builds the Document for `record`, or returns None after counting why it was skipped.
-
-        `empty_is_null` treats "" as absent (CSV has no null).
-        """
+        """The Document for `record`, or None after counting the skip; CSV's "" is null."""
         skip = self.skip_log.add
         for key in self.text_keys:
             value = record.get(key)
@@ -639,11 +604,7 @@ class _RecordFields:
 
 
 def _check_json_lines(first_line: bytes, path: str, line_number: int) -> None:
-    """Refuses a whole-file JSON document (an array, an indented object) read as JSON lines.
-
-    Raises:
-        InputError: the first record line opens an array, or is a lone `{`.
-    """
+    """Refuses a whole-file JSON document (an array, an indented object) read as JSON lines."""
     start = first_line.lstrip(b"\xef\xbb\xbf").strip()
     if start.startswith(b"[") or start == b"{":
         what = "a JSON array" if start.startswith(b"[") else "one JSON object over many lines"
@@ -693,21 +654,13 @@ def _read_json_lines(
 
 
 class _BadRecord(Exception):
-    """Raised by `_CsvLines` into `csv.reader` to abandon the record being read."""
-
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
 
 
 class _CsvLines:
-    """The lines of a CSV/TSV file, fed to `csv.reader` one record at a time.
-
-    A quote left open would pull the rest of the file into one field, so a
-    record that grows past `max_bytes` or hits the end still open is abandoned
-    (`_BadRecord`), and `restart` puts back its lines after the first: only that
-    line is lost.
-    """
+    """CSV/TSV lines for `csv.reader`; an open quote loses only its first line (`restart`)."""
 
     def __init__(self, lines: Iterable[bytes | _LongLine], max_bytes: int):
         self._lines = enumerate(lines, 1)
@@ -717,22 +670,18 @@ class _CsvLines:
         self._bytes = 0
 
     def begin(self) -> None:
-        """Starts a record: call before each `next` on the reader."""
         self._record = []
         self._bytes = 0
 
     @property
     def start_line(self) -> int:
-        """First line of the current record."""
         return self._record[0][0] if self._record else 0
 
     @property
     def line_count(self) -> int:
-        """Lines in the current record."""
         return len(self._record)
 
     def restart(self) -> None:
-        """Drops the current record's first line; its other lines are read again."""
         self._pending.extendleft(reversed(self._record[1:]))
         self._record = []
 
@@ -777,7 +726,6 @@ class _CsvLines:
 def _read_delimited(
     lines: Iterable[bytes | _LongLine], path: str, delimiter: str, fields: _RecordFields
 ) -> Iterator[Document]:
-    """Reads CSV/TSV records; quoted fields may span lines, up to the record limit."""
     skip = fields.skip_log.add
     # The record limit is enforced by _CsvLines; the csv module's own field
     # limit (128 KiB by default, process-wide) must not cut below it.

@@ -7,7 +7,7 @@ def parse_source_repeats(spec) -> tuple[tuple[str, int], ...]:
     """Parses `PATTERN=COUNT,...` into `((pattern, count), ...)`.
 
     Args:
-      spec: comma-separated rules, e.g. "*/amazon/*=8" (a glob over the whole source path); "".
+      spec: comma-separated rules, e.g. "*/amazon/*=8" (a glob over the source path).
 
     Returns:
       A tuple of (pattern, count) pairs, in the order given.

@@ -1,11 +1,6 @@
 """Text normalization for review corpora, and the document-start byte.
 
-Every document the model sees goes through `normalize_text` (or its in-graph
-twin `normalize_text_tf`), so training data and served requests agree byte
-for byte; texts a Python caller gives pass `check_texts` first. `DOC_START`
-(byte 10, a newline) starts every document in the byte stream: normalized
-text never holds a newline, so the model resets its state exactly at
-documents' starts and a sampler can stop at the next one.
+`DOC_START` (a newline, which normalized text never holds) starts every document.
 """
 
 import functools
@@ -62,7 +57,6 @@ _GRAPH_ENTITIES = (
 
 @functools.cache
 def _control_re() -> re.Pattern:
-    """The class of Cc/Cf characters that are not whitespace, built on first use (about 0.1 s)."""
     ranges = []
     for code in range(sys.maxunicode + 1):
         char = chr(code)
@@ -79,11 +73,7 @@ def _control_re() -> re.Pattern:
 
 
 def normalize_text(text: str) -> str:
-    """Normalizes review text into the single form the model is trained on.
-
-    `html.unescape`; `<br>` and `<p>` tags become a space; NFKC; control and
-    format characters (not whitespace) go; whitespace runs become one space;
-    the ends are stripped; lone surrogates become U+FFFD.
+    """Normalizes review text: HTML unescaped, NFKC, no control characters, spaces collapsed.
 
     Args:
         text: Raw text, for example a review as stored in a JSON dump.
@@ -126,7 +116,7 @@ def check_text(text, name="text") -> str:
       `text` as a `str`.
 
     Raises:
-      errors.InvalidValueError: `text` is neither a `str` nor bytes (named, with its type).
+      errors.InvalidValueError: `text` is neither a `str` nor bytes.
 
     Example:
 
@@ -179,10 +169,7 @@ def check_texts(texts, name="texts") -> list[str]:
 
 
 def normalize_text_tf(texts: tf.Tensor) -> tf.Tensor:
-    """Normalizes a string tensor in the graph, matching `normalize_text`.
-
-    It differs only on rare HTML entities (the common named ones and `&#39;` are
-    decoded) and where ICU's Unicode version differs from Python's.
+    """Normalizes a string tensor in the graph, matching `normalize_text` (but rare entities).
 
     Args:
         texts: A `tf.string` tensor of any shape.

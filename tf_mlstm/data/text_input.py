@@ -1,8 +1,4 @@
-"""The texts a trained model is applied to: files/globs or stdin lines, in reading order.
-
-Files go through `readers.read_documents`; stdin is one text per line, read
-as bytes, with blank and invalid UTF-8 lines skipped and counted the same way.
-"""
+"""The texts a trained model is applied to: files/globs or stdin lines, in reading order."""
 
 import sys
 from collections.abc import Iterator
@@ -17,12 +13,10 @@ STDIN = "-"
 def iter_texts(spec, text_keys, stdin=None, read_stats=None) -> Iterator[tuple[int, str]]:
     """Streams the texts to classify, with the line each starts at, in reading order.
 
-    Skips are counted in a `readers.SkipLog` logged once the input is read ("<stdin>" for stdin).
-
     Args:
       spec: files/globs for `readers.read_documents`, or "-" for stdin lines.
       text_keys: keys/columns holding the text.
-      stdin: the stream read for "-" (default: `sys.stdin`'s bytes; text streams work too).
+      stdin: the stream read for "-" (default: `sys.stdin`'s bytes).
       read_stats: a `readers.ReadStats` the file reader keeps up to date, or None.
 
     Yields:
@@ -58,7 +52,6 @@ def read_texts(spec, text_keys, stdin=None) -> tuple[list[str], list[int]]:
 
 
 def _stdin_text(line, number, skip_log):
-    """One stdin line (bytes or str) -> normalized text, or None after counting a skip."""
     if isinstance(line, bytes):
         try:
             # Strict: the locale's decoder would crash, or smuggle the bytes in as escapes.

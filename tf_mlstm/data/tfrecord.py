@@ -1,14 +1,7 @@
 """TFRecord schema, sharded writer and parser for review corpora.
 
-A record is a `tf.train.Example` of `text` (normalized UTF-8, unframed),
-`label` (int64, -1 unknown), `rating` (float, NaN unknown) and `source` (the
-input file, for `--source_repeats`). Shards are named
-`{split}-{index:05d}-of-{count:05d}.tfrecord[.gz]`. `ShardAssignment` places a
-document by a stable hash of its file's base name and line, so the
-single-process `ShardedWriter` and the Beam converter write the same shards.
-`split_files` refuses a folder still holding `INCOMPLETE_MARKER` (a
-conversion that did not finish); `nonempty_files` drops empty shards and
-refuses one whose first record is not of this schema, in one line.
+A record is a `tf.train.Example` of `text`, `label` (-1 unknown), `rating` (NaN unknown) and
+`source`. `ShardAssignment` places a document by a stable hash, so every converter agrees.
 """
 
 import bisect
@@ -58,10 +51,10 @@ _GZIP_LEVEL = 1
 
 
 def make_example(doc: Document) -> bytes:
-    """Serializes a document as a `tf.train.Example`, building the proto without TensorFlow ops.
+    """Serializes a document as a `tf.train.Example`.
 
     Args:
-        doc: The document; its text is stored as is (already normalized).
+        doc: The document; its text is stored as is.
 
     Returns:
         The serialized `tf.train.Example`.
@@ -154,10 +147,6 @@ def split_files(data_dir_or_glob: str, split: str) -> list[str]:
 def is_tfrecord_data(spec: str) -> bool:
     """Whether `spec` names TFRecord data rather than raw corpus files.
 
-    A shard folder, a `.tfrecord` name, or a file whose first bytes are a
-    record's framing (read in Python: TensorFlow's reader would log an error on
-    text); comma-separated lists and other files are raw corpus files.
-
     Args:
         spec: a `--data`/`--train_data` value.
 
@@ -190,7 +179,6 @@ _RECORD_HEADER = 12
 
 @contextlib.contextmanager
 def _record_stream(path, gzipped):
-    """`path` open for reading its records' framing, decompressed when `gzipped`."""
     with tf.io.gfile.GFile(path, "rb") as f:
         if gzipped:
             with gzip.GzipFile(fileobj=f) as stream:
@@ -222,10 +210,7 @@ def masked_crc32c(data: bytes) -> int:
 
 
 def starts_with_tfrecord_header(head: bytes) -> bool:
-    """Whether `head` (a file's first bytes) opens a TFRecord: a length and its checksum.
-
-    Text passes for one only by a 1-in-2**32 chance of the checksum.
-    """
+    """Whether `head` (a file's first bytes) opens a TFRecord: a length and its checksum."""
     if len(head) < _RECORD_HEADER:
         return False  # Some bytes but shorter than a record's framing: text ("Ok\n").
     length, stored = head[:8], int.from_bytes(head[8:_RECORD_HEADER], "little")
@@ -245,14 +230,14 @@ class IncompleteDataError(errors.InvalidValueError):
 
 
 def split_bytes(files: Sequence[str], split: str) -> int:
-    """Characters (UTF-8 bytes) of normalized text in `files`, from their folders' stats.json.
+    """UTF-8 bytes of normalized text in `files`, from their folders' stats.json.
 
     Args:
       files: shards of `split`.
       split: the split's name ("train", ...).
 
     Returns:
-      The byte count (int).
+      The byte count.
 
     Raises:
       ValueError: a folder has no stats.json, or it records no such split.
@@ -262,8 +247,6 @@ def split_bytes(files: Sequence[str], split: str) -> int:
 
 def split_counts(files: Sequence[str], split: str) -> dict[str, int]:
     """Records and bytes of normalized text in `files`, from their folders' stats.json.
-
-    A folder of which only some shards are named counts its share.
 
     Args:
       files: shards of `split`.
@@ -315,14 +298,7 @@ def check_complete(folder: str) -> None:
 
 
 def _first_record(path: str, compression: str) -> bytes | None:
-    """The data of the first record of the TFRecord file `path`; None when it holds none.
-
-    Read in Python (a fraction of a millisecond against tens for a tf.data
-    pipeline); the data's checksum is left to the reader that trains on it.
-
-    Raises:
-        ValueError: the file cannot be read or does not start with a record's framing.
-    """
+    """The data of the first record of the TFRecord file `path`; None when it holds none."""
     try:
         with _record_stream(path, compression == "GZIP") as stream:
             head = stream.read(_RECORD_HEADER)
@@ -352,15 +328,14 @@ _LIST_OF_DTYPE = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "
 
 
 def check_example(record: bytes, where: str) -> None:
-    """Raises unless `record` is an Example of `feature_spec`, which `parse_example` reads.
+    """Raises unless `record` is an Example of `feature_spec`.
 
     Args:
         record: A record's bytes.
-        where: The shard and record, for the message ("train-00000-....tfrecord: record 1").
+        where: The shard and record, for the message.
 
     Raises:
-        InvalidValueError: One line naming `where` and what is wrong: not an
-            Example, a missing feature, or a feature of another type or count.
+        InvalidValueError: One line naming `where` and what is wrong.
     """
     try:
         example = tf.train.Example.FromString(record)
@@ -397,7 +372,6 @@ def check_example(record: bytes, where: str) -> None:
 
 
 def _holds_records(path: str, compression: str) -> bool:
-    """Whether `path` holds records, its first one checked to be of the schema."""
     record = _first_record(path, compression)
     if record is None:
         return False
@@ -408,9 +382,6 @@ def _holds_records(path: str, compression: str) -> bool:
 def nonempty_files(files: Sequence[str]) -> list[str]:
     """The files that hold at least one record, in order, each checked against the schema.
 
-    The first records are read a few files at once (object stores answer slowly
-    but in parallel), so another tool's folder is refused before training starts.
-
     Args:
         files: TFRecord files, all gzip or all uncompressed.
 
@@ -418,8 +389,7 @@ def nonempty_files(files: Sequence[str]) -> list[str]:
         The files with records.
 
     Raises:
-        ValueError: A file unreadable, not TFRecord data or not of the schema
-            (named, with its record), or compression is mixed.
+        ValueError: A file unreadable or not of the schema, or compression is mixed.
     """
     files = list(files)
     if not files:
@@ -451,7 +421,7 @@ def compression_type(files: Sequence[str]) -> str:
 
 
 def split_shard_counts(num_train_shards: int, split_weights: Sequence[int]) -> dict[str, int]:
-    """Returns the shard count per split, so each split's shards hold about a train shard's records.
+    """Returns the shard count per split, each shard about a train shard's size.
 
     Args:
         num_train_shards: Shards of the train split, >= 1.
@@ -472,11 +442,7 @@ def split_shard_counts(num_train_shards: int, split_weights: Sequence[int]) -> d
 
 
 def document_key(source: str, line: int, text: str = "") -> bytes:
-    """The stable hash of a document's identity that `ShardAssignment` maps to a shard.
-
-    The identity is the input file's base name (another folder splits the same)
-    and the record's 1-based line; with line 0, the text. BLAKE2b, not Python's
-    per-process `hash`.
+    """The stable hash of a document's identity (file base name and line, or text).
 
     Args:
         source: The input file, as named to the converter.
@@ -493,10 +459,6 @@ def document_key(source: str, line: int, text: str = "") -> bytes:
 
 class ShardAssignment:
     """Which split and which shard of it a document goes to, from its identity alone.
-
-    `document_key`'s first 8 bytes pick the split by its share of the weights,
-    the next 8 the shard; a split gets its share in expectation (binomially), and
-    a place never depends on the other documents, their order or the workers.
 
     Args:
         num_train_shards: Number of train shards, >= 1.
@@ -552,10 +514,7 @@ def record_options(compression: str | None) -> tf.io.TFRecordOptions:
 class ShardedWriter:
     """Writes documents into sharded TFRecord files, split by weights (`ShardAssignment`).
 
-    Every shard file is created, even an empty one. When more shards than
-    `max_open_files` are needed, records are buffered up to `spill_bytes`, then
-    appended to part files under `SPILL_SUBDIR`, from which `close` assembles
-    the same shards. An exception in the `with` block discards what is buffered.
+    Past `max_open_files` shards, records spill to part files that `close` assembles.
 
     Args:
         output_dir: Directory for the shards; created if missing.
@@ -647,8 +606,7 @@ class ShardedWriter:
             self.
 
         Raises:
-            FileExistsError: the directory holds shard files this writer would not
-                overwrite (another count or compression), which `split_files` would read.
+            FileExistsError: the directory holds other shard files.
         """
         if self._open:
             return self
@@ -716,7 +674,6 @@ class ShardedWriter:
         return split
 
     def _spill(self) -> None:
-        """Appends every shard's buffered records to a new part file of that shard."""
         for split, buffers in self._buffers.items():
             for shard, records in enumerate(buffers):
                 if not records:
@@ -795,7 +752,6 @@ class ShardedWriter:
 
 
 def _default_max_open_files() -> int:
-    """A share of the soft open-file limit (1024 on most Linux systems)."""
     try:
         import resource  # pylint: disable=g-import-not-at-top (POSIX only)
     except ImportError:

@@ -1,11 +1,6 @@
 """Words and word n-grams of normalized text, in TensorFlow ops: the TF-IDF features.
 
-The tokens come from these ops alone, both where scikit-learn fits the
-vocabulary and inside an exported `classify` signature, so they agree: text
-lowercased, a word a maximal run of `\\p{L}\\p{M}\\p{N}_` of two characters
-or more (scikit-learn's default `token_pattern`), bigrams joined by a space.
-`tfidf` computes what `TfidfVectorizer(sublinear_tf=True)` does, as a dense
-[N, V] float32 tensor.
+Scikit-learn's fit and the exported `classify` signature both tokenize with these ops.
 """
 
 import tensorflow as tf

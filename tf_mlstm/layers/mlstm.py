@@ -1,8 +1,7 @@
 """The mLSTM over a sequence: the fast recurrence behind a Keras layer.
 
-`MLSTM` runs its `MLSTMCell` with `tf_mlstm.layers.recurrence`: the input
-side of every gate in one product outside the loop, a hand-written sequence
-gradient in training. The layer is TensorFlow-specific; the cell is not.
+`MLSTM` runs its `MLSTMCell` with `tf_mlstm.layers.recurrence`: the input side of every gate
+in one product outside the loop, a hand-written sequence gradient in training.
 """
 
 from typing import Any
@@ -23,13 +22,11 @@ class MLSTM(keras.layers.Layer):
     step, `valid` 0 leaves it unchanged (inference padding).
 
     Args:
-      units: hidden size H.
-      weight_norm: weight-normalized kernels (default True).
+      units, weight_norm: hidden size H, and weight-normalized kernels (default True).
       return_sequences: return the hidden state of every step.
       **kwargs: `MLSTMCell` initializer arguments and base layer arguments.
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.layers.mlstm import MLSTM
     >>> inputs = np.random.random((2, 5, 3)).astype("float32")
@@ -69,8 +66,7 @@ class MLSTM(keras.layers.Layer):
         """Input side of the gates for any vectors (of an embedding table: per-byte tables).
 
         Args:
-          inputs: [..., D] input vectors.
-          kernels: the cell's `kernels()`, if already computed.
+          inputs, kernels: [..., D] input vectors; the cell's `kernels()`, if already computed.
 
         Returns:
           (xz [..., 4H] = x Wx + b, xm [..., H] = x Wmx).
@@ -92,11 +88,9 @@ class MLSTM(keras.layers.Layer):
         """Runs the recurrence on already projected inputs.
 
         Args:
-          xz: [B, T, 4H] gate input contribution.
-          xm: [B, T, H] multiplicative input contribution.
+          xz, xm: [B, T, 4H] gate and [B, T, H] multiplicative input contributions.
           initial_state: optional [h, c], each [B, H].
-          keep: optional [B, T] reset mask (0 = reset before the step).
-          valid: optional [B, T] mask (0 = state unchanged), inference only.
+          keep, valid: optional [B, T] masks; keep 0 resets before a step, valid 0 leaves the state.
           training: if true, the trainable path with the sequence gradient.
           kernels: the cell's `kernels()`, if already computed.
           return_sequences: overrides the layer's setting.
@@ -124,8 +118,7 @@ class MLSTM(keras.layers.Layer):
         """Runs the recurrence on rows `ids` of projected tables, gathered per step.
 
         Args:
-          xz_table: [V, 4H] gate input contribution per input row.
-          xm_table: [V, H] multiplicative input contribution per input row.
+          xz_table, xm_table: [V, 4H] and [V, H] input contributions, a row per input.
           ids: [B, T] integer rows of the tables.
           initial_state, keep, valid, training, kernels, return_sequences: as in `run_projected`.
           pool: inference only: return the states' statistics (`recurrence.POOLED`) instead.

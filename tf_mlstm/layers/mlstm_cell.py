@@ -23,19 +23,16 @@ _KERNELS = ("kernel_x", "kernel_mx", "kernel_mh", "kernel_h")
 class MLSTMCell(keras.layers.Layer):
     """A multiplicative LSTM cell for `keras.layers.RNN`, as `keras.layers.LSTMCell` is.
 
-    Variables are float32 under any mixed policy; the math and the state are in
-    the compute dtype.
+    Variables are float32 under any mixed policy; math and state are in the compute dtype.
 
     Args:
-      units: hidden size H.
-      weight_norm: use weight-normalized kernels (default True).
-      kernel_initializer: initializer of the input kernels Wx and Wmx.
-      recurrent_initializer: initializer of the recurrent kernels Wmh and Wh.
+      units, weight_norm: hidden size H, and weight-normalized kernels (default True).
+      kernel_initializer, recurrent_initializer: of the input (Wx, Wmx) and recurrent (Wmh, Wh)
+        kernels.
       bias_initializer: initializer of the gate bias b.
       **kwargs: base layer arguments (name, dtype, ...).
 
     Example:
-
     >>> import keras
     >>> import numpy as np
     >>> from tf_mlstm.layers.mlstm_cell import MLSTMCell

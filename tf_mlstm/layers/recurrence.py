@@ -1,12 +1,9 @@
 """The mLSTM recurrence over a whole sequence, with a hand-written gradient.
 
-Inputs are batch-major [B, T, ...], or tables [V, F] whose rows `ids` pick.
-In the loops the state is feature-major, [H, B]: products are `W @ state`,
-faster on oneDNN, and gate blocks are contiguous rows (free splits).
-Autodiff would keep a weight gradient per step (tens of GiB at 4096 units);
-here the backward loop keeps per-step quantities and each weight gradient
-is one product over all batch x time rows (docs/performance.md). `keep_t`
-0 resets the state before a step; `valid_t` 0 leaves it unchanged.
+Inputs are batch-major [B, T, ...], or tables [V, F] whose rows `ids` pick; in the loops the
+state is feature-major, [H, B]. Each weight gradient is one product over all batch x time rows,
+not one per step as autodiff keeps (docs/performance.md). `keep_t` 0 resets the state before a
+step; `valid_t` 0 leaves it unchanged.
 """
 
 import tensorflow as tf
@@ -84,11 +81,7 @@ def _block(fn, fused):
 
 
 class _StepInputs:
-    """Feature-major inputs: `xz(t)` [4H, B], `xmk(t)` = keep_t * xm_t [H, B], `keep` [T, 1, B].
-
-    Tables are gathered whole for training (one big transpose beats one per
-    step) and per step for inference (`per_step`), where [T, B, 4H] is a gigabyte.
-    """
+    """Feature-major inputs: `xz(t)` [4H, B], `xmk(t)` = keep_t * xm_t [H, B], `keep` [T, 1, B]."""
 
     def __init__(self, xz, xm, keep, ids, per_step=False):
         self.keep = _to_feature_major(keep)
@@ -153,7 +146,6 @@ def combine_pooled(a, b) -> dict[str, tf.Tensor]:
 
 
 def _step_pooled(h, c):
-    """The statistics of one step."""
     h32 = tf.cast(h, tf.float32)
     return {
         "h_sum": h32,
@@ -185,12 +177,9 @@ def mlstm_forward(
     Args:
       xz: [B, T, 4H] input contribution to the gates (x Wx + b); with `ids`, a [V, 4H] table.
       xm: [B, T, H] input side of the multiplicative state (x Wmx); with `ids`, a [V, H] table.
-      h0: [B, H] initial hidden state.
-      c0: [B, H] initial cell state.
-      keep: [B, T, 1] 0 where the state resets before the step, else 1.
-      w_mh: [H, H] recurrent weight of the multiplicative state.
-      w_h: [H, 4H] recurrent gate weight.
-      valid: optional [B, T, 1]; 0 leaves the state unchanged at that step.
+      h0, c0: [B, H] initial hidden and cell states.
+      w_mh, w_h: [H, H] multiplicative-state and [H, 4H] gate recurrent weights.
+      keep, valid: [B, T, 1]; keep 0 resets the state before a step, valid (optional) 0 leaves it.
       return_sequences: whether to return the hidden state of every step.
       fused: each step's elementwise math as one XLA kernel (serving would then need XLA).
       ids: optional [B, T] integer rows of the `xz` and `xm` tables.

@@ -1,9 +1,4 @@
-"""The byte-level mLSTM models: the preprocessor, the backbone, the language
-model and the classifier on it; featurization, pooling and sampling.
-
-Imported lazily (PEP 562): `tf_mlstm.models.kinds` names the feature kinds
-without TensorFlow, so flag checks read them at once.
-"""
+"""The byte-level mLSTM models, imported lazily (PEP 562) so `kinds` loads without TensorFlow."""
 
 import importlib
 

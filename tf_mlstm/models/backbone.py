@@ -1,9 +1,6 @@
 """`MLSTMBackbone`: byte embedding and mLSTM, the network every task of the project shares.
 
-The state resets at every `DOC_START`, so a document's features never depend
-on the text before it; the state goes in and out, so training carries it
-across batches. The input side of every gate is a gather from the 256-row
-tables `table @ Wx` and `table @ Wmx`, not a product per character.
+The state resets at every `DOC_START`; gate inputs are gathered from 256-row projected tables.
 """
 
 import keras
@@ -17,10 +14,7 @@ VOCAB_SIZE = 256
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class MLSTMBackbone(keras.Model):
-    """Byte embedding -> mLSTM.
-
-    Call: `backbone(ids, initial_state=None, valid=None, training=None)` ->
-    `(hidden states [B, T, H], [h, c])`.
+    """Byte embedding -> mLSTM: `backbone(ids)` -> `(hidden states [B, T, H], [h, c])`.
 
     Args:
       hidden_size: mLSTM units (4096 in the paper).

@@ -1,9 +1,6 @@
 """`MLSTMClassifier`: a dense head on pooled features of the mLSTM, trained together.
 
-The encoder reads left-padded rows, `[pad ... pad, DOC_START, text]`, so
-padding reaches neither the features nor the language-model loss. Two
-drivers: Keras's own (`from_run`, then `fit` / `predict` on raw texts) and
-the distributed runner's (`tf-mlstm-finetune`, through `forward`).
+The encoder reads left-padded rows, so padding reaches neither the features nor the LM loss.
 """
 
 import dataclasses
@@ -43,7 +40,6 @@ def frame_left_padded(texts, max_length) -> tuple:
 
 
 def _valid_mask(ids, lengths):
-    """[B, T] 1 on the framed text (the last `lengths` positions), 0 on padding."""
     return BytePreprocessor.for_classifier(None).valid_mask(lengths, tf.shape(ids)[1])
 
 
@@ -52,11 +48,7 @@ def _valid_mask(ids, lengths):
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class MLSTMClassifier(keras.Model):
-    """A dense head on features of an `MLSTMLanguageModel`, trained together.
-
-    Call: `model(texts)` -> served probabilities [B, C] float32 of [B] raw texts.
-    `forward(ids, lengths, training, dropout_seed)` -> `(logits, hidden)` is the
-    runner's step; `dropout_seed` makes dropout stateless, so a resume repeats it.
+    """A dense head on features of an `MLSTMLanguageModel`; `model(texts)` -> probabilities.
 
     Args:
       encoder: the language model.
@@ -65,7 +57,7 @@ class MLSTMClassifier(keras.Model):
       softmax: the outputs are one softmax (K classes) rather than a sigmoid each.
       head_hidden: 0 for a linear head, else the units of one ReLU layer.
       head_dropout: dropout rate before the output layer, in training.
-      head_init: None (random), or (kernel [D, K], bias [K]) to start from (not in the config).
+      head_init: None (random), or (kernel [D, K], bias [K]) to start from.
       max_length: framed bytes of a text read by `call` (None: all of it).
       head_spec: the outputs' `HeadSpec`, or None for the one the outputs imply.
       **kwargs: base model arguments.
@@ -234,10 +226,7 @@ class MLSTMClassifier(keras.Model):
         max_length=256,
         classes=None,
     ) -> "MLSTMClassifier":
-        """A classifier on the model of a run folder, as a Keras model of raw texts.
-
-        A finished `tf-mlstm-finetune` run gives its trained classifier (leave the
-        head options out); a language model gets a new head, ready to `fit`.
+        """A classifier on a run folder's model: a fine-tuned run's own, else a new head.
 
         Args:
           model_dir: a run folder of `tf-mlstm-train` or `tf-mlstm-finetune`.
@@ -297,7 +286,7 @@ class MLSTMClassifier(keras.Model):
         Args:
           model_dir: a finished `tf-mlstm-finetune` run folder.
           num_classes, num_labels: if given, what the run must have.
-          precision: the encoder's policy (float32, as `tf-mlstm-classify`; the head is float32).
+          precision: the encoder's policy (the head is float32).
 
         Returns:
           A built `MLSTMClassifier` with the run's `run_config` and `run_checkpoint`.
@@ -367,7 +356,6 @@ class MLSTMClassifier(keras.Model):
 
 
 def _texts_tensor(x):
-    """`x` as a [N] `tf.string` tensor if a list of texts (each checked, by index); else `x`."""
     if isinstance(x, (str, bytes, list, tuple)) and len(x):
         return tf.constant(check_texts(x, "x"), tf.string)
     if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
@@ -378,12 +366,10 @@ def _texts_tensor(x):
 
 
 def _labels_array(y):
-    """`y` as a NumPy array when it is a list or tuple of labels; else `y`."""
     return np.asarray(y) if isinstance(y, (list, tuple)) else y
 
 
 def _implied_head(outputs, softmax):
-    """The `HeadSpec` `outputs` logits imply, without names or thresholds."""
     if softmax:
         return HeadSpec(MULTICLASS, tuple(range(outputs)))
     if outputs == 1:
@@ -455,7 +441,6 @@ def predict_features(model, texts, max_length, batch_size=64, progress=False) ->
 
 
 def _batched(fn, texts, max_length, batch_size, progress, title):
-    """`fn(ids, lengths)` over left-padded batches of `texts`, concatenated."""
     framed = frame_left_padded(texts, max_length)
     ids, lengths = framed.ids, framed.lengths
     call = tf.function(fn, reduce_retracing=True)

@@ -1,9 +1,4 @@
-"""Inference over whole texts: windowed featurization and scoring.
-
-Texts run in windows with the state carried, so memory follows the window,
-not the longest text; padding is masked, so a text's numbers never depend on
-its batch. Graph-friendly: the SavedModel signatures and transfer both use it.
-"""
+"""Inference over whole texts: windowed featurization and scoring, state carried across windows."""
 
 import tensorflow as tf
 
@@ -13,7 +8,6 @@ from tf_mlstm.models.kinds import FEATURE_KINDS
 
 
 def _windows(model, ids, valid, window, body, initial, pool=False):
-    """Runs `body(window_outputs, ids_w, valid_w, acc)` over time windows."""
     batch = tf.shape(ids)[0]
     steps = tf.shape(ids)[1] // window
     state = model.initial_state(batch)

@@ -1,8 +1,6 @@
 """The head specification: what a classifier's outputs mean, and how they become decisions.
 
-One definition, in NumPy and in the graph, for every classifier (the probe,
-the fine-tuned model, the `classify` signature, `tf-mlstm-classify`): binary
-(one logit), multiclass (softmax) and multilabel (a sigmoid and threshold each).
+In NumPy and in the graph: binary (one logit), multiclass (softmax), multilabel (sigmoids).
 """
 
 import dataclasses

@@ -1,9 +1,4 @@
-"""`ClassifierHead`: a fitted classifier head as plain arrays, its weights and its `HeadSpec`.
-
-The one head every classifier is, run in NumPy by `tf-mlstm-classify` and in
-the graph by the `classify` signature. It holds no scikit-learn, so neither
-the export nor the transfer code depends on the other.
-"""
+"""`ClassifierHead`: a fitted classifier head as plain arrays, its weights and its `HeadSpec`."""
 
 import dataclasses
 

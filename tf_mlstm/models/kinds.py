@@ -1,9 +1,4 @@
-"""The feature kinds of a text: what featurization computes and a head reads.
-
-Defined with the other choice lists in `tf_mlstm.config.choices` (no
-TensorFlow there, so that the binaries check `--features` at once); named
-here too for the model code that computes and reads them.
-"""
+"""The feature kinds of a text, defined in `tf_mlstm.config.choices` (TensorFlow-free)."""
 
 from tf_mlstm.config.choices import CELL_KINDS  # noqa: F401
 from tf_mlstm.config.choices import FEATURE_KINDS  # noqa: F401

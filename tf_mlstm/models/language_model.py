@@ -1,9 +1,6 @@
 """The byte-level language model: a next-byte head on `MLSTMBackbone`.
 
-Every tool that runs the recurrence takes a language model (`encode`,
-`initial_state`). Checkpoints keep `embedding`, `mlstm` and `head` directly
-under the model (`_trackable_children`), so runs from before the backbone
-still load and resume.
+Checkpoints keep `embedding`, `mlstm` and `head` directly under the model, so older runs load.
 """
 
 import keras
@@ -19,10 +16,7 @@ __all__ = ["VOCAB_SIZE", "MLSTMLanguageModel", "bits_per_char_from_logits"]
 
 @keras.saving.register_keras_serializable(package="tf_mlstm")
 class MLSTMLanguageModel(keras.Model):
-    """Byte-level mLSTM language model: `MLSTMBackbone` -> dense -> 256 logits.
-
-    Call: `model(ids, initial_state=None, training=None)` -> `(logits [B, T, 256]
-    float32, [h, c])`. `from_run` adds `run_config` and `run_checkpoint`.
+    """Byte-level mLSTM language model: `model(ids)` -> `(logits [B, T, 256] float32, [h, c])`.
 
     Args:
       backbone: the `MLSTMBackbone` to put the head on; None builds one of the sizes below.
@@ -133,12 +127,12 @@ class MLSTMLanguageModel(keras.Model):
 
     @classmethod
     def from_run(cls, model_dir, checkpoint=None, precision="float32") -> "MLSTMLanguageModel":
-        """The trained model (or fine-tuned encoder) of a run folder: how the library loads one.
+        """The trained model (or fine-tuned encoder) of a run folder.
 
         Args:
           model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-          checkpoint: a checkpoint prefix (default: the newest intact; damaged ones warn).
-          precision: the dtype policy: float32 (what serving exports) or a mixed one.
+          checkpoint: a checkpoint prefix (default: the newest intact).
+          precision: the dtype policy: float32 or a mixed one.
 
         Returns:
           A built `MLSTMLanguageModel` with `run_config` and `run_checkpoint`.

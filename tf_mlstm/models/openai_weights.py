@@ -1,11 +1,6 @@
 """OpenAI's released byte mLSTM (Radford et al. 2017) as a tf_mlstm model.
 
-The release's 15 unnamed arrays (`model/0.npy` .. `14.npy`) mean what the
-order its code creates variables says (`_layout`). Its equations are
-`MLSTMCell`'s term for term, so the arrays are copied as they are, save
-weight-norm columns too short for the two norm formulas to agree
-(docs/transfer.md, "OpenAI's released model"). Writing a run folder is
-`tf_mlstm.api.import_openai_weights`'s, a layer above.
+The arrays are copied as they are, save weight-norm columns too short for the norms to agree.
 """
 
 import os
@@ -30,7 +25,6 @@ _RELEASE_FLOOR = 1e-12
 
 
 def _layout(hidden, embed):
-    """(file index, name, shape, description) of every released array."""
     rows = [
         (0, "embedding", (VOCAB_SIZE, embed), "byte embedding"),
         (1, "wx", (embed, 4 * hidden), "input kernel Wx"),
@@ -59,7 +53,6 @@ def array_path(weights_dir, index) -> str:
 
 
 def _load_npy(path):
-    """One released array, read through tf.io.gfile (any filesystem)."""
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             return np.load(f, allow_pickle=False)
@@ -68,7 +61,7 @@ def _load_npy(path):
 
 
 def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
-    """Reads and checks the 15 released arrays (sizes from the files, so small copies load too).
+    """Reads and checks the 15 released arrays (sizes from the files).
 
     Args:
       weights_dir: the folder holding `0.npy` .. `14.npy` (the release's `model/`).
@@ -77,7 +70,7 @@ def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
       dict name -> float32 array (`embedding`, `wx`, `wh_i` .. `wh_u`, ..., `out_b`).
 
     Raises:
-      FileNotFoundError: a missing folder or file (naming every missing file).
+      FileNotFoundError: a missing folder or file.
       ValueError: not a .npy array, the wrong shape for its place, or non-finite values.
     """
     if not tf.io.gfile.isdir(weights_dir):
@@ -119,7 +112,6 @@ def load_openai_arrays(weights_dir) -> dict[str, np.ndarray]:
 
 
 def _exact_weight_norm_kernel(kernel, name):
-    """`kernel` with too-short columns rescaled to unit length; ValueError for 0 < |w|^2 < 1e-12."""
     squared = np.sum(np.square(kernel.astype(np.float64)), axis=0)
     unmatched = np.flatnonzero((squared > 0) & (squared < _RELEASE_FLOOR))
     if len(unmatched):
@@ -166,13 +158,12 @@ def tf_mlstm_weights(arrays) -> dict[str, np.ndarray]:
 
 
 def _relative_path(variable):
-    """A variable's path below the model, as checkpoints lay it out ("mlstm/cell/kernel_x")."""
     path = variable.path.split("/", 1)[1]
     return path.removeprefix("backbone/")
 
 
 def _unfilled_model(hidden, embed, name):
-    """A float32 model to overwrite (zeros initializers: orthogonal ones would take minutes)."""
+    """A float32 model to overwrite (zeros initializers: orthogonal ones are slow)."""
     model = MLSTMLanguageModel(
         hidden_size=hidden, embedding_size=embed, weight_norm=True, dtype="float32", name=name
     )

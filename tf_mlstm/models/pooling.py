@@ -1,10 +1,4 @@
-"""The one definition of a text's pooled features (`kinds.FEATURE_KINDS`).
-
-The inference loop accumulates statistics step by step (`layers.recurrence`)
-and `sequence_statistics` reduces a whole hidden sequence (differentiable);
-`pooled_features` turns either into features, so serving, probing and
-fine-tuning agree by construction.
-"""
+"""The one definition of a text's pooled features (`kinds.FEATURE_KINDS`)."""
 
 import tensorflow as tf
 
@@ -59,7 +53,7 @@ def pooled_features(statistics, final, count, kinds=FEATURE_KINDS) -> dict[str, 
     """The features `kinds` of each row.
 
     Args:
-      statistics: pooled statistics (`sequence_statistics`, or the recurrence's accumulators).
+      statistics: `sequence_statistics`, or the recurrence's accumulators.
       final: the final (h, c) after the text.
       count: [B] positions of each text (at least 1 counts).
       kinds: names of `kinds.FEATURE_KINDS`.

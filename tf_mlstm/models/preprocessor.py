@@ -1,11 +1,6 @@
 """`BytePreprocessor`: the one place text becomes the byte ids the mLSTM reads.
 
-Normalization, framing (`DOC_START` + UTF-8 bytes) and padding, defined in
-`tf_mlstm.data`, in two forms that agree exactly: `frame` on Python lists,
-`call` on a `tf.string` batch in a graph. Consumers use a constructor:
-`for_windows`, `for_classifier` (left padding: the last column holds each
-row's final state) or `for_prompts` (left padding with `DOC_START`, which
-resets the state, so each row ends in its own prompt's state).
+`frame` on Python lists and `call` on a `tf.string` batch agree exactly.
 """
 
 from typing import Any
@@ -27,7 +22,7 @@ class BytePreprocessor(keras.layers.Layer):
 
     Args:
       padding: "right" or "left": the side the padding goes on.
-      max_length: framed bytes per row at most (`DOC_START` included; None: no limit).
+      max_length: framed bytes per row at most (None: no limit).
       pad_to_multiple: the row width is a multiple of this.
       pad_id: the byte value of the padding.
       normalize: normalize the texts first (False: they already are).

@@ -1,6 +1,1 @@
-"""The distributed runner's tasks, one kind of training each (neither imports the other).
-
-`language_model.LanguageModelTask` (`tf-mlstm-train`) and
-`finetune.FinetuneTask` (`tf-mlstm-finetune`) supply what
-`train.task_protocol.Task` asks; `train.runner` does the rest.
-"""
+"""The distributed runner's tasks (`train.task_protocol.Task`): `language_model`, `finetune`."""

@@ -1,11 +1,8 @@
 """Fine-tuning as a task of the distributed runner (`tf-mlstm-finetune`).
 
-`FinetuneTask` trains a `MLSTMClassifier` (a head on a trained language
-model's features, the encoder unfrozen) on labeled text read with
-`transfer.labeled`, its head optionally from a linear probe; the runner owns
-strategy, step, checkpoints and budget. `SyntheticFinetuneTask` is the same
-step on random rows, which `auto` precision times. The run folder it leaves:
-`tf_mlstm.transfer.finetune`.
+`FinetuneTask` trains a `MLSTMClassifier` (encoder unfrozen, head optionally from a linear
+probe) on labeled text; `SyntheticFinetuneTask` is the same step on random rows, which `auto`
+precision times.
 """
 
 import functools
@@ -62,16 +59,13 @@ def task_kind(data: labeled.LabeledData) -> str:
 class FinetuneTask(Task):
     """Fine-tuning a `MLSTMClassifier` as a task of the distributed runner.
 
-    The encoder starts from `init_model_dir`, the head is new (random or
-    `probe_head`), and the training labels choose the task (`task_kind`). Each
-    worker reads its shard of the texts in a seeded order reshuffled every epoch,
-    holding row indices so the saved input position stays small.
+    The encoder starts from `init_model_dir`, the head is new (random or `probe_head`), and the
+    training labels choose the task (`task_kind`).
 
     Args:
       config: a validated `FinetuneConfig`.
 
     Example:
-
     >>> from tf_mlstm.config import FinetuneConfig
     >>> from tf_mlstm.tasks.finetune import FinetuneTask
     >>> config = FinetuneConfig(
@@ -127,10 +121,7 @@ class FinetuneTask(Task):
             self.head_init = self.probe_head()
 
     def probe_head(self) -> tuple:
-        """(kernel [D, K], bias [K]): the logistic regression on the starting features.
-
-        `probe.fit.fit_logistic` on the training and validation texts' features (L2,
-        C chosen on validation), its standardization folded into the weights.
+        """(kernel [D, K], bias [K]): an L2 logistic regression on the starting features.
 
         Returns:
           (kernel, bias) as NumPy arrays.
@@ -459,9 +450,7 @@ class FinetuneTask(Task):
     def measurement(self, rows) -> autotune.StepMeasurement:
         """Fine-tuning's step at this run's shape on synthetic rows (`autotune.StepMeasurement`).
 
-        The base model's size comes from its config.json, the head from the config
-        (a single key without a map: one sigmoid, as only the data tells its
-        classes); rows are `max_length` bytes, the widest a batch gets.
+        The head is planned from the config alone (one key without a map: one sigmoid).
 
         Args:
           rows: rows per replica.
@@ -502,19 +491,14 @@ class FinetuneTask(Task):
 
 
 class SyntheticFinetuneTask(FinetuneTask):
-    """Fine-tuning's step on random rows: what `auto` times (`autotune.py`).
-
-    The same classifier, loss and step on a fresh encoder of the base shape,
-    fed one repeated random block, so no file is read.
+    """Fine-tuning's step on random rows, on a fresh encoder of the base shape: what `auto` times.
 
     Args:
       config: the `FinetuneConfig` of the candidate (its precision and XLA).
       base_config: the base model's `TrainConfig`.
-      outputs: the head's outputs.
-      softmax: whether they are one softmax (K classes) or sigmoids.
+      outputs, softmax: the head's outputs, and whether they are one softmax or sigmoids.
 
     Example:
-
     >>> from tf_mlstm.config import FinetuneConfig, TrainConfig
     >>> from tf_mlstm.tasks.finetune import SyntheticFinetuneTask
     >>> config = FinetuneConfig(

@@ -1,11 +1,8 @@
 """Language-model training (`tf-mlstm-train`) as a task of the distributed runner.
 
-Next-byte prediction with truncated BPTT: each replica carries its rows'
-state [h, c] across steps (reset at document starts), so checkpoints save it
-per worker. The loss is the mean cross-entropy over the global batch's
-characters, so the SUM all-reduce gives the global mean gradient. Each
-worker reads its share of the shards through an iterator whose position is
-saved; validation reports bits/char and the chief logs samples.
+Next-byte prediction with truncated BPTT: each replica carries its rows' state [h, c] across
+steps (reset at document starts). The loss is the mean cross-entropy over the global batch's
+characters, so the SUM all-reduce gives the global mean gradient.
 """
 
 import math
@@ -65,11 +62,9 @@ class LanguageModelTask(Task):
 
     Args:
       config: a validated `TrainConfig`.
-      train_files: training TFRecord shards.
-      validation_files: validation shards (may be empty).
+      train_files, validation_files: training TFRecord shards, and validation ones (maybe none).
 
     Example:
-
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.tasks.language_model import LanguageModelTask
     >>> config = TrainConfig(hidden_size=16, seq_length=32).validate()
@@ -271,13 +266,10 @@ class LanguageModelTask(Task):
 class SyntheticLanguageModelTask(LanguageModelTask):
     """The language model's step on random bytes: what `auto` times (`autotune.py`).
 
-    The same model, loss, carried state and step, fed one repeated random block.
-
     Args:
       config: the `TrainConfig` of the candidate (its precision and XLA).
 
     Example:
-
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
     >>> task = SyntheticLanguageModelTask(TrainConfig(seq_length=8))

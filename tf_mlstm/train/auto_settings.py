@@ -1,17 +1,6 @@
 """A run's `auto` settings, decided before its model exists: the size, then precision and XLA.
 
-`--hidden_size=auto` (`autosize.py`) is decided first, since the precision
-is timed at the size the run trains; then `auto` precision and XLA
-(`hardware.resolve_run_config`, measured by `autotune.py`). Each is decided
-once by the chief (measured where the task supplies a `measurement` and the
-budget affords it, or read from the per-machine cache) and handed to every
-worker in one all-reduce, so unlike machines still agree. A resume keeps
-the recorded size and precision. The time spent measuring comes off the
-run's budget (`AutoSettings.seconds`), and how each was decided goes into the
-task's config file (`AutoSettings.records`).
-
-Each candidate step is built by the runner (`build_step`) on one local
-device of a scratch folder, so nothing of the run itself is touched.
+The chief decides each and every worker takes its choice, so unlike machines agree.
 """
 
 import dataclasses
@@ -34,7 +23,6 @@ class Layout:
     """Where this worker stands in the run: what the decisions need of the strategy.
 
     Example:
-
     >>> import tensorflow as tf
     >>> from tf_mlstm.train.auto_settings import Layout
     >>> layout = Layout(tf.distribute.get_strategy(), chief=True, num_workers=1,
@@ -57,8 +45,7 @@ class AutoSettings:
       task: the run's `Task` (its `measurement`, `config_file` and `set_config`).
       layout: this worker's `Layout`.
       build_step: `build_step(config, candidate, probe, scratch, use_gpus, hidden_size=None)`
-        -> one training step of `config` at `candidate`'s precision and XLA (an
-        `autotune.Candidate`) and at `hidden_size` (None: the config's), on one replica.
+        -> one step of `config` at that `autotune.Candidate` and size, on one replica.
 
     Attributes:
       size: the `autosize.Decision`, or None where the size was given.
@@ -66,10 +53,6 @@ class AutoSettings:
       seconds: the seconds spent measuring, which come off the run's budget.
 
     Example:
-
-    Without a time budget nothing is measured: the law picks the size for the
-    steps' characters.
-
     >>> import tensorflow as tf
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
@@ -125,7 +108,6 @@ class AutoSettings:
     # === The size ===
 
     def _resolve_size(self, config):
-        """`hidden_size=auto`: the chief's plan (`autosize.py`) on every worker, in the config."""
         layout, task = self.layout, self.task
         replicas = layout.strategy.num_replicas_in_sync
         self.size = autosize.decide(
@@ -157,7 +139,6 @@ class AutoSettings:
     # === Precision and XLA ===
 
     def _decide_precision(self, config, precision, jit, machine, use_gpus):
-        """`hardware.resolve_run_config`'s `decide`: the chief's choice, on every worker."""
         layout = self.layout
         options = autotune.candidates(machine, use_gpus, precision, jit)
         choice = self._chief_choice(config, options, machine, use_gpus) if layout.chief else None

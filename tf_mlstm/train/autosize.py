@@ -1,15 +1,6 @@
 """`--hidden_size=auto`: the model's size for the run's budget, from measured rates and a law.
 
-As `auto` precision does (`autotune.py`), the chief times one replica's step
-of each of `size_candidates` within `autotune.time_cap_s` (rates cached);
-each size then trains on
-
-    chars = min(rate x replicas x the seconds left, max_steps x global batch x seq_length)
-
-and `sizing.plan_size` takes the lowest predicted loss (without a time
-budget nothing is timed and the law favours the largest). Every worker takes
-the chief's size, config.json records it, and a resume keeps it. `decide` is
-the pure part. Measurements: docs/scaling.md.
+Each size trains on min(rate x replicas x seconds left, max_steps x batch x seq_length) chars.
 """
 
 import dataclasses
@@ -33,7 +24,6 @@ class SizeCandidate:
     """One size to time (for `autotune.measure`): mLSTM units at one precision/XLA setting.
 
     Example:
-
     >>> from tf_mlstm.train.autosize import SizeCandidate
     >>> from tf_mlstm.train.autotune import Candidate
     >>> SizeCandidate(512, Candidate("float32", True)).name
@@ -51,18 +41,14 @@ class SizeCandidate:
 
 @dataclasses.dataclass(frozen=True)
 class Rates:
-    """Each size's training rate on one replica, and how it was had.
+    """Each size's training rate on one replica ({units: chars/s}), and how it was had.
 
     Attributes:
-      rates: {units: chars/s on one replica}.
       how: "measured", "cached", "measured and cached" or "not measured".
-      seconds: time spent measuring now.
-      skipped: {units: why it has no rate}.
-      note: why nothing was measured, when nothing was.
-      setting: the precision/XLA setting the rates are of (`autotune.Candidate.name`).
+      skipped: {units: why it has no rate}; `note`: why nothing was measured.
+      setting: the `autotune.Candidate.name` the rates are of.
 
     Example:
-
     >>> from tf_mlstm.train.autosize import Rates
     >>> Rates({256: 9000.0}, "cached").rates
     {256: 9000.0}
@@ -78,17 +64,13 @@ class Rates:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """The size `auto` chose, how, and what config.json records.
+    """The size `auto` chose (mLSTM units), how, its log line and its config.json record.
 
     Attributes:
-      units: the chosen mLSTM units.
       how: "measured", "cached", "measured and cached", "steps", "recorded" or "from the chief".
-      line: the one log line.
-      record: the config.json "autosize" record.
       seconds: time spent measuring (counted against the time budget).
 
     Example:
-
     >>> from tf_mlstm.train.autosize import Decision
     >>> Decision(512, "recorded", "hidden_size=512 (auto: recorded)", {}).seconds
     0.0
@@ -128,16 +110,13 @@ def measured_rates(
       units_per_step: characters one replica's step trains on.
       cache: an `autotune.Cache`, or None.
       key_of: `key_of(units)` -> the cache key of that size's shape.
-      max_seconds: the time cap (`autotune.time_cap_s`).
-      allowed: whether measuring is allowed; when not, cached rates still count.
-      not_allowed_why: why not, for the record.
-      clock: see `autotune.measure`.
+      max_seconds, clock: see `autotune.measure`.
+      allowed, not_allowed_why: whether measuring is allowed (cached rates count anyway), why not.
 
     Returns:
       `Rates`.
 
     Example:
-
     >>> from tf_mlstm.train.autosize import measured_rates
     >>> from tf_mlstm.train.autotune import Candidate
     >>> now = [0.0]
@@ -199,8 +178,7 @@ def decide(
       replicas: replicas in sync (a size's characters: one replica's rate x replicas).
       chief: whether this worker decides (measures).
       num_workers: workers of the run; above one every worker calls `agree`.
-      recorded: `rundir.recorded_hidden_size(model_dir)`: (units, record) or None.
-      recorded_path: the recorded config file, for the line.
+      recorded, recorded_path: `rundir.recorded_hidden_size(model_dir)` or None, and its file.
       rates_of: `rates_of(sizes, max_seconds)` -> `Rates` (the chief's, with a time budget).
       agree: `agree(values)` -> the chief's values on every worker (`autotune.agree_values`).
 
@@ -211,7 +189,6 @@ def decide(
       errors.InvalidValueError: a bad `scaling_law` file (`sizing.load_law`).
 
     Example:
-
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.train.autosize import decide
     >>> config = TrainConfig(hidden_size="auto", size_candidates="128,256", max_steps=100,
@@ -242,7 +219,6 @@ def decide(
 
 
 def _plan(config, replicas, rates_of):
-    """The chief's plan: rates (with a time budget), the law, `sizing.plan_size`."""
     law = sizing.load_law(config.scaling_law)
     sizes = config.size_candidate_units
     max_chars = float(step_chars(config))
@@ -318,8 +294,7 @@ def _candidate_record(choice, replica_rate):
 def unused_settings(config) -> "str | None":
     """The line for settings only `hidden_size=auto` reads, set on a run of a given size.
 
-    (`size_candidates` is left out: a recipe's flagfile sets it, and a command
-    overriding the recipe's auto size keeps the file's list.)
+    `size_candidates` is left out: a recipe's flagfile sets it whatever the size.
 
     Args:
       config: the run's config.
@@ -328,7 +303,6 @@ def unused_settings(config) -> "str | None":
       One line naming what does nothing, or None (an auto size, or the defaults).
 
     Example:
-
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.train.autosize import unused_settings
     >>> line = unused_settings(TrainConfig(hidden_size=512, optimize_for="transfer"))
@@ -375,13 +349,10 @@ def rates_on_this_machine(
     """The chief's `rates_of`: each size's step timed as `auto` precision times its candidates.
 
     Args:
-      config: the run's config (precision and XLA: "auto" or fixed; `num_gpus`).
-      task: the run's task (its `measurement` gives the step's shape and synthetic task).
-      per_replica_batch: rows a replica trains on.
-      replicas: replicas in sync (part of the cache key).
+      config, task: the run's config and task (its `measurement` gives the step to time).
+      per_replica_batch, replicas: rows a replica trains on, and replicas in sync.
       build_step: `build_step(setting, probe, scratch, use_gpus, hidden_size)` -> one step.
-      sizes: the units to rate.
-      max_seconds: the time cap.
+      sizes, max_seconds: the units to rate, and the time cap.
 
     Returns:
       `Rates` at the table's prior precision/XLA (or the fixed ones).

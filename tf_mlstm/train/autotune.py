@@ -1,15 +1,4 @@
-"""`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest.
-
-CPU flags cannot tell machines apart (docs/performance.md), so `auto` times
-a few steps of every setting the hardware runs natively at the run's shape:
-float32 with XLA on and off; mixed_bfloat16 on CPUs with bfloat16 units
-(`BFLOAT16_CPU_FLAGS`); mixed_float16 from GPU compute capability 7.0 and
-mixed_bfloat16 from 8.0. `choose` is the pure part (candidates, a step
-builder, a clock and a cache in; a `Choice` out): failures are skipped,
-measuring is capped (`time_cap_s`), rates are cached per machine kind,
-TensorFlow version and shape (`cache_path`), and every worker takes the
-chief's choice (`agree`). `hardware.py` keeps the table that is the prior.
-"""
+"""`--precision=auto` and `--jit_compile=auto` measured: time each candidate, keep the fastest."""
 
 import dataclasses
 import datetime
@@ -55,7 +44,6 @@ class Candidate:
     """One setting to time: a precision policy and whether the step is XLA-compiled.
 
     Example:
-
     >>> from tf_mlstm.train.autotune import Candidate
     >>> Candidate("mixed_bfloat16", jit=False).name
     'mixed_bfloat16/xla_off'
@@ -79,20 +67,15 @@ class Candidate:
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """What `auto` chose, how and from which rates.
+    """What `auto` chose (a `Candidate`), how and from which rates.
 
     Attributes:
-      candidate: the chosen `Candidate`.
-      how: "measured", "cached", "measured and cached", "table", "only candidate" or
-        "from the chief".
-      rates: {candidate name: units per second} measured (or cached).
-      skipped: {candidate name: why it has no rate (failed, or past the time cap)}.
-      unit: what `rates` count ("chars/s").
+      how: "measured", "cached", "measured and cached", "table", "only candidate", "from the chief".
+      rates: {candidate name: `unit`s per second}; `skipped`: {candidate name: why no rate}.
       seconds: time spent measuring now (0 when cached).
       note: why the table decided, when it did.
 
     Example:
-
     >>> from tf_mlstm.train.autotune import Candidate, Choice
     >>> rates = {"float32/xla_on": 8999.0, "float32/xla_off": 8512.0}
     >>> choice = Choice(Candidate("float32", True), "measured", rates, seconds=22.0)
@@ -142,7 +125,6 @@ class StepMeasurement:
       units_per_step: characters one replica's step processes.
 
     Example:
-
     >>> from tf_mlstm.train.autotune import StepMeasurement
     >>> shape = {"units": 768, "rows": 64, "seq": 64}
     >>> measurement = StepMeasurement(make_task=None, shape=shape, units_per_step=64 * 64)
@@ -162,8 +144,7 @@ def native_precisions(machine, use_gpus=True) -> list[str]:
     """The precision policies `machine` computes natively, float32 first.
 
     Args:
-      machine: a `hardware.Hardware`.
-      use_gpus: whether the run places its work on the GPUs.
+      machine, use_gpus: a `hardware.Hardware`, and whether the run uses its GPUs.
 
     Returns:
       A list of policy names.
@@ -188,8 +169,7 @@ def candidates(
     """The settings `auto` times, the table's choice (the prior) first.
 
     Args:
-      machine: a `hardware.Hardware`.
-      use_gpus: whether the run places its work on the GPUs.
+      machine, use_gpus: a `hardware.Hardware`, and whether the run uses its GPUs.
       precision: "auto" or a fixed policy (explicit, or recorded by the run).
       jit: "auto", "true" or "false".
 
@@ -248,7 +228,6 @@ class Cache:
       path: the JSON file (created on the first `put`); None: `cache_path()`.
 
     Example:
-
     >>> from tf_mlstm.train.autotune import Cache
     >>> cache = Cache("autotune.json")
     >>> cache.put("key", {"float32/xla_on": 7280.0}, {}, "chars/s")
@@ -311,8 +290,7 @@ def worth_measuring(max_minutes, max_steps, count) -> tuple[bool, str]:
     """Whether a run may spend time timing `count` candidates; else (False, why).
 
     Args:
-      max_minutes: the run's time budget (0: none).
-      max_steps: the run's step budget.
+      max_minutes, max_steps: the run's time budget (0: none) and step budget.
       count: the number of candidates.
 
     Returns:
@@ -339,10 +317,9 @@ def measure(
     Args:
       candidates_: `Candidate`s, in the order to measure them.
       build: `build(candidate)` -> a function that runs one step to completion.
-      units_per_step: what one step processes (characters), for the rates.
+      units_per_step, unit: what one step processes (characters), and its rate's unit.
       clock: seconds, monotonic (`time.perf_counter`; tests pass a fake).
       max_seconds: measuring stops after this long; the first candidate is always measured.
-      unit: what `units_per_step` counts, per second (for the log).
 
     Returns:
       (rates {name: units/s}, failed {name: why}, seconds spent).
@@ -384,8 +361,7 @@ def cached_rates(candidates_, cache, key_of, name_of=lambda c: c.name) -> tuple:
     Args:
       candidates_: things to time, each with a `name`.
       cache: a `Cache`, or None.
-      key_of: `key_of(candidate)` -> its cache key (None: not cached).
-      name_of: `name_of(candidate)` -> its name within that key's entry.
+      key_of, name_of: a candidate's cache key (None: not cached), and its name in that entry.
 
     Returns:
       ({name: rate}, {name: why it failed}, [candidates neither holds]), keyed by `c.name`.
@@ -462,11 +438,9 @@ def choose(
     Args:
       candidates_: `Candidate`s, the prior first.
       build, units_per_step, clock, max_seconds: see `measure`.
-      cache: a `Cache`, or None for none.
-      key: the cache key (`cache_key`).
-      allowed: whether measuring is allowed (`worth_measuring`); if not, a
-        complete cache entry still decides, else the prior does.
-      not_allowed_why: the phrase logged when it is not.
+      cache, key: a `Cache` (or None), and the key (`cache_key`).
+      allowed, not_allowed_why: whether measuring is allowed (`worth_measuring`), and why not;
+        if not, a complete cache entry still decides, else the prior does.
       unit: what the rates count.
 
     Returns:
@@ -511,7 +485,7 @@ def encode(candidate) -> list[float]:
 
 
 def decode(values) -> Candidate:
-    """`encode`'s inverse.
+    """`encode`'s inverse: the `Candidate` in two floats.
 
     Raises:
       ValueError: the values name no precision (the chief sent nothing).
@@ -525,14 +499,12 @@ def decode(values) -> Candidate:
 def agree_values(strategy, values, chief, local_replicas) -> list[float]:
     """Every worker's copy of the chief's `values` (floats), by one SUM all-reduce.
 
-    The chief's first replica adds `values`, every other replica zeros (no shared
-    file system needed); every worker must call this at the same point.
+    Every worker must call this at the same point.
 
     Args:
       strategy: the run's (multi-worker) strategy.
       values: the chief's list of floats (on other workers only its length counts).
-      chief: whether this worker is the chief.
-      local_replicas: replicas on this worker.
+      chief, local_replicas: whether this worker is the chief, and its replicas.
 
     Returns:
       The chief's values.
@@ -556,8 +528,7 @@ def agree(strategy, choice, chief, local_replicas) -> Choice:
     Args:
       strategy: the run's (multi-worker) strategy.
       choice: the chief's `Choice` (ignored on other workers).
-      chief: whether this worker is the chief.
-      local_replicas: replicas on this worker.
+      chief, local_replicas: whether this worker is the chief, and its replicas.
 
     Returns:
       The chief's `Choice` (on other workers how="from the chief", no rates).

@@ -1,9 +1,4 @@
-"""The step loop's cadence: progress windows, pauses and the ETA, profiling, divergence.
-
-What happens between the runner's steps: a progress line's statistics, the
-pauses left out of the rate and added to the ETA, the profiler, the count of
-non-finite steps that ends a diverging run, and the line a signal's stop logs.
-"""
+"""Between the runner's steps: progress windows, pauses and the ETA, profiling, divergence."""
 
 import contextlib
 import signal
@@ -28,13 +23,10 @@ class Window:
       start: the window's start (`time.monotonic()`).
 
     Attributes:
-      start: see Args.
-      total: the statistics summed over its steps (float64), None before the first.
-      steps: steps in the window.
+      total, steps: the statistics summed over its steps (float64; None before the first), steps.
       paused: seconds of checkpoints and evaluations in the window.
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.train.cadence import Window
     >>> window = Window(start=0.0)
@@ -61,13 +53,9 @@ CHECKPOINT = "checkpoint"
 
 
 class Pauses:
-    """The time the step loop spends outside steps, by kind: checkpoints, each periodic task.
-
-    A rate leaves them out; an ETA adds those still due at their mean times, so
-    it neither jumps after an evaluation nor forgets the ones ahead.
+    """Time spent outside steps, by kind: left out of a rate, added to an ETA at mean times.
 
     Example:
-
     >>> import time
     >>> from tf_mlstm.train.cadence import CHECKPOINT, Pauses, Window
     >>> pauses, window = Pauses(), Window(start=time.monotonic())
@@ -85,11 +73,7 @@ class Pauses:
 
     @contextlib.contextmanager
     def timed(self, kind: object, window: Window) -> Iterator[None]:
-        """Times the block as a pause of `kind` (`CHECKPOINT`, a callback's index), out of `window`.
-
-        Yields:
-          Nothing: the block runs inside.
-        """
+        """Times the block as a pause of `kind` (`CHECKPOINT`, a callback's index) in `window`."""
         start = time.monotonic()
         try:
             yield
@@ -103,8 +87,7 @@ class Pauses:
         """Seconds of the pauses still due after `step`'s line up to `max_steps`, at mean times.
 
         Args:
-          step: the step just logged (its own pauses come after the line).
-          max_steps: the last step.
+          step, max_steps: the step just logged, and the last step.
           cadences: {kind: every so many steps (0: never)}.
 
         Returns:
@@ -126,15 +109,13 @@ def format_duration(seconds: float) -> str:
 
 
 class Profiler:
-    """Starts and stops the TensorBoard profiler at the `profile_steps` bounds (the chief only).
+    """Runs the TensorBoard profiler between the `profile_steps` bounds (the chief only).
 
     Args:
       profile_steps: the `profile_steps` setting ("START,END", or "" for none).
-      chief: whether this worker is the chief (the one that profiles).
-      logdir: where the profile goes (the training summaries' folder).
+      chief, logdir: whether this worker is the chief, and where the profile goes.
 
     Example:
-
     >>> from tf_mlstm.train.cadence import Profiler
     >>> profiler = Profiler("10,12", chief=False, logdir="run/train")
     >>> for step in range(9, 13):  # the chief would profile steps 11 and 12
@@ -176,14 +157,11 @@ def count_nonfinite(
     """The length of the current non-finite stretch; raises when it is too long.
 
     Args:
-      step: the step just run.
-      run: the stretch's length before it.
-      finite: whether the step was finite (applied).
-      norm: its all-reduced gradient norm (logged).
+      step, run: the step just run, and the stretch's length before it.
+      finite, norm: whether the step was finite (applied), and its gradient norm (logged).
       last_saved: the last checkpointed step, or -1.
       max_nonfinite_steps: the limit in force.
-      writers: the run's summary writers (flushed before the run stops).
-      strategy: the run's strategy (a last synchronization before it stops).
+      writers, strategy: the run's summary writers (flushed before it stops) and strategy.
 
     Returns:
       The stretch's length after `step` (0 when it was finite).

@@ -1,14 +1,4 @@
-"""Checkpoints, the carried recurrent state and the input position, for exact resumption.
-
-The chief's `tf.train.Checkpoint` holds model, optimizer and step. Each
-worker writes beside it what is its own: the carried [h, c] of its replicas
-(`carried_state/worker-<id>-step-<step>.tensor`, a `TensorProto` in the
-compute dtype, so bfloat16 comes back bit for bit) and its input iterator's
-position with its layout (`input_state/worker-<id>/step-<step>`). The shared
-checkpoint is committed only after every worker wrote both
-(`run_state.RunState.save`). A resume reloads both when step and layout
-match, else starts them afresh with a warning; all access is `tf.io.gfile`.
-"""
+"""Each worker's state beside the shared checkpoint (carried [h, c], input position)."""
 
 import io
 import json
@@ -43,7 +33,7 @@ def save_carried_state(model_dir, worker, step, local_states, keep=3) -> None:
       model_dir: the run's folder (shared by all workers).
       worker: this worker's index.
       step: the global step the state belongs to.
-      local_states: list over local replicas of (h, c) arrays or tensors, of one shape and dtype.
+      local_states: (h, c) arrays or tensors per local replica, of one shape and dtype.
       keep: how many of this worker's newest files to keep.
     """
     stacked = tf.stack([tf.stack([h, c]) for h, c in local_states])
@@ -171,7 +161,7 @@ def save_input_state(model_dir, worker, step, iterator, layout, keep=3) -> None:
       worker: this worker's index.
       step: the global step the position belongs to.
       iterator: the worker's tf.data iterator.
-      layout: JSON-serializable description of the input pipeline; a restore needs an equal one.
+      layout: JSON-able description of the input pipeline; a restore needs an equal one.
       keep: how many of this worker's newest positions to keep.
     """
     prefix = _input_prefix(model_dir, worker, step)
@@ -193,7 +183,7 @@ def restore_input_state(model_dir, worker, step, iterator, layout) -> bool:
     """Restores this worker's input position at `step` if its layout matches.
 
     Returns:
-      True when restored; False (with a warning) when the input restarts from its shards' start.
+      True when restored; False (with a warning) when the input restarts from its start.
     """
     prefix = _input_prefix(model_dir, worker, step)
     if not tf.io.gfile.exists(prefix + ".json"):

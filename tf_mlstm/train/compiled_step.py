@@ -1,24 +1,4 @@
-"""The runner's compiled step: forward and backward, ONE all-reduce, the update.
-
-The task's forward and backward pass runs XLA-compiled when `jit_compile`
-is on, with the loss scaled under float16; the gradients are all-reduced
-(SUM) bundled with the task's statistics and the stop flags, in one
-all-reduce (optionally in float16: then the statistics travel in a second,
-tiny one); then `optimizer.apply`, which skips a non-finite update.
-
-Why the stop flag rides in the all-reduce: workers check their clocks at
-slightly different moments, so each would stop at a different step and the
-others would hang in the next collective. Summed with the statistics, one
-worker's "stop" is seen by every replica at the same step, at no extra
-collective.
-
-Why the data is a per-worker plain tf.data iterator rather than
-`distribute_datasets_from_function`: only the former can be checkpointed
-(TF 2.21), and an exact resume needs the input position. The worker's batch
-holds `local_replicas` blocks of per-replica rows; replica r always gets
-block r (`experimental_distribute_values_from_function`), so state it
-carries stays aligned with its rows.
-"""
+"""The runner's compiled step: forward and backward, ONE all-reduce (stop flags too), the update."""
 
 from collections.abc import Callable
 
@@ -49,7 +29,7 @@ def make_train_step(
 
     Args:
       task: the `Task` (its `loss` runs inside, under the tape).
-      optimizer: the run's optimizer (`optimizer.build_optimizer`).
+      optimizer: the run's optimizer.
       variables: the variables it trains.
       strategy: the run's strategy.
       per_replica_batch: rows each replica computes a step.
@@ -61,9 +41,8 @@ def make_train_step(
       skipped: the skipped-steps variable (counts the non-finite steps).
 
     Returns:
-      The step: (iterator, carried state, per-replica stop flags) ->
-      (statistics summed over replicas with the flags at their end,
-      |grad|, finite, new carried state).
+      The step: (iterator, carried state, per-replica stop flags) -> (statistics summed over
+      replicas with the flags at their end, |grad|, finite, new carried state).
     """
     reduce_dtype = tf.float16 if allreduce_dtype == "float16" else None
     use_scale = optimizer_lib.loss_scale(optimizer) is not None

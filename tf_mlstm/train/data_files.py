@@ -1,11 +1,4 @@
-"""Which shards a training run reads, checked before it starts, and its epochs in steps.
-
-`--train_data` and `--validation_data` name TFRecord folders or globs from
-`tf-mlstm-make-tfrecords`; an empty `--train_data` means the embedded demo
-corpus. Everything that would make a run fail or mislead later (no shards,
-only empty shards, held-out shards inside the training glob, an unfinished
-conversion, no validation data) is decided here, before training.
-"""
+"""Which shards a training run reads, checked before it starts, and its epochs in steps."""
 
 import dataclasses
 import math
@@ -29,10 +22,10 @@ def build_demo_tfrecords(output_dir) -> str:
     """Converts the embedded demo corpus (`data.demo`) into `output_dir` unless already there.
 
     Args:
-        output_dir: destination folder for the shards and stats.json.
+      output_dir: destination folder for the shards and stats.json.
 
     Returns:
-        output_dir.
+      output_dir.
     """
     if tf.io.gfile.exists(os.path.join(output_dir, fields.STATS_FILE)):
         return output_dir
@@ -57,23 +50,16 @@ def build_demo_tfrecords(output_dir) -> str:
 def resolve_data(config) -> tuple[list[str], list[str]]:
     """The training and validation shard lists for `config`, checked before training.
 
-    An empty `train_data` means the embedded demo corpus, converted once into
-    `model_dir/demo_data`. Shards without records are left out (a repeating
-    input over them would spin); a folder whose conversion did not finish is
-    refused. With no `validation_data`, the validation shards are those of
-    the folder of `train_data` (for a glob, the folders of its files), found
-    by split name: never the training files themselves. No validation shards,
-    or none with records, is a warning: the run trains without validation.
+    An empty `train_data` is the demo corpus; shards without records are left out. Without
+    `validation_data`, the validation shards of `train_data`'s folders are used.
 
     Returns:
       (train_files, validation_files); validation_files may be empty.
 
     Raises:
-      FileNotFoundError: no training shards where `train_data` points, or no
-        shards where an explicit `validation_data` points.
-      ValueError: the training shards hold no records, a `train_data` glob
-        takes in validation or test shards, or a folder is incomplete
-        (`tfrecord.IncompleteDataError`); every message names the data.
+      FileNotFoundError: no shards where `train_data` or an explicit `validation_data` points.
+      ValueError: the training shards hold no records, a `train_data` glob takes in held-out
+        shards, or a folder is incomplete (`tfrecord.IncompleteDataError`).
     """
     train_data = config.train_data
     check_converted("train_data", train_data)
@@ -127,13 +113,8 @@ def resolve_data(config) -> tuple[list[str], list[str]]:
 def check_converted(flag, spec) -> None:
     """Raises, with the conversion command, when `--flag=spec` names raw corpus files.
 
-    Training reads TFRecord shards (shuffled, split, counted in stats.json);
-    JSON lines, CSV and text files are converted once by
-    `tf-mlstm-make-tfrecords`. Checked before the run creates anything.
-
     Args:
-      flag: the flag's name, for the message.
-      spec: its value (empty: nothing to check).
+      flag, spec: the flag's name, and its value (empty: nothing to check).
 
     Raises:
       ValueError: `spec` names raw files; the message is the command to run.
@@ -159,12 +140,10 @@ def check_converted(flag, spec) -> None:
 
 
 def _folders(files):
-    """The folders of `files`, in order of first appearance."""
     return list(dict.fromkeys(os.path.dirname(path) or "." for path in files))
 
 
 def _with_records(files, source, split):
-    """`files` without the shards that hold no record (logged when any are left out)."""
     kept = tfrecord.nonempty_files(files)
     if kept and len(kept) < len(files):
         empty = sorted(set(files) - set(kept))
@@ -183,9 +162,13 @@ def _with_records(files, source, split):
 def steps_for_epochs(config, train_files) -> TrainConfig:
     """`config` with `max_steps` for its `--epochs` (unchanged when epochs is 0).
 
-    One epoch is the training shards' characters (from the conversion's
-    stats.json, prorated by shard when a glob takes some of a folder's
-    shards) over the characters a step trains on.
+    One epoch is the training shards' characters (stats.json) over the characters of a step.
+
+    Args:
+      config, train_files: the run's `TrainConfig`, and its training shards.
+
+    Returns:
+      The config, validated.
 
     Raises:
       ValueError: a folder of the shards has no stats.json to count from.

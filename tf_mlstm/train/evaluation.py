@@ -1,8 +1,4 @@
-"""Bits per character of a language model over a finite batch stream.
-
-The state carries across batches within a row and resets at document
-starts, so the figure is the per-document one.
-"""
+"""Per-document bits per character of a language model over a finite batch stream."""
 
 import time
 from collections.abc import Callable
@@ -106,7 +102,6 @@ def evaluate(
 
 
 def _progress_total(dataset, max_batches, expected):
-    """`expected`, or less where `max_batches` of the dataset's shape hold fewer targets."""
     shape = dataset.element_spec["targets"].shape
     if not max_batches or not shape.is_fully_defined():
         return expected
@@ -127,12 +122,11 @@ def evaluate_data(
     """Scores `data` (TFRecord folder or glob, or raw corpus files) under `model_dir`'s model.
 
     Returns:
-        dict with `bits_per_char`, `chars`, `chars_per_s`.
+      dict with `bits_per_char`, `chars`, `chars_per_s`.
 
     Raises:
-        FileNotFoundError: no data or no model where the flags point.
-        ValueError: nothing to score, an incomplete TFRecord folder, or an
-            unreadable raw corpus file (`readers.InputError`, naming it).
+      FileNotFoundError: no data or no model where the flags point.
+      ValueError: nothing to score, an incomplete TFRecord folder, or an unreadable corpus file.
     """
 
     model = language_model.MLSTMLanguageModel.from_run(model_dir)

@@ -1,13 +1,4 @@
-"""What this machine computes on, and the table of precision and XLA settings (the prior).
-
-Training measures `--precision=auto` and `--jit_compile=auto` (`autotune.py`);
-this module detects the hardware (`/proc/cpuinfo`, TensorFlow's GPUs) and
-keeps the rules `auto` follows where measuring is impossible or not worth it
-(one text, serving, a short run). The measurements behind each rule:
-docs/performance.md. `resolve_run_config` makes a config's `auto` values
-concrete before a run starts, so config.json records what was used and a
-resume keeps the precision it started with.
-"""
+"""What this machine computes on, and the table of precision and XLA settings (the prior)."""
 
 import dataclasses
 import os
@@ -106,14 +97,9 @@ JIT_TABLE = {
 
 @dataclasses.dataclass(frozen=True)
 class GpuInfo:
-    """One GPU as TensorFlow reports it.
-
-    Attributes:
-      name: the device name, e.g. "NVIDIA H100 80GB HBM3".
-      compute_capability: (major, minor), or None where TensorFlow gives none.
+    """One GPU as TensorFlow reports it: its name and (major, minor) compute capability or None.
 
     Example:
-
     >>> from tf_mlstm.train.hardware import GpuInfo
     >>> gpu = GpuInfo("NVIDIA H100 80GB HBM3", (9, 0))
     >>> gpu.has_tensor_cores, gpu.to_dict()
@@ -150,7 +136,6 @@ class Hardware:
       gpus: the GPUs TensorFlow sees, in device order.
 
     Example:
-
     >>> from tf_mlstm.train.hardware import Hardware
     >>> machine = Hardware("Intel Xeon", frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
     >>> machine.cpu_extensions, machine.bfloat16_matrix_units
@@ -223,8 +208,7 @@ def read_cpuinfo(path=CPUINFO) -> tuple[str, frozenset]:
       path: the cpuinfo file.
 
     Returns:
-      (model name, frozenset of flags); without the file, `platform.processor()`
-      and no flags, so every automatic choice falls back to float32.
+      (model name, frozenset of flags); without the file, `platform.processor()` and no flags.
     """
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -261,8 +245,7 @@ def detect(cpuinfo_path=CPUINFO, gpus=None) -> Hardware:
     """This machine's `Hardware`.
 
     Args:
-      cpuinfo_path: where to read the CPU from.
-      gpus: the GPUs to assume; None asks TensorFlow.
+      cpuinfo_path, gpus: where to read the CPU from, and the GPUs to assume (None: ask).
 
     Returns:
       A `Hardware`.
@@ -275,14 +258,10 @@ def detect(cpuinfo_path=CPUINFO, gpus=None) -> Hardware:
 
 
 def resolve_precision(choice, hardware, use_gpus=True) -> tuple[str, str]:
-    """The precision policy `choice` stands for on `hardware`.
-
-    `auto`: mixed_float16 on GPUs that all have tensor cores, mixed_bfloat16 on a
-    CPU with bfloat16 matrix units, else float32; other choices stay as they are.
+    """The precision policy `choice` ("auto" or a policy name) stands for on `hardware`.
 
     Args:
-      choice: "auto" or a precision policy name.
-      hardware: a `Hardware`.
+      choice, hardware: "auto" or a policy name, and a `Hardware`.
       use_gpus: whether the run places its work on the GPUs (False with --num_gpus=0).
 
     Returns:
@@ -307,8 +286,7 @@ def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
     Args:
       choice: "auto", "true" or "false".
       precision: the resolved precision policy (not "auto").
-      hardware: a `Hardware`.
-      use_gpus: whether the run places its work on the GPUs.
+      hardware, use_gpus: a `Hardware`, and whether the run places its work on the GPUs.
 
     Returns:
       (on, reason): a bool and a phrase saying why.
@@ -334,15 +312,13 @@ def resolve_jit(choice, precision, hardware, use_gpus=True) -> tuple[bool, str]:
 def resolve_run_config(config, recorded_config_path, hardware=None, decide=None) -> Any:
     """`config` with concrete `precision` and `jit_compile`, logged with the reasons.
 
-    A run's recorded precision wins over `auto` (an explicit other one is
-    honoured with a warning); `auto` XLA is decided anew on every start. Without
-    `decide` each worker resolves by the table on its own hardware.
+    A run's recorded precision wins over `auto`; `auto` XLA is decided anew on every start.
 
     Args:
       config: a frozen dataclass with `precision`, `jit_compile` (and `num_gpus`).
       recorded_config_path: the run folder's config JSON, read if it exists.
       hardware: a `Hardware`; None detects this machine.
-      decide: optional `decide(precision, jit_compile, hardware, use_gpus)` ->
+      decide: `decide(precision, jit_compile, hardware, use_gpus)` ->
         (precision, reason, jit bool, jit reason); None lets the table decide.
 
     Returns:

@@ -1,20 +1,7 @@
 """The optimizer: Adam on gradients the training step has already reduced.
 
-Keras 3's TensorFlow optimizer all-reduces gradients inside `apply`, after
-clipping them (so under a strategy each replica clips its own share) and
-after `LossScaleOptimizer` has checked finiteness on local values (so
-replicas can disagree about skipping a step). The training step here instead
-all-reduces once, itself (optionally in float16, as the paper did), and then
-hands identical gradients to every replica: clipping is by the true global
-norm and the skip decision is the same everywhere. `PreReducedAdam` is Adam
-that does not reduce a second time.
-
-A non-finite update is never applied, in any precision. Under float16,
-`LossScaleOptimizer` skips it (and halves the scale). In float32 and
-bfloat16 Keras applies whatever it is given, so one NaN gradient would turn
-every weight and Adam moment into NaN for good; `PreReducedAdam` skips such
-a step itself: weights, moments and `iterations` stay as they were. The
-check runs on the all-reduced gradients, so every replica decides alike.
+The step all-reduces once itself, so clipping is by the true global norm and every replica
+skips a non-finite update alike; `PreReducedAdam` does not reduce a second time.
 """
 
 from typing import Any
@@ -33,13 +20,10 @@ class PreReducedAdam(keras.optimizers.Adam):
     """Adam whose `apply` expects gradients already summed over replicas.
 
     Args:
-      skip_non_finite: leave variables, moments and `iterations` untouched
-        when any gradient is NaN or infinite (off under a
-        `LossScaleOptimizer`, which makes that decision itself).
+      skip_non_finite: leave variables, moments and `iterations` untouched on a non-finite step.
       **kwargs: `keras.optimizers.Adam` arguments.
 
     Example:
-
     >>> import numpy as np
     >>> import keras
     >>> from tf_mlstm.train.optimizer import PreReducedAdam
@@ -106,8 +90,7 @@ def build_optimizer(
     Args:
       learning_rate: a float or a `LearningRateSchedule`.
       clip_norm: global gradient norm bound (0 = no clipping).
-      precision: the dtype policy name; `mixed_float16` gets dynamic loss
-        scaling.
+      precision: the dtype policy name; `mixed_float16` gets dynamic loss scaling.
 
     Returns:
       A Keras optimizer.

@@ -1,12 +1,4 @@
-"""How a run ends short of its last step: its errors, exit statuses and peer-failure line.
-
-A signal's stop (`PreemptedError`, exit 75 after SIGTERM, 130 after
-Ctrl-C: relaunching resumes), divergence (`TrainingDivergedError`, a user
-error: one line, exit 1), and a peer worker's failure as the collectives
-report it (`PEER_ERRORS`), worded by `peer_failure` as one
-`strategy.PeerWorkerError` line naming the step and the checkpoint to
-resume from.
-"""
+"""How a run ends short of its last step: its errors, exit statuses and peer-failure line."""
 
 import os
 
@@ -29,12 +21,10 @@ class PreemptedError(RuntimeError):
     """A SIGTERM or Ctrl-C stopped the run; every worker checkpointed the same step.
 
     Attributes:
-      step: the step of that checkpoint (None: the run stopped before
-        training, nothing of it written).
+      step: the step of that checkpoint (None: stopped before training, nothing written).
       exit_status: the process's exit status (75 after SIGTERM, 130 after Ctrl-C).
 
     Example:
-
     >>> from tf_mlstm.train.run_errors import EXIT_INTERRUPTED, PreemptedError
     >>> error = PreemptedError("stopped by Ctrl-C after step 7", 7, EXIT_INTERRUPTED)
     >>> error.step, error.exit_status
@@ -51,7 +41,6 @@ class TrainingDivergedError(errors.UserError, RuntimeError):
     """Too many non-finite steps in a row: the run stops, its checkpoints stay finite.
 
     Example:
-
     >>> from tf_mlstm import errors
     >>> from tf_mlstm.train.run_errors import TrainingDivergedError
     >>> error = TrainingDivergedError("training diverged: 3 non-finite steps in a row")
@@ -70,8 +59,7 @@ def peer_failure(
     """The one-line `PeerWorkerError` for a collective that failed with a `PEER_ERRORS` kind.
 
     Args:
-      error: the TensorFlow error.
-      worker: this worker's index.
+      error, worker: the TensorFlow error, and this worker's index.
       step: the step it stops at; None during start-up, before the first step.
       collective_timeout_s: the `collective_timeout_s` in force.
       latest_checkpoint: the newest checkpoint's prefix (the chief), or None.
@@ -100,11 +88,7 @@ def peer_failure(
 
 
 def _error_summary(error):
-    """The line of a TensorFlow error that says what happened.
-
-    Graph execution errors start with boilerplate and an indented traceback
-    of where the op was defined; the cause is a later, unindented line.
-    """
+    """The line of a TensorFlow error that says what happened (not its boilerplate)."""
     boilerplate = ("Graph execution error", "Detected at node", "[[", "The error could be from")
     for line in (getattr(error, "message", "") or str(error)).splitlines():
         if line.strip() and not line[0].isspace() and not line.startswith(boilerplate):

@@ -1,12 +1,4 @@
-"""What a checkpoint restores (`RunState`): the shared checkpoint and each worker's state.
-
-The chief's `tf.train.Checkpoint` holds the task's objects, the optimizer
-and the step counters; each worker saves the recurrent state its replicas
-carry and the position of its input iterator beside it
-(`checkpointing.py`). A checkpoint is committed only after every worker's
-state, and a resume starts from the newest checkpoint with every worker's
-state, agreed by one all-reduce.
-"""
+"""What a checkpoint restores (`RunState`): the shared checkpoint and each worker's state."""
 
 import tensorflow as tf
 from absl import logging
@@ -26,18 +18,11 @@ _COMPLETE_CANDIDATES = 8
 class RunState:
     """What a checkpoint restores: the shared checkpoint and this worker's state beside it.
 
-    The shared `tf.train.Checkpoint` (task objects, optimizer, step
-    counters) is the chief's; the recurrent state each local replica carries
-    from step to step and the position of this worker's input iterator are
-    saved per worker beside it (`checkpointing.py`), so a resumed run
-    continues the exact trajectory of an uninterrupted one.
-
     Args:
       checkpoint: the shared `tf.train.Checkpoint`.
       step: the global step variable (inside `checkpoint`).
       iterator: this worker's input iterator (its position is saved).
-      layout: JSON-able description of what the input position depends on
-        (a saved position is used only under the same layout).
+      layout: JSON-able description of what the input position depends on.
       state_shape: (rows, units) of the (h, c) each replica carries, or None.
       state_dtype: the carried state's dtype (the model's compute dtype).
       model_dir: the run folder.
@@ -48,7 +33,6 @@ class RunState:
 
     Attributes:
       carried: the per-replica [h, c] (distributed values), or [].
-      iterator: see Args.
       checkpoint_dir: the shared checkpoint folder.
 
     Example:
@@ -119,7 +103,6 @@ class RunState:
             )
 
     def _distribute(self, local_states=None):
-        """Per-replica [h, c]: zeros, or the given per-local-replica arrays; [] if none."""
         if self._state_shape is None:
             return []
         shape, dtype = self._state_shape, self._state_dtype
@@ -143,16 +126,7 @@ class RunState:
         return [(hh.numpy(), cc.numpy()) for hh, cc in zip(local(h), local(c))]
 
     def save(self) -> None:
-        """Checkpoints the current step: every worker's own state, then the shared checkpoint.
-
-        The shared checkpoint is the commit: a resume restores the newest one
-        and expects each worker's state of its step beside it. So no worker
-        starts it before every worker has written its own state (one
-        all-reduce, `_all_saved`): a worker killed before then leaves no
-        checkpoint of this step, and the relaunch resumes from the one
-        before, which has every worker's state (each worker keeps one state
-        more than there are checkpoints).
-        """
+        """Checkpoints the step: each worker's own state, then (once all wrote) the shared one."""
         step = int(self._step.numpy())
         model_dir, worker, keep = self._model_dir, self._worker, self._keep + 1
         where = f"{model_dir} (checkpoint {step})"
@@ -173,11 +147,7 @@ class RunState:
         failpoints.reach("checkpoint-saved")
 
     def restore(self) -> str | None:
-        """Restores the newest intact checkpoint and this worker's state; its path or None.
-
-        Newest, that is, of those with every worker's state beside them
-        (`_newest_complete`); when none has, the newest, each worker's state
-        then starting afresh with a warning.
+        """Restores the newest complete checkpoint (else the newest) and this worker's state.
 
         Returns:
           The restored checkpoint's prefix, or None (a fresh start).
@@ -205,17 +175,7 @@ class RunState:
         return restored
 
     def _newest_complete(self):
-        """The step of the newest checkpoint with every worker's state, agreed; or None.
-
-        `save` commits a checkpoint only after every worker's state, but a
-        folder written before that, or whose state files were lost, may hold
-        a checkpoint without some worker's: resuming from it would restart
-        that worker's recurrent state and input, and the trajectory would
-        differ from an uninterrupted run's. Each worker checks its own files
-        for the newest checkpoints; one all-reduce counts them, so every
-        worker picks the same step. None (no bound) when no checkpoint has
-        every worker's state, as after a change of the worker layout.
-        """
+        """The newest checkpoint step with every worker's state, agreed; or None."""
         prefixes = rundir.list_checkpoints(self.checkpoint_dir)[:_COMPLETE_CANDIDATES]
         workers = strategy_lib.worker_info(self._strategy)[2]
         if not prefixes and workers == 1:

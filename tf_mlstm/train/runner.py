@@ -1,22 +1,4 @@
-"""The distributed runner: one training loop for every kind of training.
-
-Language-model training and fine-tuning are tasks (`tf_mlstm.tasks`); the
-`Runner` owns what they share, as tensorflow/models `official/core`'s
-trainer does: the strategy, the replica layout and seeding, the model and
-optimizer, the step loop with its time budget, checkpoints, evaluations, the
-final synchronization and `results.json`. Its parts live beside it, one job
-a file: `auto_settings.py` (the `auto` size, precision and XLA),
-`task_protocol.py` (what a task supplies and sees), `run_state.py` (what a
-checkpoint restores), `compiled_step.py` (the step and its one all-reduce),
-`cadence.py` (what happens between steps), `summaries.py` (TensorBoard),
-`run_errors.py` (how a run ends short).
-
-A step whose gradients are not finite is skipped and counted; after
-`max_nonfinite_steps` in a row the run stops (`TrainingDivergedError`). A
-stop signal (`stop_signals.py`) joins the stop flags in the all-reduce, so
-every worker checkpoints the same step and exits 75 (SIGTERM) or 130
-(Ctrl-C); the same command resumes (docs/reliability.md).
-"""
+"""The distributed runner (`Runner`): one training loop for every kind of task."""
 
 import dataclasses
 import os
@@ -52,24 +34,13 @@ from tf_mlstm.train.task_protocol import TaskContext
 class Runner:
     """Runs a `Task` data-parallel under a `tf.distribute` strategy.
 
-    `auto` size, then `auto` precision and XLA, are resolved after the
-    strategy and before the task prepares (`auto_settings.py`, kept as
-    `auto`): measured on the chief where the task supplies a `measurement`
-    and the run can afford it, the choice handed to every worker, recorded
-    in the run's config file.
-
     Args:
       task: the `Task`.
-      config: a validated config with the run fields (`model_dir`,
-        `batch_size`, `seed`, `precision`, `clip_norm`, `jit_compile`,
-        `allreduce_dtype`, `max_steps`, `max_minutes`, `max_nonfinite_steps`,
-        `log_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
-        `eval_every_steps`, and the distribution fields).
+      config: a validated config with the run and distribution fields; `auto` is resolved here.
       strategy: the strategy to run under; None builds the one `config` names.
 
     Raises:
-      ValueError: the global batch does not divide over the replicas, or the
-        task rejects its inputs.
+      ValueError: the batch does not divide over the replicas, or the task rejects its inputs.
 
     Example:
 
@@ -154,14 +125,7 @@ class Runner:
     # === auto size, precision and XLA (auto_settings.py) ===
 
     def _candidate_step(self, config, candidate, probe, scratch, use_gpus, hidden_size=None):
-        """One step of `config` at `candidate` on one replica of this worker, synthetic data.
-
-        With `hidden_size`, at that size (`autosize.py`); else at the config's.
-
-        Built by a second runner on one local device, so nothing of this run
-        (its variables, seeds, iterator, folder) is touched: this runner
-        seeds and builds its model afterwards exactly as without measuring.
-        """
+        """A step of `config` at `candidate`, on a second runner on one local device."""
         config = dataclasses.replace(
             config,
             precision=candidate.precision,
@@ -257,18 +221,13 @@ class Runner:
         """Runs one step; returns (task statistics, agreed stop reason, |grad|, finite).
 
         Args:
-          stop: this worker's time budget is spent: every worker stops after
-            this step.
-          preempted: this worker got SIGTERM or Ctrl-C: every worker stops
-            after this step.
-          planned_end: this worker's prediction of the step at which the time
-            budget ends (used with a budget plan; the workers' mean is applied).
+          stop: this worker's time budget is spent.
+          preempted: this worker got SIGTERM or Ctrl-C.
+          planned_end: this worker's prediction of the step at which the time budget ends.
 
         Returns:
-          The statistics summed over replicas, "preempted", "time" or None
-          (what any worker asked for), the global norm of the all-reduced
-          gradients (unscaled, before clipping: the logged |grad|), and
-          whether the step was finite (applied).
+          The statistics summed over replicas, "preempted", "time" or None (what any worker
+          asked for), the all-reduced gradients' global norm (unscaled), and whether it was applied.
         """
         flag = compiled_step.stop_flags(self.strategy, stop, preempted, planned_end)
         state = self.run_state
@@ -300,18 +259,11 @@ class Runner:
         """Runs to `max_steps` or the time budget; returns the results dict.
 
         Args:
-          finalize: end with a synchronization of all workers. A caller with
-            more chief-only work to do (an export) passes False and calls
-            `strategy.finalize` itself afterwards, so no worker exits while
-            another still runs (the survivor would log a crash).
+          finalize: end with a synchronization of all workers (False: the caller finalizes).
 
         Raises:
-          strategy_lib.PeerWorkerError: another worker stopped mid-run (its
-            collectives failed after the heartbeat timeout); relaunching all
-            workers resumes from the last checkpoint.
-          PreemptedError: SIGTERM or Ctrl-C reached a worker; all of them
-            checkpointed the same step, or stopped before training (exit
-            with its `exit_status`; relaunching resumes).
+          strategy_lib.PeerWorkerError: another worker stopped mid-run.
+          PreemptedError: SIGTERM or Ctrl-C reached a worker; every worker stopped at one step.
           TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
         """
         try:
@@ -372,13 +324,7 @@ class Runner:
         return results
 
     def _finished_earlier(self, step):
-        """The saved results when the run already ended at `step`, else None.
-
-        A rerun of a finished run changes nothing: no steps, no new
-        evaluation, results.json and the event files as they were. Every
-        worker restored the same step and reads the same file, so all agree.
-        The returned dict carries `finished_earlier: True` (not in the file).
-        """
+        """Saved results (marked `finished_earlier`) if the run ended at `step`, else None."""
         if step < self.config.max_steps:
             return None
         saved = rundir.read_results(self.config.model_dir)
@@ -398,7 +344,6 @@ class Runner:
         return {**saved, "finished_earlier": True}
 
     def _stop_at_start_up(self):
-        """A worker got SIGTERM before training: every worker stops, nothing written."""
         signal_name, status = self._signals.acted_on()
         if signal_name == stop_signals.PEER_SIGNAL:
             # TensorFlow's notifier may have heard it here, in the rendezvous: any worker's.
@@ -412,7 +357,6 @@ class Runner:
         )
 
     def _stop_preempted(self, step):
-        """After the checkpoint of a signal's stop: synchronize, then raise PreemptedError."""
         # Acted on: every worker stopped at this step.
         signal_name, status = self._signals.acted_on()
         for writer in self._writers.writers():
@@ -449,11 +393,7 @@ class Runner:
         )
 
     def _run_steps(self, start_step, begin, restored):
-        """The step loop with its cadence; returns (stopped_by, last saved step).
-
-        Raises:
-          TrainingDivergedError: `max_nonfinite_steps` non-finite steps in a row.
-        """
+        """The step loop with its cadence; returns (stopped_by, last saved step)."""
         config = self.config
         # Measuring `auto` settings (before `begin`) counts against the budget.
         budget_s = config.max_minutes * 60 - self.auto.seconds

@@ -1,18 +1,4 @@
-"""Learning-rate schedules for large-batch training.
-
-Linear scaling with the batch diverges for the mLSTM at a 32k batch; a rate
-scaled more gently, capped, warmed up and decayed to zero converges.
-`LargeBatchSchedule` is that family:
-
-    peak   = min(lr * scale(global_batch / base_batch), max_lr)
-    lr(t)  = peak * t / warmup_steps                      for t < warmup
-           = peak * decay((t - warmup) / (total - warmup)) afterwards
-
-with scale 1, ratio or sqrt(ratio), and decay(p) 1, 1 - p, 0.5 (1 + cos(pi p))
-or final_fraction ** p. Under a time budget, `BudgetPlanner` predicts the
-step the budget ends at and `SchedulePlan` moves the decay's end there for
-the last `cooldown_fraction` of it (docs/performance.md, Budget-aware schedules).
-"""
+"""Learning-rate schedules for large-batch training, and their end planned by a time budget."""
 
 import math
 import time
@@ -33,9 +19,8 @@ def peak_learning_rate(lr, global_batch, base_batch=128, scaling="none", max_lr=
     """The rate after batch scaling and the cap.
 
     Args:
-      lr: base rate, tuned at `base_batch`.
+      lr, base_batch: the base rate, and the batch it was tuned at.
       global_batch: the global batch size.
-      base_batch: the batch at which `lr` was tuned.
       scaling: none | linear | sqrt.
       max_lr: optional upper bound.
 
@@ -72,7 +57,6 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
       plan: an optional `SchedulePlan` whose progress the decay follows instead.
 
     Example:
-
     >>> from tf_mlstm.train.schedules import LargeBatchSchedule
     >>> schedule = LargeBatchSchedule(peak_lr=1e-3, total_steps=100, warmup_steps=10)
     >>> [round(float(schedule(step)), 6) for step in (0, 5, 10, 55, 100)]
@@ -136,19 +120,14 @@ class LargeBatchSchedule(keras.optimizers.schedules.LearningRateSchedule):
 class SchedulePlan:
     """The decay's planned end and its progress, as checkpointable variables.
 
-    Made under the strategy scope and checkpointed with the model. Each update
-    moves the progress p(t + 1) = p(t) + (1 - p(t)) / (aim - t): linear while
-    the aim holds, bending without a jump when it moves. `advanced` counts
-    applied updates, so a skipped one does not advance the decay.
+    Each update moves p(t + 1) = p(t) + (1 - p(t)) / (aim - t): without a jump when the aim moves.
 
     Args:
       total_steps: the recipe's schedule length (`--total_steps` or `--max_steps`).
       warmup_steps: the decay starts after these many updates.
-      cooldown_fraction: the share of the predicted budget the rate cools down
-        over; 1 decays over the whole budget.
+      cooldown_fraction: the share of the predicted budget the rate cools down over.
 
     Example:
-
     >>> from tf_mlstm.train.schedules import SchedulePlan
     >>> plan = SchedulePlan(total_steps=100)
     >>> sorted(plan.variables())
@@ -221,20 +200,15 @@ class SchedulePlan:
 
 
 class BudgetPlanner:
-    """Predicts the step at which a time budget will end the run.
-
-    The rate is measured over this launch's steps after `settle_steps` (tracing),
-    so recurring pauses count; `margin` of the time left is kept for the last checkpoint.
+    """Predicts the step at which a time budget will end the run, from this launch's rate.
 
     Args:
       max_steps: the plan never goes past this.
-      deadline: the budget's end, in `clock` seconds.
-      settle_steps: steps of this launch not measured.
-      margin: share of the remaining time not planned for.
-      clock: the time source (seconds).
+      deadline, clock: the budget's end in `clock` seconds, and the time source.
+      settle_steps: steps of this launch not measured (tracing).
+      margin: share of the remaining time not planned for (kept for the last checkpoint).
 
     Example:
-
     >>> from tf_mlstm.train.schedules import BudgetPlanner, NO_PREDICTION
     >>> planner = BudgetPlanner(max_steps=10_000, deadline=100.0, settle_steps=2, margin=0.0)
     >>> [planner.plan(step, now=t) for step, t in [(0, 0.0), (2, 10.0)]] == [NO_PREDICTION] * 2
@@ -261,12 +235,10 @@ class BudgetPlanner:
         """The predicted final step after `step` (done), or `NO_PREDICTION` while still settling.
 
         Args:
-          step: steps done so far (global).
-          now: the time; `clock()` by default.
+          step, now: steps done so far (global), and the time (`clock()` by default).
 
         Returns:
-          An int in [step, max_steps], or `NO_PREDICTION` until this launch's rate
-          is measured (a resumed run keeps its restored plan until then).
+          An int in [step, max_steps], or `NO_PREDICTION` until this launch's rate is measured.
         """
         now = self.clock() if now is None else now
         if self._first_step is None:

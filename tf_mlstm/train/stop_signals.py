@@ -1,19 +1,5 @@
 """The signals that stop a training run: SIGTERM (75) and Ctrl-C (130), after a checkpoint.
 
-- While a run trains, `StopSignals.caught()` records the first SIGTERM or
-  SIGINT; the runner turns it into a stop every worker agrees on,
-  checkpoints that step and exits 75 (`EX_TEMPFAIL`) or 130. The same
-  command resumes.
-- A second Ctrl-C ends the process at once (130), counted by a thread that
-  reads the interpreter's signal wakeup descriptor, since a long TensorFlow
-  call delays Python's handlers.
-- Before training (`stop_until_training`, the training binaries' first
-  line) SIGTERM ends the process at once with one line and status 75:
-  nothing of the run is written yet. A worker of a cluster holds it
-  instead, until the cluster has formed and the workers agree to stop
-  together. After training it ends by the signal; one that came after the
-  last step's agreement is passed on then (`deliver_late`).
-
 No TensorFlow here: tests check it in a bare interpreter.
 """
 
@@ -55,14 +41,12 @@ ABORT_LINE = (
 
 
 class StopSignals:
-    """Catches the stop signals while a run trains (see the module doc).
+    """Catches the stop signals while a run trains.
 
     Attributes:
-      received: the number of the first stop signal caught and not yet acted
-        on, or None.
+      received: the number of the first stop signal caught and not yet acted on, or None.
 
     Example:
-
     >>> import signal
     >>> from tf_mlstm.train.stop_signals import StopSignals
     >>> signals = StopSignals()
@@ -86,9 +70,7 @@ class StopSignals:
     def caught(self) -> Iterator[None]:
         """While inside, a stop signal sets `received` instead of ending the process.
 
-        Signals reach only the main thread: elsewhere this does nothing. A
-        SIGINT the process was started to ignore (a background job of a
-        non-interactive shell, `nohup`) stays ignored.
+        Only on the main thread; a SIGINT the process was started to ignore stays ignored.
         """
         self.received = None
         if threading.current_thread() is not threading.main_thread():
@@ -124,7 +106,8 @@ class StopSignals:
     def acted_on(self) -> tuple[str, int]:
         """Every worker stopped for the signal: returns (its name, the exit status), clears it.
 
-        A worker that got no signal itself (a peer did) exits with status 75.
+        Returns:
+          (name, exit status); a worker that got no signal itself (a peer did) exits with 75.
         """
         signum, self.received = self.received, None
         if signum is None:
@@ -135,10 +118,7 @@ class StopSignals:
     def deliver_late(self) -> None:
         """A stop signal no step acted on (it came after the last one) is passed on now.
 
-        Training is over and checkpointed, so what follows (the final
-        results, an export) is what a relaunch redoes; the signal goes to the
-        handler the run started with (SIGTERM: by default the process ends at
-        once; SIGINT: KeyboardInterrupt) instead of being dropped.
+        It goes to the handler the run started with, instead of being dropped.
         """
         signum, self.received = self.received, None
         if signum is not None:
@@ -148,21 +128,8 @@ class StopSignals:
 def stop_until_training(environ=os.environ) -> None:
     """Until a run enters `StopSignals.caught()`, SIGTERM ends the process with status 75.
 
-    For the training binaries, called first thing: a scheduler's SIGTERM in
-    the first seconds (TensorFlow's import, the automatic settings) then
-    gets the documented status and one line (`START_UP_LINE`), not death by
-    the signal (143). Nothing of the run is written before training enters
-    `caught()` (the run folder is made inside it), so stopping at once
-    loses nothing. Once training has entered it, SIGTERM is the runner's,
-    and after training the default again. Only the main thread can set
-    handlers: elsewhere this does nothing.
-
-    A worker of a cluster (`environ` names one: `TF_CONFIG` or a Slurm job
-    step of several tasks) holds the signal instead (`HOLD_LINE`): a peer
-    may already wait in TensorFlow's rendezvous, which holds the interpreter
-    and hears no signal, until its time-out, for a worker that left. The
-    runner reads the held signal once the cluster has formed, and every
-    worker stops there (`strategy.stop_agreed_at_start_up`).
+    A worker of a cluster holds the signal instead (`HOLD_LINE`), since a peer may wait in the
+    rendezvous; every worker stops once the cluster has formed. Only on the main thread.
 
     Args:
       environ: the environment that tells whether this is a cluster's worker.
@@ -175,7 +142,6 @@ def in_a_cluster(environ) -> bool:
     """Whether `environ` starts this process as one of several tasks of a cluster.
 
     Example:
-
     >>> from tf_mlstm.train.stop_signals import in_a_cluster
     >>> in_a_cluster({"SLURM_PROCID": "1", "SLURM_NTASKS": "4"})
     True
@@ -218,13 +184,7 @@ def _stop_now(signum, frame):
 
 @contextlib.contextmanager
 def _second_interrupt_aborts():
-    """While inside, a second SIGINT ends the process at once with `ABORT_LINE` (status 130).
-
-    The interpreter's C-level handler writes each signal's number to the
-    wakeup file descriptor as the signal arrives; a thread reads them and
-    counts the SIGINTs. A wakeup descriptor set before (an event loop's)
-    gets every byte passed on.
-    """
+    """While inside, a second SIGINT ends the process (130); counted from the wakeup fd."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

@@ -1,21 +1,4 @@
-"""Distribution strategy factory and the multi-worker chores around it.
-
-`get_distribution_strategy` turns a name ("default", "one_device",
-"mirrored", "multi_worker") into a `tf.distribute.Strategy`, as
-tensorflow/models `official/common/distribute_utils.py` does, with the
-failure modes of multi-worker start-up made explicit:
-
-* a bad `TF_CONFIG` is one line (`parse_tf_config`), before TensorFlow sees it;
-* a peer that never shows up fails start-up after `timeout_s` (a
-  registration deadline and barrier of the coordination service);
-* a peer that dies mid-run fails the survivors' next collective after the
-  heartbeat timeout; one alive but stuck, after `collective_timeout_s`
-  (30 minutes by default: longer than any legitimate gap between steps).
-
-`is_chief`, `worker_info`, `write_dirpath`, `remove_temp_dirpath` and
-`finalize` cover what a custom loop needs around the strategy: who keeps
-outputs, where the others write theirs, and a final synchronization.
-"""
+"""Distribution strategies by name, and the multi-worker chores around them."""
 
 import atexit
 import contextlib
@@ -101,42 +84,24 @@ def get_distribution_strategy(
     heartbeat_timeout_s: float = 10,
     collective_timeout_s: float = 0,
 ) -> tf.distribute.Strategy:
-    """Builds a distribution strategy by name.
-
-    Call it at program start, before any TensorFlow op runs: a multi-worker
-    strategy must configure the runtime before it initializes.
+    """Builds a distribution strategy by name; call it before any TensorFlow op runs.
 
     Args:
-      strategy: "default" (no distribution), "one_device" (one GPU, else the
-        CPU), "mirrored" (all `num_gpus` local GPUs, else the CPU) or
-        "multi_worker" (`MultiWorkerMirroredStrategy`; the cluster comes from
-        `cluster_resolver`; without a cluster it runs as a single worker).
+      strategy: "default", "one_device", "mirrored" (all local GPUs) or "multi_worker".
       num_gpus: GPUs to use per worker; None uses all visible ones.
-      all_reduce: "auto", "ring" or "nccl". For multi_worker it selects the
-        collective implementation; for mirrored, "auto" lets TensorFlow pick,
-        "ring" uses `HierarchicalCopyAllReduce` and "nccl" `NcclAllReduce`
-        (with no GPU, mirrored reduces through one device). "nccl" needs GPUs.
-      cluster_resolver: "tf_config" (the `TF_CONFIG` environment variable) or
-        "slurm" (`SlurmClusterResolver`, from the Slurm job step).
-      timeout_s: multi_worker only: how long startup waits for every worker
-        to register before failing (TensorFlow 2.21 adds about 1 s on the
-        leader and 5 s on the other workers).
-      heartbeat_timeout_s: multi_worker only: how long a silent worker is
-        presumed alive; after it, the others' collectives fail.
-      collective_timeout_s: multi_worker only: how long one collective may
-        wait for its peers before it fails (0 = forever); catches a peer that
-        is alive (heartbeats) but stuck.
+      all_reduce: "auto", "ring" or "nccl" (needs GPUs): the collective implementation.
+      cluster_resolver: "tf_config" (`TF_CONFIG`) or "slurm" (the Slurm job step).
+      timeout_s: multi_worker: how long start-up waits for every worker to register.
+      heartbeat_timeout_s: multi_worker: how long a silent worker is presumed alive.
+      collective_timeout_s: multi_worker: how long a collective waits for its peers (0: forever).
 
     Returns:
       The strategy.
 
     Raises:
-      ValueError: an unknown name, an impossible device request, or a bad
-        cluster description (see `parse_tf_config`).
-      TimeoutError: multi_worker: the other workers did not all register
-        within `timeout_s`.
-      RuntimeError: multi_worker: the TensorFlow runtime was already
-        initialized, or this worker's server could not start (port in use).
+      ValueError: an unknown name, an impossible device request, or a bad cluster description.
+      TimeoutError: multi_worker: not every worker registered within `timeout_s`.
+      RuntimeError: multi_worker: the runtime was already initialized, or the server not started.
     """
     _check_choice("strategy", strategy, STRATEGIES)
     _check_choice("all_reduce", all_reduce, ALL_REDUCE)
@@ -183,22 +148,14 @@ def get_distribution_strategy(
 
 
 def check_no_unused_cluster(strategy, environ) -> None:
-    """Refuses a cluster description that a one-machine `strategy` would ignore.
-
-    A cluster launcher (a Kubernetes operator, `srun -n 4`) starts every task
-    with `TF_CONFIG` or Slurm's variables set; under a one-machine strategy
-    each process would train a model of its own on the shared folder and
-    exit 0. A description of one task is fine; an inconsistent one (a task
-    outside its cluster) is refused by `parse_tf_config` as always.
+    """Refuses a cluster that a one-machine `strategy` would ignore (each task training alone).
 
     Args:
       strategy: the `--distribution_strategy` (not "multi_worker").
       environ: the environment.
 
     Raises:
-      ValueError: `TF_CONFIG` is invalid or names more than one task, or
-        this is one of several tasks of a Slurm job step; the message names
-        the flags to pass.
+      ValueError: `TF_CONFIG` is invalid or names several tasks, or a Slurm step has several.
     """
     if environ.get("TF_CONFIG", "").strip():
         config = parse_tf_config(environ["TF_CONFIG"])
@@ -222,20 +179,11 @@ def check_no_unused_cluster(strategy, environ) -> None:
 
 
 def mirrored_strategy(devices, cross_device_ops=None) -> tf.distribute.MirroredStrategy:
-    """A `MirroredStrategy` over `devices` whose collectives are its own.
-
-    Every `MirroredStrategy` numbers its collective all-reduces from the same
-    keys, and the runtime keeps each key's dtype and shape for the life of
-    the process: a second strategy (a second run in one process; on several
-    GPUs tools/gpu_check.py builds a few) would reuse the first one's keys
-    for other tensors and fail ("Collective instance 100 expected ... data_type 1
-    but got ... data_type 19"). Each strategy gets its own key range, as
-    TensorFlow's own tests do.
+    """A `MirroredStrategy` over `devices` with collective keys no other strategy here uses.
 
     Args:
       devices: device names, e.g. ["/gpu:0", "/gpu:1"].
-      cross_device_ops: a `tf.distribute.CrossDeviceOps`, or None for
-        TensorFlow's default (collective all-reduce).
+      cross_device_ops: a `tf.distribute.CrossDeviceOps`, or None for TensorFlow's default.
 
     Returns:
       The strategy.
@@ -249,18 +197,13 @@ def parse_tf_config(env_value: str) -> dict:
     """Parses and checks a `TF_CONFIG` value.
 
     Args:
-      env_value: the JSON text, e.g. `{"cluster": {"worker": ["h0:2222",
-        "h1:2222"]}, "task": {"type": "worker", "index": 0}}`.
+      env_value: the JSON text, e.g. `{"cluster": {"worker": ["h0:2222"]}, "task": {...}}`.
 
     Returns:
-      The parsed dict, with "cluster" (job name -> list of "host:port") and
-      "task" ({"type": str, "index": int}).
+      The dict, with "cluster" (job -> ["host:port"]) and "task" ({"type": str, "index": int}).
 
     Raises:
-      ValueError: one line naming the problem: malformed JSON, a missing or
-        malformed "cluster" or "task", a task type that is not a job of the
-        cluster, a task index out of range, or an address that is not
-        host:port.
+      ValueError: one line naming what is malformed or missing.
     """
     try:
         config = json.loads(env_value)
@@ -283,10 +226,7 @@ def parse_tf_config(env_value: str) -> dict:
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """Whether this worker keeps outputs (checkpoints, summaries, exports).
-
-    The chief is the "chief" task if the cluster has one, else worker 0; a
-    run without a cluster is its own chief.
+    """Whether this worker keeps outputs: the "chief" task, else worker 0 (no cluster: True).
 
     Args:
       strategy: the run's strategy.
@@ -309,11 +249,7 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[str | None, int, int]
       strategy: the run's strategy.
 
     Returns:
-      `(task_type, worker_id, num_workers)`: the task type (None without a
-      cluster), this worker's index in `[0, num_workers)` among the training
-      tasks with the chief first (equal to the task index when the cluster
-      has only workers; it is also the input pipeline id TensorFlow gives
-      this worker), and the number of training tasks (1 without a cluster).
+      (task type or None, index among the training tasks with the chief first, number of them).
     """
     cluster, task_type, task_id = _cluster_view(strategy)
     if not cluster or task_type is None:
@@ -326,21 +262,14 @@ def worker_info(strategy: tf.distribute.Strategy) -> tuple[str | None, int, int]
 
 
 def write_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> str:
-    """Where this worker writes what `dirpath` would receive.
-
-    Every worker must take part in saving a checkpoint (the save runs
-    collectives), but only the chief's files are kept: the others write to a
-    temporary folder on local disk, so they neither race the chief in shared
-    storage nor show up as extra runs in TensorBoard. The folder is created;
-    it is removed by `remove_temp_dirpath`, or at process exit at the latest.
+    """Where this worker writes what `dirpath` would receive (only the chief's files are kept).
 
     Args:
       dirpath: the folder the chief writes to (any `tf.io.gfile` path).
       strategy: the run's strategy.
 
     Returns:
-      `dirpath` on the chief; on other workers a local temporary folder that
-      is the same for the same `dirpath` within this process.
+      `dirpath` on the chief; elsewhere a local temporary folder, removed at exit at the latest.
     """
     if is_chief(strategy):
         return dirpath
@@ -355,8 +284,7 @@ def remove_temp_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> None:
     """Removes a non-chief worker's temporary folder; a no-op on the chief.
 
     Args:
-      dirpath: the chief's folder as given to `write_dirpath`, or the
-        temporary folder it returned.
+      dirpath: the chief's folder as given to `write_dirpath`, or the folder it returned.
       strategy: the run's strategy.
     """
     if is_chief(strategy):
@@ -372,11 +300,7 @@ def remove_temp_dirpath(dirpath: str, strategy: tf.distribute.Strategy) -> None:
 
 
 def sum_over_replicas(strategy, value_of) -> tf.Tensor:
-    """One all-reduce outside the training step: the sum of a value over every replica.
-
-    The runner's step is the one place that trains; this is for the small
-    agreements around it (the end-of-run barrier, the chief's autotune choice).
-    Every worker must call it at the same point.
+    """One all-reduce outside the step: a value summed over replicas (every worker calls it).
 
     Args:
       strategy: the run's strategy.
@@ -399,10 +323,7 @@ def sum_over_replicas(strategy, value_of) -> tf.Tensor:
 
 
 class _CollectiveDeadline:
-    """Aborts this process's collectives when one waits past `timeout_s` (a stuck peer).
-
-    One watcher thread for the process, armed only while a collective runs.
-    """
+    """Aborts this process's collectives when one waits past `timeout_s`."""
 
     def __init__(self):
         self.timeout_s = 0.0  # set by the multi-worker strategy; 0: wait forever
@@ -452,13 +373,7 @@ _DEADLINE = _CollectiveDeadline()
 
 
 def collective_deadline() -> contextlib.AbstractContextManager:
-    """While inside, a collective of this process fails after `collective_timeout_s`.
-
-    Wraps each call that waits for the other workers (the training step, the
-    agreements of `sum_over_replicas`): a peer that is alive but never reaches
-    the collective (a deadlock, a hung filesystem) still sends heartbeats, so
-    only this ends the wait, with `tf.errors.DeadlineExceededError`. Without
-    a cluster, or with a timeout of 0, it does nothing.
+    """While inside, a collective of this process fails after `collective_timeout_s` (0: never).
 
     Returns:
       A context manager.
@@ -467,17 +382,7 @@ def collective_deadline() -> contextlib.AbstractContextManager:
 
 
 def finalize(strategy: tf.distribute.Strategy) -> None:
-    """Synchronizes all workers once more at the end of a run.
-
-    Without it the first worker to finish exits while a slower one may still
-    be inside its last step or heartbeat, and the slower one then logs that
-    its peer has crashed. An all-reduce waits for every worker (as long as a
-    collective may wait), but its end is no barrier: a worker's part is done
-    once it has what it needs, while a peer may still be fetching that
-    worker's buffer, and a worker that exits then fails its peer's
-    collective ("Socket closed"). So a coordination-service barrier follows
-    it: no worker returns before every worker's collective has returned. A
-    no-op without a cluster.
+    """Synchronizes all workers at the end of a run (an all-reduce, then a barrier).
 
     Args:
       strategy: the run's strategy.
@@ -511,18 +416,12 @@ def finalize(strategy: tf.distribute.Strategy) -> None:
 
 
 def leave_in_order(context, barrier: str, worker: int, num_workers: int) -> None:
-    """After `barrier`, worker 0 waits until every peer says it has passed it.
-
-    Worker 0 hosts the coordination service, which answers each worker's
-    wait at a barrier: had it exited as soon as its own wait returned, a peer
-    whose answer was still on its way lost the service and failed its last
-    synchronization of a finished run. So each peer sets a key once it has
-    passed, and worker 0 leaves last, when it has read them all.
+    """After `barrier`, worker 0 (the coordination service's host) waits for every peer to pass.
 
     Args:
-      context: TensorFlow's eager context (its coordination-service calls).
+      context: TensorFlow's eager context.
       barrier: the barrier just passed.
-      worker: this worker's index (0: the service's host).
+      worker: this worker's index.
       num_workers: the workers in the cluster.
     """
     if worker:
@@ -533,15 +432,7 @@ def leave_in_order(context, barrier: str, worker: int, num_workers: int) -> None
 
 
 def stop_agreed_at_start_up(strategy: tf.distribute.Strategy, signalled: bool) -> bool:
-    """Whether the run stops before training: a worker got SIGTERM during start-up.
-
-    Until the cluster has formed no worker may leave: a peer waiting in
-    TensorFlow's rendezvous holds the interpreter and hears no signal, and
-    would wait out its time-out for the one gone. So a worker holds such a
-    signal (`stop_signals.stop_until_training`), or TensorFlow's notifier
-    heard it during the rendezvous and posted the cluster-wide preemption
-    notice. Once formed, each worker says whether it got one and, after a
-    barrier, reads every answer: all stop, or none.
+    """Whether the run stops before training: any worker got SIGTERM during start-up.
 
     Args:
       strategy: the run's strategy.
@@ -661,11 +552,7 @@ def _multi_worker_strategy(
 
 
 def _check_port_free(address, where):
-    """Refuses a task whose own port is taken, before TensorFlow fails on it.
-
-    TensorFlow's server listens on every interface; with the port taken it
-    fails deep in its start-up, after the coordination service was set up.
-    """
+    """Refuses a task whose own port is taken, before TensorFlow fails on it."""
     port = int(address.rsplit(":", 1)[1])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,9 +1,4 @@
-"""The run's TensorBoard writers and its hyperparameters record.
-
-Every worker writes its summaries (every worker must take part); off the
-chief they go to temporary folders (`strategy.write_dirpath`), removed at
-the end of the run.
-"""
+"""The run's TensorBoard writers and its hyperparameters record."""
 
 import dataclasses
 import os
@@ -21,11 +16,9 @@ class SummaryWriters:
     """The run's TensorBoard writers by folder name (temporary folders off the chief).
 
     Args:
-      model_dir: the run folder.
-      strategy: the run's strategy.
+      model_dir, strategy: the run folder and the run's strategy.
 
     Example:
-
     >>> import tensorflow as tf
     >>> from tf_mlstm.train.summaries import SummaryWriters
     >>> writers = SummaryWriters("run", tf.distribute.get_strategy())
@@ -68,8 +61,7 @@ def record_hparams(writer: tf.summary.SummaryWriter, config: object) -> None:
 
     Args:
       writer: the training summaries' writer.
-      config: the run's config dataclass (its bool, int, float and str fields
-        are recorded; the trial is named after its `model_dir`).
+      config: the run's config dataclass (its bool, int, float and str fields are recorded).
     """
     values = {
         name: value

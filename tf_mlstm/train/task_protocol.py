@@ -1,13 +1,4 @@
-"""The task protocol of the distributed runner: `Task` and the `TaskContext` it sees.
-
-A task is one kind of training (the language model, fine-tuning; see
-`tf_mlstm.tasks`): it supplies the model (built under the strategy scope) and
-the variables it trains, the learning rate, a per-worker dataset and its
-layout, the loss with its statistics (and carried state), progress text,
-periodic evaluations, config files and its final results. It sees the run
-through a `TaskContext` (strategy, replica layout, step, summary writers),
-never the runner itself (`runner.py`).
-"""
+"""The runner's task protocol: `Task` (one kind of training) and the `TaskContext` it sees."""
 
 import dataclasses
 
@@ -21,20 +12,14 @@ class TaskContext:
     """What a `Task` may know of the run it is part of (the runner builds it).
 
     Attributes:
-      strategy: the `tf.distribute` strategy (evaluations run under its scope).
-      chief: whether this worker is the chief (the one that logs samples and
-        writes the run folder).
-      worker: this worker's index.
-      num_workers: the workers of the run.
-      local_replicas: the replicas on this worker.
-      per_replica_batch: rows each replica computes a step.
-      step: the global step, an int64 `tf.Variable` (read inside the compiled
-        step, e.g. to seed dropout, so that a resumed run repeats it).
-      summary_writer: `summary_writer(name)` -> the TensorBoard writer of
-        `model_dir/name` (a temporary folder off the chief).
+      strategy: the `tf.distribute` strategy.
+      chief, worker, num_workers: whether this worker is the chief (it writes the run folder),
+        its index, and the workers of the run.
+      local_replicas, per_replica_batch: the replicas on this worker; rows each computes a step.
+      step: the global step, an int64 `tf.Variable`.
+      summary_writer: `summary_writer(name)` -> the TensorBoard writer of `model_dir/name`.
 
     Example:
-
     >>> import tensorflow as tf
     >>> from tf_mlstm.train.summaries import SummaryWriters
     >>> from tf_mlstm.train.task_protocol import TaskContext
@@ -59,18 +44,9 @@ class TaskContext:
 
 
 class Task:
-    """What one kind of training gives the `Runner`.
-
-    The runner calls, in this order: `prepare` (read data, check inputs),
-    `build_model` (under the strategy scope, after seeding), both with the
-    run's `TaskContext`,
-    `learning_rate`, `checkpoint_objects`, `dataset`, `input_layout`, then
-    `loss` inside the compiled step, `progress` at each log line, the
-    `periodic` callbacks, and `results` at the end. Subclasses override what
-    they need; the defaults are "nothing".
+    """What one kind of training gives the `Runner`; the defaults are "nothing".
 
     Example:
-
     >>> from tf_mlstm.train.task_protocol import Task
     >>> class Constant(Task):  # what a task must give: here only its rate
     ...     def learning_rate(self):
@@ -78,9 +54,6 @@ class Task:
     >>> task = Constant()
     >>> task.title, task.learning_rate(), task.periodic(), task.carried_state_shape(4)
     ('Training', 0.1, [], None)
-
-    `tasks.language_model.LanguageModelTask` and `tasks.finetune.FinetuneTask`
-    are the two real ones; the `Runner` example trains one.
     """
 
     #: What the start line calls this run ("Training", "Fine-tuning").
@@ -89,10 +62,7 @@ class Task:
     config_file = rundir.CONFIG_FILE
 
     def check_inputs(self) -> None:
-        """Raises, with one line, when an input is missing: first, before the hardware is resolved.
-
-        Cheap checks only (files exist, a model folder has its config); `prepare` reads.
-        """
+        """Raises, with one line, when an input is missing (cheap checks, before `prepare`)."""
 
     def set_config(self, config: object) -> None:
         """Takes the config with `auto` precision and XLA made concrete (before `prepare`).
@@ -103,7 +73,7 @@ class Task:
         self.config = config
 
     def measurement(self, rows: int) -> object:
-        """How `auto` times this task's step: a `StepMeasurement`, or None (the table decides).
+        """How `auto` times this task's step (None: the table decides).
 
         Args:
           rows: rows per replica.
@@ -114,7 +84,7 @@ class Task:
         return None
 
     def prepare(self, context: TaskContext) -> None:
-        """Reads and checks inputs before the model is built (seeding follows).
+        """Reads and checks inputs before the model is built.
 
         Args:
           context: the run's `TaskContext`; a task may keep it.
@@ -186,8 +156,7 @@ class Task:
           state: the carried [h, c] or [] (see `carried_state_shape`).
 
         Returns:
-          (loss whose replica sum is the global mean, float32 statistics
-          vector summed over replicas, new state).
+          (loss whose replica sum is the global mean, float32 statistics to sum, new state).
         """
         raise NotImplementedError
 
@@ -195,10 +164,8 @@ class Task:
         """The progress text and summaries of a log window.
 
         Args:
-          step: the global step.
-          window: statistics summed over replicas and the window's steps.
-          steps: steps in the window.
-          seconds: wall time of the window.
+          step, window: the global step; statistics summed over replicas and the window's steps.
+          steps, seconds: steps in the window, and its wall time.
 
         Returns:
           (text for the log line, {summary name: scalar}).
@@ -222,10 +189,10 @@ class Task:
         return []
 
     def configs(self) -> dict:
-        """The config files of the run.
+        """The config files of the run, checked on resume and written by the chief at start.
 
         Returns:
-          {file name: config dataclass}, checked on resume and written by the chief at start.
+          {file name: config dataclass}.
         """
         return {}
 

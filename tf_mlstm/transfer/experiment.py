@@ -1,10 +1,8 @@
 """The transfer experiment behind `tf-mlstm-transfer`.
 
-`run_transfer` reads labeled splits, featurizes them (and word n-grams for
-`tfidf`), chooses feature kinds and C, fits the logistic regression, finds
-the neurons, draws the `num_labeled` curve, and writes `results.json`,
-`classifier.json` and the plots. The labels decide the task: binary, K
-classes, or several keys (one thresholded regression per label).
+`run_transfer` featurizes labeled splits, chooses feature kinds and C, fits the logistic
+regression, finds the neurons, and writes `results.json`, `classifier.json` and the plots.
+The labels decide the task: binary, K classes, or several keys (one regression per label).
 """
 
 import dataclasses
@@ -118,11 +116,7 @@ def make_data(config, train, splits, held_out) -> _Data:
 
 
 def _training_classes(config, splits):
-    """The classes of the fit rows (or the label keys), checked before featurizing.
-
-    Single-label: two classes in the fit rows, none other in val/test.
-    Multi-label: both values of every label in the fit rows.
-    """
+    """The classes of the fit rows (or the label keys), checked before featurizing."""
     fit = splits["train"]
     if fit.multilabel:
         for key, column in zip(fit.label_keys, fit.labels.T):
@@ -155,8 +149,7 @@ def featurize(
 ) -> tuple[dict, dict, ngrams_lib.NgramVocabulary | None]:
     """Features of every split: (dict split -> dict kind -> [N, H], timings, vocabulary).
 
-    The n-gram vocabulary sees train's fit rows alone. Model features go to
-    `feature_cache` as each split finishes, so an interrupted run keeps them.
+    The n-gram vocabulary sees train's fit rows alone; each split's features are cached at once.
     """
     computed, with_ngrams = features_lib.kinds_to_compute(
         features_lib.parse_feature_kinds(config.features)
@@ -216,11 +209,7 @@ def featurize(
 
 
 def c_grid_of(config, kinds) -> tuple[float, ...]:
-    """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one.
-
-    Every n-gram of a small training set, seen once or twice, wants little
-    regularization: `fit_lib.WORDS_C_GRID` reaches 10x further up.
-    """
+    """The C grid for `kinds`: `--c_grid`; by default, for the word n-grams alone, a longer one."""
     if tuple(kinds) == features_lib.NGRAM_GROUP and config.c_grid == fit_lib.DEFAULT_C_GRID:
         return fit_lib.WORDS_C_GRID
     return config.c_grid
@@ -242,8 +231,7 @@ def _fit_kwargs(config, data, vocabulary=None, kinds=()):
 def choice_folds(config, data) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """The cross-validation folds that choose features and C, or None: validation chooses.
 
-    Folds over fit and validation rows below `selection_lib.CV_MAX_VALIDATION`
-    validation rows; the final classifier is still fitted on the fit rows alone.
+    Folds below `selection_lib.CV_MAX_VALIDATION` validation rows; the fit uses fit rows alone.
     """
     rows = len(data.splits["val"])
     if config.cv_folds < 2 or rows >= selection_lib.CV_MAX_VALIDATION:
@@ -336,11 +324,9 @@ def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
     """Chooses the feature kinds (`--features`, or on validation) and fits the classifier.
 
     Args:
-      config: the `TransferConfig`.
+      config, data: the `TransferConfig`, and the `_Data` of the splits.
       features: dict split -> dict kind -> features (`featurize`).
-      data: the `_Data` of the splits.
-      hidden: the model's units (unused without a model).
-      vocabulary: the `ngrams.NgramVocabulary` of the `tfidf` kind, or None.
+      hidden, vocabulary: the model's units, and the `tfidf` kind's `NgramVocabulary` or None.
 
     Returns:
       (kinds, selection, c_choice, splits, classifier, sweep, seconds): selection
@@ -373,10 +359,7 @@ def fit_features(config, features, data, hidden, vocabulary=None) -> tuple:
 
 
 def _labeled_curve(config, full, splits, data, hidden):
-    """Refits on subsamples of train, one per `num_labeled` entry.
-
-    Single-label: balanced; multi-label: random, a size lacking a label value skipped.
-    """
+    """Refits on subsamples of train, one per `num_labeled` entry."""
     x, labels = splits["train"]
     metric = full.score_name
     curve = []

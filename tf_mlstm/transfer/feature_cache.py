@@ -1,10 +1,8 @@
 """Features of labeled texts kept on disk, so a rerun that would compute the same ones reads them.
 
-An entry's key is what decides the numbers: the model's weights and sizes,
-the texts as the model sees them (by content), the precision, `--window` and
-the versions; not `--batch_size` nor the labels, which do not change them.
-Entries are written whole, checked on read, evicted least recently used
-above a cap (docs/transfer.md, "The feature cache").
+An entry's key is what decides the numbers: the model's weights and sizes, the texts, the
+precision, `--window` and the versions. Entries are written whole, checked on read, evicted
+least recently used above a cap (docs/transfer.md, "The feature cache").
 """
 
 import hashlib
@@ -52,15 +50,12 @@ class FeatureCache:
     """The cached features of one model in one setting.
 
     Args:
-      weights_sha256: the model's `rundir.weights_checksum`.
-      architecture: the model's sizes (`backbone.architecture()`), a dict.
-      precision: the policy features are computed in.
-      window: bytes per model call.
-      folder: where entries live; None: `cache_dir()`.
-      cap: the size cap in bytes; None: `cap_bytes()`.
+      weights_sha256, architecture: the model's `rundir.weights_checksum`, and its sizes (a dict).
+      precision, window: the policy features are computed in, and bytes per model call.
+      folder, cap: where entries live, and their size cap in bytes; None: `cache_dir()`,
+        `cap_bytes()`.
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.transfer.feature_cache import FeatureCache
     >>> cache = FeatureCache("0" * 64, {"hidden_size": 2}, "float32", window=256, folder="features")
@@ -109,8 +104,7 @@ class FeatureCache:
         """The cached features of `texts` for `kinds`, or None (a miss; a damaged entry warns).
 
         Args:
-          texts: the texts, in order.
-          kinds: the feature kinds wanted.
+          texts, kinds: the texts, in order, and the feature kinds wanted.
           what: which texts, for the log ("train").
 
         Returns:
@@ -166,8 +160,7 @@ class FeatureCache:
         """Stores `features` of `texts` (a refused write only warns), then evicts down to the cap.
 
         Args:
-          texts: the texts, in order.
-          features: dict kind -> [len(texts), H] arrays.
+          texts, features: the texts, in order, and dict kind -> [len(texts), H] arrays.
           what: which texts, for the log.
 
         Returns:

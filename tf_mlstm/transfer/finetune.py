@@ -1,10 +1,8 @@
 """A finished fine-tuning run (`tf-mlstm-finetune`), loaded to classify.
 
-Fine-tuning itself is a task of the runner (`tf_mlstm.tasks.finetune`, run
-by `tf_mlstm.finetune`): an `MLSTMClassifier` trained with its encoder
-unfrozen; `load_finetuned_model` rebuilds a finished run. Rows are padded on the left
-and the state resets at `DOC_START`, so every text gets exactly the result
-it would get alone. More: docs/transfer.md, "Fine-tuning".
+Training is a task of the runner (`tf_mlstm.tasks.finetune`); `load_finetuned_model` rebuilds
+a finished run. Rows are padded on the left and the state resets at `DOC_START`, so every text
+gets the result it would get alone (docs/transfer.md, "Fine-tuning").
 """
 
 import dataclasses
@@ -31,7 +29,6 @@ class FinetunedClassifier:
       config: its `FinetuneConfig` (texts are read cut to its `max_length`).
 
     Example:
-
     >>> from tf_mlstm.models.classifier import MLSTMClassifier
     >>> from tf_mlstm.models.language_model import MLSTMLanguageModel
     >>> model = MLSTMClassifier(MLSTMLanguageModel.from_run(model_dir), 1, "mean")

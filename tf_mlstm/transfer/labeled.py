@@ -1,9 +1,7 @@
 """Labeled text for transfer and fine-tuning: reading, splits, metrics, thresholds.
 
-The one home of labeled data for `tf-mlstm-transfer` and `tf-mlstm-finetune`.
 An absent or unreadable label is skipped and counted; a readable value the
-settings do not allow is an error naming file and line, since dropping it
-would change the task silently (docs/transfer.md).
+settings do not allow is an error naming file and line (docs/transfer.md).
 """
 
 import dataclasses
@@ -37,7 +35,6 @@ class LabeledData:
       class_order: the label map's classes in its order (None: no map).
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.transfer.labeled import LabeledData
     >>> data = LabeledData(
@@ -122,16 +119,14 @@ def read_labeled(
       threshold: None, or a score cut: a label is 1 when >= threshold, else 0.
       label_map: None, a `LabelMap`, or a spec for `parse_label_map`.
       binary: require 0/1 labels with one key too (fine-tuning's sigmoid).
-      limit: keep a seeded random subset of this many rows, in file order (0 = all).
-      seed: the subset's seed.
+      limit, seed: keep a seeded random subset of `limit` rows, in file order (0 = all).
 
     Returns:
       A `LabeledData`.
 
     Raises:
       FileNotFoundError: a file or glob names nothing.
-      ValueError: a bad label map, a threshold with a label map, a value the
-        settings do not allow (naming file and line), or no usable record.
+      ValueError: a bad label map, a threshold with a label map, a disallowed value, no record.
     """
     keys = (label_keys,) if isinstance(label_keys, str) else tuple(label_keys)
     if not keys:
@@ -231,8 +226,7 @@ def encode_classes(data, classes) -> np.ndarray:
     """The class indices [N] of `data`'s labels in `classes`.
 
     Args:
-      data: a single-label `LabeledData`.
-      classes: the classes (the training data's).
+      data, classes: a single-label `LabeledData`, and the classes (the training data's).
 
     Returns:
       int64 [N] indices into `classes`.
@@ -276,12 +270,9 @@ def strata(labels) -> np.ndarray:
 def stratified_split(labels, fraction, seed) -> tuple[np.ndarray, np.ndarray]:
     """Splits row indices into (kept, held out) with the class proportions kept.
 
-    scikit-learn's `train_test_split(stratify=strata(labels))`.
-
     Args:
       labels: [N] classes or [N, L] 0/1 labels.
-      fraction: share held out, in (0, 1).
-      seed: the shuffle seed (the same seed gives the same split).
+      fraction, seed: share held out, in (0, 1), and the shuffle seed.
 
     Returns:
       (kept indices, held-out indices), each sorted.
@@ -316,8 +307,7 @@ def balanced_subsample(labels, count, seed) -> np.ndarray:
 
     Args:
       labels: [N] labels (or stratum ids).
-      count: rows wanted (>= number of classes).
-      seed: the sampling seed.
+      count, seed: rows wanted (>= number of classes), and the sampling seed.
 
     Returns:
       Sorted row indices; all rows when `count >= N`.
@@ -351,8 +341,7 @@ def class_metrics(true, predicted, classes) -> dict:
     """Single-label metrics (scikit-learn's) of predicted class indices.
 
     Args:
-      true: [N] class indices.
-      predicted: [N] class indices.
+      true, predicted: [N] class indices.
       classes: the K classes the indices stand for.
 
     Returns:
@@ -385,14 +374,12 @@ def label_metrics(true, predicted, names, thresholds=None) -> dict:
     """Metrics (scikit-learn's) of 0/1 labels: one binary label or several.
 
     Args:
-      true: [N, L] 0/1 targets.
-      predicted: [N, L] 0/1 predictions.
-      names: the L label names.
-      thresholds: the L thresholds the predictions came from (reported).
+      true, predicted: [N, L] 0/1 targets and predictions.
+      names, thresholds: the L label names, and the thresholds the predictions came from.
 
     Returns:
-      dict: `examples`, `accuracy`, `f1`; with several labels also
-      `exact_match`, `jaccard`, `micro_f1`, `macro_f1` and `per_label`.
+      dict: `examples`, `accuracy`, `f1`; several labels add `exact_match`, `jaccard`,
+      `micro_f1`, `macro_f1`, `per_label`.
     """
     true = np.asarray(true).astype(np.int64)
     predicted = np.asarray(predicted).astype(np.int64)
@@ -435,14 +422,10 @@ def label_metrics(true, predicted, names, thresholds=None) -> dict:
 
 
 def choose_threshold(scores, labels, metric="accuracy") -> float:
-    """The threshold on `scores` that maximizes `metric` for 0/1 `labels`.
-
-    Candidates are the cuts between distinct scores (one sort: O(N log N));
-    ties go to the cut closest to 0.5.
+    """The threshold on `scores` that maximizes `metric` for 0/1 `labels` (ties: closest to 0.5).
 
     Args:
-      scores: [N] probabilities (or any scores).
-      labels: [N] 0/1 targets.
+      scores, labels: [N] probabilities (or any scores), and 0/1 targets.
       metric: "accuracy" or "f1".
 
     Returns:
@@ -488,9 +471,6 @@ def choose_threshold(scores, labels, metric="accuracy") -> float:
 def threshold_at_rate(scores, rate) -> float:
     """The threshold on `scores` above which a `rate` share of them lies.
 
-    A share chosen on cross-validation folds is steadier than an F1-best cut
-    on few positives (docs/transfer.md).
-
     Args:
       scores: [N] probabilities (or any scores).
       rate: the share of rows to call positive, in [0, 1].
@@ -511,8 +491,7 @@ def choose_thresholds(probabilities, labels, metric="accuracy") -> np.ndarray:
     """One `choose_threshold` per label (column).
 
     Args:
-      probabilities: [N, L] predicted probabilities.
-      labels: [N, L] 0/1 targets.
+      probabilities, labels: [N, L] predicted probabilities, and 0/1 targets.
       metric: "accuracy" or "f1".
 
     Returns:

@@ -1,8 +1,7 @@
 """Word n-gram TF-IDF features: the one vectorizer of transfer and of the bag-of-words baseline.
 
-scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)` over
-the words of `tf_mlstm.data.words` (TensorFlow ops), so the exported
-`classify` signature computes the same features in the graph.
+scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)` over the words of
+`tf_mlstm.data.words`, so the exported `classify` signature computes the same features.
 """
 
 import dataclasses
@@ -41,7 +40,6 @@ class NgramVocabulary:
       idf: [V] inverse document frequencies, in the same order.
 
     Example:
-
     >>> from tf_mlstm.transfer.ngrams import fit_vocabulary
     >>> vocabulary, features = fit_vocabulary(["a good phone", "a bad phone"])
     >>> vocabulary.terms

@@ -26,12 +26,9 @@ def neuron_histogram(path, values, labels, classes, threshold, title="") -> None
     """Draws one histogram of `values` per class.
 
     Args:
-      path: the PNG to write.
-      values: [N] the neuron's feature values.
-      labels: [N] labels.
-      classes: (negative, positive) labels, drawn in this order.
-      threshold: drawn as a vertical line.
-      title: the plot title.
+      path, classes: the PNG to write; the (negative, positive) labels, drawn in this order.
+      values, labels: [N] the neuron's feature values and the labels.
+      threshold, title: drawn as a vertical line; the plot title.
 
     Returns:
       path.
@@ -63,9 +60,8 @@ def one_against_rest(path, panels, split) -> None:
     """Draws one histogram panel per class or label: its neuron, it against the rest.
 
     Args:
-      path: the PNG to write.
+      path, split: the PNG to write; the split the values come from, for the axis label.
       panels: (title, values [N], targets [N] 0/1, threshold) per class or label.
-      split: the split the values come from, for the axis label.
 
     Returns:
       path.
@@ -89,10 +85,8 @@ def accuracy_curve(path, counts, accuracies, ylabel="test accuracy") -> None:
     """Draws accuracy (or another score) against the number of labeled training examples.
 
     Args:
-      path: the PNG to write.
-      counts: labeled examples of each point.
-      accuracies: accuracy (or the score named by `ylabel`) of each point.
-      ylabel: the y axis label.
+      path, ylabel: the PNG to write; the y axis label.
+      counts, accuracies: each point's labeled examples and accuracy (or the `ylabel` score).
 
     Returns:
       path.

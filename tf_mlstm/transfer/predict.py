@@ -1,8 +1,7 @@
 """Class probabilities of new text from a trained model: one function for both classifier kinds.
 
-`load_predictor` turns a classifier.json or a fine-tuned run's head into one
-function of texts, for `tf-mlstm-classify` and `tf_mlstm.load(...).classify`;
-`classify_in_chunks` streams any input through it; `PredictionsCsv` writes rows.
+`load_predictor` turns a classifier.json or a fine-tuned run's head into one function of
+texts; `classify_in_chunks` streams any input through it; `PredictionsCsv` writes rows.
 """
 
 import csv
@@ -36,8 +35,7 @@ def load_predictor(
     Args:
       model_dir: a trained or fine-tuned run folder.
       classifier: a classifier.json; "" = the fine-tuned head of `model_dir`.
-      batch_size: texts per model call.
-      window: bytes per model call (a classifier.json's features).
+      batch_size, window: texts and bytes per model call (window: a classifier.json's features).
       precision: the concrete policy a classifier.json's features are computed in.
       model: `model_dir`'s language model, already loaded in `precision` (classifier.json only).
       allow_other_model: apply a classifier fitted on other weights (with a warning).
@@ -48,8 +46,7 @@ def load_predictor(
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: a classifier that does not fit the model (`rundir.OtherModelError`
-        for other weights), or no classifier and no finished fine-tuning run.
+      ValueError: a classifier that does not fit the model, or no classifier nor fine-tuned run.
     """
     if not classifier:
         return _finetuned_predictor(model_dir, batch_size)
@@ -83,7 +80,6 @@ def load_predictor(
 
 
 def _finetuned_predictor(model_dir, batch_size):
-    """`load_predictor` for the fine-tuned encoder and head of `model_dir`."""
     tuned = finetune.load_finetuned_model(model_dir)
 
     def predict(texts):
@@ -101,8 +97,7 @@ def classify_in_chunks(
     Args:
       predict, classes: what `load_predictor` returns.
       spec: files/globs, or "-" for the lines of `stdin`.
-      text_keys: keys/columns holding the text.
-      chunk_texts: texts per chunk.
+      text_keys, chunk_texts: keys/columns holding the text; texts per chunk.
       stdin: the stream read for "-" (default `sys.stdin`).
 
     Yields:
@@ -140,7 +135,6 @@ class PredictionsCsv:
     """Writes the predictions CSV a chunk at a time (columns: docs/transfer.md).
 
     Example:
-
     >>> import io
     >>> from tf_mlstm.transfer.predict import PredictionsCsv
     >>> out = io.StringIO()

@@ -1,8 +1,7 @@
 """A scikit-learn transformer: texts in, a trained model's features out.
 
-`MLSTMFeaturizer` makes a trained model one step of a `Pipeline` (with
-`GridSearchCV`, `cross_val_score`, `clone`). It learns nothing from the data:
-`fit` loads the model, and a pickled featurizer holds its parameters only.
+`MLSTMFeaturizer` makes a trained model one step of a `Pipeline`. It learns nothing from the
+data: `fit` loads the model, and a pickled featurizer holds its parameters only.
 """
 
 from typing import Self
@@ -23,13 +22,11 @@ class MLSTMFeaturizer(TransformerMixin, BaseEstimator):
     Args:
       model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
       features: comma-separated kinds (`FEATURE_KINDS` order); "auto" needs labels: refused.
-      batch_size: texts per model call.
-      window: bytes per model call (the state carries across).
+      batch_size, window: texts and bytes per model call (the state carries across windows).
       precision: the policy the model runs in ("float32" or a mixed one).
       normalize: normalize texts as training text was; False if already normalized.
 
     Example:
-
     >>> from sklearn.linear_model import LogisticRegression
     >>> from sklearn.pipeline import make_pipeline
     >>> from tf_mlstm.transfer.sklearn_featurizer import MLSTMFeaturizer

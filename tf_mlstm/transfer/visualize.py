@@ -1,9 +1,7 @@
 """One unit's activation over text: an HTML page and a PNG heat map.
 
-A character's activation is the unit's value right after the model read its
-last byte, each text from a reset state. Colors run red, yellow, green on a
-scale symmetric around zero, flipped for a neuron of sign -1 so green always
-means positive (the values written stay the unit's own).
+A character's activation is the unit's value after the model read its last byte, each text
+from a reset state. Colors run red, yellow, green, flipped for a neuron of sign -1.
 """
 
 import html
@@ -38,8 +36,7 @@ def unit_activations(model, texts, neuron, hidden_state=False) -> list[np.ndarra
     Args:
       model: an `MLSTMLanguageModel`.
       texts: normalized texts (see `normalize_text`); each is run from a reset state.
-      neuron: index of the unit.
-      hidden_state: `neuron` is a hidden-state unit (default: a cell unit).
+      neuron, hidden_state: index of the unit, and whether it is a hidden-state one (else cell).
 
     Returns:
       A list of float32 arrays, one per text, `len(text)` values each.
@@ -97,7 +94,6 @@ def _check_sign(sign):
 
 
 def _sign_note(sign):
-    """What the colors mean, for titles."""
     if sign == 1:
         return ""
     return " (colors flipped: the sentiment neuron's sign is -1, so green = positive)"
@@ -111,8 +107,7 @@ def render_html(texts, activations, neuron, scale=None, sign=1, hidden_state=Fal
     """An HTML page with every character colored by its activation.
 
     Args:
-      texts: the texts, as given to `unit_activations`.
-      activations: its result.
+      texts, activations: the texts, as given to `unit_activations`, and its result.
       neuron: the unit index (for the title).
       scale: the absolute value shown as full red / green (default: the largest).
       sign: -1 flips the colors, so green means positive.
@@ -166,11 +161,9 @@ def render_heatmap(
     """Writes a PNG heat map: texts wrapped at `width` characters, one cell each.
 
     Args:
-      texts: the texts, as given to `unit_activations`.
-      activations: its result.
+      texts, activations: the texts, as given to `unit_activations`, and its result.
       neuron: the unit index (for the title).
-      path: the PNG file to write.
-      width: characters per row.
+      path, width: the PNG file to write, and characters per row.
       scale, sign, hidden_state: as in `render_html`.
 
     Returns:
@@ -227,11 +220,9 @@ def write_visualization(
     """Normalizes texts, computes the unit's activations, writes HTML, PNG, JSON.
 
     Args:
-      model: an `MLSTMLanguageModel`.
-      texts: raw texts.
+      model, texts: an `MLSTMLanguageModel`, and raw texts.
       neuron: the cell-state unit.
-      output_dir: destination folder (created).
-      width: heat-map characters per row.
+      output_dir, width: destination folder (created), and heat-map characters per row.
       scale, sign: as in `render_html`.
       source: where the unit came from (a classifier file), for the JSON; None: chosen directly.
       hidden_state: `neuron` is a hidden-state unit; recorded in the JSON as `state`.

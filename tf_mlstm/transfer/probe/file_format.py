@@ -1,8 +1,7 @@
 """classifier.json: the file a logistic probe is saved in (JSON, never pickle).
 
-Written by `tf-mlstm-transfer`, read by classify, export, generate and
-visualize in every version ever written (`READ_VERSIONS`; fields:
-docs/transfer.md, "The classifier file"). Floats round-trip exactly.
+Every version ever written is read (`READ_VERSIONS`); floats round-trip exactly. Fields:
+docs/transfer.md, "The classifier file".
 """
 
 import json
@@ -91,9 +90,8 @@ def from_json(text, build, source="classifier") -> Any:
     """Rebuilds a classifier from `to_json` output (any version of `READ_VERSIONS`).
 
     Args:
-      text: the JSON document.
+      text, source: the JSON document, and a name for error messages (the file).
       build: `build(head, report)` returns the classifier (ValueError where they disagree).
-      source: a name for error messages (the file).
 
     Returns:
       What `build` returns.

@@ -1,9 +1,7 @@
 """L1- (or L2-) regularized logistic regression on language-model features: the fit.
 
-Radford et al.'s recipe: standardize the features, fit scikit-learn's
-logistic objective for each C of a log grid (upwards, warm-started), keep
-the C best on validation (ties: the smaller). Solvers, penalties and
-thresholds: docs/transfer.md, "tf-mlstm-transfer", step 3.
+Radford et al.'s recipe: standardize, fit each C of a log grid (upwards, warm-started), keep
+the C best on validation, ties the smaller (docs/transfer.md, "tf-mlstm-transfer", step 3).
 """
 
 import copy
@@ -214,20 +212,16 @@ def fit_logistic(
     Args:
       train_x: [N, D] features (`concat_features` of `kinds`).
       train_y: [N] classes (two or more), or [N, L] 0/1 labels (multilabel).
-      val_x: [M, D] validation features.
-      val_y: [M] or [M, L] validation labels.
-      kinds: the feature kinds concatenated in `train_x`.
-      hidden_size: the model's units.
+      val_x, val_y: [M, D] validation features, and [M] or [M, L] labels.
+      kinds, hidden_size: the feature kinds concatenated in `train_x`, and the model's units.
       c_grid: inverse regularization strengths to try.
-      solver: one of `SOLVERS`.
+      solver, penalty: one of `SOLVERS`, one of `PENALTIES`.
       seed: solver seed.
-      penalty: one of `PENALTIES`.
       classes: the classes in order (None: sorted `train_y`); multilabel: the L label names.
       threshold_metric: multilabel: what each label's threshold and C maximize.
       ngrams: the `ngrams.NgramVocabulary` of a `tfidf` kind (`train_x`, `val_x` sparse).
       neurons: False skips the neuron search (no neuron, report or serving head).
-      progress: False reports nothing; otherwise the sweep's progress.
-      title: what the progress lines name (None: the kinds).
+      progress, title: False reports nothing, else the sweep's progress; its name (None: kinds).
       label_c: multilabel: None (best on validation), or each label's C chosen before.
       label_rate: with `label_c`: each label's share to call positive, or None.
 
@@ -349,9 +343,8 @@ def _fingerprint(train_x, train_y, val_x, val_y, settings):
 def block_standardizer(x, dense_width) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale of features `x` whose first `dense_width` columns are the model's.
 
-    TF-IDF columns keep mean 0 (so they stay sparse) and get scale 1 /
-    sqrt(max(dense_width, `NGRAM_BLOCK_MIN`)): a unit-norm TF-IDF row then
-    weighs as a standardized model row does, and one C regularizes both.
+    TF-IDF columns keep mean 0 (sparse) and a scale under which a unit-norm row weighs as a
+    standardized model row does, so one C regularizes both.
     """
     if not sparse.issparse(x):
         return standardizer(x)

@@ -1,9 +1,8 @@
 """The fitted logistic probe: a head, a fit report, and the probe's metrics of them.
 
-`LogisticClassifier` pairs a fit's `ClassifierHead` (what the fine-tuned
-model and the SavedModel's `classify` run too) with its `FitReport`, and adds
-metrics, the neurons' report, the largest weights and classifier.json;
-`majority_baseline` tells a classifier that learned nothing.
+`LogisticClassifier` pairs a fit's `ClassifierHead` with its `FitReport`, adding metrics,
+the neurons' report, the largest weights and classifier.json; `majority_baseline` tells a
+classifier that learned nothing.
 """
 
 import dataclasses
@@ -32,7 +31,6 @@ class LogisticClassifier:
       report: the `FitReport`.
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.models.head import HeadSpec
     >>> from tf_mlstm.models.head_arrays import ClassifierHead
@@ -274,8 +272,7 @@ def encode_labels(labels, classes=None, what="labels") -> tuple[np.ndarray, tupl
 
     Args:
       labels: [N] classes (ints or names).
-      classes: the classes in order; None: the sorted distinct values of `labels`.
-      what: a name for error messages.
+      classes, what: the classes in order (None: the sorted distinct labels); a name for errors.
 
     Returns:
       ([N] int64 indices into classes, classes).
@@ -304,8 +301,7 @@ def majority_baseline(classifier, train_y, val_x, val_y) -> dict:
     """How the classifier compares on validation with always predicting the majority.
 
     Returns:
-      {metric, classifier, majority, majority_prediction, better}: accuracy
-      against the commonest class, or Jaccard against each label's commoner value.
+      {metric, classifier, majority, majority_prediction, better}: accuracy (multilabel: Jaccard).
     """
     train_y, val_y = np.asarray(train_y), np.asarray(val_y)
     if classifier.head.head_spec.kind == MULTILABEL:

@@ -1,11 +1,8 @@
 """The sentiment neuron: found when a classifier is fitted, read back to generate and draw.
 
-A neuron is a unit of the model, cell (`CELL_KINDS`) or hidden
-(`HIDDEN_KINDS`), so generation can hold it and the heat map draw it: a held
-unit has its value at every byte, so its final value, mean, max and min all
-are the held value. Explicit flags win over the classifier's, each
-disagreement logged. No TensorFlow or scikit-learn at import: the binaries
-read `SENTIMENTS` while defining flags.
+A neuron is a cell (`CELL_KINDS`) or hidden (`HIDDEN_KINDS`) unit of the model, which
+generation can hold and the heat map draw. Explicit flags win over the classifier's, each
+disagreement logged. No TensorFlow or scikit-learn at import: binaries read `SENTIMENTS` early.
 """
 
 import dataclasses
@@ -64,13 +61,10 @@ def find_neuron(
 ) -> Threshold:
     """The single feature whose best threshold classifies the training rows best.
 
-    Candidates: the largest |weight| and the largest |correlation| with the label.
-
     Args:
-      train_x: [N, D] features.
-      train_y01: [N] labels in {0, 1}.
+      train_x, train_y01: [N, D] features and [N] labels in {0, 1}.
       weights: [D] fitted weights.
-      candidates: how many of each kind of candidate.
+      candidates: how many units of largest |weight| and of largest |correlation| to try.
       balanced: judge thresholds by balanced accuracy (see `fit_threshold`).
       columns: the columns to choose among (`neuron_columns`); None: all.
 
@@ -116,12 +110,10 @@ class SentimentNeuron:
       kind: its feature kind (one of `CELL_KINDS` or `HIDDEN_KINDS`).
       unit: the unit of the cell state (`CELL_KINDS`) or hidden state.
       sign: +1 where large values mean the positive class, else -1.
-      threshold: the cut between the classes on the feature.
-      spread: the feature's training standard deviation (the standardizer's scale).
+      threshold, spread: the cut between the classes; the feature's training standard deviation.
       hidden_size: units of the model the classifier was fitted on.
 
     Example:
-
     >>> neuron = SentimentNeuron(
     ...     source="classifier.json", kind="cell_mean", unit=3, sign=-1, threshold=0.2,
     ...     spread=0.5, hidden_size=16,
@@ -152,8 +144,7 @@ class SentimentNeuron:
         """The value that puts the neuron `spreads` deviations into `sentiment`'s side.
 
         Args:
-          sentiment: "positive" or "negative".
-          spreads: distance past the threshold, in `spread` units.
+          sentiment, spreads: "positive" or "negative"; the distance past the threshold, in spreads.
 
         Returns:
           `threshold + direction * sign * spreads * spread`, direction +1 for positive.
@@ -180,8 +171,7 @@ def neuron_from_classifier(path, tool, hidden_size=None) -> "SentimentNeuron":
     """Reads the sentiment neuron of a classifier.json.
 
     Args:
-      path: a classifier file written by `tf-mlstm-transfer`.
-      tool: the binary asking, for the error message ("tf-mlstm-generate").
+      path, tool: a classifier file, and the binary asking, for the error ("tf-mlstm-generate").
       hidden_size: the model's units, checked against the classifier's (None: not checked).
 
     Returns:
@@ -248,8 +238,7 @@ def resolve_unit(neuron, flag_unit, flag_name="neuron") -> int | None:
 
     Args:
       neuron: a `SentimentNeuron`, or None (no classifier).
-      flag_unit: the flag's value, None when it was not given.
-      flag_name: the setting, for the log (`errors.setting_name`).
+      flag_unit, flag_name: the flag's value (None: not given), and its setting, for the log.
 
     Returns:
       The flag's unit when given, else the neuron's, or None when neither names one.
@@ -275,9 +264,8 @@ def resolve_value(neuron, unit, flag_value, sentiment, flag_name="neuron_value")
     Args:
       neuron: a `SentimentNeuron`, or None (no classifier).
       unit: the unit that will be held (`resolve_unit`'s result).
-      flag_value: the flag's value, None when it was not given.
+      flag_value, flag_name: the flag's value (None: not given), and its setting, for the log.
       sentiment: the side of the neuron to hold ("positive"/"negative").
-      flag_name: the setting, for the log (`errors.setting_name`).
 
     Returns:
       The flag's value; else `neuron.value_for(sentiment)` for the neuron's unit; else 0.0.
@@ -314,12 +302,9 @@ def held_unit(
     """The (unit, value) generation holds, from a classifier file and the flags.
 
     Args:
-      classifier: a classifier.json path, or "" for none.
-      hidden_size: the model's units.
-      flag_unit: `--neuron` (None when not given; -1 holds nothing).
-      flag_value: `--neuron_value` (None when not given).
-      sentiment: the neuron's side to hold ("positive"/"negative"; None: positive).
-      tool: the binary asking, for error messages.
+      classifier, hidden_size: a classifier.json path ("" for none), and the model's units.
+      flag_unit, flag_value: `--neuron` (-1 holds nothing), `--neuron_value`; None: not given.
+      sentiment, tool: the side to hold ("positive"/"negative"; None: positive); the binary asking.
 
     Returns:
       (unit, value, hidden_state): unit -1 when nothing is held.
@@ -345,17 +330,14 @@ def drawn_unit(classifier, hidden_size, flag_unit, tool) -> tuple:
     """The (unit, sign) a heat map draws, from a classifier file and `--neuron`.
 
     Args:
-      classifier: a classifier.json path, or "" for none.
-      hidden_size: the model's units.
-      flag_unit: `--neuron` (None when not given).
-      tool: the binary asking, for error messages.
+      classifier, hidden_size: a classifier.json path ("" for none), and the model's units.
+      flag_unit, tool: `--neuron` (None when not given), and the binary asking, for errors.
 
     Returns:
       (unit, sign, neuron): the neuron's sign for its own unit, else +1; neuron or None.
 
     Raises:
-      FileNotFoundError, ValueError: as `neuron_from_classifier`; ValueError
-        also when neither a classifier nor a unit is given.
+      FileNotFoundError, ValueError: as `neuron_from_classifier`, or neither classifier nor unit.
     """
     neuron = neuron_from_classifier(classifier, tool, hidden_size) if classifier else None
     unit = resolve_unit(neuron, flag_unit)

@@ -1,7 +1,4 @@
-"""The fit report of a logistic probe: how it was fitted, beside the head it produced.
-
-classifier.json keeps it but the sweep's rows, which go to results.json.
-"""
+"""The fit report of a logistic probe: how it was fitted, beside the head it produced."""
 
 import dataclasses
 
@@ -17,7 +14,6 @@ class FitReport:
       sweep: the fit's rows, one per C (and label); () when read from classifier.json.
 
     Example:
-
     >>> from tf_mlstm.transfer.probe.threshold import Threshold
     >>> report = FitReport(hidden_size=4, C=0.1, neurons=(Threshold(3, -1, 0.5),))
     >>> report.neurons[0].index, report.converged

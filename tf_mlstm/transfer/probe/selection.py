@@ -1,7 +1,6 @@
 """Choosing the features and C: greedy feature selection and cross-validation.
 
-Judged on validation or, below `CV_MAX_VALIDATION` rows, by `cross_validate`
-over train and validation together; each fit is `fit_logistic`'s.
+Judged on validation or, below `CV_MAX_VALIDATION` rows, by `cross_validate` over both.
 """
 
 import numpy as np
@@ -23,8 +22,6 @@ together (`cross_validate`)."""
 
 def cross_validation_folds(labels, folds=CV_FOLDS, seed=0) -> list[tuple] | None:
     """Stratified folds over rows whose every fit part has every class (or label value).
-
-    Rare label combinations are pooled, so they cannot shrink every fold's share of rows.
 
     Args:
       labels: [N] classes or [N, L] 0/1 labels.
@@ -83,8 +80,7 @@ def cross_validate(features, labels, kinds, hidden_size, folds, **fit_kwargs) ->
     Args:
       features: dict kind -> [N, H] features (`tfidf`: sparse [N, V]).
       labels: [N] classes or [N, L] 0/1 labels.
-      kinds: the kinds to concatenate.
-      hidden_size: the model's units.
+      kinds, hidden_size: the kinds to concatenate, and the model's units.
       folds: (fit rows, held-out rows) pairs (`cross_validation_folds`).
       **fit_kwargs: passed to `fit_logistic`; a `title` names the progress lines.
 
@@ -156,14 +152,10 @@ def select_feature_kinds(
 ) -> tuple[tuple, list]:
     """Chooses feature kinds by greedy forward selection of groups, while the score rises.
 
-    With `folds` the score is `cross_validate`'s: every row held out once, a
-    far less noisy judge than a small validation split.
-
     Args:
-      train: dict kind -> [N, H] training features (every kind in `groups`).
-      train_y: [N] labels (or [N, L] 0/1 labels).
-      val: dict kind -> [M, H] validation features.
-      val_y: [M] labels (or [M, L]).
+      train, train_y: dict kind -> [N, H] training features (every kind in `groups`), [N] labels
+        (or [N, L] 0/1 labels).
+      val, val_y: dict kind -> [M, H] validation features, [M] labels (or [M, L]).
       hidden_size: the model's units.
       groups: tuples of kinds selected together (`features_lib.FEATURE_GROUPS`).
       folds: None (validation judges), or (fit, held-out) pairs over train then validation rows.

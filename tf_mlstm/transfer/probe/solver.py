@@ -1,10 +1,8 @@
 """The transfer fit's own logistic-regression solver: full batch, float32, along a C path.
 
-`fit_path` minimizes scikit-learn's `LogisticRegression` objective at each C
-of an ascending grid, warm-started: L-BFGS for l2, FISTA for l1, binary,
-multinomial, or L labels side by side in one product. Converged means
-scikit-learn's lbfgs test, a KKT residual at most `TOL` (docs/transfer.md,
-"The batch solver").
+`fit_path` minimizes scikit-learn's `LogisticRegression` objective at each C of an ascending
+grid, warm-started: L-BFGS for l2, FISTA for l1; binary, multinomial, or L labels side by side.
+Converged means a KKT residual at most `TOL` (docs/transfer.md, "The batch solver").
 """
 
 import dataclasses
@@ -48,7 +46,6 @@ class PathFit:
       residual: [G] the KKT residual at the returned weights (inf if never checked).
 
     Example:
-
     >>> import numpy as np
     >>> x = np.array([[-2.0], [-1.0], [1.0], [2.0], [-0.5], [0.5]])
     >>> y = np.array([0, 0, 1, 1, 1, 0])
@@ -79,8 +76,7 @@ def targets_of(y, task, num_classes=None) -> np.ndarray:
 
     Args:
       y: binary [N] 0/1; multinomial [N] class indices; multilabel [N, L] 0/1.
-      task: one of `TASKS`.
-      num_classes: multinomial: K (None: max(y) + 1).
+      task, num_classes: one of `TASKS`; multinomial: K (None: max(y) + 1).
 
     Returns:
       float64 [N, R].
@@ -190,14 +186,11 @@ def fit_path(
     """Fits at each C of the ascending grid, each from the previous solution.
 
     Args:
-      x: [N, D] features (`as_features` is applied).
-      y: labels (see `targets_of`).
+      x, y: [N, D] features (`as_features` is applied), and labels (see `targets_of`).
       c_grid: ascending positive C values.
-      penalty: "l1" or "l2".
-      task: one of `TASKS`.
+      penalty, task: "l1" or "l2"; one of `TASKS`.
       num_classes: multinomial: K.
-      tol: the KKT residual that counts as converged.
-      max_iter: gradient evaluations per C.
+      tol, max_iter: the KKT residual that counts as converged; gradient evaluations per C.
       warm_start: start each C from the previous solution (False: from zero).
       on_iteration: called as on_iteration(c_index, iterations) after every iteration.
       method: one of `METHODS` (None: `DEFAULT_METHODS[penalty]`).

@@ -23,7 +23,6 @@ class Threshold:
       threshold: the cut.
 
     Example:
-
     >>> import numpy as np
     >>> values, labels = np.array([0.1, 0.4, 0.6, 0.9]), np.array([1, 1, 0, 0])
     >>> sign, cut, accuracy = fit_threshold(values, labels)
@@ -47,8 +46,7 @@ def fit_threshold(values, labels01, balanced=False) -> tuple[int, float, float]:
     """The cut and direction on one feature that classify best.
 
     Args:
-      values: [N] feature values.
-      labels01: [N] labels in {0, 1}.
+      values, labels01: [N] feature values, and labels in {0, 1}.
       balanced: maximize balanced accuracy (one class against the rest).
 
     Returns:
