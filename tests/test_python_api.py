@@ -155,10 +155,11 @@ def test_classify_with_a_fitted_classifier_equals_tf_mlstm_classify(model_dir, t
     np.testing.assert_array_equal(out.labels, predicted)
 
 
-def test_a_classifier_is_applied_in_the_precision_it_was_fitted_in_on_every_surface(
+def test_a_classifier_is_applied_in_the_precision_it_was_fitted_in_and_exported_in_float32(
     model_dir, tmp_path
 ):
-    """classifier.json records the fit's policy: the API, the CLI and the export apply it."""
+    """classifier.json records the fit's policy: the API and the CLI apply it; the export
+    computes in float32, which every server CPU runs at speed, unless asked otherwise."""
     path = _fitted_classifier(model_dir, tmp_path / "classifier.json")
     record = json.loads(pathlib.Path(path).read_text())
     record["precision"] = "mixed_bfloat16"
@@ -180,7 +181,21 @@ def test_a_classifier_is_applied_in_the_precision_it_was_fitted_in_on_every_surf
         )
     )
     meta = pathlib.Path(exported["export_dir"]) / "assets.extra" / "meta.json"
-    assert json.loads(meta.read_text())["precision"] == "mixed_bfloat16"
+    assert json.loads(meta.read_text())["precision"] == "float32"
+
+
+def test_an_empty_text_is_neither_scored_nor_classified(model_dir, tmp_path):
+    """One rule with the SavedModel's signatures (and the binaries, which skip such a line)."""
+    loaded = tf_mlstm.load(
+        str(model_dir), classifier=_fitted_classifier(model_dir, tmp_path / "classifier.json")
+    )
+    for method in ("score", "classify"):
+        with pytest.raises(
+            tf_mlstm.UserError,
+            match=re.escape(f"texts[1] is empty after normalization: nothing to {method}"),
+        ):
+            getattr(loaded, method)([TEXTS[0], " \n\t "])
+    assert loaded.featurize([""])["cell"].shape == (1, loaded.hidden_size)
 
 
 def test_classify_without_a_classifier_needs_a_fine_tuned_run(loaded):
@@ -287,11 +302,6 @@ def test_export_writes_the_saved_model_tf_mlstm_export_writes(model_dir, tmp_pat
         tf_mlstm.export(tf_mlstm.ExportConfig(str(model_dir), str(model_dir)))
     with pytest.raises(tf_mlstm.InvalidValueError, match=r"^ExportConfig: window must be pos"):
         tf_mlstm.export(tf_mlstm.ExportConfig(str(model_dir), str(tmp_path / "e"), window=0))
-
-
-def test_score_of_an_empty_text_is_a_user_error_naming_its_index(loaded):
-    with pytest.raises(tf_mlstm.InvalidValueError, match=r"texts\[1\] is empty after normali"):
-        loaded.score(["Fine.", " \n", "Ok"])
 
 
 # Every entry point that takes texts, given a value that is not one, and the name (argument

@@ -252,6 +252,29 @@ def _tree(folder):
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+def test_an_export_computes_in_float32_unless_asked(tmp_path, monkeypatch):
+    """Whatever precision the classifier's features were fitted in: the export is for
+    servers, and float32 is what every CPU runs at speed (bfloat16 is emulated where the
+    CPU has no units for it); --precision asks for another."""
+    model_dir, model = write_untrained_model_dir(tmp_path / "run")
+    texts = [normalize_text(t) for t in TEXTS] * 2
+    classifier = _fit_classifier(model, texts, np.array([1, 0, 0, 1, 0, 1]))
+    classifier.fitted_on(precision="mixed_bfloat16").save(str(tmp_path / "classifier.json"))
+    asked = []
+
+    def recording(*args, precision, **kwargs):
+        asked.append(precision)
+        return {}
+
+    monkeypatch.setattr(saved_model, "export_trained_model", recording)
+    for precision in (None, "mixed_bfloat16"):
+        config = export_cli.ExportConfig(
+            str(model_dir), str(tmp_path / "export"), str(tmp_path / "classifier.json")
+        )
+        export_cli.export(dataclasses.replace(config, precision=precision))
+    assert asked == ["float32", "mixed_bfloat16"]
+
+
 def test_export_never_touches_a_folder_it_did_not_write(tmp_path):
     model_dir, _ = _model_dir_at_step(tmp_path / "run", 42)
     before = _tree(tmp_path)
@@ -480,10 +503,18 @@ def test_empty_batches_and_empty_texts(small_model):
     args = (tf.constant(5), tf.constant(1.0), tf.constant(1, tf.int64))
     assert module.generate(none, *args)["text"].shape == (0,)
 
-    # An empty text scores NaN (nothing to score), not a perfect 0 bits/char.
-    scored = module.score(tf.constant(["", "ab"]))
-    assert np.isnan(scored["bits_per_char"][0]) and scored["chars"].numpy().tolist() == [0.0, 2.0]
-    assert np.isfinite(scored["bits_per_char"][1])
+    # An empty text has nothing to score or classify: the request fails naming its index,
+    # as the Python API refuses it and the binaries skip it.
+    for signature, request, index in (("score", ["", "ab"], 0), ("classify", ["ab", ""], 1)):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=re.escape(
+                f"{signature}: `text` is empty after normalization, nothing to {signature}, at "
+                f"index] [{index}]"
+            ),
+        ):
+            getattr(module, signature)(tf.constant(request))
+    assert np.isfinite(module.score(tf.constant(["ab"]))["bits_per_char"][0])
     # Its features are those of the document-start byte alone.
     _, (h, c) = small_model.encode(np.array([[DOC_START]]), training=False)
     features_of_empty = module.featurize(tf.constant([""]))
@@ -534,6 +565,7 @@ _SERVE_LIMITS = textwrap.dedent("""
         "scalar_prompt": lambda: sig["generate"](
             prompt=tf.constant("hi"), length=tf.constant(2), **gen),
         "not_utf8": lambda: sig["score"](text=tf.constant([b"fine", b"\\xff\\xfe bad \\xc3\\x28"])),
+        "empty_text": lambda: sig["score"](text=tf.constant(["fine", ""])),
     }
     for name, request in requests.items():
         try:
@@ -546,9 +578,6 @@ _SERVE_LIMITS = textwrap.dedent("""
     out["empty_score"] = {k: v.shape.as_list() for k, v in sig["score"](text=none).items()}
     out["empty_generate"] = sig["generate"](
         prompt=none, length=tf.constant(8), **gen)["text"].shape.as_list()
-    scored = sig["score"](text=tf.constant(["", "fine"]))
-    out["empty_text_bits"] = str(scored["bits_per_char"].numpy()[0])
-    out["empty_text_chars"] = float(scored["chars"].numpy()[0])
     out["at_limit"] = sig["generate"](
         prompt=tf.constant(["x" * 24]), length=tf.constant(8), **gen)["text"].shape.as_list()
     print(json.dumps(out))
@@ -576,7 +605,10 @@ def test_limits_and_empty_requests_in_a_fresh_process(tmp_path):
     assert out["empty_featurize"] == {k: [0, 16] for k in features.FEATURE_KINDS}
     assert out["empty_score"] == {"bits_per_char": [0], "chars": [0]}
     assert out["empty_generate"] == [0]
-    assert out["empty_text_bits"] == "nan" and out["empty_text_chars"] == 0.0
+    assert (
+        "score: `text` is empty after normalization, nothing to score, at index] [1]"
+        in out["empty_text"]
+    )
     assert out["at_limit"] == [1]
 
 
@@ -601,6 +633,8 @@ NGRAM_TEXTS = [
     "\u0130stanbul, \u03a3\u039f\u03a6\u0399\u0391: a great_film?",
     "",
 ]
+# What the classify signature is sent: an empty text has nothing to classify.
+SERVED_NGRAM_TEXTS = [text for text in NGRAM_TEXTS if text]
 
 
 def _ngram_classifier(model, kinds, labels):
@@ -632,8 +666,10 @@ def test_classify_signature_computes_ngrams_from_the_stored_vocabulary(small_mod
     classifier = _ngram_classifier(small_model, ("tfidf",), labels)
     assert classifier.head.head_spec.kind == "multiclass" and len(classifier.ngrams) > 5
     module = saved_model.ServingModule(small_model, classifier=classifier.head)
-    out = module.classify(tf.constant(NGRAM_TEXTS + ["unseen words only"]))
-    want = _python_probabilities(classifier, small_model, NGRAM_TEXTS + ["unseen words only"])
+    out = module.classify(tf.constant(SERVED_NGRAM_TEXTS + ["unseen words only"]))
+    want = _python_probabilities(
+        classifier, small_model, SERVED_NGRAM_TEXTS + ["unseen words only"]
+    )
     np.testing.assert_allclose(out["probabilities"], want, atol=1e-5)
     assert out["label"].numpy().astype(str).tolist() == list(
         classifier.head.head_spec.classes[i] for i in np.argmax(want, 1)
@@ -672,12 +708,12 @@ def test_model_features_and_ngrams_serve_in_a_fresh_process(tmp_path):
         )
     )
     served = run_without_tf_mlstm(
-        _SERVE_CLASSIFY, [done["export_dir"], json.dumps(NGRAM_TEXTS)], tmp_path
+        _SERVE_CLASSIFY, [done["export_dir"], json.dumps(SERVED_NGRAM_TEXTS)], tmp_path
     )
     assert not served["imported_tf_mlstm"]
-    want = _python_probabilities(classifier, model, NGRAM_TEXTS)
+    want = _python_probabilities(classifier, model, SERVED_NGRAM_TEXTS)
     np.testing.assert_allclose(served["probabilities"], want, atol=1e-5)
-    texts = [normalize_text(t) for t in NGRAM_TEXTS]
+    texts = [normalize_text(t) for t in SERVED_NGRAM_TEXTS]
     x = features.concat_features(
         {"tfidf": classifier.ngrams.transform(texts), **features.TextFeaturizer(model)(texts)},
         classifier.head.feature_kinds,

@@ -1,11 +1,7 @@
 """The Python API behind `import tf_mlstm` (docs/python.md has the table of binaries).
 
-A thin layer over what the `tf-mlstm-*` binaries call, on the config objects
-they build from their flags, so a notebook and a binary given the same
-settings compute the same numbers: `convert`, `pretrain`, `evaluate`,
-`finetune`, `probe`, `export`, `import_openai_weights`; `load(model_dir)`
-gives a `TrainedModel` with generate, classify, featurize and score. It sits
-above `serving` and below `cli`, where training and export meet.
+The functions the `tf-mlstm-*` binaries call, on the same config objects, so a notebook
+and a binary compute the same numbers; `load(model_dir)` gives a `TrainedModel`.
 """
 
 import dataclasses
@@ -58,8 +54,7 @@ def convert(config) -> dict:
 def pretrain(config) -> dict:
     """Trains a language model, then (on the chief) exports its SavedModel (`tf-mlstm-train`).
 
-    The export folder is checked before training; a rerun resumes; with
-    `config.export` False nothing is exported.
+    A rerun resumes; with `config.export` False nothing is exported.
 
     Args:
       config: a `tf_mlstm.TrainConfig` (validated here).
@@ -129,8 +124,7 @@ def finetune(config) -> dict:
 def probe(config) -> dict:
     """Linear probing: features, logistic regression, sentiment neuron (`tf-mlstm-transfer`).
 
-    Writes results.json, classifier.json and plots to `config.output_dir` (new or
-    empty unless `config.overwrite`).
+    Writes results.json, classifier.json and plots to `config.output_dir` (empty, or `overwrite`).
 
     Args:
       config: a `tf_mlstm.TransferConfig` with a concrete `precision`.
@@ -148,9 +142,7 @@ def probe(config) -> dict:
 def export(config) -> dict:
     """Writes a servable, versioned SavedModel of a run folder (`tf-mlstm-export`).
 
-    It goes to `config.export_dir/<step>/` with the signatures `featurize`,
-    `score`, `generate` and, with a classifier or a fine-tuned run, `classify`
-    (docs/serving.md); load it with `tf.saved_model.load` after `import tensorflow_text`.
+    It goes to `config.export_dir/<step>/`, with the signatures of docs/serving.md.
 
     Args:
       config: a `tf_mlstm.ExportConfig` (validated here).
@@ -170,7 +162,6 @@ def export(config) -> dict:
 
 
 def _validated(config):
-    """`config.validate()`, its errors prefixed with the config's name."""
     try:
         return config.validate()
     except errors.InvalidValueError as e:
@@ -179,10 +170,6 @@ def _validated(config):
 
 def import_openai_weights(weights_dir, model_dir) -> dict:
     """Writes a run folder holding OpenAI's released byte mLSTM (`tf-mlstm-import-openai`).
-
-    The folder gets config.json, `checkpoints/ckpt-1` (read back and compared
-    with the arrays) and `openai_import.json`; the conversion is
-    `tf_mlstm.models.openai_weights`.
 
     Args:
       weights_dir: the release's `model/` folder.
@@ -261,7 +248,6 @@ class Classified:
       classes: the K classes (or L label names) of the probability columns.
 
     Example:
-
     >>> import numpy as np
     >>> from tf_mlstm.api import Classified
     >>> result = Classified(
@@ -290,8 +276,7 @@ def load(
       model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`.
       classifier: a `tf-mlstm-transfer` classifier.json; "" = a fine-tuned run's own head.
       precision: float32, mixed_bfloat16, mixed_float16 or auto; None: as the classifier's
-        features were fitted (classifier.json records it), else float32: the rule of
-        `tf-mlstm-classify` and `tf-mlstm-export`, so all three give the same numbers.
+        features were fitted (classifier.json records it), else float32.
       batch_size: texts per model call.
       window: bytes per model call; the state carries across windows.
 
@@ -344,7 +329,6 @@ def _check_exists(name, path):
 
 
 def _checked_classifier(classifier):
-    """The `LogisticClassifier` of `load`'s `classifier` argument, refused in its words."""
     _check_exists("classifier", classifier)
     if tf.io.gfile.isdir(classifier):
         raise errors.InvalidValueError(
@@ -355,7 +339,6 @@ def _checked_classifier(classifier):
 
 
 def _check_classifier_fits(fitted, classifier, model, model_dir):
-    """Refuses a classifier fitted on a model of another size or other weights."""
     if model.hidden_size != fitted.report.hidden_size:
         raise errors.InvalidValueError(
             f"classifier={classifier!r} was fitted on a {fitted.report.hidden_size}-unit model, "
@@ -381,7 +364,6 @@ class TrainedModel:
       precision: the policy it computes in.
 
     Example:
-
     >>> import tf_mlstm
     >>> trained = tf_mlstm.load(model_dir, batch_size=2, window=16)
     >>> trained.featurize(["Great phone."], kinds=("mean",))["mean"].shape
@@ -456,13 +438,7 @@ class TrainedModel:
           InvalidValueError: a text is not a str, or is empty after normalization
             (nothing to score); the message names its index.
         """
-        texts = _normalized(texts)
-        for index, text in enumerate(texts):
-            if not text:
-                raise errors.InvalidValueError(
-                    f"texts[{index}] is empty after normalization: nothing to score "
-                    "(leave blank texts out)"
-                )
+        texts = _normalized(texts, nothing_to="score")
         bits, chars = np.zeros(len(texts)), np.zeros(len(texts))
         for start in range(0, len(texts), self.batch_size):
             batch = tf.constant(texts[start : start + self.batch_size], tf.string)
@@ -488,8 +464,7 @@ class TrainedModel:
           length: bytes to generate (at most, with `stop_at_end`).
           seed: the same seed gives the same text.
           temperature: softmax temperature (> 0; small is near argmax).
-          neuron: a cell-state unit held at `neuron_value` after every byte, or -1 for none.
-          neuron_value: the held value.
+          neuron, neuron_value: a cell-state unit held at that value after every byte (-1: none).
           stop_at_end: end at the end of the review (the next document start).
 
         Returns:
@@ -525,9 +500,11 @@ class TrainedModel:
           A `Classified` (labels, probabilities, classes).
 
         Raises:
-          InvalidValueError: a text is not a str, or no classifier and no finished fine-tuned run.
+          InvalidValueError: a text is not a str or is empty after normalization
+            (nothing to classify; the message names its index), or no classifier
+            and no finished fine-tuned run.
         """
-        texts = _normalized(texts)  # checked before anything is loaded
+        texts = _normalized(texts, nothing_to="classify")  # checked before anything is loaded
         if self._predictor is None:
             if not self.classifier and not rundir.is_finetune_run(self.model_dir):
                 raise errors.InvalidValueError(
@@ -548,6 +525,12 @@ class TrainedModel:
         return Classified(np.asarray(labels), np.asarray(probabilities), tuple(classes))
 
 
-def _normalized(texts):
-    """`texts` checked (`check_texts`) and normalized."""
-    return [normalize_text(text) for text in check_texts(texts)]
+def _normalized(texts, nothing_to=""):
+    """The texts normalized; with `nothing_to` (a verb), an empty one is refused by index."""
+    texts = [normalize_text(text) for text in check_texts(texts)]
+    if nothing_to and "" in texts:
+        raise errors.InvalidValueError(
+            f"texts[{texts.index('')}] is empty after normalization: nothing to {nothing_to} "
+            "(leave blank texts out)"
+        )
+    return texts

@@ -1,8 +1,4 @@
-"""The configs of the binaries that apply a trained model or bring one in.
-
-classify, classify-beam, export, generate, visualize and import-openai; the
-values are checked here, the paths by `check_before_work` (`tf_mlstm.preflight`).
-"""
+"""The configs of the binaries that apply a trained model or bring one in."""
 
 import dataclasses
 import glob
@@ -34,7 +30,6 @@ def _same_file(a, b):
 
 
 def _input_files(spec):
-    """The local files a comma-separated input spec names (globs expanded, no TensorFlow)."""
     files = []
     for piece in (piece.strip() for piece in spec.split(",")):
         if not piece or piece == "-":
@@ -114,8 +109,7 @@ class GenerateConfig:
       length: Bytes to generate per sample (at most).
       temperature: Softmax temperature (> 0; small is near argmax).
       seed: Random seed; the same seed gives the same text.
-      neuron: Unit held at `neuron_value` (-1 = none), of the cell state or of `classifier`'s
-        neuron's state. Unset: `classifier`'s neuron, or none.
+      neuron: Unit held at `neuron_value` (-1 = none). Unset: `classifier`'s neuron, or none.
       neuron_value: The value `neuron` is held at. Unset: from `classifier`, or 0.
       num_samples: Samples drawn (in one batch).
       stop_at_end: End a sample at the end of the review (the next document-start byte).
@@ -181,7 +175,7 @@ class ExportConfig:
       window: Bytes per model call inside the signatures.
       max_text_bytes: Longest text or prompt (UTF-8 bytes) a request may hold.
       max_generate_length: Largest length the generate signature accepts.
-      precision: Feature policy; auto: the fastest here. Unset: the classifier's, else float32.
+      precision: Policy the export computes in; auto: the fastest here. Unset: float32.
       allow_other_model: Apply a classifier fitted on other weights, with a warning.
 
     Example:
@@ -199,7 +193,7 @@ class ExportConfig:
     # TensorFlow loads only after the flags parsed).
     max_text_bytes: int = 65536
     max_generate_length: int = 4096
-    precision: str | None = None  # None: the classifier's (float32 without one)
+    precision: str | None = None  # None: float32, which every CPU runs at speed
     allow_other_model: bool = False
 
     def validate(self) -> Self:
@@ -347,7 +341,6 @@ class VisualizeConfig:
         return self
 
     def _is_an_output(self, path):
-        """Whether `path` is (or may be, the unit not known yet) a file this run writes."""
         folder, name = os.path.split(os.path.realpath(path))
         return (
             os.path.isfile(path)

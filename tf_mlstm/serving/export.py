@@ -1,8 +1,7 @@
 """Exporting a run: the head it serves, the metadata beside it, the SavedModel.
 
-What `tf-mlstm-export` and `tf_mlstm.export` do: the `classify` head is a
-classifier.json's or a fine-tuned run's own (one `ClassifierHead` either
-way, described in meta.json); a fine-tuned run is loaded once.
+The `classify` head is a classifier.json's or a fine-tuned run's own (a `ClassifierHead`
+either way, described in meta.json).
 """
 
 import os
@@ -27,18 +26,17 @@ def export(config) -> dict:
 
     Raises:
       FileNotFoundError: a missing model or classifier.
-      ValueError: `export_dir` holds something this tool did not write, or a
-        classifier does not fit the model.
+      ValueError: `export_dir` holds something not written here, or a classifier that does not fit.
     """
     try:
         # Before anything is loaded: a wrong folder is answered at once.
         saved_model.check_export_base(config.export_dir)
-        head, metadata, model, precision = None, {}, None, config.precision
+        head, metadata, model = None, {}, None
         if config.classifier:
             classifier = logistic.LogisticClassifier.load(config.classifier)
             head, metadata["classifier"] = probe_head(classifier, config.classifier)
-            precision = features.classifier_precision(precision, classifier)
-        precision = features.resolve_precision(precision or "float32")
+        # float32 unless asked: the precision every server CPU runs at speed.
+        precision = features.resolve_precision(config.precision or "float32")
         if not config.classifier and rundir.is_finetune_run(config.model_dir):
             tuned = finetune.load_finetuned_model(config.model_dir, precision)
             head, metadata["classifier"] = fine_tuned_head(tuned, config.model_dir)

@@ -1,11 +1,9 @@
 """SavedModel export: string-in signatures that serve without tf_mlstm.
 
-`ServingModule` holds the `featurize`, `score`, `generate` and (with a
-`ClassifierHead`) `classify` signatures, each normalizing raw text in the
-graph as training did (TensorFlow Text's op: loaders import
-`tensorflow_text`). Request limits fixed at export keep one request from
-exhausting a server's memory. `export_saved_model` writes `BASE/<version>/`
-as TensorFlow Serving expects, staged and renamed in (docs/serving.md).
+`ServingModule` holds the `featurize`, `score`, `generate` and (with a `ClassifierHead`)
+`classify` signatures, each normalizing raw text in the graph (loaders import `tensorflow_text`),
+under request limits fixed at export. `export_saved_model` writes `BASE/<version>/` as
+TensorFlow Serving expects (docs/serving.md).
 """
 
 import json
@@ -56,7 +54,6 @@ class ExportDirError(errors.InvalidValueError):
     """The export folder holds something this module did not write.
 
     Example:
-
     >>> from tf_mlstm.serving import saved_model
     >>> error = saved_model.ExportDirError("runs/reviews: holds 'notes.txt'")
     >>> isinstance(error, ValueError)
@@ -68,8 +65,7 @@ class ServingModule(tf.Module):
     """Wraps a language model with string-in signatures.
 
     Args:
-      model: an `MLSTMLanguageModel` (float32 for serving).
-      window: bytes per model call.
+      model, window: an `MLSTMLanguageModel` (float32 for serving), and bytes per model call.
       classifier: optional `ClassifierHead`; adds the `classify` signature.
       max_text_bytes: the longest text (or prompt) a request may hold, in UTF-8 bytes as sent.
       max_generate_length: the largest `length` `generate` accepts.
@@ -78,7 +74,6 @@ class ServingModule(tf.Module):
       ValueError: the classifier does not fit the model, or a limit is not positive.
 
     Example:
-
     >>> from tf_mlstm.models import MLSTMLanguageModel
     >>> module = ServingModule(MLSTMLanguageModel.from_run(model_dir), window=8)
     >>> sorted(module.signatures())
@@ -194,11 +189,7 @@ class ServingModule(tf.Module):
 
     @staticmethod
     def _check_utf8(text, signature, name="text"):
-        """An assertion that every text is valid UTF-8, naming the first index that is not.
-
-        Undecodable bytes are never scored, featurized or classified: the
-        request fails, as a file's undecodable line is skipped and counted.
-        """
+        """An assertion that every text is valid UTF-8, naming the first index that is not."""
         decoded = tf.strings.unicode_transcode(
             text, input_encoding="UTF-8", output_encoding="UTF-8", errors="replace"
         )
@@ -208,15 +199,28 @@ class ServingModule(tf.Module):
             [f"{signature}: `{name}` holds bytes that are not UTF-8 text, at index", bad[:1]],
         )
 
-    def _normalized(self, text, signature):
-        """The texts normalized, after the shape, length and UTF-8 checks."""
+    def _normalized(self, text, signature, allow_empty=True):
+        """The texts normalized, after the shape, length, UTF-8 (and non-empty) checks."""
         text = self._batch(text, signature)
         checks = [
             self._check_lengths(text, f"{signature}: a text"),
             self._check_utf8(text, signature),
         ]
         with tf.control_dependencies(checks):
-            return normalize_text_tf(text)
+            normalized = normalize_text_tf(text)
+        if allow_empty:
+            return normalized
+        empty = tf.where(tf.equal(tf.strings.length(normalized), 0))[:, 0]
+        nonempty = tf.debugging.Assert(
+            tf.equal(tf.size(empty), 0),
+            [
+                f"{signature}: `text` is empty after normalization, nothing to {signature}, "
+                "at index",
+                empty[:1],
+            ],
+        )
+        with tf.control_dependencies([nonempty]):
+            return tf.identity(normalized)
 
     def _ids(self, text, signature, max_length=None, normalized=None):
         """(ids, valid) of the texts, normalized, framed and maybe cut, in whole windows."""
@@ -236,14 +240,10 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[_TEXTS], autograph=False)
     def score(self, text) -> dict[str, tf.Tensor]:
         """The `score` signature: `bits_per_char` [N] and `chars` [N] of [N] raw texts."""
-        ids, valid = self._ids(text, "score")
+        normalized = self._normalized(text, "score", allow_empty=False)
+        ids, valid = self._ids(text, "score", normalized=normalized)
         bits, chars = featurize.score_ids(self.model, ids, valid, self.window)
-        # An empty text has no byte to score: NaN, never a perfect 0 bits/char.
-        nan = tf.fill(tf.shape(chars), float("nan"))
-        return {
-            "bits_per_char": tf.where(chars > 0, bits / tf.maximum(chars, 1.0), nan),
-            "chars": chars,
-        }
+        return {"bits_per_char": bits / tf.maximum(chars, 1.0), "chars": chars}
 
     @tf.function(
         input_signature=[
@@ -287,7 +287,7 @@ class ServingModule(tf.Module):
         return {"text": text}
 
     def _classify(self, text):
-        normalized = self._normalized(text, "classify")
+        normalized = self._normalized(text, "classify", allow_empty=False)
         parts = []
         if self.classifier.model_kinds:
             max_length = self.classifier.max_length or None
@@ -419,9 +419,7 @@ def check_export_base(base_dir: str) -> None:
 def warmup_requests(module) -> list:
     """TensorFlow Serving's warm-up requests for `module`: one `PredictionLog` a signature.
 
-    A server runs them as it loads the version, so that no client's first
-    request pays for the first run of each signature. Their texts fit the
-    module's limits.
+    A server runs them as it loads the version; their texts fit the module's limits.
 
     Args:
       module: a `ServingModule`.
@@ -495,11 +493,7 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
 
 
 def requirements() -> dict[str, str]:
-    """What a server needs installed to load the export: {package: the version it was made with}.
-
-    TensorFlow Text registers the op that normalizes text in the graph
-    (`NormalizeUTF8`): a server imports `tensorflow_text` before loading.
-    """
+    """{package: version} a server needs to load the export (TensorFlow Text for its op)."""
     import tensorflow_text  # pylint: disable=import-outside-toplevel  (loaded by the export)
 
     return {"tensorflow": tf.__version__, "tensorflow-text": tensorflow_text.__version__}
@@ -516,8 +510,7 @@ def portable_config(config) -> dict:
       config: the run's `TrainConfig`.
 
     Returns:
-      The config's fields; `model_dir`, `train_data` and `validation_data` as
-      the names of their folders or files (a list keeps its commas).
+      The config's fields, `model_dir`, `train_data` and `validation_data` as names only.
     """
     values = json.loads(config.to_json())
     for field in _PATH_FIELDS:
@@ -542,14 +535,10 @@ def export_trained_model(
     """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
 
     Args:
-      model_dir: a `tf-mlstm-train` (or `tf-mlstm-finetune`) model folder.
-      base_dir: the folder of SavedModel versions.
-      classifier: optional `ClassifierHead` (adds `classify`).
-      window: bytes per model call inside the signatures.
-      max_text_bytes: see `ServingModule`.
-      max_generate_length: see `ServingModule`.
-      metadata: optional dict for meta.json (the config, without machine paths, and the
-        precision are added).
+      model_dir, base_dir: a tf-mlstm-train (or -finetune) model folder; the folder of versions.
+      classifier, window: optional `ClassifierHead` (adds `classify`); bytes per model call.
+      max_text_bytes, max_generate_length: see `ServingModule`.
+      metadata: optional dict for meta.json (the portable config and the precision are added).
       precision: the policy the signatures compute in; outputs are float32.
       allow_other_model: export a classifier fitted on other weights (with a warning).
       model: the run's language model already loaded in `precision` by `from_run`, or None.
@@ -560,8 +549,8 @@ def export_trained_model(
     Raises:
       ExportDirError: `base_dir` holds something not written here (checked first).
       FileNotFoundError: no config or checkpoint in `model_dir`.
-      ValueError: a classifier that does not fit the model (another size, or
-        other weights: `rundir.OtherModelError`), or a bad limit.
+      ValueError: a classifier of another size or other weights (`rundir.OtherModelError`), or
+        a bad limit.
     """
     check_export_base(base_dir)
     if model is None:

@@ -1,10 +1,8 @@
 """Features of labeled text from a trained language model, for transfer.
 
-`TextFeaturizer` runs a model over texts, sorted by length and batched with
-the padding masked, and returns `FEATURE_KINDS` in input order;
-`measured_precision` is `--precision=auto` for featurization. A feature spec
-names kinds to concatenate, or "auto" to choose `FEATURE_GROUPS` on
-validation; `tfidf` is word n-grams (`tf_mlstm.transfer.ngrams`), not the model's.
+`TextFeaturizer` runs a model over texts and returns `FEATURE_KINDS` in input order;
+`measured_precision` is `--precision=auto` for featurization. A feature spec names kinds to
+concatenate, or "auto" (`FEATURE_GROUPS` chosen on validation); `tfidf` is word n-grams.
 """
 
 import numpy as np
@@ -42,19 +40,16 @@ NGRAM_GROUP = (NGRAM_KIND,)
 
 
 def classifier_precision(choice, classifier=None) -> str:
-    """The policy a classifier is applied in: one rule for the CLI, the Python API and the export.
+    """The policy a classifier is applied in: one rule for the CLI and the Python API.
 
     Args:
       choice: the policy asked for (a name, or auto), or None / "" for the default.
       classifier: the `LogisticClassifier` to apply, or None.
 
     Returns:
-      `choice` when given; else the policy the classifier's features were
-      fitted in (its classifier.json records it), so that its numbers are the
-      fit's; else float32.
+      `choice` when given; else the policy the classifier's features were fitted in; else float32.
 
     Example:
-
     >>> from tf_mlstm.transfer.features import classifier_precision
     >>> classifier_precision(None), classifier_precision("auto")
     ('float32', 'auto')
@@ -73,8 +68,7 @@ def resolve_precision(
     Args:
       choice: a policy, or auto: `measured_precision`, else the hardware table's.
       model_dir: the trained model's run folder, or None.
-      batch_size: texts per model call.
-      window: bytes per model call.
+      batch_size, window: texts and bytes per model call.
 
     Returns:
       A concrete policy name.
@@ -126,8 +120,7 @@ def describe_feature(index, kinds, hidden_size) -> tuple[str, int]:
     """Which kind and unit column `index` of `concat_features(..., kinds)` is.
 
     Args:
-      index: a column of the concatenated features.
-      kinds: the concatenated kinds.
+      index, kinds: a column of the concatenated features, and their kinds.
       hidden_size: the model's units.
 
     Returns:
@@ -158,7 +151,6 @@ class TextFeaturizer:
       ValueError: a non-positive batch size or window, or an unknown kind.
 
     Example:
-
     >>> from tf_mlstm.models.language_model import MLSTMLanguageModel
     >>> from tf_mlstm.transfer.features import TextFeaturizer
     >>> model = MLSTMLanguageModel.from_run(model_dir)  # a tf-mlstm-train run folder
@@ -242,15 +234,13 @@ def measured_precision(
 ) -> tuple[str, autotune.Choice]:
     """The policy `model_dir`'s model featurizes fastest in here: `--precision=auto`.
 
-    Each native policy is timed on a few batches and the winner cached per
-    machine kind, TensorFlow version and shape (featurization has no XLA).
+    Each native policy is timed on a few batches; the winner is cached per machine and shape.
 
     Args:
       model_dir: a tf-mlstm-train (or fine-tuning init) `--model_dir`.
-      batch_size: texts per model call.
-      window: bytes per model call.
-      machine: a `hardware.Hardware`; None detects this machine.
-      cache: an `autotune.Cache`; None uses the user's cache folder.
+      batch_size, window: texts and bytes per model call.
+      machine, cache: a `hardware.Hardware` and an `autotune.Cache`; None: this machine's, the
+        user's.
       clock: seconds (tests pass a fake); None is `time.perf_counter`.
 
     Returns:
