@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402 (after the log level)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# The local multi-worker launcher (`import local_cluster`) lives in tools/, beside its tool.
+# Tools' cores (`import local_cluster`, `import law_fitting`) live in tools/, beside their tools.
 sys.path.append(str(REPO / "tools"))
 SHARED_DATA = REPO.parent / "shared" / "data"
 CPU_REPLICAS = 2
@@ -45,7 +45,7 @@ os.environ.setdefault(
 )
 import matplotlib.font_manager  # noqa: E402,F401 (builds the font cache when it is missing)
 
-# Measured `auto` settings are cached per user (tf_mlstm.train.autotune): tests, and the
+# Measured `auto` settings are cached per user (tf_mlstm.auto.measure): tests, and the
 # binaries they start, read and write a cache of their own, never the developer's.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tf_mlstm_test_cache_")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)

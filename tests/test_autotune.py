@@ -6,6 +6,7 @@ wiring (the runner's own step is timed, config.json records the choice and
 rates, the cache serves the next run, exact resume and seeding untouched).
 """
 
+import functools
 import json
 import logging
 import re
@@ -24,8 +25,8 @@ from test_hardware import _machine
 
 from _models import tiny_train_config
 from tf_mlstm import errors
-from tf_mlstm.train import autotune
-from tf_mlstm.train.autotune import Candidate
+from tf_mlstm.auto import measure
+from tf_mlstm.auto.measure import Candidate
 
 F32_ON, F32_OFF = Candidate("float32", True), Candidate("float32", False)
 BF16_ON, BF16_OFF = Candidate("mixed_bfloat16", True), Candidate("mixed_bfloat16", False)
@@ -43,7 +44,7 @@ class FakeClock:
 
 
 def fake_build(clock, costs, built=None):
-    """`build` for `autotune.measure`: candidate -> a step costing `costs[name]` seconds.
+    """`build` for `measure.measure`: candidate -> a step costing `costs[name]` seconds.
 
     A cost that is an exception is raised instead (a candidate that fails to compile).
     """
@@ -64,21 +65,21 @@ def fake_build(clock, costs, built=None):
 
 
 def choose_faked(candidates, costs, clock, built=None, units=100, **options):
-    """`autotune.choose` of `candidates` with the steps of `fake_build` on `clock`."""
-    return autotune.choose(
+    """`measure.choose` of `candidates` with the steps of `fake_build` on `clock`."""
+    return measure.choose(
         candidates, fake_build(clock, costs, built), units, clock=clock, **options
     )
 
 
 def test_candidates_are_what_the_hardware_runs_natively_with_the_prior_first():
     # AVX2 only: bfloat16 is emulated there, so float32 only; XLA on is the prior.
-    assert autotune.candidates(_machine(AVX2_EPYC)) == [F32_ON, F32_OFF]
+    assert measure.candidates(_machine(AVX2_EPYC)) == [F32_ON, F32_OFF]
     # AVX512-BF16 without AMX: the prior is float32, bfloat16 is measured too.
-    assert autotune.candidates(_machine(AVX512_BF16_EPYC)) == [F32_ON, F32_OFF, BF16_OFF, BF16_ON]
-    assert autotune.candidates(_machine(AMX_XEON)) == [BF16_OFF, BF16_ON, F32_ON, F32_OFF]
-    assert autotune.candidates(_machine(GRAVITON))[2:] == [BF16_OFF, BF16_ON]
+    assert measure.candidates(_machine(AVX512_BF16_EPYC)) == [F32_ON, F32_OFF, BF16_OFF, BF16_ON]
+    assert measure.candidates(_machine(AMX_XEON)) == [BF16_OFF, BF16_ON, F32_ON, F32_OFF]
+    assert measure.candidates(_machine(GRAVITON))[2:] == [BF16_OFF, BF16_ON]
     # GPUs: float16 with tensor cores, bfloat16 from compute capability 8.0.
-    assert autotune.candidates(_machine(AVX2_EPYC, [H100])) == [
+    assert measure.candidates(_machine(AVX2_EPYC, [H100])) == [
         F16_ON,
         F16_OFF,
         F32_ON,
@@ -86,26 +87,26 @@ def test_candidates_are_what_the_hardware_runs_natively_with_the_prior_first():
         BF16_ON,
         BF16_OFF,
     ]
-    assert autotune.native_precisions(_machine(AVX2_EPYC, [V100])) == ["float32", "mixed_float16"]
-    assert autotune.native_precisions(_machine(AVX2_EPYC, [V100, P100])) == ["float32"]
+    assert measure.native_precisions(_machine(AVX2_EPYC, [V100])) == ["float32", "mixed_float16"]
+    assert measure.native_precisions(_machine(AVX2_EPYC, [V100, P100])) == ["float32"]
     # --num_gpus=0: the CPU's candidates.
-    assert autotune.candidates(_machine(AVX2_EPYC, [H100]), use_gpus=False) == [F32_ON, F32_OFF]
+    assert measure.candidates(_machine(AVX2_EPYC, [H100]), use_gpus=False) == [F32_ON, F32_OFF]
     # A fixed precision (explicit or recorded) or XLA setting leaves the other to measure.
-    assert autotune.candidates(_machine(AMX_XEON), precision="float32") == [F32_ON, F32_OFF]
-    assert autotune.candidates(_machine(AVX512_BF16_EPYC), jit="false") == [F32_OFF, BF16_OFF]
+    assert measure.candidates(_machine(AMX_XEON), precision="float32") == [F32_ON, F32_OFF]
+    assert measure.candidates(_machine(AVX512_BF16_EPYC), jit="false") == [F32_OFF, BF16_OFF]
 
 
 def test_the_faster_candidate_wins_and_the_rates_are_logged(caplog):
     clock = FakeClock()
     costs = {F32_ON.name: 0.4, F32_OFF.name: 0.5, BF16_OFF.name: 0.25, BF16_ON.name: 0.8}
     with caplog.at_level(logging.INFO):
-        choice = autotune.choose(
+        choice = measure.choose(
             [F32_ON, F32_OFF, BF16_OFF, BF16_ON], fake_build(clock, costs), 1000, clock=clock
         )
     assert choice.candidate == BF16_OFF and choice.how == "measured"
     # Rates from the timed steps only (the warm-up steps are excluded): 1000 chars / cost.
     assert choice.rates == pytest.approx({name: 1000 / cost for name, cost in costs.items()})
-    total = (autotune.WARMUP_STEPS + autotune.TIMED_STEPS) * sum(costs.values())
+    total = (measure.WARMUP_STEPS + measure.TIMED_STEPS) * sum(costs.values())
     assert choice.seconds == pytest.approx(total)
     assert "Autotune: mixed_bfloat16/xla_off 4,000 chars/s." in caplog.text
     assert choice.reason().startswith("measured (mixed_bfloat16/xla_off 4,000, float32/xla_on")
@@ -115,15 +116,15 @@ def test_the_faster_candidate_wins_and_the_rates_are_logged(caplog):
 
 
 def test_the_cache_is_used_the_second_time(tmp_path):
-    cache = autotune.Cache(str(tmp_path / "cache" / "autotune.json"))
+    cache = measure.Cache(str(tmp_path / "cache" / "autotune.json"))
     clock = FakeClock()
     costs = {F32_ON.name: 0.5, F32_OFF.name: 0.4}
     built = []
-    first = autotune.choose(
+    first = measure.choose(
         [F32_ON, F32_OFF], fake_build(clock, costs, built), 100, cache=cache, key="k", clock=clock
     )
     assert first.candidate == F32_OFF and built == [F32_ON.name, F32_OFF.name]
-    again = autotune.choose(
+    again = measure.choose(
         [F32_ON, F32_OFF], fake_build(clock, costs, built), 100, cache=cache, key="k", clock=clock
     )
     assert again.candidate == F32_OFF and again.how == "cached" and again.seconds == 0
@@ -142,23 +143,23 @@ def test_the_cache_is_used_the_second_time(tmp_path):
 
 def test_cache_key_names_machine_kind_tensorflow_and_shape(monkeypatch, tmp_path):
     shape = {"hidden_size": 768, "rows": 64, "seq_length": 64, "replicas": 1}
-    key = json.loads(autotune.cache_key(_machine(AVX2_EPYC), True, shape))
+    key = json.loads(measure.cache_key(_machine(AVX2_EPYC), True, shape))
     assert key["tensorflow"] == tf.__version__ and key["hidden_size"] == 768
     assert key["machine"].startswith("cpu: AMD EPYC 7B12 (flags ")
-    gpu = json.loads(autotune.cache_key(_machine(AVX2_EPYC, [H100]), True, shape))
+    gpu = json.loads(measure.cache_key(_machine(AVX2_EPYC, [H100]), True, shape))
     assert gpu["machine"] == "gpu: NVIDIA H100 80GB HBM3 (9.0)"
     # CPUs of one model with other flags are other kinds.
-    assert autotune.machine_kind(_machine(AVX2_EPYC)) != autotune.machine_kind(
+    assert measure.machine_kind(_machine(AVX2_EPYC)) != measure.machine_kind(
         _machine(AVX2_EPYC.replace("sha_ni", ""))
     )
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert autotune.cache_path() == str(tmp_path / "tf_mlstm" / "autotune.json")
+    assert measure.cache_path() == str(tmp_path / "tf_mlstm" / "autotune.json")
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert autotune.cache_path().endswith("/.cache/tf_mlstm/autotune.json")
+    assert measure.cache_path().endswith("/.cache/tf_mlstm/autotune.json")
 
 
 def test_a_failing_candidate_is_skipped_with_a_warning(tmp_path, caplog):
-    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    cache = measure.Cache(str(tmp_path / "autotune.json"))
     clock = FakeClock()
     costs = {
         BF16_OFF.name: 0.3,
@@ -176,13 +177,13 @@ def test_a_failing_candidate_is_skipped_with_a_warning(tmp_path, caplog):
     )
     assert choice.skipped == {BF16_ON.name: "InvalidArgumentError: XLA compilation failed"}
     # The failure is cached too: the next run does not compile it again.
-    again = autotune.choose(
+    again = measure.choose(
         [BF16_OFF, BF16_ON, F32_ON], fake_build(clock, costs, built), 10, cache=cache, key="k"
     )
     assert again.how == "cached" and len(built) == 3
     # Nothing runs: the prior, said so.
     everything_fails = {F32_ON.name: RuntimeError("no"), F32_OFF.name: RuntimeError("no")}
-    choice = autotune.choose([F32_ON, F32_OFF], fake_build(clock, everything_fails), 10)
+    choice = measure.choose([F32_ON, F32_OFF], fake_build(clock, everything_fails), 10)
     assert (choice.candidate, choice.how, choice.note) == (
         F32_ON,
         "table",
@@ -191,10 +192,10 @@ def test_a_failing_candidate_is_skipped_with_a_warning(tmp_path, caplog):
 
 
 def test_time_cap_measures_the_prior_first_and_skips_the_rest_uncached(tmp_path):
-    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    cache = measure.Cache(str(tmp_path / "autotune.json"))
     clock = FakeClock()
     costs = {F32_ON.name: 3.0, F32_OFF.name: 1.0, BF16_OFF.name: 0.1}
-    choice = autotune.choose(
+    choice = measure.choose(
         [F32_ON, F32_OFF, BF16_OFF],
         fake_build(clock, costs),
         10,
@@ -207,43 +208,45 @@ def test_time_cap_measures_the_prior_first_and_skips_the_rest_uncached(tmp_path)
     assert choice.candidate == F32_ON and list(choice.rates) == [F32_ON.name]
     assert choice.skipped[F32_OFF.name].startswith("not measured: the 10 s cap was spent")
     assert json.loads((tmp_path / "autotune.json").read_text())["k"]["failed"] == {}
-    assert autotune.time_cap_s(30) == 60 and autotune.time_cap_s(10) == 30
-    assert autotune.time_cap_s(0) == autotune.MAX_MEASURE_S
+    assert measure.time_cap_s(30) == 60 and measure.time_cap_s(10) == 30
+    assert measure.time_cap_s(0) == measure.MAX_MEASURE_S
 
 
 def test_short_runs_use_the_table_unless_the_cache_knows():
-    assert autotune.worth_measuring(30, 10**6, 4) == (True, "")
-    assert autotune.worth_measuring(0, 600, 4) == (True, "")
-    allowed, why = autotune.worth_measuring(0, 10, 2)
+    assert measure.worth_measuring(30, 10**6, 4) == (True, "")
+    assert measure.worth_measuring(0, 600, 4) == (True, "")
+    allowed, why = measure.worth_measuring(0, 10, 2)
     assert not allowed and why == "max_steps=10 is too short to pay for measuring (< 100)"
     with errors.naming_flags():  # a binary's user reads the flag
-        assert autotune.worth_measuring(0, 10, 2)[1].startswith("--max_steps=10 is too short")
-    assert not autotune.worth_measuring(1, 10**6, 2)[0]  # 3 s of a 1-minute budget
+        assert measure.worth_measuring(0, 10, 2)[1].startswith("--max_steps=10 is too short")
+    assert not measure.worth_measuring(1, 10**6, 2)[0]  # 3 s of a 1-minute budget
     clock = FakeClock()
     build = fake_build(clock, {})  # would fail: nothing may be built
-    choice = autotune.choose(
+    choice = measure.choose(
         [F32_ON, F32_OFF], build, 1, clock=clock, allowed=False, not_allowed_why=why
     )
     assert (choice.candidate, choice.how, choice.note) == (F32_ON, "table", why)
-    assert autotune.choose([F32_OFF], build, 1).how == "only candidate"
+    assert measure.choose([F32_OFF], build, 1).how == "only candidate"
 
 
 def test_the_choice_travels_as_two_numbers_and_only_the_chiefs_counts(mirrored_on_cpus):
     for candidate in (F32_ON, F32_OFF, BF16_OFF, F16_ON):
-        assert autotune.decode(autotune.encode(candidate)) == candidate
+        assert measure.decode(measure.encode(candidate)) == candidate
     with pytest.raises(ValueError, match="no precision in the chief's message"):
-        autotune.decode([0.0, 0.0])
+        measure.decode([0.0, 0.0])
     from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
 
     # Two replicas in this process: only the chief's first one contributes, so the
     # sum is the chief's value, not twice it.
     strategy = strategy_lib.get_distribution_strategy("mirrored")
     assert strategy.num_replicas_in_sync == 2
-    chosen = autotune.Choice(BF16_OFF, "measured", {BF16_OFF.name: 1.0})
-    assert autotune.agree(strategy, chosen, True, 2) is chosen
+    # The runner's all-reduce, as it hands it to the auto settings (`auto.settings.Layout`).
+    sum_over_replicas = functools.partial(strategy_lib.sum_over_replicas, strategy)
+    chosen = measure.Choice(BF16_OFF, "measured", {BF16_OFF.name: 1.0})
+    assert measure.agree(sum_over_replicas, chosen, True, 2) is chosen
     # A non-chief worker with no chief in the sum would receive nothing: refused.
     with pytest.raises(ValueError, match="no precision"):
-        autotune.agree(strategy, None, False, 2)
+        measure.agree(sum_over_replicas, None, False, 2)
 
 
 # === Real runs (tiny) ===
@@ -269,7 +272,7 @@ def test_a_run_measures_its_own_step_records_it_and_the_next_run_uses_the_cache(
     files = tfrecord.split_files(demo_tfrecords, "train")
     # A budget (so measuring is allowed) the two steps never reach; XLA on and off. The
     # cap is raised: on a busy machine the first XLA compilation alone can spend 60 s.
-    monkeypatch.setattr(autotune, "MAX_MEASURE_S", 600.0)
+    monkeypatch.setattr(measure, "MAX_MEASURE_S", 600.0)
     tiny = dict(max_steps=2, max_minutes=300, jit_compile="auto", checkpoint_every_steps=2)
     config = tiny_train_config(tmp_path / "a", demo_tfrecords, **tiny)
     with caplog.at_level(logging.INFO):
@@ -298,8 +301,8 @@ def test_a_run_measures_its_own_step_records_it_and_the_next_run_uses_the_cache(
 
 @pytest.mark.slow
 def test_a_resumed_run_keeps_its_recorded_precision(tmp_path, demo_tfrecords, monkeypatch):
+    from tf_mlstm.auto import hardware  # pylint: disable=g-import-not-at-top
     from tf_mlstm.data import tfrecord  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
 
     files = tfrecord.split_files(demo_tfrecords, "train")
     started = tiny_train_config(
@@ -310,7 +313,7 @@ def test_a_resumed_run_keeps_its_recorded_precision(tmp_path, demo_tfrecords, mo
     monkeypatch.setattr(hardware, "detect", lambda: _machine(AVX512_BF16_EPYC))
     seen = []
     monkeypatch.setattr(
-        autotune,
+        measure,
         "candidates",
         lambda machine, use_gpus, precision, jit: seen.append(precision) or [BF16_OFF],
     )
@@ -321,7 +324,7 @@ def test_a_resumed_run_keeps_its_recorded_precision(tmp_path, demo_tfrecords, mo
     assert np.isfinite(results["final_learning_rate"])
 
 
-# === Model size: --hidden_size=auto (tf_mlstm.train.autosize) ===
+# === Model size: --hidden_size=auto (tf_mlstm.auto.size) ===
 
 
 def _auto_config(**overrides):
@@ -347,21 +350,21 @@ AUTO_RATES = {256: 12000.0, 512: 8000.0, 1024: 1500.0}
 
 
 def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastest():
-    from tf_mlstm import sizing  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import law as law_lib  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import size  # pylint: disable=g-import-not-at-top
 
     caps = []
 
     def rates_of(sizes, cap):
         caps.append((sizes, cap))
-        return autosize.Rates(dict(AUTO_RATES), "measured", 60.0, setting="float32/xla_on")
+        return size.Rates(dict(AUTO_RATES), "measured", 60.0, setting="float32/xla_on")
 
-    decision = autosize.decide(_auto_config(), replicas=2, rates_of=rates_of)
-    assert caps == [((256, 512, 1024), autotune.time_cap_s(30.0))]
+    decision = size.decide(_auto_config(), replicas=2, rates_of=rates_of)
+    assert caps == [((256, 512, 1024), measure.time_cap_s(30.0))]
     # Measuring's 60 s come off the budget; two replicas train at twice one's rate.
     left = 30 * 60 - 60
     predicted = {
-        u: sizing.REVIEWS_LAW.predict(sizing.model_weights(u), r * 2 * left)
+        u: law_lib.REVIEWS_LAW.predict(law_lib.model_weights(u), r * 2 * left)
         for u, r in AUTO_RATES.items()
     }
     assert decision.units == min(predicted, key=predicted.get) == 512
@@ -376,41 +379,41 @@ def test_auto_size_is_the_lowest_predicted_loss_for_the_time_left_not_the_fastes
     assert [c["chars"] for c in record["candidates"]] == [
         int(r * 2 * left) for r in AUTO_RATES.values()
     ]
-    assert record["law"] == sizing.REVIEWS_LAW.formula()
-    assert record["law_source"] == autosize.SHIPPED_LAW and record["line"] == decision.line
+    assert record["law"] == law_lib.REVIEWS_LAW.formula()
+    assert record["law_source"] == size.SHIPPED_LAW and record["line"] == decision.line
     assert record["optimize_for"] == "bits"
 
     # For transfer: the widest size predicted within the margin of the lowest loss. With
     # 1024 units at 3,500 chars/s that is 1024 (0.049 above 512's); at 1,500 it stays 512.
     def faster_1024(sizes, cap):
-        return autosize.Rates({**AUTO_RATES, 1024: 3500.0}, "measured", 60.0)
+        return size.Rates({**AUTO_RATES, 1024: 3500.0}, "measured", 60.0)
 
     transfer = _auto_config(optimize_for="transfer")
-    wide = autosize.decide(transfer, replicas=2, rates_of=faster_1024)
+    wide = size.decide(transfer, replicas=2, rates_of=faster_1024)
     assert wide.units == 1024 and wide.record["optimize_for"] == "transfer"
     assert ", for transfer (the largest within 0.15 bits/char of the lowest, 512 units)" in (
         wide.line
     )
-    assert autosize.decide(_auto_config(), replicas=2, rates_of=faster_1024).units == 512
-    assert autosize.decide(transfer, replicas=2, rates_of=rates_of).units == 512
+    assert size.decide(_auto_config(), replicas=2, rates_of=faster_1024).units == 512
+    assert size.decide(transfer, replicas=2, rates_of=rates_of).units == 512
 
     # A size the cap (or a failure) left out is named in the line, and is no candidate.
     def capped(sizes, cap):
-        spent = {1024: f"{autotune.NOT_MEASURED}: the 90 s cap was spent"}
-        return autosize.Rates({256: 12000.0, 512: 8000.0}, "measured", 90.0, spent)
+        spent = {1024: f"{measure.NOT_MEASURED}: the 90 s cap was spent"}
+        return size.Rates({256: 12000.0, 512: 8000.0}, "measured", 90.0, spent)
 
-    short = autosize.decide(_auto_config(), replicas=1, rates_of=capped)
+    short = size.decide(_auto_config(), replicas=1, rates_of=capped)
     assert short.line.endswith("; left out: 1024 units (not measured: the 90 s cap was spent)")
     assert [c["units"] for c in short.record["candidates"]] == [256, 512]
     # The step budget caps the characters: at 10 steps every size trains on the same few.
-    few = autosize.decide(_auto_config(max_steps=10), replicas=2, rates_of=rates_of)
+    few = size.decide(_auto_config(max_steps=10), replicas=2, rates_of=rates_of)
     assert few.units == 1024 and {c["chars"] for c in few.record["candidates"]} == {10 * 64 * 64}
 
 
 def test_auto_size_without_a_time_budget_measures_nothing_and_takes_the_steps_characters():
-    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import size  # pylint: disable=g-import-not-at-top
 
-    decision = autosize.decide(
+    decision = size.decide(
         _auto_config(max_minutes=0.0, max_steps=500), replicas=1, rates_of=_never
     )
     assert decision.units == 1024 and decision.how == "steps" and decision.seconds == 0
@@ -419,10 +422,10 @@ def test_auto_size_without_a_time_budget_measures_nothing_and_takes_the_steps_ch
 
 
 def test_a_resume_keeps_the_recorded_size_and_workers_take_the_chiefs():
-    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import size  # pylint: disable=g-import-not-at-top
 
     recorded = (512, {"how": "measured", "hidden_size": 512})
-    kept = autosize.decide(_auto_config(), replicas=1, recorded=recorded, rates_of=_never)
+    kept = size.decide(_auto_config(), replicas=1, recorded=recorded, rates_of=_never)
     assert (kept.units, kept.how, kept.record) == (512, "recorded", recorded[1])
     assert "nothing measured" in kept.line
     # A worker measures nothing and takes what the chief sends (one all-reduce).
@@ -432,7 +435,7 @@ def test_a_resume_keeps_the_recorded_size_and_workers_take_the_chiefs():
         sent.append(values)
         return [768.0]
 
-    worker = autosize.decide(
+    worker = size.decide(
         _auto_config(), replicas=4, chief=False, num_workers=2, rates_of=_never, agree=agree
     )
     assert (worker.units, worker.how, sent) == (768, "from the chief", [[0]])
@@ -440,9 +443,9 @@ def test_a_resume_keeps_the_recorded_size_and_workers_take_the_chiefs():
 
 
 def test_auto_size_rates_come_from_the_cache_and_a_failing_size_is_skipped(tmp_path):
-    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import size  # pylint: disable=g-import-not-at-top
 
-    cache = autotune.Cache(str(tmp_path / "autotune.json"))
+    cache = measure.Cache(str(tmp_path / "autotune.json"))
     clock = FakeClock()
     costs = {
         "8 units": 0.01,
@@ -451,7 +454,7 @@ def test_auto_size_rates_come_from_the_cache_and_a_failing_size_is_skipped(tmp_p
     }
 
     def rates(built):
-        return autosize.measured_rates(
+        return size.measured_rates(
             [8, 16, 32],
             F32_OFF,
             fake_build(clock, costs, built),
@@ -555,17 +558,17 @@ def test_an_auto_sized_run_measures_logs_one_line_records_it_and_a_resume_keeps_
 
 
 def test_settings_only_auto_reads_are_named_when_the_size_is_given():
+    from tf_mlstm.auto import size  # pylint: disable=g-import-not-at-top
     from tf_mlstm.config import TrainConfig  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import autosize  # pylint: disable=g-import-not-at-top
 
     both = TrainConfig(hidden_size=512, optimize_for="transfer", scaling_law="fit.json")
-    assert autosize.unused_settings(both) == (
+    assert size.unused_settings(both) == (
         "--optimize_for=transfer and --scaling_law=fit.json do nothing: they choose the size "
         "of --hidden_size=auto, and this run has --hidden_size=512"
     )
     # The defaults, a recipe's candidate list, or an auto size: nothing to say.
-    assert autosize.unused_settings(TrainConfig(hidden_size=512, size_candidates="8,16")) is None
-    assert autosize.unused_settings(TrainConfig(hidden_size="auto", scaling_law="f")) is None
+    assert size.unused_settings(TrainConfig(hidden_size=512, size_candidates="8,16")) is None
+    assert size.unused_settings(TrainConfig(hidden_size="auto", scaling_law="f")) is None
 
 
 @pytest.mark.slow
@@ -610,8 +613,8 @@ def test_the_time_spent_measuring_comes_off_the_budget(tmp_path, demo_tfrecords)
 def test_featurization_measures_its_precision_and_classify_auto_uses_it(tmp_path, monkeypatch):
     from test_classify import _fitted  # pylint: disable=g-import-not-at-top
 
+    from tf_mlstm.auto import hardware  # pylint: disable=g-import-not-at-top
     from tf_mlstm.cli import classify as classify_cli  # pylint: disable=g-import-not-at-top
-    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
     from tf_mlstm.transfer import features  # pylint: disable=g-import-not-at-top
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -718,8 +721,8 @@ def test_a_cache_folder_that_refuses_writes_is_a_warning_and_the_choice_stands(
     def refuse(path, value):
         raise refusal
 
-    monkeypatch.setattr(autotune.fileio, "write_json_atomic", refuse)
-    cache = autotune.Cache(str(tmp_path / "cache" / "autotune.json"))
+    monkeypatch.setattr(measure.fileio, "write_json_atomic", refuse)
+    cache = measure.Cache(str(tmp_path / "cache" / "autotune.json"))
     clock = FakeClock()
     costs = {F32_ON.name: 0.5, F32_OFF.name: 0.4}
     choice = choose_faked([F32_ON, F32_OFF], costs, clock, [], cache=cache, key="k")

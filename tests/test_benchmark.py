@@ -9,7 +9,7 @@ import sys
 import _forkserver
 import pytest
 
-from tf_mlstm.train import hardware
+from tf_mlstm.auto import hardware
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BENCHMARK = REPO / "tools" / "benchmark.py"

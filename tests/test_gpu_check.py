@@ -9,7 +9,7 @@ import _forkserver
 import numpy as np
 import pytest
 
-from tf_mlstm.train import hardware
+from tf_mlstm.auto import hardware
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 GPU_CHECK = REPO / "tools" / "gpu_check.py"

@@ -8,8 +8,8 @@ import pytest
 
 import _commands
 from tf_mlstm import errors
+from tf_mlstm.auto import hardware
 from tf_mlstm.config import TrainConfig
-from tf_mlstm.train import hardware
 from tf_mlstm.transfer.finetune import FinetuneConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The scaling law (`tf_mlstm.sizing`) and its grid tool (tools/scaling_law.py).
+"""The scaling law (`tf_mlstm.auto.law`), its fit (tools/law_fitting.py), the grid tool.
 
 The fit and the planner are pure functions, checked against golden values:
 coefficients recovered from points the law itself made, leave-one-out
@@ -9,6 +9,7 @@ a finished run is recorded and not run again, and that the same run added as a
 finished run (`--add_runs`) scores the same.
 """
 
+import doctest
 import importlib.util
 import json
 import os
@@ -16,12 +17,13 @@ import pathlib
 import shutil
 import sys
 
+import law_fitting
 import numpy as np
 import pytest
 
 import _models
 from tf_mlstm import errors
-from tf_mlstm import sizing
+from tf_mlstm.auto import law as law_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TOOL = REPO / "tools" / "scaling_law.py"
@@ -43,9 +45,16 @@ def fixture_tool():
     return _load_tool()
 
 
+def test_the_fitting_module_s_examples_run():
+    # tools/ lies outside the package whose examples test_docstrings.py runs.
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    results = doctest.testmod(law_fitting, optionflags=flags)
+    assert results.failed == 0 and results.attempted >= 10, results
+
+
 def golden_points(sizes=SIZES, chars=CHARS, noise=0.0, seed=0):
-    law = sizing.ScalingLaw(**GOLDEN)
-    n = np.array([sizing.model_weights(u) for u in sizes for _ in chars], dtype=float)
+    law = law_lib.ScalingLaw(**GOLDEN)
+    n = np.array([law_lib.model_weights(u) for u in sizes for _ in chars], dtype=float)
     d = np.array([c for _ in sizes for c in chars])
     loss = law.predict(n, d) + noise * np.random.default_rng(seed).standard_normal(len(n))
     return n, d, loss
@@ -59,29 +68,29 @@ def test_model_weights_counts_the_real_model():
             hidden_size=units, embedding_size=embedding, weight_norm=weight_norm
         )
         model(np.zeros((1, 3), "int32"))
-        assert sizing.model_weights(units, embedding, weight_norm=weight_norm) == (
+        assert law_lib.model_weights(units, embedding, weight_norm=weight_norm) == (
             model.count_params()
         )
 
 
 def test_fit_recovers_known_coefficients():
-    law = sizing.fit_law(*golden_points())
+    law = law_fitting.fit_law(*golden_points())
     for name, value in GOLDEN.items():
         assert getattr(law, name) == pytest.approx(value, rel=1e-4), name
     assert law.rms < 1e-6
-    assert law.weights_range == (sizing.model_weights(64), sizing.model_weights(1024))
+    assert law.weights_range == (law_lib.model_weights(64), law_lib.model_weights(1024))
     assert law.chars_range == (0.25e6, 4e6)
 
 
 def test_the_coupled_form_is_recovered_and_differs_where_one_term_dominates():
-    law = sizing.ScalingLaw(**GOLDEN, form="coupled")
+    law = law_lib.ScalingLaw(**GOLDEN, form="coupled")
     n, d, _ = golden_points()
-    fitted = sizing.fit_law(n, d, law.predict(n, d), form="coupled")
+    fitted = law_fitting.fit_law(n, d, law.predict(n, d), form="coupled")
     for name, value in GOLDEN.items():
         assert getattr(fitted, name) == pytest.approx(value, rel=1e-4), name
     assert fitted.form == "coupled" and fitted.rms < 1e-6
     # Each term alone is the additive law's; together the larger one dominates.
-    additive = sizing.ScalingLaw(**GOLDEN)
+    additive = law_lib.ScalingLaw(**GOLDEN)
     assert law.predict(1e12, 1e6) == pytest.approx(additive.predict(1e12, 1e6), abs=1e-4)
     size, data = GOLDEN["A"], GOLDEN["B"]  # both terms at one million weights and characters
     beta = GOLDEN["beta"]
@@ -90,56 +99,56 @@ def test_the_coupled_form_is_recovered_and_differs_where_one_term_dominates():
     assert law.predict(1e6, 1e6) < additive.predict(1e6, 1e6)
     assert "[(0.250 / (N/1M)^0.600)^2.222 + (0.900 / (D/1M)^0.450)^2.222]^0.450" in law.formula()
     with pytest.raises(errors.InvalidValueError, match="form must be one of"):
-        sizing.fit_law(n, d, law.predict(n, d), form="cubic")
+        law_fitting.fit_law(n, d, law.predict(n, d), form="cubic")
 
 
 def test_fit_with_noise_stays_near_the_truth():
     # 0.005 bits/char of noise (about run-to-run spread): the prediction at an unseen
     # point stays within a few hundredths.
     n, d, loss = golden_points(noise=0.005)
-    law = sizing.fit_law(n, d, loss)
-    far = (sizing.model_weights(768), 8e6)
-    assert law.predict(*far) == pytest.approx(sizing.ScalingLaw(**GOLDEN).predict(*far), abs=0.03)
+    law = law_fitting.fit_law(n, d, loss)
+    far = (law_lib.model_weights(768), 8e6)
+    assert law.predict(*far) == pytest.approx(law_lib.ScalingLaw(**GOLDEN).predict(*far), abs=0.03)
     assert 0.002 < law.rms < 0.008
 
 
 def test_leave_one_out_is_each_run_predicted_by_a_fit_without_it():
     n, d, loss = golden_points(sizes=(128, 256, 512), chars=(0.25e6, 0.5e6, 1e6), noise=0.01)
-    errors_out = sizing.leave_one_out(n, d, loss)
+    errors_out = law_fitting.leave_one_out(n, d, loss)
     assert errors_out.shape == (9,)
     for i in (0, 4, 8):
         keep = np.arange(9) != i
-        law = sizing.fit_law(n[keep], d[keep], loss[keep])
+        law = law_fitting.fit_law(n[keep], d[keep], loss[keep])
         assert errors_out[i] == pytest.approx(law.predict(n[i], d[i]) - loss[i], abs=1e-9)
     # Not the in-sample residual: the left-out run pulls the full fit towards itself.
-    residuals = sizing.fit_law(n, d, loss).predict(n, d) - loss
+    residuals = law_fitting.fit_law(n, d, loss).predict(n, d) - loss
     assert np.sqrt(np.mean(errors_out**2)) > np.sqrt(np.mean(residuals**2))
     # Points the law made exactly: every left-out run is predicted exactly.
-    exact = sizing.leave_one_out(*golden_points(sizes=(128, 256, 512), chars=CHARS[:3]))
+    exact = law_fitting.leave_one_out(*golden_points(sizes=(128, 256, 512), chars=CHARS[:3]))
     assert np.max(np.abs(exact)) < 1e-5
 
 
 def test_fit_refuses_bad_input_in_one_line():
     n, d, loss = golden_points(sizes=(128,), chars=CHARS[:4])
     with pytest.raises(errors.InvalidValueError, match="4 runs cannot fit its 5 coefficients"):
-        sizing.fit_law(n, d, loss)
+        law_fitting.fit_law(n, d, loss)
     n, d, loss = golden_points(sizes=(128,), chars=CHARS)
     with pytest.raises(errors.InvalidValueError, match="give at least 6"):
-        sizing.leave_one_out(n, d, loss)
+        law_fitting.leave_one_out(n, d, loss)
     loss[2] = np.nan
     with pytest.raises(errors.InvalidValueError, match=r"run 2 has losses=nan"):
-        sizing.fit_law(n, d, loss)
+        law_fitting.fit_law(n, d, loss)
     with pytest.raises(errors.InvalidValueError, match=r"differ in length \(5, 4, 5\)"):
-        sizing.fit_law(n, d[:4], loss)
+        law_fitting.fit_law(n, d[:4], loss)
 
 
 def test_planner_picks_the_lowest_predicted_loss_for_the_budget():
-    law = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 1e6), chars_range=(2.5e5, 4e6))
+    law = law_lib.ScalingLaw(**GOLDEN, weights_range=(1e5, 1e6), chars_range=(2.5e5, 4e6))
     rates = {128: 20000.0, 256: 11000.0, 512: 5000.0}
-    plan = sizing.plan_size(law, rates, seconds=120)
+    plan = law_lib.plan_size(law, rates, seconds=120)
     by_hand = {
         units: GOLDEN["E"]
-        + GOLDEN["A"] / (sizing.model_weights(units) / 1e6) ** GOLDEN["alpha"]
+        + GOLDEN["A"] / (law_lib.model_weights(units) / 1e6) ** GOLDEN["alpha"]
         + GOLDEN["B"] / (rate * 120 / 1e6) ** GOLDEN["beta"]
         for units, rate in rates.items()
     }
@@ -153,73 +162,73 @@ def test_planner_picks_the_lowest_predicted_loss_for_the_budget():
     # 512 units have 1.6M weights: beyond the weights the law was fitted on.
     assert plan.candidates[2].extrapolated and not plan.candidates[1].extrapolated
     # A longer budget buys the larger model.
-    assert sizing.plan_size(law, rates, seconds=36000).best.units == 512
+    assert law_lib.plan_size(law, rates, seconds=36000).best.units == 512
 
 
 def test_planning_for_transfer_takes_the_widest_size_within_the_margin_of_the_lowest():
-    law = sizing.ScalingLaw(**GOLDEN)
+    law = law_lib.ScalingLaw(**GOLDEN)
     rates = {128: 20000.0, 256: 11000.0, 512: 5000.0, 1024: 1200.0}
-    bits = sizing.plan_size(law, rates, seconds=120)
-    transfer = sizing.plan_size(law, rates, seconds=120, optimize_for="transfer")
+    bits = law_lib.plan_size(law, rates, seconds=120)
+    transfer = law_lib.plan_size(law, rates, seconds=120, optimize_for="transfer")
     lowest = bits.best
     predicted = {c.units: c.predicted for c in bits.candidates}
-    within = [u for u, p in predicted.items() if p <= lowest.predicted + sizing.TRANSFER_MARGIN]
+    within = [u for u, p in predicted.items() if p <= lowest.predicted + law_lib.TRANSFER_MARGIN]
     # The golden law puts 512 units inside the margin and 1024 outside it, so the choice is
     # neither the lowest prediction nor the largest candidate.
     assert lowest.units == 256 and max(within) == 512 and 1024 not in within
     assert transfer.best.units == 512 and transfer.candidates == bits.candidates
     assert transfer.line.startswith(
         f"hidden_size=512 for 2 minutes, for transfer (the largest within "
-        f"{sizing.TRANSFER_MARGIN:g} bits/char of the lowest, 256 units): 512 units: "
+        f"{law_lib.TRANSFER_MARGIN:g} bits/char of the lowest, 256 units): 512 units: "
     )
     assert f"alternatives 128 units: {predicted[128]:.3f}" in transfer.line
     # With one size inside the margin, transfer and bits agree.
     narrow = {128: 20000.0, 256: 11000.0, 1024: 1200.0}
-    assert sizing.plan_size(law, narrow, 120, optimize_for="transfer").best.units == 256
+    assert law_lib.plan_size(law, narrow, 120, optimize_for="transfer").best.units == 256
     with pytest.raises(errors.InvalidValueError, match="optimize_for must be bits or transfer"):
-        sizing.plan_size(law, rates, 120, optimize_for="speed")
+        law_lib.plan_size(law, rates, 120, optimize_for="speed")
 
 
 def test_planner_and_rates_refuse_bad_input():
-    law = sizing.ScalingLaw(**GOLDEN)
+    law = law_lib.ScalingLaw(**GOLDEN)
     with pytest.raises(errors.InvalidValueError, match="no sizes with a measured rate"):
-        sizing.plan_size(law, {}, 60)
+        law_lib.plan_size(law, {}, 60)
     with pytest.raises(errors.InvalidValueError, match="size 128 has rate -1.0"):
-        sizing.plan_size(law, {128: -1.0}, 60)
+        law_lib.plan_size(law, {128: -1.0}, 60)
     with pytest.raises(errors.InvalidValueError, match="budget must be positive"):
-        sizing.plan_size(law, {128: 1.0}, 0)
-    assert sizing.parse_rates("128=20000, 256=1.1e4") == {128: 20000.0, 256: 11000.0}
+        law_lib.plan_size(law, {128: 1.0}, 0)
+    assert law_fitting.parse_rates("128=20000, 256=1.1e4") == {128: 20000.0, 256: 11000.0}
     with pytest.raises(errors.InvalidValueError, match="'256:11000' is not UNITS=CHARS_PER_S"):
-        sizing.parse_rates("128=2,256:11000")
+        law_fitting.parse_rates("128=2,256:11000")
 
 
 def test_the_planner_caps_characters_by_the_step_budget_and_plans_without_time():
-    law = sizing.ScalingLaw(**GOLDEN)
+    law = law_lib.ScalingLaw(**GOLDEN)
     rates = {128: 20000.0, 256: 11000.0}
-    capped = sizing.plan_size(law, rates, seconds=120, max_chars=1.5e6)
+    capped = law_lib.plan_size(law, rates, seconds=120, max_chars=1.5e6)
     assert [c.chars for c in capped.candidates] == [1.5e6, 1.32e6]
     assert capped.line.startswith("hidden_size=256 for 2 minutes or 1.5M chars: ")
     # No time budget: every size trains on the steps' characters, rates unknown.
-    steps = sizing.plan_size(law, dict.fromkeys(rates), float("inf"), max_chars=20480)
+    steps = law_lib.plan_size(law, dict.fromkeys(rates), float("inf"), max_chars=20480)
     assert steps.best.units == 256 and [c.chars for c in steps.candidates] == [20480] * 2
     assert "law favours the largest" in steps.line and "not measured, 20,480 chars" in steps.line
     with pytest.raises(errors.InvalidValueError, match="budget must be positive"):
-        sizing.plan_size(law, dict.fromkeys(rates), float("inf"))
+        law_lib.plan_size(law, dict.fromkeys(rates), float("inf"))
     with pytest.raises(errors.InvalidValueError, match="size 128 has rate None"):
-        sizing.plan_size(law, {128: None}, 60)
+        law_lib.plan_size(law, {128: None}, 60)
 
 
 def test_the_shipped_law_is_the_documented_fit_and_law_files_load(tmp_path):
-    law = sizing.REVIEWS_LAW
+    law = law_lib.REVIEWS_LAW
     assert law.formula() in (REPO / "docs" / "scaling.md").read_text(encoding="utf-8")
     assert law.weights_range == (174080.0, 3418880.0)
-    assert sizing.load_law("") is law
+    assert law_lib.load_law("") is law
     fit = tmp_path / "fit.json"
-    fit.write_text(json.dumps({"law": sizing.ScalingLaw(**GOLDEN).to_json(), "runs": 13}))
-    assert sizing.load_law(str(fit)) == sizing.ScalingLaw(**GOLDEN)
+    fit.write_text(json.dumps({"law": law_lib.ScalingLaw(**GOLDEN).to_json(), "runs": 13}))
+    assert law_lib.load_law(str(fit)) == law_lib.ScalingLaw(**GOLDEN)
     plain = tmp_path / "law.json"
     plain.write_text(json.dumps(GOLDEN))
-    assert sizing.load_law(str(plain)).formula() == sizing.ScalingLaw(**GOLDEN).formula()
+    assert law_lib.load_law(str(plain)).formula() == law_lib.ScalingLaw(**GOLDEN).formula()
     bad = tmp_path / "bad.json"
     for text, message in [
         ("{", "not valid JSON"),
@@ -231,9 +240,9 @@ def test_the_shipped_law_is_the_documented_fit_and_law_files_load(tmp_path):
     ]:
         bad.write_text(text)
         with pytest.raises(errors.InvalidValueError, match=f"^scaling_law={bad}: {message}"):
-            sizing.load_law(str(bad))
+            law_lib.load_law(str(bad))
     with errors.naming_flags(), pytest.raises(errors.InvalidValueError, match="cannot read it"):
-        sizing.load_law(str(tmp_path / "missing.json"))
+        law_lib.load_law(str(tmp_path / "missing.json"))
 
 
 def test_a_grid_run_recorded_with_a_fixed_size_recipe_counts_for_the_auto_sized_one(tool, tmp_path):
@@ -337,7 +346,7 @@ def test_tool_fits_reports_and_plans_from_its_results(tmp_path):
     assert final["law"]["form"] == "additive"
     assert final["forms"]["coupled"]["leave_one_out"]["rms"] > 1e-3
     assert "used: additive (the lowest leave-one-out error)" in done.stdout
-    plan = sizing.plan_size(sizing.ScalingLaw(**GOLDEN), {128: 2e4, 256: 1.1e4, 512: 5e3}, 1800)
+    plan = law_lib.plan_size(law_lib.ScalingLaw(**GOLDEN), {128: 2e4, 256: 1.1e4, 512: 5e3}, 1800)
     assert final["plan"]["hidden_size"] == plan.best.units
     assert "| 256 | 495,360 | 122 | 500,000 |" in done.stdout
     assert "loss = 1.300 + 0.250 / (N/1M)^0.600 + 0.900 / (D/1M)^0.450" in done.stdout
@@ -385,7 +394,7 @@ def test_tool_runs_a_real_grid_and_does_not_rerun_a_finished_run(tmp_path, demo_
         128,
         1,
     )
-    assert record["weights"] == sizing.model_weights(16, 8)
+    assert record["weights"] == law_lib.model_weights(16, 8)
     sampled = [f"line {i} of a held-out review." for i in range(0, 40, 2)]
     assert record["heldout_chars"] == sum(len(line) for line in sampled)
     assert 0 < record["heldout_bits_per_char"] < 9
@@ -454,16 +463,16 @@ def test_flops_per_char_is_the_hand_count_of_the_cell_s_products():
     multiply_adds = x_wx + x_wmx + h_wmh + m_wh + softmax
     assert multiply_adds == 86_245_376
     # 2 FLOPs a multiply-add forward, twice that backward (input and weight gradients).
-    assert sizing.flops_per_char(4096) == 2 * multiply_adds + 4 * multiply_adds == 517_472_256
+    assert law_fitting.flops_per_char(4096) == 2 * multiply_adds + 4 * multiply_adds == 517_472_256
     # A tiny one: 8*64 + 8*16 + 16*16 + 16*64 + 16*256 = 6,016 multiply-adds.
-    assert sizing.flops_per_char(16, embedding_size=8) == 6 * 6_016
+    assert law_fitting.flops_per_char(16, embedding_size=8) == 6 * 6_016
     # 6 x the products' weights: 6 x the non-embedding weights less the biases and gains.
     for units, share in ((128, 0.9870), (768, 0.9968), (4096, 0.9993), (16384, 0.9998)):
-        non_embedding = sizing.model_weights(units) - 256 * 64
-        ratio = sizing.flops_per_char(units) / (6 * non_embedding)
+        non_embedding = law_lib.model_weights(units) - 256 * 64
+        ratio = law_fitting.flops_per_char(units) / (6 * non_embedding)
         assert ratio == pytest.approx(share, abs=1e-4), units
     with pytest.raises(errors.InvalidValueError, match="units, embedding size and vocabulary"):
-        sizing.flops_per_char(0)
+        law_fitting.flops_per_char(0)
 
 
 def test_flops_per_char_counts_every_product_of_the_real_model():
@@ -474,7 +483,7 @@ def test_flops_per_char_counts_every_product_of_the_real_model():
     # Every matrix a character is multiplied by: the 2-D weights but the embedding's table.
     products = [w for w in model.weights if len(w.shape) == 2 and "embedding" not in w.path]
     assert len(products) == 5, [w.path for w in model.weights]
-    assert sizing.flops_per_char(16, embedding_size=8) == 6 * sum(
+    assert law_fitting.flops_per_char(16, embedding_size=8) == 6 * sum(
         int(np.prod(w.shape)) for w in products
     )
 
@@ -483,72 +492,74 @@ def _hand_loss(units, flops):
     """GOLDEN's loss for `units` trained on `flops`, every step written out."""
     h, e, v = units, 64, 256
     per_char = 6 * (e * 4 * h + e * h + h * h + h * 4 * h + h * v)
-    n = sizing.model_weights(units) / 1e6
+    n = law_lib.model_weights(units) / 1e6
     d = flops / per_char / 1e6
     return GOLDEN["E"] + GOLDEN["A"] / n ** GOLDEN["alpha"] + GOLDEN["B"] / d ** GOLDEN["beta"]
 
 
 def test_compute_plan_chooses_the_brute_force_minimum():
-    law = sizing.ScalingLaw(**GOLDEN)
+    law = law_lib.ScalingLaw(**GOLDEN)
     units = range(32, 4097, 32)
     for flops_per_s, seconds in ((1e12, 3600), (1e13, 4 * 3600), (1e14, 3600)):
-        plan = sizing.plan_compute(law, flops_per_s, seconds, units=units)
+        plan = law_fitting.plan_compute(law, flops_per_s, seconds, units=units)
         by_hand = {u: _hand_loss(u, flops_per_s * seconds) for u in units}
         best = min(by_hand, key=by_hand.get)
         assert plan.best.units == best, (flops_per_s, seconds)
         assert 32 < best < 4096  # inside the grid: a real minimum, not an end
         assert plan.best.predicted == pytest.approx(by_hand[best])
-        assert plan.best.chars == pytest.approx(flops_per_s * seconds / sizing.flops_per_char(best))
+        assert plan.best.chars == pytest.approx(
+            flops_per_s * seconds / law_fitting.flops_per_char(best)
+        )
         assert [c.units for c in plan.candidates] == list(units)
         assert plan.line.startswith(f"hidden_size={best} for {seconds / 3600:g} hours at ")
     # More compute buys a larger model; the default candidates are 128-16384.
-    small = sizing.plan_compute(law, 1e12, 3600).best.units
-    assert small < sizing.plan_compute(law, 1e15, 12 * 3600).best.units
-    assert sizing.cluster_units()[0] == 128 and sizing.cluster_units()[-1] == 16384
+    small = law_fitting.plan_compute(law, 1e12, 3600).best.units
+    assert small < law_fitting.plan_compute(law, 1e15, 12 * 3600).best.units
+    assert law_fitting.cluster_units()[0] == 128 and law_fitting.cluster_units()[-1] == 16384
     with pytest.raises(errors.InvalidValueError, match="FLOP rate must be positive, got 0"):
-        sizing.plan_compute(law, 0, 3600)
+        law_fitting.plan_compute(law, 0, 3600)
     with pytest.raises(errors.InvalidValueError, match="size -4 is not a positive number"):
-        sizing.plan_compute(law, 1e12, 3600, units=(128, -4))
+        law_fitting.plan_compute(law, 1e12, 3600, units=(128, -4))
 
 
 def test_compute_plan_flags_and_measures_extrapolation():
-    law = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
-    plan = sizing.plan_compute(law, 1e13, 1, units=(128, 256, 1024))
+    law = law_lib.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
+    plan = law_fitting.plan_compute(law, 1e13, 1, units=(128, 256, 1024))
     small, inside, large = plan.candidates
     # 128 units: 1e13 / 933,888 FLOPs a character = 10.7M characters, past the law's 8M.
     assert small.chars == pytest.approx(1e13 / 933_888) and small.extrapolated
-    assert "extrapolated: 1.34x the law's characters" in sizing.describe_choice(law, small)
+    assert "extrapolated: 1.34x the law's characters" in law_fitting.describe_choice(law, small)
     # 256 units: 495,360 weights on 3.5M characters, inside both ranges.
     assert not inside.extrapolated
-    assert "extrapolated" not in sizing.describe_choice(law, inside)
+    assert "extrapolated" not in law_fitting.describe_choice(law, inside)
     # 1024 units: 5.86M weights, past the law's 4M; 286k characters, inside.
     assert large.extrapolated
-    assert sizing.describe_choice(law, large).endswith("extrapolated: 1.47x the law's weights")
-    tiny = sizing.plan_compute(law, 1e11, 1, units=(256,)).best
+    assert law_fitting.describe_choice(law, large).endswith("extrapolated: 1.47x the law's weights")
+    tiny = law_fitting.plan_compute(law, 1e11, 1, units=(256,)).best
     assert "extrapolated: 1/7.13 of the law's smallest characters" in (
-        sizing.describe_choice(law, tiny)
+        law_fitting.describe_choice(law, tiny)
     )
     # The shipped law's ranges are the grid's: the paper's model is far outside both.
-    shipped = sizing.REVIEWS_LAW
+    shipped = law_lib.REVIEWS_LAW
     assert shipped.weights_range == (174_080, 3_418_880)
     assert shipped.chars_range == (503_808, 24_637_440)
-    assert shipped.extrapolates(sizing.model_weights(4096), 1.2e11)
+    assert shipped.extrapolates(law_lib.model_weights(4096), 1.2e11)
 
 
 def test_cluster_flops_and_its_errors():
-    assert sizing.cluster_flops(128 * 125e12, 0.3, 4) == pytest.approx(6.912e19)
+    assert law_fitting.cluster_flops(128 * 125e12, 0.3, 4) == pytest.approx(6.912e19)
     with pytest.raises(errors.InvalidValueError, match=r"cluster: hours must be positive, got 0"):
-        sizing.cluster_flops(1e15, 0.3, 0)
+        law_fitting.cluster_flops(1e15, 0.3, 0)
     with pytest.raises(errors.InvalidValueError, match=r"utilization must be in \(0, 1\]"):
-        sizing.cluster_flops(1e15, 1.5, 1)
+        law_fitting.cluster_flops(1e15, 1.5, 1)
     with pytest.raises(errors.InvalidValueError, match="peak FLOP/s must be positive"):
-        sizing.cluster_flops(-1, 0.3, 1)
+        law_fitting.cluster_flops(-1, 0.3, 1)
 
 
 def test_tool_cluster_flags_are_checked_in_one_line(tool):
     settings = tool.cluster_settings(128, 125, 0, 0.3, 4, [])
     assert settings["peak_flops_per_s"] == 128 * 125e12
-    assert settings["units"] == sizing.cluster_units()
+    assert settings["units"] == law_fitting.cluster_units()
     assert tool.cluster_settings(0, 0, 0, 0.3, 0, []) is None  # no cluster: the grid
     assert tool.cluster_settings(0, 0, 1e15, 0.3, 1, ["512", "256"])["units"] == (256, 512)
     cases = [
@@ -568,8 +579,8 @@ def test_tool_cluster_flags_are_checked_in_one_line(tool):
 
 def test_tool_reads_the_law_from_fit_json_or_ships_one(tool, tmp_path):
     law, source = tool.read_law("", str(tmp_path))
-    assert law == sizing.REVIEWS_LAW and source.startswith("shipped")
-    golden = sizing.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
+    assert law == law_lib.REVIEWS_LAW and source.startswith("shipped")
+    golden = law_lib.ScalingLaw(**GOLDEN, weights_range=(1e5, 4e6), chars_range=(2.5e5, 8e6))
     (tmp_path / "fit.json").write_text(json.dumps({"law": golden.to_json(), "runs": 9}))
     assert tool.read_law("", str(tmp_path)) == (golden, str(tmp_path / "fit.json"))
     other = tmp_path / "other.json"
@@ -598,8 +609,8 @@ def test_tool_prints_the_plan_for_a_cluster(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     final = json.loads(lines[-1])
-    expected = sizing.plan_compute(
-        sizing.REVIEWS_LAW, 128 * 125e12 * 0.3, 4 * 3600, (1024, 4096, 16384)
+    expected = law_fitting.plan_compute(
+        law_lib.REVIEWS_LAW, 128 * 125e12 * 0.3, 4 * 3600, (1024, 4096, 16384)
     )
     assert final["plan"]["hidden_size"] == expected.best.units
     assert final["plan"]["line"] == expected.line

@@ -23,6 +23,8 @@ from _models import random_model
 from _models import tiny_trained_model_dir
 from _models import write_untrained_model_dir
 from tf_mlstm import errors
+from tf_mlstm.auto import hardware
+from tf_mlstm.auto import measure
 from tf_mlstm.cli import classify as classify_cli
 from tf_mlstm.cli import generate as generate_cli
 from tf_mlstm.cli import visualize as visualize_cli
@@ -31,8 +33,6 @@ from tf_mlstm.data import words
 from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.models.language_model import MLSTMLanguageModel
-from tf_mlstm.train import autotune
-from tf_mlstm.train import hardware
 from tf_mlstm.transfer import experiment
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import labeled
@@ -455,7 +455,7 @@ def test_transfer_and_classify_binaries(tmp_path_factory, tmp_path, review_csvs)
     # --precision defaults to auto: measured on this machine for this model
     # (the choice depends on the CPU); the results record what was logged.
     chosen = results["config"]["precision"]
-    assert chosen in autotune.native_precisions(hardware.detect())
+    assert chosen in measure.native_precisions(hardware.detect())
     assert f"Features in {chosen} (auto: " in done.stderr
     assert [row["num_labeled"] for row in results["num_labeled"]] == [10, 48]
     assert results["data"]["train"]["examples"] == 48

@@ -42,7 +42,7 @@ the head over all rows; `mlstm_products`), over the time the step takes;
 
 Every line also says what it ran on: `cpu_model`, `cpu_extensions` (the vector and
 matrix extensions oneDNN can use: avx2, avx512f, avx512_bf16, amx_bf16, ...) and `gpus`
-(name and compute capability each), from `tf_mlstm.train.hardware`; the same summary is
+(name and compute capability each), from `tf_mlstm.auto.hardware`; the same summary is
 logged once at the start. A number means little without them: the same step runs 5.7x
 faster or slower in bfloat16 depending on whether the CPU has AMX.
 
@@ -189,7 +189,7 @@ def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
 
     There oneDNN runs bfloat16 products faster than float32, so `mixed_bfloat16`
     is worth measuring on the CPU too. This is wider than what `--precision=auto`
-    picks bfloat16 for (AMX only, see `tf_mlstm.train.hardware`): measuring the
+    picks bfloat16 for (AMX only, see `tf_mlstm.auto.hardware`): measuring the
     AVX512-BF16-only chips here is how that choice gets revisited.
 
     Args:
@@ -198,7 +198,7 @@ def cpu_has_bfloat16_units(cpuinfo="/proc/cpuinfo"):
     Returns:
       A bool.
     """
-    from tf_mlstm.train import hardware
+    from tf_mlstm.auto import hardware
 
     _, cpu_flags = hardware.read_cpuinfo(cpuinfo)
     return bool(cpu_flags & {"amx_bf16", "avx512_bf16"})
@@ -747,7 +747,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     import tensorflow as tf
 
-    from tf_mlstm.train import hardware
+    from tf_mlstm.auto import hardware
 
     _set_threads(tf)
     machine = hardware.detect()

@@ -403,9 +403,9 @@ def main(argv):
     begin = time.monotonic()
     import tensorflow as tf
 
+    from tf_mlstm.auto import hardware
     from tf_mlstm.data import tfrecord
     from tf_mlstm.train import data_files
-    from tf_mlstm.train import hardware
 
     machine = hardware.detect()
     gpus = len(machine.gpus)

@@ -31,7 +31,7 @@ is not run again; an interrupted run resumes from its checkpoint (its
 characters), so a grid cut short is still spread over the sizes.
 
 With at least five runs the law `loss = E + A/(N/1M)^alpha + B/(D/1M)^beta`
-(N weights, D characters; `tf_mlstm.sizing`) is fitted by least squares, and
+(N weights, D characters; `tf_mlstm.auto.law`) is fitted by least squares, and
 so is each other form in `--forms` (`coupled`: Kaplan et al.'s combination of
 the same two terms); the form with the lowest leave-one-out error (each run
 predicted by the law fitted on all other runs, from six runs on) is used, and
@@ -53,7 +53,7 @@ steps and characters come from its config.json and results.json.
 A cluster (`--plan_gpus` x `--plan_gpu_tflops`, or `--cluster_flops`, at
 `--plan_utilization` for `--plan_hours`) is planned in FLOPs instead, and
 nothing is run: each size in `--plan_units` trains on the cluster's FLOPs
-over its training FLOPs per character (`sizing.flops_per_char`), the law
+over its training FLOPs per character (`law_fitting.flops_per_char`), the law
 (`--plan_law`, else OUTPUT_DIR/fit.json, else the one docs/scaling.md
 fitted) predicts its loss, and one line per size (how far it lies outside
 the law's fitted ranges included), the chosen one and a JSON object are
@@ -70,11 +70,12 @@ import subprocess
 import sys
 import time
 
+import law_fitting
 from absl import flags
 from absl import logging
 
 from tf_mlstm import errors
-from tf_mlstm import sizing
+from tf_mlstm.auto import law as law_lib
 from tf_mlstm.cli import _main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,8 +177,8 @@ def define_flags():
     flags.DEFINE_float("plan_minutes", 30.0, "The time budget to plan for.")
     flags.DEFINE_list(
         "forms",
-        list(sizing.FORMS),
-        f"The law's forms to fit ({', '.join(sizing.FORMS)}); the one with the lowest "
+        list(law_lib.FORMS),
+        f"The law's forms to fit ({', '.join(law_lib.FORMS)}); the one with the lowest "
         "leave-one-out error is used (the first when there are too few runs to leave one out).",
     )
     flags.DEFINE_string(
@@ -269,7 +270,7 @@ def grid(sizes, budgets, recipe, warmup_fraction):
     """Every grid point, cheapest first (weights x characters)."""
     points = [run_plan(u, c, recipe, warmup_fraction) for u in sizes for c in budgets]
     points = list({(p["units"], p["steps"]): p for p in points}.values())
-    return sorted(points, key=lambda p: sizing.model_weights(p["units"]) * p["chars"])
+    return sorted(points, key=lambda p: law_lib.model_weights(p["units"]) * p["chars"])
 
 
 def run_name(point):
@@ -380,7 +381,7 @@ def train_and_score(point, config):
     result, eval_s = score(run_dir, config["heldout"], config["text_key"])
     return {
         **point,
-        "weights": sizing.model_weights(point["units"], config["embedding_size"]),
+        "weights": law_lib.model_weights(point["units"], config["embedding_size"]),
         "heldout_bits_per_char": result["bits_per_char"],
         "heldout_chars": result["chars"],
         "validation_bits_per_char": float(validation[-1]) if validation else None,
@@ -508,7 +509,7 @@ def added_run(run_dir, recipe):
         "steps": step,
         "warmup_steps": config.warmup_steps,
         "chars": chars,
-        "weights": sizing.model_weights(
+        "weights": law_lib.model_weights(
             config.hidden_size, config.embedding_size, weight_norm=config.weight_norm
         ),
         "validation_bits_per_char": results.get("validation_bits_per_char"),
@@ -563,11 +564,13 @@ def fit_report(results, form="additive"):
     n = [r["weights"] for r in results]
     d = [r["chars"] for r in results]
     loss = [r["heldout_bits_per_char"] for r in results]
-    if len(results) < sizing.MIN_RUNS:
+    if len(results) < law_fitting.MIN_RUNS:
         return None
-    law = sizing.fit_law(n, d, loss, form)
+    law = law_fitting.fit_law(n, d, loss, form)
     residuals = law.predict(n, d) - loss
-    loo = sizing.leave_one_out(n, d, loss, form) if len(results) > sizing.MIN_RUNS else None
+    loo = (
+        law_fitting.leave_one_out(n, d, loss, form) if len(results) > law_fitting.MIN_RUNS else None
+    )
     return {
         "law": law,
         "residuals": [float(x) for x in residuals],
@@ -583,7 +586,7 @@ def best_report(results, forms):
     scored = [f for f in forms if reports[f]["leave_one_out"] is not None]
     if not scored:
         return reports, reports[forms[0]]
-    best = min(scored, key=lambda f: sizing.summary(reports[f]["leave_one_out"])["rms"])
+    best = min(scored, key=lambda f: law_fitting.summary(reports[f]["leave_one_out"])["rms"])
     return reports, reports[best]
 
 
@@ -664,7 +667,7 @@ def cluster_settings(gpus, gpu_tflops, peak_flops, utilization, hours, units):
       peak_flops: --cluster_flops (0: not given).
       utilization: --plan_utilization.
       hours: --plan_hours.
-      units: --plan_units (strings; empty: `sizing.cluster_units()`).
+      units: --plan_units (strings; empty: `law_fitting.cluster_units()`).
 
     Returns:
       {"gpus", "gpu_tflops", "peak_flops_per_s", "utilization", "hours", "units"}, or None.
@@ -718,7 +721,7 @@ def cluster_settings(gpus, gpu_tflops, peak_flops, utilization, hours, units):
         "peak_flops_per_s": float(peak_flops),
         "utilization": utilization,
         "hours": hours,
-        "units": tuple(sorted(set(sizes))) or sizing.cluster_units(),
+        "units": tuple(sorted(set(sizes))) or law_fitting.cluster_units(),
     }
 
 
@@ -726,12 +729,12 @@ def read_law(path, output_dir):
     """The law a cluster plan uses, and where it came from.
 
     `path` (a fit.json), else OUTPUT_DIR/fit.json when there, else
-    `sizing.REVIEWS_LAW` (the law docs/scaling.md fitted).
+    `law.REVIEWS_LAW` (the law docs/scaling.md fitted).
     """
     if not path:
         default = os.path.join(output_dir, FIT_FILE)
         if not os.path.exists(default):
-            return sizing.REVIEWS_LAW, "shipped: the fit in docs/scaling.md"
+            return law_lib.REVIEWS_LAW, "shipped: the fit in docs/scaling.md"
         path = default
     if not os.path.isfile(path):
         raise errors.MissingFileError(f"--plan_law={path}: no such file.")
@@ -744,7 +747,7 @@ def read_law(path, output_dir):
         raise errors.InvalidValueError(
             f"--plan_law={path}: not this tool's {FIT_FILE} (JSON with a 'law')."
         )
-    return sizing.law_from_json(record, f"--plan_law={path}"), path
+    return law_lib.law_from_json(record, f"--plan_law={path}"), path
 
 
 def plan_cluster(config):
@@ -754,8 +757,8 @@ def plan_cluster(config):
     peak = cluster["peak_flops_per_s"]
     sustained = peak * cluster["utilization"]
     seconds = cluster["hours"] * 3600
-    flops = sizing.cluster_flops(peak, cluster["utilization"], cluster["hours"])
-    plan = sizing.plan_compute(law, sustained, seconds, units=cluster["units"])
+    flops = law_fitting.cluster_flops(peak, cluster["utilization"], cluster["hours"])
+    plan = law_fitting.plan_compute(law, sustained, seconds, units=cluster["units"])
     low_n, high_n = law.weights_range
     low_d, high_d = law.chars_range
     print(f"law: {law.formula()} ({source})")
@@ -775,14 +778,14 @@ def plan_cluster(config):
     )
     for choice in plan.candidates:
         mark = "*" if choice is plan.best else " "
-        print(f"{mark} {sizing.describe_choice(law, choice)}")
+        print(f"{mark} {law_fitting.describe_choice(law, choice)}")
     print(f"chosen: {plan.line}")
 
     def record(choice):
         return {
             "units": choice.units,
             "weights": choice.weights,
-            "flops_per_char": sizing.flops_per_char(choice.units),
+            "flops_per_char": law_fitting.flops_per_char(choice.units),
             "chars": choice.chars,
             "predicted_bits_per_char": choice.predicted,
             "extrapolated": choice.extrapolated,
@@ -820,14 +823,17 @@ def body(config):
     final = {"runs": len(results)}
     if report is None:
         print(markdown_table(results, None))
-        print(f"no fit: {len(results)} runs, the law needs at least {sizing.MIN_RUNS}.")
+        print(f"no fit: {len(results)} runs, the law needs at least {law_fitting.MIN_RUNS}.")
         return final
     forms = {}
     for form, each in reports.items():
-        forms[form] = {"law": each["law"].to_json(), "residual": sizing.summary(each["residuals"])}
+        forms[form] = {
+            "law": each["law"].to_json(),
+            "residual": law_fitting.summary(each["residuals"]),
+        }
         line = f"{form}: {each['law'].formula()}  (residual RMS {each['law'].rms:.4f}"
         if each["leave_one_out"] is not None:
-            forms[form]["leave_one_out"] = sizing.summary(each["leave_one_out"])
+            forms[form]["leave_one_out"] = law_fitting.summary(each["leave_one_out"])
             line += ", leave-one-out RMS {rms:.4f}, largest {max_abs:.4f}".format(
                 **forms[form]["leave_one_out"]
             )
@@ -844,7 +850,7 @@ def body(config):
         plot(config["plot"], results, law)
     rates = config["plan_rates"] or measured_rates(results)
     if rates:
-        plan = sizing.plan_size(law, rates, config["plan_minutes"] * 60)
+        plan = law_lib.plan_size(law, rates, config["plan_minutes"] * 60)
         print(plan.line)
         final["plan"] = {"hidden_size": plan.best.units, "line": plan.line}
     return final
@@ -864,9 +870,9 @@ def build_config():
             f"--plan_minutes must be positive, got {FLAGS.plan_minutes}."
         )
     for form in FLAGS.forms:
-        if form not in sizing.FORMS:
+        if form not in law_lib.FORMS:
             raise errors.InvalidValueError(
-                f"--forms: {form!r} is not one of {', '.join(sizing.FORMS)}."
+                f"--forms: {form!r} is not one of {', '.join(law_lib.FORMS)}."
             )
     for flag in FLAGS.train_flags:
         name = flag.lstrip("-").partition("=")[0].removeprefix("no")
@@ -892,7 +898,7 @@ def build_config():
     config = {
         "output_dir": os.path.abspath(FLAGS.output_dir),
         "fit_only": FLAGS.fit_only,
-        "plan_rates": sizing.parse_rates(FLAGS.plan_rates),
+        "plan_rates": law_fitting.parse_rates(FLAGS.plan_rates),
         "plan_minutes": FLAGS.plan_minutes,
         "plot": FLAGS.plot,
         "forms": list(FLAGS.forms),

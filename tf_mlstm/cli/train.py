@@ -18,7 +18,7 @@ from absl import flags
 
 from tf_mlstm import config as config_lib
 from tf_mlstm import preflight
-from tf_mlstm import sizing
+from tf_mlstm.auto import law
 from tf_mlstm.cli import _flags
 from tf_mlstm.cli import _main
 from tf_mlstm.train import stop_signals
@@ -86,7 +86,7 @@ def check_before_work(flag_values) -> None:
         fv, preflight.CONFIG_FILE, upgrade=config_lib.TrainConfig.upgrade_saved
     )
     if fv.hidden_size == config_lib.AUTO:
-        sizing.load_law(fv.scaling_law)  # a bad law file: one line, before TensorFlow starts
+        law.load_law(fv.scaling_law)  # a bad law file: one line, before TensorFlow starts
 
 
 def main(config) -> dict:

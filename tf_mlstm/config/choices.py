@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from tf_mlstm import sizing
 from tf_mlstm.data.fields import NGRAM_KIND
 
 AUTO = "auto"
@@ -13,7 +12,7 @@ AUTO = "auto"
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """The precision policies a run computes in."""
 PRECISION_CHOICES = (AUTO,) + PRECISIONS
-"""`precision` of a runner config: a policy, or `auto` (`train.hardware`, `train.autotune`)."""
+"""`precision` of a runner config: a policy, or `auto` (`auto.hardware`, `auto.measure`)."""
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_CHOICES = ("auto", "true", "false")
@@ -23,8 +22,9 @@ CLUSTER_RESOLVERS = ("tf_config", "slurm")
 # === Optimization and budget ===
 
 SCHEDULE_LENGTHS = ("budget", "steps")
-OPTIMIZE_FOR = sizing.OPTIMIZE_FOR
-"""What `hidden_size=auto` optimises (the planner's own list, `tf_mlstm.sizing`)."""
+OPTIMIZE_FOR = ("bits", "transfer")
+"""What `hidden_size=auto` optimises (`auto.law.plan_size`): bits/char, or transfer (the widest
+size within `auto.law.TRANSFER_MARGIN` bits/char of the lowest)."""
 SCALINGS = ("none", "linear", "sqrt")
 """Learning-rate scaling with the batch (train/schedules.py)."""
 DECAYS = ("constant", "linear", "cosine", "exponential")

@@ -66,7 +66,7 @@ class RuntimeFields(JsonConfig):
     RuntimeFields(precision='float32', allreduce_dtype='float32', jit_compile='auto', seed=7, ...)
     """
 
-    precision: str = AUTO  # resolved from the hardware when the run starts (hardware.py)
+    precision: str = AUTO  # resolved from the hardware when the run starts (auto/hardware.py)
     allreduce_dtype: str = "float32"
     jit_compile: str = AUTO  # likewise
     seed: int = 0

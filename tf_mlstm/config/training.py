@@ -62,10 +62,10 @@ class TrainConfig(RuntimeFields, OptimizationFields, BudgetFields):
     shuffle_buffer: int = 1024
     source_repeats: str = ""  # PATTERN=COUNT,... over the records' source files.
     # Model.
-    hidden_size: int | str = 256  # or "auto": chosen for the budget (`tf_mlstm.train.autosize`)
+    hidden_size: int | str = 256  # or "auto": chosen for the budget (`tf_mlstm.auto.size`)
     size_candidates: str = "256,384,512,768,1024"
     optimize_for: str = "bits"
-    scaling_law: str = ""  # "" = tf_mlstm.sizing.REVIEWS_LAW
+    scaling_law: str = ""  # "" = tf_mlstm.auto.law.REVIEWS_LAW
     embedding_size: int = 64
     weight_norm: bool = True
     # Optimization beyond the shared group.

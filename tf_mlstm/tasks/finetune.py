@@ -13,6 +13,7 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.auto import measure
 from tf_mlstm.data import readers
 from tf_mlstm.data.text import DOC_START
 from tf_mlstm.models import language_model
@@ -27,7 +28,6 @@ from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.language_model import MLSTMLanguageModel
 from tf_mlstm.rundir import CONFIG_FILE
 from tf_mlstm.rundir import FINETUNE_CONFIG_FILE
-from tf_mlstm.train import autotune
 from tf_mlstm.train import schedules
 from tf_mlstm.train.task_protocol import Task
 from tf_mlstm.transfer import labeled
@@ -447,8 +447,8 @@ class FinetuneTask(Task):
 
     # === auto precision and XLA ===
 
-    def measurement(self, rows) -> autotune.StepMeasurement:
-        """Fine-tuning's step at this run's shape on synthetic rows (`autotune.StepMeasurement`).
+    def measurement(self, rows) -> measure.StepMeasurement:
+        """Fine-tuning's step at this run's shape on synthetic rows (`measure.StepMeasurement`).
 
         The head is planned from the config alone (one key without a map: one sigmoid).
 
@@ -478,7 +478,7 @@ class FinetuneTask(Task):
         make_task = functools.partial(
             SyntheticFinetuneTask, base_config=base, outputs=outputs, softmax=softmax
         )
-        return autotune.StepMeasurement(make_task, shape, rows * config.max_length)
+        return measure.StepMeasurement(make_task, shape, rows * config.max_length)
 
     def _planned_head(self):
         """(outputs, softmax) of the head as the config alone tells it (before the data)."""

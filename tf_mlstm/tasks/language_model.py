@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm.auto import measure
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import pipeline
 from tf_mlstm.models.language_model import MLSTMLanguageModel
@@ -18,7 +19,6 @@ from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.models.sampling import make_sampler
 from tf_mlstm.models.sampling import sample_text
 from tf_mlstm.rundir import CONFIG_FILE
-from tf_mlstm.train import autotune
 from tf_mlstm.train import evaluation
 from tf_mlstm.train import schedules
 from tf_mlstm.train.summaries import TRAIN_SUMMARY_SUBDIR
@@ -145,7 +145,7 @@ class LanguageModelTask(Task):
     def carried_state_shape(self, rows) -> tuple | None:
         return (rows, self.config.hidden_size)
 
-    def measurement(self, rows) -> autotune.StepMeasurement:
+    def measurement(self, rows) -> measure.StepMeasurement:
         config = self.config
         shape = {
             "task": "language_model",
@@ -155,7 +155,7 @@ class LanguageModelTask(Task):
             "seq_length": config.seq_length,
             "rows": rows,
         }
-        return autotune.StepMeasurement(SyntheticLanguageModelTask, shape, rows * config.seq_length)
+        return measure.StepMeasurement(SyntheticLanguageModelTask, shape, rows * config.seq_length)
 
     # === The step ===
 
@@ -264,7 +264,7 @@ class LanguageModelTask(Task):
 
 
 class SyntheticLanguageModelTask(LanguageModelTask):
-    """The language model's step on random bytes: what `auto` times (`autotune.py`).
+    """The language model's step on random bytes: what `auto` times (`auto/measure.py`).
 
     Args:
       config: the `TrainConfig` of the candidate (its precision and XLA).

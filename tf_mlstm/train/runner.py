@@ -1,6 +1,7 @@
 """The distributed runner (`Runner`): one training loop for every kind of task."""
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -13,7 +14,7 @@ from tf_mlstm import errors
 from tf_mlstm import failpoints
 from tf_mlstm import fileio
 from tf_mlstm import rundir
-from tf_mlstm.train import auto_settings
+from tf_mlstm.auto import settings as auto_settings
 from tf_mlstm.train import cadence
 from tf_mlstm.train import compiled_step
 from tf_mlstm.train import optimizer as optimizer_lib
@@ -72,7 +73,12 @@ class Runner:
 
     def _set_up(self, task, config):
         layout = auto_settings.Layout(
-            self.strategy, self.chief, self.num_workers, self.local_replicas, self.per_replica_batch
+            self.strategy,
+            self.chief,
+            self.num_workers,
+            self.local_replicas,
+            self.per_replica_batch,
+            sum_over_replicas=functools.partial(strategy_lib.sum_over_replicas, self.strategy),
         )
         self.auto = auto_settings.AutoSettings(task, layout, self._candidate_step)
         self.config = self.auto.resolve(config)
@@ -122,7 +128,7 @@ class Runner:
         self.per_replica_batch = config.batch_size // replicas
         self.local_replicas = replicas // self.num_workers
 
-    # === auto size, precision and XLA (auto_settings.py) ===
+    # === auto size, precision and XLA (auto/settings.py) ===
 
     def _candidate_step(self, config, candidate, probe, scratch, use_gpus, hidden_size=None):
         """A step of `config` at `candidate`, on a second runner on one local device."""

@@ -79,7 +79,7 @@ class Task:
           rows: rows per replica.
 
         Returns:
-          The `autotune.StepMeasurement`, or None.
+          The `measure.StepMeasurement`, or None.
         """
         return None
 

@@ -18,10 +18,10 @@ from absl import logging
 from tf_mlstm import _version
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.auto import measure
 from tf_mlstm.config.transfer import FEATURE_CACHE_CAP_ENV as CAP_ENV
 from tf_mlstm.config.transfer import FEATURE_CACHE_CAP_MB as DEFAULT_CAP_MB  # noqa: F401
 from tf_mlstm.config.transfer import feature_cache_cap_bytes as cap_bytes
-from tf_mlstm.train import autotune
 
 FORMAT = 1
 """The entry format (and the featurization code's) version; raising it retires every entry."""
@@ -33,7 +33,7 @@ _KINDS_SEPARATOR = "+"
 
 def cache_dir() -> str:
     """`$XDG_CACHE_HOME/tf_mlstm/features`, or `~/.cache/tf_mlstm/features` without it."""
-    return os.path.join(os.path.dirname(autotune.cache_path()), "features")
+    return os.path.join(os.path.dirname(measure.cache_path()), "features")
 
 
 def texts_digest(texts) -> str:

@@ -12,6 +12,8 @@ from scipy import sparse
 
 from tf_mlstm import errors
 from tf_mlstm import rundir
+from tf_mlstm.auto import hardware
+from tf_mlstm.auto import measure
 from tf_mlstm.config.choices import ALL_KINDS  # noqa: F401 (callers read it here)
 from tf_mlstm.config.choices import AUTO
 from tf_mlstm.config.choices import AUTO_NGRAMS
@@ -25,8 +27,6 @@ from tf_mlstm.models.kinds import FEATURE_KINDS
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.progress import DEFAULT_LOG_INTERVAL_S
 from tf_mlstm.progress import Progress
-from tf_mlstm.train import autotune
-from tf_mlstm.train import hardware
 
 FEATURE_GROUPS = (
     ("cell", "hidden"),
@@ -231,7 +231,7 @@ def measured_precision(
     machine=None,
     cache=None,
     clock=None,
-) -> tuple[str, autotune.Choice]:
+) -> tuple[str, measure.Choice]:
     """The policy `model_dir`'s model featurizes fastest in here: `--precision=auto`.
 
     Each native policy is timed on a few batches; the winner is cached per machine and shape.
@@ -239,18 +239,18 @@ def measured_precision(
     Args:
       model_dir: a tf-mlstm-train (or fine-tuning init) `--model_dir`.
       batch_size, window: texts and bytes per model call.
-      machine, cache: a `hardware.Hardware` and an `autotune.Cache`; None: this machine's, the
+      machine, cache: a `hardware.Hardware` and a `measure.Cache`; None: this machine's, the
         user's.
       clock: seconds (tests pass a fake); None is `time.perf_counter`.
 
     Returns:
-      (precision, `autotune.Choice`).
+      (precision, `measure.Choice`).
     """
     machine = machine or hardware.detect()
     prior, _ = hardware.resolve_precision(hardware.AUTO, machine)
-    precisions = autotune.native_precisions(machine)
+    precisions = measure.native_precisions(machine)
     ordered = [prior] + [p for p in precisions if p != prior]
-    candidates = [autotune.Candidate(p, False) for p in ordered]
+    candidates = [measure.Candidate(p, False) for p in ordered]
     config = rundir.read_config(model_dir)
     shape = {
         "task": "featurize",
@@ -270,12 +270,12 @@ def measured_precision(
         return lambda: featurizer(texts, progress=False)
 
     options = {"clock": clock} if clock else {}
-    choice = autotune.choose(
+    choice = measure.choose(
         candidates,
         build,
         batch_size * window,
-        cache=cache or autotune.Cache(),
-        key=autotune.cache_key(machine, True, shape),
+        cache=cache or measure.Cache(),
+        key=measure.cache_key(machine, True, shape),
         **options,
     )
     logging.info(

@@ -40,7 +40,7 @@ REPORTED_EXTENSIONS = (
 )
 
 # The CPU flags that make mixed_bfloat16 the table's choice (the prior; a
-# training run measures, see `autotune.py`).
+# training run measures, see `measure.py`).
 #
 # amx_bf16 (Intel AMX, Sapphire Rapids and later): oneDNN runs bfloat16
 # products on the tile units; the training step measured 1.5-1.7x faster than
@@ -55,7 +55,7 @@ REPORTED_EXTENSIONS = (
 # downside of a wrong bfloat16 choice is large (emulated bfloat16 ran the
 # CPU recipe 5.7x slower on an AVX2-only EPYC). Where it
 # counts (training), auto measures bfloat16 on these CPUs instead of
-# guessing (`autotune.BFLOAT16_CPU_FLAGS`). The AArch64 `bf16` feature is
+# guessing (`measure.BFLOAT16_CPU_FLAGS`). The AArch64 `bf16` feature is
 # left out of the prior for the same reason (unmeasured).
 BFLOAT16_MATRIX_FLAGS = frozenset({"amx_bf16"})
 
@@ -100,7 +100,7 @@ class GpuInfo:
     """One GPU as TensorFlow reports it: its name and (major, minor) compute capability or None.
 
     Example:
-    >>> from tf_mlstm.train.hardware import GpuInfo
+    >>> from tf_mlstm.auto.hardware import GpuInfo
     >>> gpu = GpuInfo("NVIDIA H100 80GB HBM3", (9, 0))
     >>> gpu.has_tensor_cores, gpu.to_dict()
     (True, {'name': 'NVIDIA H100 80GB HBM3', 'compute_capability': '9.0'})
@@ -136,7 +136,7 @@ class Hardware:
       gpus: the GPUs TensorFlow sees, in device order.
 
     Example:
-    >>> from tf_mlstm.train.hardware import Hardware
+    >>> from tf_mlstm.auto.hardware import Hardware
     >>> machine = Hardware("Intel Xeon", frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
     >>> machine.cpu_extensions, machine.bfloat16_matrix_units
     (('avx2', 'avx512_bf16', 'amx_bf16'), True)

@@ -13,18 +13,21 @@ from typing import Any
 from absl import logging
 
 from tf_mlstm import rundir
-from tf_mlstm.train import autosize
-from tf_mlstm.train import autotune
-from tf_mlstm.train import hardware
+from tf_mlstm.auto import hardware
+from tf_mlstm.auto import measure
+from tf_mlstm.auto import size
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where this worker stands in the run: what the decisions need of the strategy.
 
+    With several workers, `sum_over_replicas(value_of)` is the run's all-reduce by which every
+    worker takes the chief's choice (`train.strategy.sum_over_replicas` on `strategy`).
+
     Example:
     >>> import tensorflow as tf
-    >>> from tf_mlstm.train.auto_settings import Layout
+    >>> from tf_mlstm.auto.settings import Layout
     >>> layout = Layout(tf.distribute.get_strategy(), chief=True, num_workers=1,
     ...     local_replicas=1, per_replica_batch=2)
     >>> layout.strategy.num_replicas_in_sync
@@ -36,6 +39,7 @@ class Layout:
     num_workers: int
     local_replicas: int
     per_replica_batch: int
+    sum_over_replicas: Callable | None = None
 
 
 class AutoSettings:
@@ -45,18 +49,18 @@ class AutoSettings:
       task: the run's `Task` (its `measurement`, `config_file` and `set_config`).
       layout: this worker's `Layout`.
       build_step: `build_step(config, candidate, probe, scratch, use_gpus, hidden_size=None)`
-        -> one step of `config` at that `autotune.Candidate` and size, on one replica.
+        -> one step of `config` at that `measure.Candidate` and size, on one replica.
 
     Attributes:
-      size: the `autosize.Decision`, or None where the size was given.
-      precision: the `autotune.Choice`, or None where precision and XLA were given.
+      size: the `size.Decision`, or None where the size was given.
+      precision: the `measure.Choice`, or None where precision and XLA were given.
       seconds: the seconds spent measuring, which come off the run's budget.
 
     Example:
     >>> import tensorflow as tf
     >>> from tf_mlstm.config import TrainConfig
     >>> from tf_mlstm.tasks.language_model import SyntheticLanguageModelTask
-    >>> from tf_mlstm.train.auto_settings import AutoSettings, Layout
+    >>> from tf_mlstm.auto.settings import AutoSettings, Layout
     >>> config = TrainConfig(model_dir="run", hidden_size="auto", size_candidates="8,16",
     ...     embedding_size=4, seq_length=8, batch_size=2, max_steps=2, max_minutes=0,
     ...     precision="float32", jit_compile="false").validate()
@@ -83,9 +87,9 @@ class AutoSettings:
         Returns:
           The resolved, validated config (the same object where nothing is `auto`).
         """
-        if getattr(config, "hidden_size", None) == autosize.AUTO:
+        if getattr(config, "hidden_size", None) == size.AUTO:
             config = self._resolve_size(config)
-        elif (unused := autosize.unused_settings(config)) and self.layout.chief:
+        elif (unused := size.unused_settings(config)) and self.layout.chief:
             logging.warning("%s.", unused)
         if hardware.AUTO in (config.precision, config.jit_compile):
             config = hardware.resolve_run_config(
@@ -110,14 +114,14 @@ class AutoSettings:
     def _resolve_size(self, config):
         layout, task = self.layout, self.task
         replicas = layout.strategy.num_replicas_in_sync
-        self.size = autosize.decide(
+        self.size = size.decide(
             config,
             replicas,
             chief=layout.chief,
             num_workers=layout.num_workers,
             recorded=rundir.recorded_hidden_size(config.model_dir) if layout.chief else None,
             recorded_path=os.path.join(config.model_dir, task.config_file),
-            rates_of=lambda sizes, cap: autosize.rates_on_this_machine(
+            rates_of=lambda sizes, cap: size.rates_on_this_machine(
                 config,
                 task,
                 layout.per_replica_batch,
@@ -126,11 +130,11 @@ class AutoSettings:
                 sizes,
                 cap,
             ),
-            agree=lambda values: autotune.agree_values(
-                layout.strategy, values, layout.chief, layout.local_replicas
+            agree=lambda values: measure.agree_values(
+                layout.sum_over_replicas, values, layout.chief, layout.local_replicas
             ),
         )
-        autosize.log(self.size)
+        size.log(self.size)
         self.seconds += self.size.seconds
         config = dataclasses.replace(config, hidden_size=self.size.units).validate()
         task.set_config(config)
@@ -140,12 +144,14 @@ class AutoSettings:
 
     def _decide_precision(self, config, precision, jit, machine, use_gpus):
         layout = self.layout
-        options = autotune.candidates(machine, use_gpus, precision, jit)
+        options = measure.candidates(machine, use_gpus, precision, jit)
         choice = self._chief_choice(config, options, machine, use_gpus) if layout.chief else None
         if layout.num_workers > 1:
             # Every worker takes part, whatever its own hardware says, so
             # that unlike machines still agree.
-            choice = autotune.agree(layout.strategy, choice, layout.chief, layout.local_replicas)
+            choice = measure.agree(
+                layout.sum_over_replicas, choice, layout.chief, layout.local_replicas
+            )
         self.precision = choice
         if choice.how in ("table", "only candidate"):
             if choice.note:
@@ -164,20 +170,20 @@ class AutoSettings:
         if probe is None:
             allowed, why, key = False, "this task's step is not measurable", None
         else:
-            allowed, why = autotune.worth_measuring(
+            allowed, why = measure.worth_measuring(
                 config.max_minutes, config.max_steps, len(options)
             )
             shape = {**probe.shape, "replicas": layout.strategy.num_replicas_in_sync}
-            key = autotune.cache_key(machine, use_gpus, shape)
+            key = measure.cache_key(machine, use_gpus, shape)
         scratch = tempfile.mkdtemp(prefix="tf_mlstm_autotune_")
         try:
-            choice = autotune.choose(
+            choice = measure.choose(
                 options,
                 lambda candidate: self.build_step(config, candidate, probe, scratch, use_gpus),
                 probe.units_per_step if probe else 0,
-                cache=autotune.Cache(),
+                cache=measure.Cache(),
                 key=key,
-                max_seconds=autotune.time_cap_s(config.max_minutes),
+                max_seconds=measure.time_cap_s(config.max_minutes),
                 allowed=allowed,
                 not_allowed_why=why,
             )

@@ -12,8 +12,8 @@ from absl import logging
 
 from tf_mlstm import errors
 from tf_mlstm import fileio
+from tf_mlstm.auto import hardware
 from tf_mlstm.errors import setting_name as _name
-from tf_mlstm.train import hardware
 
 CACHE_FILE = "autotune.json"
 # Untimed first steps of a candidate (tracing, XLA compilation), then timed ones.
@@ -44,7 +44,7 @@ class Candidate:
     """One setting to time: a precision policy and whether the step is XLA-compiled.
 
     Example:
-    >>> from tf_mlstm.train.autotune import Candidate
+    >>> from tf_mlstm.auto.measure import Candidate
     >>> Candidate("mixed_bfloat16", jit=False).name
     'mixed_bfloat16/xla_off'
     >>> Candidate.from_name("float32/xla_on")
@@ -76,7 +76,7 @@ class Choice:
       note: why the table decided, when it did.
 
     Example:
-    >>> from tf_mlstm.train.autotune import Candidate, Choice
+    >>> from tf_mlstm.auto.measure import Candidate, Choice
     >>> rates = {"float32/xla_on": 8999.0, "float32/xla_off": 8512.0}
     >>> choice = Choice(Candidate("float32", True), "measured", rates, seconds=22.0)
     >>> choice.record()["precision"], choice.record()["jit_compile"]
@@ -125,7 +125,7 @@ class StepMeasurement:
       units_per_step: characters one replica's step processes.
 
     Example:
-    >>> from tf_mlstm.train.autotune import StepMeasurement
+    >>> from tf_mlstm.auto.measure import StepMeasurement
     >>> shape = {"units": 768, "rows": 64, "seq": 64}
     >>> measurement = StepMeasurement(make_task=None, shape=shape, units_per_step=64 * 64)
     >>> measurement.units_per_step
@@ -228,7 +228,7 @@ class Cache:
       path: the JSON file (created on the first `put`); None: `cache_path()`.
 
     Example:
-    >>> from tf_mlstm.train.autotune import Cache
+    >>> from tf_mlstm.auto.measure import Cache
     >>> cache = Cache("autotune.json")
     >>> cache.put("key", {"float32/xla_on": 7280.0}, {}, "chars/s")
     >>> Cache("autotune.json").get("key")["rates"]
@@ -496,13 +496,14 @@ def decode(values) -> Candidate:
     return Candidate(hardware.PRECISIONS[index], bool(round(values[1])))
 
 
-def agree_values(strategy, values, chief, local_replicas) -> list[float]:
+def agree_values(sum_over_replicas, values, chief, local_replicas) -> list[float]:
     """Every worker's copy of the chief's `values` (floats), by one SUM all-reduce.
 
     Every worker must call this at the same point.
 
     Args:
-      strategy: the run's (multi-worker) strategy.
+      sum_over_replicas: `sum_over_replicas(value_of)` -> `value_of(replica_context)` summed
+        over the run's replicas (`train.strategy.sum_over_replicas` on its strategy).
       values: the chief's list of floats (on other workers only its length counts).
       chief, local_replicas: whether this worker is the chief, and its replicas.
 
@@ -511,22 +512,20 @@ def agree_values(strategy, values, chief, local_replicas) -> list[float]:
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tf_mlstm.train import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
-
     values = [float(v) for v in values] if chief else [0.0] * len(values)
 
     def mine(context):
         first = tf.equal(context.replica_id_in_sync_group % local_replicas, 0)
         return tf.constant(values, tf.float32) * tf.cast(first, tf.float32)
 
-    return strategy_lib.sum_over_replicas(strategy, mine).numpy().tolist()
+    return sum_over_replicas(mine).numpy().tolist()
 
 
-def agree(strategy, choice, chief, local_replicas) -> Choice:
+def agree(sum_over_replicas, choice, chief, local_replicas) -> Choice:
     """Every worker's copy of the chief's `choice` (`agree_values` of its encoding).
 
     Args:
-      strategy: the run's (multi-worker) strategy.
+      sum_over_replicas: the run's all-reduce (see `agree_values`).
       choice: the chief's `Choice` (ignored on other workers).
       chief, local_replicas: whether this worker is the chief, and its replicas.
 
@@ -534,7 +533,7 @@ def agree(strategy, choice, chief, local_replicas) -> Choice:
       The chief's `Choice` (on other workers how="from the chief", no rates).
     """
     values = encode(choice.candidate) if chief else [0.0, 0.0]
-    candidate = decode(agree_values(strategy, values, chief, local_replicas))
+    candidate = decode(agree_values(sum_over_replicas, values, chief, local_replicas))
     if chief:
         return choice
     return Choice(candidate, "from the chief")

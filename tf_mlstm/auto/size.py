@@ -10,28 +10,28 @@ import time
 from absl import logging
 
 from tf_mlstm import errors
-from tf_mlstm import sizing
+from tf_mlstm.auto import law as law_lib
+from tf_mlstm.auto import measure
 from tf_mlstm.config import choices
-from tf_mlstm.train import autotune
 
 AUTO = choices.AUTO
 # The law's source in the record when no file is given.
-SHIPPED_LAW = "tf_mlstm.sizing.REVIEWS_LAW"
+SHIPPED_LAW = "tf_mlstm.auto.law.REVIEWS_LAW"
 
 
 @dataclasses.dataclass(frozen=True)
 class SizeCandidate:
-    """One size to time (for `autotune.measure`): mLSTM units at one precision/XLA setting.
+    """One size to time (for `measure.measure`): mLSTM units at one precision/XLA setting.
 
     Example:
-    >>> from tf_mlstm.train.autosize import SizeCandidate
-    >>> from tf_mlstm.train.autotune import Candidate
+    >>> from tf_mlstm.auto.size import SizeCandidate
+    >>> from tf_mlstm.auto.measure import Candidate
     >>> SizeCandidate(512, Candidate("float32", True)).name
     '512 units'
     """
 
     units: int
-    setting: autotune.Candidate
+    setting: measure.Candidate
 
     @property
     def name(self) -> str:
@@ -46,10 +46,10 @@ class Rates:
     Attributes:
       how: "measured", "cached", "measured and cached" or "not measured".
       skipped: {units: why it has no rate}; `note`: why nothing was measured.
-      setting: the `autotune.Candidate.name` the rates are of.
+      setting: the `measure.Candidate.name` the rates are of.
 
     Example:
-    >>> from tf_mlstm.train.autosize import Rates
+    >>> from tf_mlstm.auto.size import Rates
     >>> Rates({256: 9000.0}, "cached").rates
     {256: 9000.0}
     """
@@ -71,7 +71,7 @@ class Decision:
       seconds: time spent measuring (counted against the time budget).
 
     Example:
-    >>> from tf_mlstm.train.autosize import Decision
+    >>> from tf_mlstm.auto.size import Decision
     >>> Decision(512, "recorded", "hidden_size=512 (auto: recorded)", {}).seconds
     0.0
     """
@@ -101,24 +101,24 @@ def measured_rates(
     not_allowed_why="",
     clock=time.perf_counter,
 ) -> Rates:
-    """Each size's rate at `setting`, from the cache or timed now (`autotune.measure`).
+    """Each size's rate at `setting`, from the cache or timed now (`measure.measure`).
 
     Args:
       sizes: the units to rate, in the order to time them.
-      setting: the `autotune.Candidate` (precision, XLA) they are timed at.
+      setting: the `measure.Candidate` (precision, XLA) they are timed at.
       build: `build(SizeCandidate)` -> a function that runs one step.
       units_per_step: characters one replica's step trains on.
-      cache: an `autotune.Cache`, or None.
+      cache: a `measure.Cache`, or None.
       key_of: `key_of(units)` -> the cache key of that size's shape.
-      max_seconds, clock: see `autotune.measure`.
+      max_seconds, clock: see `measure.measure`.
       allowed, not_allowed_why: whether measuring is allowed (cached rates count anyway), why not.
 
     Returns:
       `Rates`.
 
     Example:
-    >>> from tf_mlstm.train.autosize import measured_rates
-    >>> from tf_mlstm.train.autotune import Candidate
+    >>> from tf_mlstm.auto.size import measured_rates
+    >>> from tf_mlstm.auto.measure import Candidate
     >>> now = [0.0]
     >>> def build(candidate):  # a step of 8 units takes 0.01 s on this fake clock
     ...     def step():
@@ -133,7 +133,7 @@ def measured_rates(
     by_name = {c.name: c.units for c in candidates}
     # The size's shape is the cache key; the rate in it is the setting's, beside precision's.
     size_key, name_of = (lambda c: key_of(c.units)), (lambda c: setting.name)
-    found, failed_before, missing = autotune.cached_rates(candidates, cache, size_key, name_of)
+    found, failed_before, missing = measure.cached_rates(candidates, cache, size_key, name_of)
     cached = {by_name[n]: r for n, r in found.items()}
     skipped = {by_name[n]: why for n, why in failed_before.items()}
     if not missing or not allowed:
@@ -144,11 +144,11 @@ def measured_rates(
         "Autosize: timing %s at %s (%d warm-up + %d steps each, at most %.0f s).",
         ", ".join(c.name for c in missing),
         setting.name,
-        autotune.WARMUP_STEPS,
-        autotune.TIMED_STEPS,
+        measure.WARMUP_STEPS,
+        measure.TIMED_STEPS,
         max_seconds,
     )
-    measured, failed, seconds = autotune.measure_and_cache(
+    measured, failed, seconds = measure.measure_and_cache(
         missing, build, units_per_step, clock, max_seconds, "chars/s", cache, size_key, name_of
     )
     skipped.update({by_name[n]: why for n, why in failed.items()})
@@ -180,17 +180,17 @@ def decide(
       num_workers: workers of the run; above one every worker calls `agree`.
       recorded, recorded_path: `rundir.recorded_hidden_size(model_dir)` or None, and its file.
       rates_of: `rates_of(sizes, max_seconds)` -> `Rates` (the chief's, with a time budget).
-      agree: `agree(values)` -> the chief's values on every worker (`autotune.agree_values`).
+      agree: `agree(values)` -> the chief's values on every worker (`measure.agree_values`).
 
     Returns:
       The `Decision`.
 
     Raises:
-      errors.InvalidValueError: a bad `scaling_law` file (`sizing.load_law`).
+      errors.InvalidValueError: a bad `scaling_law` file (`law.load_law`).
 
     Example:
     >>> from tf_mlstm.config import TrainConfig
-    >>> from tf_mlstm.train.autosize import decide
+    >>> from tf_mlstm.auto.size import decide
     >>> config = TrainConfig(hidden_size="auto", size_candidates="128,256", max_steps=100,
     ...     batch_size=32, seq_length=64).validate()
     >>> decision = decide(config, replicas=1)
@@ -219,18 +219,18 @@ def decide(
 
 
 def _plan(config, replicas, rates_of):
-    law = sizing.load_law(config.scaling_law)
+    law = law_lib.load_law(config.scaling_law)
     sizes = config.size_candidate_units
     max_chars = float(step_chars(config))
     seconds_budget = config.max_minutes * 60
     if seconds_budget > 0 and rates_of is not None:
-        rates = rates_of(sizes, autotune.time_cap_s(config.max_minutes))
+        rates = rates_of(sizes, measure.time_cap_s(config.max_minutes))
     else:
         rates = Rates({}, "not measured", note=f"{errors.setting_name('max_minutes')}=0")
     left = seconds_budget - rates.seconds
     if rates.rates and left > 0:
         run_rates = {u: r * replicas for u, r in rates.rates.items()}
-        plan = sizing.plan_size(
+        plan = law_lib.plan_size(
             law,
             run_rates,
             left,
@@ -241,7 +241,7 @@ def _plan(config, replicas, rates_of):
         )
         how = rates.how
     else:
-        plan = sizing.plan_size(
+        plan = law_lib.plan_size(
             law,
             dict.fromkeys(sizes),
             math.inf,
@@ -304,7 +304,7 @@ def unused_settings(config) -> "str | None":
 
     Example:
     >>> from tf_mlstm.config import TrainConfig
-    >>> from tf_mlstm.train.autosize import unused_settings
+    >>> from tf_mlstm.auto.size import unused_settings
     >>> line = unused_settings(TrainConfig(hidden_size=512, optimize_for="transfer"))
     >>> line[:60]
     '--optimize_for=transfer does nothing: it chooses the size of'
@@ -317,7 +317,7 @@ def unused_settings(config) -> "str | None":
     if size == AUTO:
         return None
     unused = []
-    if getattr(config, "optimize_for", sizing.OPTIMIZE_FOR[0]) != sizing.OPTIMIZE_FOR[0]:
+    if getattr(config, "optimize_for", choices.OPTIMIZE_FOR[0]) != choices.OPTIMIZE_FOR[0]:
         unused.append(f"--optimize_for={config.optimize_for}")
     if getattr(config, "scaling_law", ""):
         unused.append(f"--scaling_law={config.scaling_law}")
@@ -360,16 +360,16 @@ def rates_on_this_machine(
     import shutil  # pylint: disable=g-import-not-at-top
     import tempfile  # pylint: disable=g-import-not-at-top
 
-    from tf_mlstm.train import hardware  # pylint: disable=g-import-not-at-top
+    from tf_mlstm.auto import hardware  # pylint: disable=g-import-not-at-top
 
     probe = task.measurement(per_replica_batch)
     if probe is None:
         return Rates({}, "not measured", note="this task's step is not measurable")
     machine = hardware.detect()
     use_gpus = getattr(config, "num_gpus", -1) != 0
-    setting = autotune.candidates(machine, use_gpus, config.precision, config.jit_compile)[0]
+    setting = measure.candidates(machine, use_gpus, config.precision, config.jit_compile)[0]
     shape = {**probe.shape, "replicas": replicas}
-    allowed = max_seconds >= autotune.MIN_MEASURE_S
+    allowed = max_seconds >= measure.MIN_MEASURE_S
     why = f"{errors.setting_name('max_minutes')}={config.max_minutes:g} leaves {max_seconds:.1f} s"
     scratch = tempfile.mkdtemp(prefix="tf_mlstm_autosize_")
     try:
@@ -378,8 +378,8 @@ def rates_on_this_machine(
             setting,
             lambda c: build_step(c.setting, probe, scratch, use_gpus, c.units),
             probe.units_per_step,
-            cache=autotune.Cache(),
-            key_of=lambda units: autotune.cache_key(
+            cache=measure.Cache(),
+            key_of=lambda units: measure.cache_key(
                 machine, use_gpus, {**shape, "hidden_size": units}
             ),
             max_seconds=max_seconds,
