@@ -29,6 +29,7 @@ from tf_mlstm.models.head_arrays import ClassifierHead
 from tf_mlstm.models.language_model import bits_per_char_from_logits
 from tf_mlstm.rundir import CHECKPOINT_SUBDIR
 from tf_mlstm.serving import saved_model
+from tf_mlstm.serving import server_config
 from tf_mlstm.train import evaluation
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import ngrams
@@ -414,6 +415,62 @@ def test_the_export_s_warmup_records_are_one_request_per_signature_that_each_ser
     assert tf.make_ndarray(logs[0].predict_log.request.inputs["text"]).tolist() == [b"Great."]
 
 
+def test_the_export_writes_the_server_s_batching_measured_here_and_a_model_config(
+    small_model, tmp_path
+):
+    """Beside the SavedModel: TensorFlow Serving's batching parameters, chosen from rates
+    timed on this machine (recorded in meta.json), and a model config entry for a
+    multi-model server, each parsed back in its server's format."""
+    from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.config import model_server_config_pb2  # pylint: disable=g-import-not-at-top
+
+    module = saved_model.ServingModule(small_model, window=32)
+    export_dir = saved_model.export_saved_model(module, str(tmp_path / "reviews"), 3)
+    config = text_format.Parse(
+        pathlib.Path(export_dir, server_config.MODEL_CONFIG_FILE).read_text(),
+        model_server_config_pb2.ModelServerConfig(),
+    )
+    (model,) = config.model_config_list.config
+    assert (model.name, model.base_path, model.model_platform) == (
+        "reviews",
+        "/models/reviews",
+        "tensorflow",
+    )
+    text = pathlib.Path(export_dir, server_config.BATCHING_FILE).read_text()
+    values = dict(re.findall(r"^(\w+) \{ value: (\d+) \}$", text, re.MULTILINE))
+    allowed = [int(size) for size in re.findall(r"^allowed_batch_sizes: (\d+)$", text, re.M)]
+    assert set(values) == {
+        "max_batch_size",
+        "batch_timeout_micros",
+        "num_batch_threads",
+        "max_enqueued_batches",
+    }
+    assert len(text.splitlines()) == len(values) + len(allowed)
+    record = json.loads(pathlib.Path(export_dir, saved_model.META_FILE).read_text())["batching"]
+    assert int(values["max_batch_size"]) == record["max_batch_size"] == allowed[-1]
+    assert allowed == [2**i for i in range(len(allowed))]
+    assert int(values["num_batch_threads"]) == os.cpu_count()
+    assert 100 <= int(values["batch_timeout_micros"]) <= 100_000
+    assert record["text_bytes"] == 32 and set(record["texts_per_second"]) >= {"1", "2"}
+
+
+def test_the_batch_size_is_the_smallest_near_the_best_rate():
+    now = [0.0]
+
+    def call(size):  # a fixed cost per call up to 5 texts, then 2 ms a text
+        now[0] += max(0.01, 0.002 * size)
+
+    batching = server_config.measure_batching(call, 256, threads=3, clock=lambda: now[0])
+    rates = {1: 100.0, 2: 200.0, 4: 400.0, 8: 500.0, 16: 500.0, 32: 500.0, 64: 500.0}
+    assert batching.texts_per_second == pytest.approx(rates)
+    assert batching.max_batch_size == 8 and batching.allowed_batch_sizes == (1, 2, 4, 8)
+    assert batching.batch_timeout_micros == 1600  # a tenth of a batch of 8's 16 ms
+    assert (batching.num_batch_threads, batching.max_enqueued_batches) == (3, 3)
+    now[0] = 0.0
+    short = server_config.measure_batching(call, 256, budget_s=0.1, clock=lambda: now[0])
+    assert max(short.texts_per_second) == 8  # past 0.1 s once 8 is measured (3 calls a size)
+
+
 def _documented_requests():
     """[(signature name, request body)] of every REST request docs/serving.md shows (curl -d)."""
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text()
@@ -457,6 +514,46 @@ def test_the_documented_rest_requests_are_served_by_their_signatures(small_model
             "generate": {"text"},
         }[name]
         assert set(outputs) == expected, name
+
+
+def test_the_documented_grpc_client_is_served_by_the_signatures(small_model, tmp_path, monkeypatch):
+    """The gRPC client docs/serving.md shows runs as written; its requests, answered by the
+    loaded SavedModel as TensorFlow Serving answers them, give the outputs it names."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import predict_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow_serving.apis import prediction_service_pb2_grpc  # pylint: disable=g-import-not-at-top
+
+    head = ClassifierHead(("cell",), np.zeros(16), np.ones(16), np.zeros(16), 0.0)
+    module = saved_model.ServingModule(small_model, classifier=head)
+    loaded = tf.saved_model.load(saved_model.export_saved_model(module, str(tmp_path), 1))
+    asked = []
+
+    class Server:
+        def __init__(self, channel):
+            del channel
+
+        def Predict(self, request, timeout):  # noqa: N802 (the stub's name)
+            assert request.model_spec.name == "mlstm" and timeout > 0
+            signature = loaded.signatures[request.model_spec.signature_name]
+            asked.append(request.model_spec.signature_name)
+            inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+            response = predict_pb2.PredictResponse()
+            for name, value in signature(**inputs).items():
+                response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
+            return response
+
+    monkeypatch.setattr(grpc, "insecure_channel", lambda target: target)
+    monkeypatch.setattr(prediction_service_pb2_grpc, "PredictionServiceStub", Server)
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "serving.md").read_text()
+    (client,) = re.findall(r"### gRPC.*?```python\n(.*?)```", text, re.DOTALL)
+    namespace = {}
+    exec(compile(client, "docs/serving.md", "exec"), namespace)  # noqa: S102
+    assert asked == ["featurize", "score", "classify", "generate"]
+    assert set(namespace["features"]) == set(features.FEATURE_KINDS)
+    assert namespace["features"]["cell"].shape == (2, small_model.hidden_size)
+    assert namespace["scores"]["bits_per_char"].shape == (2,)
+    assert namespace["classified"]["probabilities"].shape == (2, 2)
+    assert namespace["generated"].shape == (2,)
 
 
 def test_signatures_enforce_the_export_limits(small_model):

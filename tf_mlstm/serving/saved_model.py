@@ -30,6 +30,7 @@ from tf_mlstm.models import sampling
 from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import MULTILABEL
 from tf_mlstm.models.preprocessor import BytePreprocessor
+from tf_mlstm.serving import server_config
 
 SERVING_WINDOW = 256
 DEFAULT_MAX_TEXT_BYTES = 65536
@@ -470,8 +471,10 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
     if version < 0:
         raise errors.InvalidValueError(f"export version must be >= 0, got {version}")
     check_export_base(base_dir)
+    batching = measure_batching(module)
     tf.io.gfile.makedirs(base_dir)
     target = os.path.join(base_dir, str(version))
+    name = os.path.basename(os.path.normpath(base_dir))
     with fileio.replacing(target) as tmp:
         tf.saved_model.save(module, tmp, signatures=module.signatures())
         failpoints.reach("export")
@@ -479,6 +482,10 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
         with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as warmup:
             for log in warmup_requests(module):
                 warmup.write(log.SerializeToString())
+        with tf.io.gfile.GFile(os.path.join(tmp, server_config.BATCHING_FILE), "w") as f:
+            f.write(batching.text())
+        with tf.io.gfile.GFile(os.path.join(tmp, server_config.MODEL_CONFIG_FILE), "w") as f:
+            f.write(server_config.model_config_text(name, f"/models/{name}"))
         meta = dict(metadata or {})
         meta.update(
             exporter=EXPORTER,
@@ -486,10 +493,30 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
             limits=module.limits(),
             serving_default=module.default_signature,
             requires=requirements(),
+            batching=batching.record(),
         )
         fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)
     logging.info("Exported SavedModel version %d to %s", version, target)
     return target
+
+
+def measure_batching(module) -> server_config.Batching:
+    """The server's batching for `module`, timed here on its default signature.
+
+    Its texts are of one model call (`window` bytes, within the export's limit).
+
+    Args:
+      module: a `ServingModule`.
+
+    Returns:
+      A `server_config.Batching`.
+    """
+    text_bytes = min(module.window, module.max_text_bytes)
+    text = ("A fine film, well worth the evening. " * (text_bytes // 37 + 1))[:text_bytes]
+    signature = module.signatures()[module.default_signature]
+    return server_config.measure_batching(
+        lambda size: signature(tf.constant([text] * size)), text_bytes
+    )
 
 
 def requirements() -> dict[str, str]:
