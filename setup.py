@@ -38,6 +38,7 @@ _BINARIES = {
     "tf-mlstm-visualize": "tf_mlstm.cli.visualize:run",
     "tf-mlstm-finetune": "tf_mlstm.cli.finetune:run",
     "tf-mlstm-import-openai": "tf_mlstm.cli.import_openai:run",
+    "tf-mlstm-preset": "tf_mlstm.cli.preset:run",
 }
 
 _INSTALL_REQUIRES = [

@@ -24,6 +24,7 @@ BINARIES = {
     "import_openai": ("define_import_flags", config.ImportConfig),
     "visualize": ("define_visualize_flags", config.VisualizeConfig),
     "make_tfrecords": ("define_flags", config.ConvertConfig),
+    "preset": ("define_preset_flags", config.PresetConfig),
 }
 # Fields no flag sets (the binary fills them in).
 NO_FLAG = {
@@ -66,7 +67,16 @@ def test_a_flag_s_help_is_its_field_s_documentation(module):
 
 
 # The binaries whose every flag is derived from its field (`_flags.define_fields`).
-DERIVED = ("eval", "classify", "export", "generate", "visualize", "import_openai", "make_tfrecords")
+DERIVED = (
+    "eval",
+    "classify",
+    "export",
+    "generate",
+    "visualize",
+    "import_openai",
+    "make_tfrecords",
+    "preset",
+)
 # A field without a default whose flag has one: empty = the fine-tuned head of --model_dir.
 FLAG_DEFAULTS = {("ClassifyConfig", "classifier"): ""}
 

@@ -261,6 +261,18 @@ _CASES = {
         ],
         "--output={folder} is a folder; give a prefix of file names in it, e.g. {folder}/part",
     ),
+    "preset_into_a_run": (
+        "preset",
+        ["--model_dir={lm}", "--preset_dir={ft}", "--overwrite"],
+        "--preset_dir={ft} is a fine-tuning run (it holds finetune_config.json), and "
+        "tf-mlstm-preset takes a new folder or a tf_mlstm preset there",
+    ),
+    "preset_as_the_model": (
+        "preset",
+        ["--model_dir={t}/p", "--preset_dir={t}/q"],
+        "--model_dir={t}/p is a tf_mlstm preset (it holds metadata.json), not a run folder: "
+        "in Python, tf_mlstm.load('{t}/p') loads it",
+    ),
     "transfer_output_is_the_model": (
         "transfer",
         ["--model_dir={lm}", "--train_data={csv}", "--output_dir={lm}", "--overwrite"],
@@ -277,6 +289,8 @@ def _names(places):
 @pytest.mark.parametrize("case", sorted(_CASES))
 def test_a_mistake_in_a_path_is_one_line_before_any_work(case, places, run_in_process):
     _write(places["t"] / "export" / "7" / "saved_model.pb", "pb")
+    _write(places["t"] / "p" / "metadata.json", "{}")
+    _write(places["t"] / "p" / "config.json", "{}")
     module, args, expected = _CASES[case]
     names = _names(places)
     before = sorted(str(p) for p in places["t"].rglob("*"))

@@ -5,6 +5,7 @@ and a binary compute the same numbers; `load(model_dir)` gives a `TrainedModel`.
 """
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -22,7 +23,9 @@ from tf_mlstm.data.text import normalize_text
 from tf_mlstm.models import featurize
 from tf_mlstm.models import language_model
 from tf_mlstm.models import openai_weights
+from tf_mlstm.models import preset as preset_lib
 from tf_mlstm.models import sampling
+from tf_mlstm.models.classifier import MLSTMClassifier
 from tf_mlstm.models.preprocessor import BytePreprocessor
 from tf_mlstm.serving import saved_model
 from tf_mlstm.tasks.language_model import LanguageModelTask
@@ -270,11 +273,13 @@ def load(
     batch_size=features_lib.DEFAULT_BATCH_SIZE,
     window=features_lib.DEFAULT_WINDOW,
 ) -> "TrainedModel":
-    """Loads the newest intact checkpoint of a run folder.
+    """Loads the newest intact checkpoint of a run folder, or a preset folder.
 
     Args:
-      model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`.
-      classifier: a `tf-mlstm-transfer` classifier.json; "" = a fine-tuned run's own head.
+      model_dir: a `tf-mlstm-train` or `tf-mlstm-finetune` `--model_dir`, or a preset
+        (`save_to_preset`, `tf-mlstm-preset`).
+      classifier: a `tf-mlstm-transfer` classifier.json; "" = a fine-tuned run's own head
+        (a preset's: its classifier.json or fine-tuned head).
       precision: float32, mixed_bfloat16, mixed_float16 or auto; None: as the classifier's
         features were fitted (classifier.json records it), else float32.
       batch_size: texts per model call.
@@ -286,10 +291,17 @@ def load(
     Raises:
       MissingFileError: no trained model in `model_dir`, or no file `classifier`.
       InvalidValueError: `batch_size` or `window` past its bound, or a `classifier`
-        that is no classifier file or was fitted on another model's weights.
+        that is no classifier file or was fitted on another model's weights, or a
+        preset that is damaged.
     """
     bounds.check_sizes({"batch_size": batch_size, "window": window})
     _check_exists("model_dir", model_dir)
+    if preflight.is_preset(model_dir):
+        return _load_preset(model_dir, classifier, precision, batch_size, window)
+    if not preflight.isdir(model_dir):
+        raise errors.InvalidValueError(
+            f"model_dir={model_dir!r} is a file, not a run folder or a preset folder"
+        )
     if not rundir.holds(model_dir, rundir.CONFIG_FILE):
         kind, evidence = preflight.folder_kind(model_dir)
         what = (
@@ -300,7 +312,8 @@ def load(
         )
         raise errors.MissingFileError(
             f"model_dir={model_dir!r} holds no {rundir.CONFIG_FILE}: not a run folder of "
-            f"tf_mlstm.pretrain or tf_mlstm.finetune{what}"
+            f"tf_mlstm.pretrain or tf_mlstm.finetune (nor a preset: no "
+            f"{preflight.PRESET_METADATA_FILE}){what}"
         )
     fitted = _checked_classifier(classifier) if classifier else None
     precision = features_lib.classifier_precision(precision, fitted)
@@ -320,6 +333,42 @@ def load(
         precision,
         batch_size,
         window,
+    )
+
+
+def _load_preset(preset, classifier, precision, batch_size, window):
+    """`load` of a preset folder: its model, and its classifier.json or fine-tuned head."""
+    metadata = preset_lib.read_metadata(preset, "model_dir")
+    classifier = classifier or preset_lib.classifier_file(preset)
+    fitted = None
+    if classifier:  # the preset's own is checked too: it may have been swapped
+        fitted = _checked_classifier(classifier)
+    # As `load`'s rule; auto is the hardware's choice (a preset holds no run to measure).
+    precision = features_lib.resolve_precision(
+        features_lib.classifier_precision(precision, fitted), None, batch_size, window
+    )
+    tuned = None
+    if metadata["kind"] == preset_lib.FINE_TUNED:
+        tuned = MLSTMClassifier.from_preset(preset, precision=precision)
+        model = tuned.encoder
+    else:
+        model = language_model.MLSTMLanguageModel.from_preset(preset, precision=precision)
+    if fitted is not None:
+        _check_classifier_fits(fitted, classifier, model, preset)
+    recorded = metadata.get("train_config")
+    config = TrainConfig.from_json(json.dumps(recorded)) if recorded else None
+    return TrainedModel(
+        preset,
+        model,
+        config,
+        model.run_checkpoint,
+        classifier,
+        precision,
+        batch_size,
+        window,
+        metadata=metadata,
+        # The fine-tuned head classifies in float32, as a fine-tuned run's does.
+        fine_tuned=tuned if precision == "float32" else None,
     )
 
 
@@ -358,10 +407,11 @@ class TrainedModel:
 
     Attributes:
       model: the `MLSTMLanguageModel` (a `keras.Model`).
-      config: the run's `TrainConfig`.
-      checkpoint: the checkpoint prefix loaded.
-      model_dir: the run folder.
+      config: the run's `TrainConfig` (a preset's: as its metadata records it, paths as names).
+      checkpoint: the checkpoint prefix loaded (a preset's: its weights file).
+      model_dir: the run folder, or the preset folder.
       precision: the policy it computes in.
+      metadata: a preset's metadata.json (`tf_mlstm.models.preset`); None for a run folder.
 
     Example:
     >>> import tf_mlstm
@@ -373,7 +423,17 @@ class TrainedModel:
     """
 
     def __init__(
-        self, model_dir, model, config, checkpoint, classifier, precision, batch_size, window
+        self,
+        model_dir,
+        model,
+        config,
+        checkpoint,
+        classifier,
+        precision,
+        batch_size,
+        window,
+        metadata=None,
+        fine_tuned=None,
     ):
         if batch_size <= 0 or window <= 0:
             raise errors.InvalidValueError(
@@ -387,6 +447,8 @@ class TrainedModel:
         self.precision = precision
         self.batch_size = int(batch_size)
         self.window = int(window)
+        self.metadata = metadata
+        self._fine_tuned = fine_tuned  # a fine-tuned preset's float32 `MLSTMClassifier`
         self._featurizer = None
         self._sampler = None
         self._predictor = None
@@ -506,23 +568,66 @@ class TrainedModel:
         """
         texts = _normalized(texts, nothing_to="classify")  # checked before anything is loaded
         if self._predictor is None:
-            if not self.classifier and not rundir.is_finetune_run(self.model_dir):
+            if not self.classifier and not self._is_fine_tuned():
+                what = "a fine-tuned run" if self.metadata is None else "a classifier's preset"
                 raise errors.InvalidValueError(
-                    f"{self.model_dir} is not a fine-tuned run: give "
+                    f"{self.model_dir} is not {what}: give "
                     "tf_mlstm.load(model_dir, classifier=CLASSIFIER_JSON) (a tf-mlstm-transfer "
                     "classifier) to classify"
                 )
-            self._predictor = predict.load_predictor(
-                self.model_dir,
-                self.classifier,
-                self.batch_size,
-                self.window,
-                self.precision,
-                model=self.model,
-            )
+            if self.metadata is not None and not self.classifier:
+                self._predictor = predict.classifier_predictor(
+                    self._fine_tuned_classifier(), self.batch_size
+                )
+            else:
+                self._predictor = predict.load_predictor(
+                    self.model_dir,
+                    self.classifier,
+                    self.batch_size,
+                    self.window,
+                    self.precision,
+                    model=self.model,
+                )
         predictor, classes = self._predictor
         probabilities, labels = predictor(texts)
         return Classified(np.asarray(labels), np.asarray(probabilities), tuple(classes))
+
+    def _is_fine_tuned(self):
+        if self.metadata is not None:
+            return self.metadata["kind"] == preset_lib.FINE_TUNED
+        return rundir.is_finetune_run(self.model_dir)
+
+    def _fine_tuned_classifier(self):
+        """The fine-tuned `MLSTMClassifier` in float32, of the preset or run folder."""
+        if self._fine_tuned is None:
+            if self.metadata is not None:
+                self._fine_tuned = MLSTMClassifier.from_preset(self.model_dir)
+            else:
+                self._fine_tuned = MLSTMClassifier.from_finetune_run(self.model_dir)
+        return self._fine_tuned
+
+    def save_to_preset(self, preset_dir, overwrite=False) -> dict:
+        """Writes this model as a preset folder, which `tf_mlstm.load(preset_dir)` loads.
+
+        A language model's preset; with a classifier.json, the linear probe's (the model
+        and that file); of a fine-tuned run (or preset), the fine-tuned classifier's.
+
+        Args:
+          preset_dir: the folder to write: new or empty, unless `overwrite`.
+          overwrite: replace what it holds (an earlier preset; never a run or data folder).
+
+        Returns:
+          The metadata written (metadata.json: kind, versions, training, weights_sha256).
+
+        Raises:
+          InvalidValueError: `preset_dir` holds something (without `overwrite`), is another
+            tool's folder, or holds the run.
+        """
+        if self.classifier:
+            return self.model.save_to_preset(preset_dir, overwrite, classifier=self.classifier)
+        if self._is_fine_tuned():
+            return self._fine_tuned_classifier().save_to_preset(preset_dir, overwrite)
+        return self.model.save_to_preset(preset_dir, overwrite)
 
 
 def _normalized(texts, nothing_to=""):

@@ -120,7 +120,10 @@ def check_link_leads_somewhere(path, what) -> None:
 # === What kind of folder a path is ===
 
 # The kinds of folder the tools make, each told by the file only it writes
-# (checked in this order: a fine-tuning run also holds config.json).
+# (checked in this order: a fine-tuning run and a preset also hold config.json).
+PRESET = "tf_mlstm preset"
+PRESET_METADATA_FILE = "metadata.json"
+"""The file that tells a preset (`tf_mlstm.models.preset`) from a run folder."""
 LANGUAGE_MODEL_RUN = "language-model run"
 FINETUNE_RUN = "fine-tuning run"
 MODEL_RUNS = (LANGUAGE_MODEL_RUN, FINETUNE_RUN)
@@ -128,6 +131,7 @@ TRANSFER_OUTPUT = "tf-mlstm-transfer output folder"
 DATA_FOLDER = "tf-mlstm-make-tfrecords data folder"
 SAVED_MODEL = "SavedModel"
 _KINDS = (
+    (PRESET, PRESET_METADATA_FILE),
     (FINETUNE_RUN, FINETUNE_CONFIG_FILE),
     (LANGUAGE_MODEL_RUN, CONFIG_FILE),
     (TRANSFER_OUTPUT, "classifier.json"),
@@ -157,6 +161,7 @@ def use_of(kind, path) -> str:
             "TensorFlow Serving and tf-mlstm-classify-beam --saved_model serve it; in Python, "
             "tf.saved_model.load loads it after `import tensorflow_text`"
         ),
+        PRESET: f"in Python, tf_mlstm.load({path!r}) loads it",
     }[kind]
 
 
@@ -246,8 +251,32 @@ def check_trained_model(model_dir, flag="model_dir") -> None:
         )
     if not isdir(model_dir):
         raise errors.MissingFileError(f"{_name(flag)}={model_dir} is a file, not a run folder")
+    if is_preset(model_dir):
+        raise preset_not_run_error(model_dir, flag)
     if not exists(os.path.join(model_dir, CONFIG_FILE)):
         raise missing_config_error(model_dir)
+
+
+def is_preset(path) -> bool:
+    """Whether `path` is a preset folder (it holds `PRESET_METADATA_FILE`)."""
+    return isdir(path) and exists(os.path.join(path, PRESET_METADATA_FILE))
+
+
+def preset_not_run_error(path, flag=None) -> RunDirError:
+    """The error for a preset given where a run folder goes: what it is and what loads it.
+
+    Args:
+      path: the preset folder.
+      flag: the flag or argument that named it, or None.
+
+    Returns:
+      A `RunDirError` of one line, to raise.
+    """
+    where = f"{_name(flag)}={path}" if flag else path
+    return RunDirError(
+        f"{where} is {with_article(PRESET)} (it holds {PRESET_METADATA_FILE}), not a run "
+        f"folder: {use_of(PRESET, path)}"
+    )
 
 
 def check_finetune_run(model_dir) -> None:

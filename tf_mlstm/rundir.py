@@ -10,6 +10,7 @@ MODEL_DIR/
   carried_state/worker-<i>-step-<step>.tensor   each worker's recurrent state
   input_state/worker-<i>/step-<step>.*          each worker's input position
   export/, train/, validation/ the SavedModel of tf-mlstm-train; TensorBoard events
+  demo_data/                   the demo corpus's TFRecords (a run without train_data)
 ```
 """
 
@@ -52,6 +53,7 @@ CHECKPOINT_SUBDIR = preflight.CHECKPOINT_SUBDIR
 CARRIED_STATE_SUBDIR = "carried_state"
 INPUT_STATE_SUBDIR = "input_state"
 EXPORT_SUBDIR = "export"
+DEMO_DATA_SUBDIR = "demo_data"
 
 RESUME_FIXED = preflight.RESUME_FIXED
 RunDirError = preflight.RunDirError
@@ -70,6 +72,11 @@ def holds(model_dir: str, name: str) -> bool:
 def export_dir(model_dir: str) -> str:
     """The SavedModel folder of a run."""
     return os.path.join(model_dir, EXPORT_SUBDIR)
+
+
+def demo_data_dir(model_dir: str) -> str:
+    """The TFRecords a run without `train_data` converts the embedded demo corpus into."""
+    return os.path.join(model_dir, DEMO_DATA_SUBDIR)
 
 
 is_finetune_run = preflight.is_finetune_run
@@ -110,8 +117,10 @@ def read_config(model_dir, config_class: type[C] = TrainConfig, name=CONFIG_FILE
 
     Raises:
       FileNotFoundError: no such file.
-      ValueError: the file is not valid JSON.
+      ValueError: the file is not valid JSON, or `model_dir` is a preset, not a run.
     """
+    if preflight.is_preset(model_dir):  # its config.json is a Keras model's
+        raise preflight.preset_not_run_error(model_dir)
     path = os.path.join(model_dir, name)
     if not tf.io.gfile.exists(path):
         raise preflight.missing_config_error(model_dir, name)

@@ -10,6 +10,7 @@ from tf_mlstm.config.binaries import ClassifyConfig
 from tf_mlstm.config.binaries import ExportConfig
 from tf_mlstm.config.binaries import GenerateConfig
 from tf_mlstm.config.binaries import ImportConfig
+from tf_mlstm.config.binaries import PresetConfig
 from tf_mlstm.config.binaries import VisualizeConfig
 from tf_mlstm.config.choices import ALL_REDUCE
 from tf_mlstm.config.choices import ALLREDUCE_DTYPES
@@ -51,6 +52,7 @@ __all__ = [
     "ExportConfig",
     "GenerateConfig",
     "ImportConfig",
+    "PresetConfig",
     "VisualizeConfig",
     "ConvertConfig",
     "DECAYS",

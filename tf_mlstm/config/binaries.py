@@ -206,6 +206,57 @@ class ExportConfig:
         return self
 
 
+# === PresetConfig (`tf-mlstm-preset`) ===
+
+
+def holds_path(folder, path) -> bool:
+    """Whether the local `path` is `folder` or inside it (links followed; a URL never is)."""
+    if "://" in folder or "://" in path:
+        return False
+    inside = os.path.relpath(os.path.realpath(path), os.path.realpath(folder))
+    return not inside.startswith(os.pardir)
+
+
+@dataclasses.dataclass(frozen=True)
+class PresetConfig:
+    """What to write as a preset. Field names match the flags.
+
+    Attributes:
+      model_dir: A tf-mlstm-train (or tf-mlstm-finetune) `model_dir`; a fine-tuned run
+        gives its classifier's preset.
+      preset_dir: The preset folder to write (config.json, preprocessor.json,
+        model.weights.h5, metadata.json); tf_mlstm.load(PRESET_DIR) loads it.
+      classifier: A tf-mlstm-transfer classifier.json fitted on the model: the preset is
+        that linear probe's.
+      overwrite: Replace what `preset_dir` holds (an earlier preset) once the new one is all
+        written; else it is refused. Never a run or another tool's folder.
+
+    Example:
+
+    >>> from tf_mlstm.config import PresetConfig
+    >>> PresetConfig(model_dir="runs/r1", preset_dir="presets/r1").validate().classifier
+    ''
+    """
+
+    model_dir: str
+    preset_dir: str
+    classifier: str = ""
+    overwrite: bool = False
+
+    def validate(self) -> Self:
+        """Raises ValueError with one clear line for a bad value; returns self."""
+        if not self.model_dir or not self.preset_dir:
+            raise errors.InvalidValueError(
+                f"{_name('model_dir')} and {_name('preset_dir')} must not be empty."
+            )
+        if holds_path(self.preset_dir, self.model_dir):
+            raise errors.InvalidValueError(
+                f"{_name('preset_dir')}={self.preset_dir} holds {_name('model_dir')}="
+                f"{self.model_dir}: write the preset to a folder of its own"
+            )
+        return self
+
+
 # === ClassifyConfig (`tf-mlstm-classify`) ===
 
 

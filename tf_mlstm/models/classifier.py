@@ -14,6 +14,7 @@ from tf_mlstm import rundir
 from tf_mlstm.data.fields import split_keys
 from tf_mlstm.data.text import check_texts
 from tf_mlstm.models import pooling
+from tf_mlstm.models import preset as preset_lib
 from tf_mlstm.models.head import BINARY
 from tf_mlstm.models.head import MULTICLASS
 from tf_mlstm.models.head import MULTILABEL
@@ -244,18 +245,31 @@ class MLSTMClassifier(keras.Model):
         """
         if rundir.is_finetune_run(model_dir):
             return cls.from_finetune_run(model_dir, num_classes, num_labels)
-        if (num_classes is None) == (num_labels is None):
-            raise errors.InvalidValueError(
-                f"{model_dir} is a language model: give num_classes=K (one label of K "
-                "classes) or num_labels=L (L 0/1 labels) for its new head"
-            )
-        if (num_classes is not None and num_classes < 2) or (
-            num_labels is not None and num_labels < 1
-        ):
-            raise errors.InvalidValueError(
-                f"num_classes must be >= 2 and num_labels >= 1, got {num_classes}, {num_labels}"
-            )
+        _check_new_head(model_dir, num_classes, num_labels)
         encoder = MLSTMLanguageModel.from_run(model_dir)
+        return cls._with_new_head(
+            encoder,
+            num_classes,
+            num_labels,
+            feature,
+            head_hidden,
+            head_dropout,
+            max_length,
+            classes,
+        )
+
+    @classmethod
+    def _with_new_head(
+        cls,
+        encoder,
+        num_classes,
+        num_labels,
+        feature,
+        head_hidden,
+        head_dropout,
+        max_length,
+        classes,
+    ):
         multilabel = num_labels is not None
         count = num_labels if multilabel else num_classes
         names = tuple(range(count)) if classes is None else tuple(classes)
@@ -297,15 +311,7 @@ class MLSTMClassifier(keras.Model):
         """
         config, results = rundir.read_finetune_run(model_dir)
         spec = finetuned_head_spec(config, results)
-        asked = {"num_classes": num_classes, "num_labels": num_labels}
-        has = {"num_labels" if spec.kind == MULTILABEL else "num_classes": len(spec.classes)}
-        for name, value in asked.items():
-            if value is not None and has.get(name) != value:
-                raise errors.InvalidValueError(
-                    f"{model_dir} is a fine-tuned {spec.kind} classifier of "
-                    f"{len(spec.classes)} {'labels' if spec.kind == MULTILABEL else 'classes'}, "
-                    f"not {name}={value}"
-                )
+        _check_asked(model_dir, spec, num_classes, num_labels)
         train_config = rundir.read_config(model_dir)
         encoder = MLSTMLanguageModel.from_train_config(train_config, precision=precision)
         model = cls(
@@ -322,8 +328,69 @@ class MLSTMClassifier(keras.Model):
         restorer = tf.train.Checkpoint(**model.checkpoint_objects())
         encoder.run_config = train_config
         encoder.run_checkpoint = rundir.restore_model(restorer, model_dir)
+        encoder.run_dir = model_dir
         model.encoder.head.trainable = False  # as in `from_run` of a language model
         return model
+
+    # === Presets ===
+    @classmethod
+    def from_preset(
+        cls,
+        preset,
+        num_classes=None,
+        num_labels=None,
+        feature="mean,max,min,std",
+        head_hidden=0,
+        head_dropout=0.0,
+        max_length=256,
+        classes=None,
+        precision="float32",
+    ) -> "MLSTMClassifier":
+        """A classifier of a preset folder: a fine-tuned classifier's own, else a new head.
+
+        The arguments are `from_run`'s: on a language model's (or a linear probe's) preset
+        they make the new head; on a fine-tuned classifier's they are what it must have.
+
+        Args:
+          preset: a folder `save_to_preset` or `tf-mlstm-preset` wrote.
+          num_classes, num_labels, feature, head_hidden, head_dropout, max_length, classes:
+            see `from_run`.
+          precision: the encoder's policy (the head is float32).
+
+        Returns:
+          A built `MLSTMClassifier`.
+
+        Raises:
+          MissingFileError: no such folder, or a file of the preset is missing.
+          InvalidValueError: not a preset (the message says what it is), damaged weights, or
+            counts that do not fit.
+        """
+        kind = preset_lib.read_metadata(preset)["kind"]
+        if kind != preset_lib.FINE_TUNED:
+            _check_new_head(preset, num_classes, num_labels)
+        model = preset_lib.load_model(preset, precision)
+        if isinstance(model, MLSTMClassifier):
+            _check_asked(preset, model.head_spec, num_classes, num_labels)
+            return model
+        return cls._with_new_head(
+            model, num_classes, num_labels, feature, head_hidden, head_dropout, max_length, classes
+        )
+
+    def save_to_preset(self, preset_dir, overwrite=False) -> dict:
+        """Writes this classifier as a preset folder (`tf_mlstm.models.preset`), its encoder inside.
+
+        Args:
+          preset_dir: the folder to write: new or empty, unless `overwrite`.
+          overwrite: replace what it holds (an earlier preset; never a run or data folder).
+
+        Returns:
+          The metadata written (metadata.json).
+
+        Raises:
+          InvalidValueError: `preset_dir` holds something (without `overwrite`), or is
+            another tool's folder.
+        """
+        return preset_lib.write_preset(self, preset_dir, preset_lib.FINE_TUNED, overwrite)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -353,6 +420,32 @@ class MLSTMClassifier(keras.Model):
         model = cls(**config)
         model.encoder.head.trainable = bool(lm_head_trainable)
         return model
+
+
+def _check_new_head(source, num_classes, num_labels):
+    """Refuses counts that make no new head for the language model of `source`."""
+    if (num_classes is None) == (num_labels is None):
+        raise errors.InvalidValueError(
+            f"{source} is a language model: give num_classes=K (one label of K "
+            "classes) or num_labels=L (L 0/1 labels) for its new head"
+        )
+    if (num_classes is not None and num_classes < 2) or (num_labels is not None and num_labels < 1):
+        raise errors.InvalidValueError(
+            f"num_classes must be >= 2 and num_labels >= 1, got {num_classes}, {num_labels}"
+        )
+
+
+def _check_asked(source, spec, num_classes, num_labels):
+    """Refuses `num_classes` or `num_labels` other than a fine-tuned classifier's `spec`."""
+    asked = {"num_classes": num_classes, "num_labels": num_labels}
+    has = {"num_labels" if spec.kind == MULTILABEL else "num_classes": len(spec.classes)}
+    for name, value in asked.items():
+        if value is not None and has.get(name) != value:
+            raise errors.InvalidValueError(
+                f"{source} is a fine-tuned {spec.kind} classifier of "
+                f"{len(spec.classes)} {'labels' if spec.kind == MULTILABEL else 'classes'}, "
+                f"not {name}={value}"
+            )
 
 
 def _texts_tensor(x):

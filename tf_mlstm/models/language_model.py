@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tf_mlstm import rundir
 from tf_mlstm.layers import MLSTM
+from tf_mlstm.models import preset as preset_lib
 from tf_mlstm.models.backbone import VOCAB_SIZE
 from tf_mlstm.models.backbone import MLSTMBackbone
 
@@ -47,6 +48,8 @@ class MLSTMLanguageModel(keras.Model):
         self.head = keras.layers.Dense(VOCAB_SIZE, dtype=self.dtype_policy, name="head")
         self.run_config = None
         self.run_checkpoint = None
+        self.run_dir = None
+        self.preset_metadata = None  # metadata.json of the preset it was loaded from
 
     # === The backbone's ===
     @property
@@ -135,7 +138,7 @@ class MLSTMLanguageModel(keras.Model):
           precision: the dtype policy: float32 or a mixed one.
 
         Returns:
-          A built `MLSTMLanguageModel` with `run_config` and `run_checkpoint`.
+          A built `MLSTMLanguageModel` with `run_config`, `run_checkpoint` and `run_dir`.
 
         Raises:
           FileNotFoundError: no config or no checkpoint in `model_dir`.
@@ -147,7 +150,47 @@ class MLSTMLanguageModel(keras.Model):
         model.run_checkpoint = rundir.restore_model(
             tf.train.Checkpoint(model=model), model_dir, checkpoint
         )
+        model.run_dir = model_dir
         return model
+
+    # === Presets ===
+    @classmethod
+    def from_preset(cls, preset, precision="float32") -> "MLSTMLanguageModel":
+        """The language model of a preset folder (a fine-tuned classifier's: its encoder).
+
+        Args:
+          preset: a folder `save_to_preset` or `tf-mlstm-preset` wrote.
+          precision: the dtype policy: float32 or a mixed one.
+
+        Returns:
+          A built `MLSTMLanguageModel` with the preset's `preset_metadata`.
+
+        Raises:
+          MissingFileError: no such folder, or a file of the preset is missing.
+          InvalidValueError: not a preset (the message says what the folder is), or
+            weights other than those its metadata records.
+        """
+        model = preset_lib.load_model(preset, precision)
+        return getattr(model, "encoder", model)
+
+    def save_to_preset(self, preset_dir, overwrite=False, classifier="") -> dict:
+        """Writes this model as a preset folder (`tf_mlstm.models.preset`), loaded by `from_preset`.
+
+        Args:
+          preset_dir: the folder to write: new or empty, unless `overwrite`.
+          overwrite: replace what it holds (an earlier preset; never a run or data folder).
+          classifier: a `tf-mlstm-transfer` classifier.json fitted on this model: the
+            preset of that linear probe.
+
+        Returns:
+          The metadata written (metadata.json).
+
+        Raises:
+          InvalidValueError: `preset_dir` holds something (without `overwrite`) or is
+            another tool's folder, or the classifier was fitted on other weights.
+        """
+        kind = preset_lib.LINEAR_PROBE if classifier else preset_lib.LANGUAGE_MODEL
+        return preset_lib.write_preset(self, preset_dir, kind, overwrite, classifier)
 
     # === Config ===
     def get_config(self) -> dict:

@@ -8,6 +8,7 @@ import tensorflow as tf
 from absl import logging
 
 from tf_mlstm import errors
+from tf_mlstm import rundir
 from tf_mlstm.config import ConvertConfig
 from tf_mlstm.config import TrainConfig
 from tf_mlstm.data import convert
@@ -65,7 +66,7 @@ def resolve_data(config) -> tuple[list[str], list[str]]:
     check_converted("train_data", train_data)
     check_converted("validation_data", config.validation_data)
     if not train_data:
-        train_data = build_demo_tfrecords(os.path.join(config.model_dir, "demo_data"))
+        train_data = build_demo_tfrecords(rundir.demo_data_dir(config.model_dir))
     train_files = tfrecord.split_files(train_data, "train")
     held_out = [
         path

@@ -16,6 +16,7 @@ from tf_mlstm import rundir
 from tf_mlstm.data import readers
 from tf_mlstm.data import text_input
 from tf_mlstm.models import language_model
+from tf_mlstm.models.classifier import predict_served_probabilities
 from tf_mlstm.transfer import features
 from tf_mlstm.transfer import finetune
 from tf_mlstm.transfer.probe import logistic
@@ -80,13 +81,25 @@ def load_predictor(
 
 
 def _finetuned_predictor(model_dir, batch_size):
-    tuned = finetune.load_finetuned_model(model_dir)
+    return classifier_predictor(finetune.load_finetuned_model(model_dir).model, batch_size)
+
+
+def classifier_predictor(model, batch_size=features.DEFAULT_BATCH_SIZE) -> tuple[Callable, tuple]:
+    """A fine-tuned `MLSTMClassifier` as `load_predictor`'s function of texts.
+
+    Args:
+      model: the classifier (texts cut to its `max_length`, as it was fine-tuned).
+      batch_size: texts per model call.
+
+    Returns:
+      (predict, classes), as `load_predictor`.
+    """
 
     def predict(texts):
-        probabilities = tuned.predict_proba(texts, batch_size)
-        return probabilities, tuned.predict(probabilities)
+        probabilities = predict_served_probabilities(model, texts, model.max_length, batch_size)
+        return probabilities, model.head_spec.decide(probabilities)
 
-    return predict, tuned.model.head_spec.classes
+    return predict, model.head_spec.classes
 
 
 def classify_in_chunks(
