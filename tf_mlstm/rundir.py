@@ -218,6 +218,33 @@ def write_config(model_dir, config, name=CONFIG_FILE, extra=None, staged=None) -
     _write_text(os.path.join(model_dir, name), text + "\n", staged)
 
 
+# The config fields that name places on the machine that ran: a copy that travels keeps names.
+PATH_FIELDS = ("model_dir", "train_data", "validation_data")
+
+
+def portable_config(config) -> dict:
+    """A run's config as a JSON object, each path cut to its last part (a name, not a place).
+
+    Args:
+      config: the run's `TrainConfig`.
+
+    Returns:
+      The config's fields; those of `PATH_FIELDS` as names only (each of a comma list).
+
+    Example:
+    >>> from tf_mlstm import rundir
+    >>> from tf_mlstm.config import TrainConfig
+    >>> rundir.portable_config(TrainConfig(train_data="/data/a,/data/b/"))["train_data"]
+    'a,b'
+    """
+    values = json.loads(config.to_json())
+    for field in PATH_FIELDS:
+        if values.get(field):
+            parts = str(values[field]).split(",")
+            values[field] = ",".join(os.path.basename(os.path.normpath(p)) for p in parts)
+    return values
+
+
 def _write_text(path, text, staged):
     if staged is None:
         fileio.write_text_atomic(path, text)

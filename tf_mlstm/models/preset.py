@@ -48,7 +48,6 @@ _CLASSES = {
     "tf_mlstm>MLSTMClassifier": "tf_mlstm.models.classifier",
 }
 # A run's config fields that hold paths of the machine it ran on: kept as names only.
-_PATH_FIELDS = ("model_dir", "train_data", "validation_data")
 DEMO_CORPUS = "the embedded demo corpus"
 """The training data's name in metadata.json for a run without `train_data`."""
 
@@ -285,22 +284,6 @@ def _data_name(spec):
     return ",".join(os.path.basename(os.path.normpath(p)) for p in str(spec).split(","))
 
 
-def _portable_config(config):
-    """A run's config as a JSON object, each path cut to its last part (a name, not a place).
-
-    Args:
-      config: the run's `TrainConfig` (a dataclass with `to_json`).
-
-    Returns:
-      Its fields; `model_dir`, `train_data` and `validation_data` as names only.
-    """
-    values = json.loads(config.to_json())
-    for field in _PATH_FIELDS:
-        if values.get(field):
-            values[field] = _data_name(values[field])
-    return values
-
-
 def _data_size(data):
     """{"records", "bytes"} of the training split of TFRecords `data`, or {} when unreadable."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -348,7 +331,7 @@ def _provenance(encoder):
             "checkpoint": os.path.basename(checkpoint),
             "step": rundir.checkpoint_step(checkpoint),
         },
-        "train_config": _portable_config(encoder.run_config),
+        "train_config": rundir.portable_config(encoder.run_config),
     }
     lm_run = run
     if rundir.is_finetune_run(run):

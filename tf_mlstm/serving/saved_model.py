@@ -6,7 +6,6 @@ under request limits fixed at export. `export_saved_model` writes `BASE/<version
 TensorFlow Serving expects (docs/serving.md).
 """
 
-import json
 import os
 
 import numpy as np
@@ -526,27 +525,6 @@ def requirements() -> dict[str, str]:
     return {"tensorflow": tf.__version__, "tensorflow-text": tensorflow_text.__version__}
 
 
-# A run's config fields that hold paths of the machine it ran on.
-_PATH_FIELDS = ("model_dir", "train_data", "validation_data")
-
-
-def portable_config(config) -> dict:
-    """A run's config as a JSON object, each path cut to its last part (a name, not a place).
-
-    Args:
-      config: the run's `TrainConfig`.
-
-    Returns:
-      The config's fields, `model_dir`, `train_data` and `validation_data` as names only.
-    """
-    values = json.loads(config.to_json())
-    for field in _PATH_FIELDS:
-        if values.get(field):
-            parts = str(values[field]).split(",")
-            values[field] = ",".join(os.path.basename(os.path.normpath(p)) for p in parts)
-    return values
-
-
 def export_trained_model(
     model_dir,
     base_dir,
@@ -596,6 +574,8 @@ def export_trained_model(
         max_text_bytes=max_text_bytes,
         max_generate_length=max_generate_length,
     )
-    metadata = dict(metadata or {}, config=portable_config(train_config), precision=precision)
+    metadata = dict(
+        metadata or {}, config=rundir.portable_config(train_config), precision=precision
+    )
     export_dir = export_saved_model(module, base_dir, version, metadata=metadata)
     return {"export_dir": export_dir, "version": version, "signatures": sorted(module.signatures())}
