@@ -80,18 +80,18 @@ def measure_batching(
     threads: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Batching:
-    """Times `call` at batch sizes 1, 2, 4, ... and chooses the server's batching.
+    """Times `call` at batch sizes 1, 4, 16, ... and chooses the server's batching.
 
-    Each size is called once to warm up, then timed twice (the faster
+    After one call to warm up, each size is timed twice (the faster
     counts); the sizes stop at `largest`, or once the time spent passes
-    `budget_s`. The batch size is
-    the smallest whose texts/s reach `ENOUGH_OF_THE_BEST` of the best; a
-    request waits for others at most a tenth of that batch's time.
+    `budget_s`. The batch size is the smallest whose texts/s reach
+    `ENOUGH_OF_THE_BEST` of the best; a request waits for others at most a
+    tenth of that batch's time.
 
     Args:
       call: runs the signature on that many texts of `text_bytes` bytes.
       text_bytes: the bytes of each text `call` sends (recorded).
-      largest: the largest batch size measured (a power of two).
+      largest: the largest batch size measured (a power of four).
       budget_s: seconds to spend measuring, at most about.
       threads: batches run at once; None: this machine's cores.
       clock: seconds, for timing.
@@ -101,9 +101,9 @@ def measure_batching(
     """
     rates = {}
     started = clock()
+    call(1)
     size = 1
     while size <= largest:
-        call(size)
         seconds = []
         for _ in range(2):
             begin = clock()
@@ -112,7 +112,7 @@ def measure_batching(
         rates[size] = size / max(min(seconds), 1e-9)
         if clock() - started > budget_s:
             break
-        size *= 2
+        size *= 4
     best = max(rates.values())
     chosen = min(size for size, rate in rates.items() if rate >= ENOUGH_OF_THE_BEST * best)
     threads = threads or os.cpu_count() or 1
