@@ -115,6 +115,14 @@ def test_train_writes_everything_and_resumes_exactly_after_sigkill(tmp_path, pre
     # Versioned by the final step, as TensorFlow Serving loads it.
     assert os.listdir(model_dir / "export") == ["16"]
     assert (model_dir / "export" / "16" / "saved_model.pb").exists()
+    # The run's own export spares the batching's timing (tf-mlstm-export's, for a server).
+    extra = model_dir / "export" / "16" / "assets.extra"
+    assert json.loads((extra / "meta.json").read_text())["batching"] is None
+    assert sorted(p.name for p in extra.iterdir()) == [
+        "meta.json",
+        "models.config",
+        "tf_serving_warmup_requests",
+    ]
     assert list((model_dir / "train").glob("events.out.tfevents.*"))
     assert '"validation_bits_per_char"' in whole.stdout.splitlines()[-1]
     assert not (model_dir / "run.lock").exists()

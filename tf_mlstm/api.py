@@ -89,8 +89,10 @@ def pretrain(config) -> dict:
         results["export_dir"] = version  # A rerun of a finished run: left as it was.
     elif config.export and strategy_lib.is_chief(trainer.strategy):
         with fileio.write_errors(export_base):
+            # The run's own export: a server's export, timed for its batching, is
+            # tf-mlstm-export's.
             exported = saved_model.export_trained_model(
-                config.model_dir, export_base, metadata={"results": results}
+                config.model_dir, export_base, metadata={"results": results}, time_batching=False
             )
         results["export_dir"] = exported["export_dir"]
     strategy_lib.finalize(trainer.strategy)

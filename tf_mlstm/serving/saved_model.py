@@ -450,7 +450,7 @@ def warmup_requests(module) -> list:
     return logs
 
 
-def export_saved_model(module, base_dir, version, metadata=None) -> str:
+def export_saved_model(module, base_dir, version, metadata=None, time_batching=True) -> str:
     """Writes a SavedModel as `base_dir/<version>`, staged and renamed in, replacing that version.
 
     Args:
@@ -458,6 +458,8 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
       base_dir: the folder of versions (created); must pass `check_export_base`.
       version: a non-negative integer, normally the checkpoint's global step.
       metadata: optional dict for `<version>/assets.extra/meta.json`.
+      time_batching: time the server's batching here and write its file (seconds on a
+        large model); else meta.json's `batching` is None.
 
     Returns:
       The version folder.
@@ -470,7 +472,7 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
     if version < 0:
         raise errors.InvalidValueError(f"export version must be >= 0, got {version}")
     check_export_base(base_dir)
-    batching = measure_batching(module)
+    batching = measure_batching(module) if time_batching else None
     tf.io.gfile.makedirs(base_dir)
     target = os.path.join(base_dir, str(version))
     name = os.path.basename(os.path.normpath(base_dir))
@@ -481,8 +483,9 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
         with tf.io.TFRecordWriter(os.path.join(tmp, WARMUP_FILE)) as warmup:
             for log in warmup_requests(module):
                 warmup.write(log.SerializeToString())
-        with tf.io.gfile.GFile(os.path.join(tmp, server_config.BATCHING_FILE), "w") as f:
-            f.write(batching.text())
+        if batching is not None:
+            with tf.io.gfile.GFile(os.path.join(tmp, server_config.BATCHING_FILE), "w") as f:
+                f.write(batching.text())
         with tf.io.gfile.GFile(os.path.join(tmp, server_config.MODEL_CONFIG_FILE), "w") as f:
             f.write(server_config.model_config_text(name, f"/models/{name}"))
         meta = dict(metadata or {})
@@ -492,7 +495,7 @@ def export_saved_model(module, base_dir, version, metadata=None) -> str:
             limits=module.limits(),
             serving_default=module.default_signature,
             requires=requirements(),
-            batching=batching.record(),
+            batching=batching.record() if batching is not None else None,
         )
         fileio.write_json_atomic(os.path.join(tmp, META_FILE), meta)
     logging.info("Exported SavedModel version %d to %s", version, target)
@@ -536,6 +539,7 @@ def export_trained_model(
     precision="float32",
     allow_other_model=False,
     model=None,
+    time_batching=True,
 ) -> dict:
     """Exports the newest checkpoint of a run as `base_dir/<its global step>`.
 
@@ -547,6 +551,7 @@ def export_trained_model(
       precision: the policy the signatures compute in; outputs are float32.
       allow_other_model: export a classifier fitted on other weights (with a warning).
       model: the run's language model already loaded in `precision` by `from_run`, or None.
+      time_batching: see `export_saved_model`.
 
     Returns:
       dict: `export_dir` (the version folder), `version`, `signatures` (sorted names).
@@ -577,5 +582,7 @@ def export_trained_model(
     metadata = dict(
         metadata or {}, config=rundir.portable_config(train_config), precision=precision
     )
-    export_dir = export_saved_model(module, base_dir, version, metadata=metadata)
+    export_dir = export_saved_model(
+        module, base_dir, version, metadata=metadata, time_batching=time_batching
+    )
     return {"export_dir": export_dir, "version": version, "signatures": sorted(module.signatures())}
