@@ -240,9 +240,20 @@ def portable_config(config) -> dict:
     values = json.loads(config.to_json())
     for field in PATH_FIELDS:
         if values.get(field):
-            parts = str(values[field]).split(",")
-            values[field] = ",".join(os.path.basename(os.path.normpath(p)) for p in parts)
+            values[field] = names_of(values[field])
     return values
+
+
+def names_of(paths: str) -> str:
+    """Each path of a comma list cut to its last part: `"/data/a,/data/b/"` -> `"a,b"`.
+
+    Args:
+      paths: one path, or several joined by commas.
+
+    Returns:
+      Their names, joined by commas.
+    """
+    return ",".join(os.path.basename(os.path.normpath(p)) for p in str(paths).split(","))
 
 
 def _write_text(path, text, staged):

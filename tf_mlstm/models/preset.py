@@ -279,9 +279,9 @@ def _serialized(layer):
 
 
 def _data_name(spec):
-    if not spec:
-        return DEMO_CORPUS
-    return ",".join(os.path.basename(os.path.normpath(p)) for p in str(spec).split(","))
+    from tf_mlstm import rundir  # pylint: disable=g-import-not-at-top
+
+    return rundir.names_of(spec) if spec else DEMO_CORPUS
 
 
 def _data_size(data):
